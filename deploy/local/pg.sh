@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Private PostgreSQL clusters for the local stack and the tests.
+#
+#   pg.sh install                 install the server package if it is missing
+#   pg.sh start DIR PORT          init (once) and start a cluster whose data lives in DIR
+#   pg.sh stop DIR                stop it (fast shutdown)
+#   pg.sh datadir DIR             print where the cluster in DIR really lives
+#   pg.sh url PORT [DB]           print a connection URL
+#
+# PAYSCHED_PG_FAST=1 at first start turns fsync off (throwaway test clusters).
+#
+# Postgres refuses to run as root, so as root the cluster runs as the
+# `postgres` user. When `postgres` cannot reach DIR (a clone under /root, say),
+# the data goes to /tmp/paysched-pg-<hash of DIR> and DIR/datadir points there.
+set -euo pipefail
+
+pg_bindir() {
+  local d
+  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+  if [ -z "$d" ] || [ ! -x "$d/initdb" ]; then return 1; fi
+  echo "$d"
+}
+
+install_server() {
+  if pg_bindir >/dev/null; then return 0; fi
+  echo "pg.sh: installing the PostgreSQL server package" >&2
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+  # Debian's package starts its own cluster on 5432; ours are private.
+  $sudo systemctl stop postgresql 2>/dev/null || $sudo service postgresql stop 2>/dev/null || true
+  pg_bindir >/dev/null
+}
+
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# datadir DIR: the real data directory of the cluster kept in DIR.
+datadir() {
+  local want=$1
+  mkdir -p "$want"
+  if [ -f "$want/datadir" ]; then cat "$want/datadir"; return; fi
+  local real="$want/cluster"
+  if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$want"; then
+    real="/tmp/paysched-pg-$(printf '%s' "$(cd "$want" && pwd -P)" | sha1sum | cut -c1-12)"
+  fi
+  echo "$real" >"$want/datadir"
+  echo "$real"
+}
+
+start() {
+  local want=$1 port=$2 bin data
+  install_server
+  bin=$(pg_bindir)
+  data=$(datadir "$want")
+  if [ ! -f "$data/PG_VERSION" ]; then
+    mkdir -p "$data"
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$data"
+    chmod 700 "$data"
+    as_pg "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    cat >>"$data/postgresql.conf" <<CONF
+# paysched private cluster
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$data'
+wal_level = logical
+max_wal_senders = 10
+max_replication_slots = 10
+max_connections = 300
+shared_buffers = 256MB
+timezone = 'UTC'
+log_timezone = 'UTC'
+CONF
+    if [ "${PAYSCHED_PG_FAST:-}" = 1 ]; then
+      # Throwaway test clusters: durability buys nothing there.
+      printf 'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n' >>"$data/postgresql.conf"
+    fi
+  fi
+  # The port may change between runs (tests pick a free one).
+  if as_pg "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    echo "pg.sh: cluster in $data already running" >&2
+    return 0
+  fi
+  as_pg "$bin/pg_ctl" -D "$data" -w -t 60 -l "$data/server.log" -o "-p $port" start >/dev/null
+}
+
+stop() {
+  local want=$1 bin data
+  bin=$(pg_bindir) || return 0
+  [ -f "$want/datadir" ] || return 0
+  data=$(cat "$want/datadir")
+  [ -f "$data/PG_VERSION" ] || return 0
+  if as_pg "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    as_pg "$bin/pg_ctl" -D "$data" -w -t 60 -m fast stop >/dev/null
+  fi
+}
+
+cmd=${1:-}
+case "$cmd" in
+  install) install_server ;;
+  start) start "$2" "$3" ;;
+  stop) stop "$2" ;;
+  datadir) datadir "$2" ;;
+  url) echo "postgres://postgres@127.0.0.1:$2/${3:-postgres}?sslmode=disable" ;;
+  *) echo "usage: pg.sh install|start DIR PORT|stop DIR|datadir DIR|url PORT [DB]" >&2; exit 2 ;;
+esac

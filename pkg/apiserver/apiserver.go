@@ -1,0 +1,149 @@
+// Package apiserver assembles the payments-api process: the Postgres pool,
+// the gRPC server (PaymentsService, health, reflection) and the REST
+// gateway, and runs them until the context ends.
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/paysched/paysched/gen/openapi"
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/auth"
+	"github.com/paysched/paysched/pkg/migrate"
+	"github.com/paysched/paysched/pkg/money"
+	"github.com/paysched/paysched/pkg/obs"
+	"github.com/paysched/paysched/pkg/paymentsapi"
+	"github.com/paysched/paysched/pkg/restapi"
+	"github.com/paysched/paysched/pkg/schedule"
+)
+
+// Config is payments-api's configuration.
+type Config struct {
+	DatabaseURL  string
+	DBMaxConns   int32
+	Auth         auth.Config
+	Rules        paymentsapi.Rules
+	CursorSecret []byte
+	KeyTTL       time.Duration
+}
+
+// Server is a running payments-api.
+type Server struct {
+	pool   *pgxpool.Pool
+	grpc   *grpc.Server
+	http   *http.Server
+	health *health.Server
+	log    *slog.Logger
+}
+
+// New connects to the database and builds the servers; Serve starts them.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+	if !money.Known(cfg.Rules.DefaultCurrency) {
+		return nil, fmt.Errorf("default currency %q is not an ISO 4217 code", cfg.Rules.DefaultCurrency)
+	}
+	if cfg.Rules.AmountCap <= 0 || cfg.Rules.Horizon <= 0 {
+		return nil, errors.New("amount cap and horizon must be positive")
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if cfg.DBMaxConns > 0 {
+		pcfg.MaxConns = cfg.DBMaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect database: %w", err)
+	}
+	verifier, err := auth.NewVerifier(cfg.Auth)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	reg := obs.Registry()
+	rpcm := obs.NewRPCMetrics(reg)
+	payments := paymentsapi.New(schedule.NewStore(pool, cfg.KeyTTL), cfg.Rules, cfg.CursorSecret, log)
+
+	gs := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), verifier.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
+	)
+	payschedv1.RegisterPaymentsServiceServer(gs, payments)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+
+	ready := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return pool.Ping(ctx)
+	}
+	h, err := restapi.New(ctx, restapi.Options{
+		Payments: payments, CreateViolations: payments.Violations, Verifier: verifier, Ready: ready,
+		OpenAPI: openapi.JSON, Metrics: obs.Handler(reg), RPC: rpcm, Log: log,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("rest gateway: %w", err)
+	}
+	return &Server{
+		pool: pool, grpc: gs, health: hs, log: log,
+		http: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute},
+	}, nil
+}
+
+// Serve runs until ctx ends, then shuts down gracefully: in-flight requests
+// finish, new ones are refused, and the pool is closed.
+func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
+	// Keep partitions ahead even if the reaper is not running yet.
+	if n, err := migrate.EnsurePartitions(ctx, s.pool, time.Now().AddDate(0, 0, -1), time.Now().AddDate(0, 0, 367)); err != nil {
+		s.log.Warn("could not ensure partitions (has the migration run?)", "err", err)
+	} else if n > 0 {
+		s.log.Info("created partitions", "count", n)
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+		s.log.Warn("database not reachable yet", "err", err)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- s.grpc.Serve(grpcLis) }()
+	go func() {
+		if err := s.http.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+			return
+		}
+		errc <- nil
+	}()
+	s.log.Info("payments-api serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String())
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.health.Shutdown()
+	shutCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_ = s.http.Shutdown(shutCtx)
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-shutCtx.Done():
+		s.grpc.Stop()
+	}
+	s.pool.Close()
+	s.log.Info("payments-api stopped")
+	return err
+}

@@ -1,0 +1,213 @@
+// Package auth verifies the API's JWT bearer tokens and carries the caller
+// (the actor, from `sub`, plus the admin claim) through the request context.
+// Local runs sign with HS256 and a shared secret; production verifies RS256
+// against keys from a JWKS file. Everything else, alg=none included, fails.
+package auth
+
+import (
+	"context"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Local defaults, used by `make up` and payctl. They are for development
+// only; production sets a JWKS file and its own issuer and audience.
+const (
+	DefaultIssuer   = "paysched-local"
+	DefaultAudience = "paysched"
+	DevSecret       = "paysched-dev-secret-do-not-use-in-production"
+)
+
+// Principal is the authenticated caller.
+type Principal struct {
+	// Actor is the token's subject; it is the payer of every payment it creates.
+	Actor string
+	// Admin opens the admin API.
+	Admin bool
+}
+
+// Claims are the token claims paysched reads.
+type Claims struct {
+	jwt.RegisteredClaims
+	Admin bool `json:"admin,omitempty"`
+}
+
+// Config says which tokens to accept.
+type Config struct {
+	// HS256Secret enables HS256 tokens signed with it (local runs).
+	HS256Secret []byte
+	// JWKSFile enables RS256 tokens signed by one of its keys (production).
+	JWKSFile string
+	// Issuer and Audience must match the token's iss and aud.
+	Issuer   string
+	Audience string
+	// Leeway tolerates clock skew on exp/nbf/iat.
+	Leeway time.Duration
+}
+
+// Verifier checks bearer tokens.
+type Verifier struct {
+	parser  *jwt.Parser
+	secret  []byte
+	rsaKeys map[string]*rsa.PublicKey
+}
+
+// ErrUnauthenticated wraps every verification failure.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
+// NewVerifier builds a Verifier; at least one of HS256Secret and JWKSFile
+// must be set.
+func NewVerifier(cfg Config) (*Verifier, error) {
+	v := &Verifier{secret: cfg.HS256Secret}
+	var methods []string
+	if len(cfg.HS256Secret) > 0 {
+		methods = append(methods, "HS256")
+	}
+	if cfg.JWKSFile != "" {
+		keys, err := loadJWKS(cfg.JWKSFile)
+		if err != nil {
+			return nil, err
+		}
+		v.rsaKeys = keys
+		methods = append(methods, "RS256")
+	}
+	if len(methods) == 0 {
+		return nil, errors.New("auth: configure an HS256 secret or a JWKS file")
+	}
+	if cfg.Issuer == "" || cfg.Audience == "" {
+		return nil, errors.New("auth: issuer and audience are required")
+	}
+	v.parser = jwt.NewParser(
+		jwt.WithValidMethods(methods),
+		jwt.WithIssuer(cfg.Issuer),
+		jwt.WithAudience(cfg.Audience),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(cfg.Leeway),
+	)
+	return v, nil
+}
+
+// Verify checks a raw token and returns its principal.
+func (v *Verifier) Verify(raw string) (Principal, error) {
+	var c Claims
+	_, err := v.parser.ParseWithClaims(raw, &c, v.key)
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+	}
+	if c.Subject == "" || len(c.Subject) > 256 {
+		return Principal{}, fmt.Errorf("%w: token has no usable sub", ErrUnauthenticated)
+	}
+	return Principal{Actor: c.Subject, Admin: c.Admin}, nil
+}
+
+// VerifyHeader checks an Authorization header value ("Bearer <jwt>").
+func (v *Verifier) VerifyHeader(h string) (Principal, error) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(tok) == "" {
+		return Principal{}, fmt.Errorf("%w: missing bearer token", ErrUnauthenticated)
+	}
+	return v.Verify(strings.TrimSpace(tok))
+}
+
+func (v *Verifier) key(t *jwt.Token) (any, error) {
+	switch t.Method.Alg() {
+	case "HS256":
+		if len(v.secret) == 0 {
+			return nil, errors.New("HS256 not accepted")
+		}
+		return v.secret, nil
+	case "RS256":
+		kid, _ := t.Header["kid"].(string)
+		if k, ok := v.rsaKeys[kid]; ok {
+			return k, nil
+		}
+		if kid == "" && len(v.rsaKeys) == 1 {
+			for _, k := range v.rsaKeys {
+				return k, nil
+			}
+		}
+		return nil, fmt.Errorf("unknown key id %q", kid)
+	}
+	return nil, fmt.Errorf("algorithm %q not accepted", t.Method.Alg())
+}
+
+// Mint signs an HS256 token for actor; payctl uses it for local dev tokens.
+func Mint(secret []byte, issuer, audience, actor string, admin bool, ttl time.Duration) (string, error) {
+	now := time.Now()
+	c := Claims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Subject:   actor,
+			Issuer:    issuer,
+			Audience:  jwt.ClaimStrings{audience},
+			IssuedAt:  jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+		},
+		Admin: admin,
+	}
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
+	if err != nil {
+		return "", fmt.Errorf("mint token: %w", err)
+	}
+	return s, nil
+}
+
+type jwks struct {
+	Keys []struct {
+		Kty string `json:"kty"`
+		Kid string `json:"kid"`
+		Use string `json:"use"`
+		N   string `json:"n"`
+		E   string `json:"e"`
+	} `json:"keys"`
+}
+
+func loadJWKS(path string) (map[string]*rsa.PublicKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth: read JWKS: %w", err)
+	}
+	var set jwks
+	if err := json.Unmarshal(b, &set); err != nil {
+		return nil, fmt.Errorf("auth: parse JWKS %s: %w", path, err)
+	}
+	keys := map[string]*rsa.PublicKey{}
+	for _, k := range set.Keys {
+		if k.Kty != "RSA" || (k.Use != "" && k.Use != "sig") {
+			continue
+		}
+		n, err1 := base64.RawURLEncoding.DecodeString(k.N)
+		e, err2 := base64.RawURLEncoding.DecodeString(k.E)
+		if err1 != nil || err2 != nil || len(e) == 0 || len(e) > 4 {
+			return nil, fmt.Errorf("auth: JWKS key %q: bad n or e", k.Kid)
+		}
+		keys[k.Kid] = &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("auth: JWKS %s has no RSA signing keys", path)
+	}
+	return keys, nil
+}
+
+type ctxKey struct{}
+
+// WithPrincipal returns ctx carrying p.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, ctxKey{}, p)
+}
+
+// FromContext returns the principal set by the interceptor or the REST
+// middleware.
+func FromContext(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(ctxKey{}).(Principal)
+	return p, ok
+}

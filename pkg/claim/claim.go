@@ -1,0 +1,68 @@
+// Package claim takes due payments off the schedule for execution. The
+// claim is the heart of the engine: it must hand each due PENDING row to at
+// most one sweeper at a time, oldest first, without a coordinator.
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Claimed is one payment a sweeper now holds under a lease.
+type Claimed struct {
+	ID       uuid.UUID
+	DueTime  time.Time
+	RunAt    time.Time
+	Attempt  int32
+	Payer    string
+	Payee    string
+	Amount   int64
+	Currency string
+}
+
+// claimSQL claims up to $3 due rows for owner $1 with lease $2.
+//
+// Why it is safe: FOR UPDATE SKIP LOCKED gives each row to one claimer; rows
+// another transaction holds (a claim, a cancel) are passed by, and a row
+// changed by a committed transaction is re-checked against status='PENDING'
+// before it is locked. The outer WHERE repeats the status test so the UPDATE
+// itself is conditional. attempt+1 is the fencing token the executor's
+// outcome write must match. "due_time <= now()" prunes partitions whose day
+// has not begun (run_at >= due_time always holds).
+const claimSQL = `
+UPDATE payments p
+SET status = 'PROCESSING', lease_until = now() + $2::interval, lease_owner = $1,
+    attempt = p.attempt + 1, updated_at = now()
+FROM (SELECT id, due_time FROM payments
+      WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now()
+      ORDER BY run_at
+      LIMIT $3
+      FOR UPDATE SKIP LOCKED) due
+WHERE p.id = due.id AND p.due_time = due.due_time AND p.status = 'PENDING'
+RETURNING p.id, p.due_time, p.run_at, p.attempt, p.payer, p.payee, p.amount_minor, p.currency`
+
+// Querier is the part of a pgx pool, conn or tx that Batch needs.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Batch claims up to limit due payments for owner, each leased for lease.
+func Batch(ctx context.Context, db Querier, owner string, lease time.Duration, limit int) ([]Claimed, error) {
+	rows, err := db.Query(ctx, claimSQL, owner, lease, limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
+		var c Claimed
+		err := r.Scan(&c.ID, &c.DueTime, &c.RunAt, &c.Attempt, &c.Payer, &c.Payee, &c.Amount, &c.Currency)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	return out, nil
+}

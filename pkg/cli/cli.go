@@ -1,0 +1,379 @@
+// Package cli implements payctl, the operator and client CLI: dev tokens,
+// and create/get/list/cancel over gRPC with human tables or --json.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/auth"
+	"github.com/paysched/paysched/pkg/config"
+)
+
+type globals struct {
+	api      string
+	token    string
+	actor    string
+	secret   string
+	issuer   string
+	audience string
+	json     bool
+	timeout  time.Duration
+	out      io.Writer
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(config.EnvName(name)); ok {
+		return v
+	}
+	return def
+}
+
+// New returns payctl's root command.
+func New() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "payctl",
+		Short:         "paysched's operator and client CLI",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			g.out = cmd.OutOrStdout()
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.api, "api", env("api-grpc", "127.0.0.1:9090"), "payments-api gRPC address (env PAYSCHED_API_GRPC)")
+	pf.StringVar(&g.token, "token", env("token", ""), "bearer token (env PAYSCHED_TOKEN); minted for --actor when empty")
+	pf.StringVar(&g.actor, "actor", env("actor", "demo"), "actor to mint a local token for when --token is empty (env PAYSCHED_ACTOR)")
+	pf.StringVar(&g.secret, "jwt-secret", env("jwt-secret", auth.DevSecret), "local HS256 secret (env PAYSCHED_JWT_SECRET)")
+	pf.StringVar(&g.issuer, "jwt-issuer", env("jwt-issuer", auth.DefaultIssuer), "token issuer (env PAYSCHED_JWT_ISSUER)")
+	pf.StringVar(&g.audience, "jwt-audience", env("jwt-audience", auth.DefaultAudience), "token audience (env PAYSCHED_JWT_AUDIENCE)")
+	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
+	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "per-call timeout")
+	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g))
+	return root
+}
+
+func tokenCmd(g *globals) *cobra.Command {
+	var admin bool
+	var ttl time.Duration
+	c := &cobra.Command{
+		Use:   "token",
+		Short: "Mint a local dev token (HS256, the local secret)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tok, err := auth.Mint([]byte(g.secret), g.issuer, g.audience, g.actor, admin, ttl)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSONMap(g.out, map[string]any{"token": tok, "actor": g.actor, "admin": admin})
+			}
+			fmt.Fprintln(g.out, tok)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&admin, "admin", false, "include the admin claim")
+	c.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "token lifetime")
+	return c
+}
+
+type conn struct {
+	cc      *grpc.ClientConn
+	ctx     context.Context
+	cancel  context.CancelFunc
+	payment payschedv1.PaymentsServiceClient
+}
+
+func (g *globals) dial() (*conn, error) {
+	tok := g.token
+	if tok == "" {
+		var err error
+		tok, err = auth.Mint([]byte(g.secret), g.issuer, g.audience, g.actor, false, time.Hour)
+		if err != nil {
+			return nil, err
+		}
+	}
+	cc, err := grpc.NewClient(g.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", g.api, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+	return &conn{cc: cc, ctx: ctx, cancel: cancel, payment: payschedv1.NewPaymentsServiceClient(cc)}, nil
+}
+
+func (c *conn) close() { c.cancel(); _ = c.cc.Close() }
+
+// parseDue accepts RFC 3339 or a duration from now ("30s", "+2m").
+func parseDue(s string) (time.Time, error) {
+	if d, err := time.ParseDuration(strings.TrimPrefix(s, "+")); err == nil {
+		return time.Now().Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--due %q: want RFC 3339 (2030-01-02T15:04:05Z) or a duration from now (30s)", s)
+	}
+	return t, nil
+}
+
+func createCmd(g *globals) *cobra.Command {
+	var payee, currency, due, desc, key string
+	var amount int64
+	var meta map[string]string
+	c := &cobra.Command{
+		Use:   "create",
+		Short: "Schedule a payment",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dueAt, err := parseDue(due)
+			if err != nil {
+				return err
+			}
+			if key == "" {
+				key = uuid.NewString()
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.payment.CreateScheduledPayment(c.ctx, &payschedv1.CreateScheduledPaymentRequest{
+				Payee: payee, Amount: amount, Currency: currency, DueAt: timestamppb.New(dueAt),
+				Description: desc, Metadata: meta, RequestId: key,
+			})
+			if err != nil {
+				return rpcError(err)
+			}
+			return g.printPayments(resp, resp.GetPayment())
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&payee, "payee", "", "who is paid")
+	f.Int64Var(&amount, "amount", 0, "amount in minor units (cents)")
+	f.StringVar(&currency, "currency", "", "ISO 4217 code (default: the server's)")
+	f.StringVar(&due, "due", "1m", "due time: RFC 3339, or a duration from now")
+	f.StringVar(&desc, "description", "", "free text")
+	f.StringVar(&key, "idempotency-key", "", "idempotency key (default: a random UUID)")
+	f.StringToStringVar(&meta, "metadata", nil, "labels, k=v,k2=v2")
+	return c
+}
+
+func getCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get PAYMENT_ID",
+		Short: "Show a payment and its attempts",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.payment.GetScheduledPayment(c.ctx, &payschedv1.GetScheduledPaymentRequest{PaymentId: args[0]})
+			if err != nil {
+				return rpcError(err)
+			}
+			if g.json {
+				return printJSON(g.out, resp)
+			}
+			if err := g.printPayments(nil, resp.GetPayment()); err != nil {
+				return err
+			}
+			if len(resp.GetPayment().GetAttempts()) > 0 {
+				tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
+				fmt.Fprintln(tw, "\nATTEMPT\tSTARTED\tFINISHED\tOUTCOME\tGATEWAY REF\tERROR")
+				for _, a := range resp.GetPayment().GetAttempts() {
+					fin := "-"
+					if a.GetFinishedAt() != nil {
+						fin = ts(a.GetFinishedAt())
+					}
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", a.GetAttempt(), ts(a.GetStartedAt()), fin, a.GetOutcome(), a.GetGatewayRef(), a.GetError())
+				}
+				return tw.Flush()
+			}
+			return nil
+		},
+	}
+}
+
+func listCmd(g *globals) *cobra.Command {
+	var statusName, cursor string
+	var size int32
+	var all bool
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List your payments, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st := payschedv1.PaymentStatus_STATUS_UNSPECIFIED
+			if statusName != "" {
+				v, ok := payschedv1.PaymentStatus_value[strings.ToUpper(statusName)]
+				if !ok {
+					return fmt.Errorf("--status %q: want PENDING, PROCESSING, COMPLETED, FAILED, CANCELLED or DEAD_LETTERED", statusName)
+				}
+				st = payschedv1.PaymentStatus(v)
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			var ps []*payschedv1.ScheduledPayment
+			var last *payschedv1.ListScheduledPaymentsResponse
+			for {
+				resp, err := c.payment.ListScheduledPayments(c.ctx, &payschedv1.ListScheduledPaymentsRequest{
+					Status: st, Cursor: cursor, PageSize: size,
+				})
+				if err != nil {
+					return rpcError(err)
+				}
+				ps, last = append(ps, resp.GetPayments()...), resp
+				if !all || resp.GetNextCursor() == "" {
+					break
+				}
+				cursor = resp.GetNextCursor()
+			}
+			if g.json {
+				return printJSON(g.out, &payschedv1.ListScheduledPaymentsResponse{Payments: ps, NextCursor: last.GetNextCursor()})
+			}
+			if err := g.printPayments(nil, ps...); err != nil {
+				return err
+			}
+			if last.GetNextCursor() != "" {
+				fmt.Fprintf(g.out, "\nmore: --cursor %s (or --all)\n", last.GetNextCursor())
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&statusName, "status", "", "only this status")
+	f.StringVar(&cursor, "cursor", "", "continue from a previous page")
+	f.Int32Var(&size, "page-size", 50, "page size (max 500)")
+	f.BoolVar(&all, "all", false, "follow cursors to the end")
+	return c
+}
+
+func cancelCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel PAYMENT_ID",
+		Short: "Cancel a pending payment",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.payment.CancelScheduledPayment(c.ctx, &payschedv1.CancelScheduledPaymentRequest{PaymentId: args[0]})
+			if err != nil {
+				return rpcError(err)
+			}
+			return g.printPayments(resp, resp.GetPayment())
+		},
+	}
+}
+
+func healthCmd(g *globals) *cobra.Command {
+	var wait time.Duration
+	c := &cobra.Command{
+		Use:   "health",
+		Short: "Check the API's gRPC health (optionally wait for it)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cc, err := grpc.NewClient(g.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return err
+			}
+			defer cc.Close()
+			deadline := time.Now().Add(wait)
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+				cancel()
+				if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+					fmt.Fprintln(g.out, "SERVING")
+					return nil
+				}
+				if time.Now().After(deadline) {
+					if err != nil {
+						return fmt.Errorf("%s not healthy: %w", g.api, err)
+					}
+					return fmt.Errorf("%s not healthy: %s", g.api, resp.GetStatus())
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		},
+	}
+	c.Flags().DurationVar(&wait, "wait", 0, "keep trying this long")
+	return c
+}
+
+func (g *globals) printPayments(msg proto.Message, ps ...*payschedv1.ScheduledPayment) error {
+	if g.json {
+		if msg == nil && len(ps) == 1 {
+			msg = ps[0]
+		}
+		return printJSON(g.out, msg)
+	}
+	tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "PAYMENT ID\tSTATUS\tPAYEE\tAMOUNT\tDUE AT\tATTEMPT")
+	for _, p := range ps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%s\t%d\n", p.GetPaymentId(), p.GetStatus(), p.GetPayee(),
+			p.GetAmount(), p.GetCurrency(), ts(p.GetDueAt()), p.GetAttempt())
+	}
+	return tw.Flush()
+}
+
+func ts(t *timestamppb.Timestamp) string { return t.AsTime().UTC().Format(time.RFC3339) }
+
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+func printJSONMap(w io.Writer, m map[string]any) error {
+	b, err := jsonMarshalIndent(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+// rpcError turns a gRPC status into a readable CLI error.
+func rpcError(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	msg := fmt.Sprintf("%s: %s", st.Code(), st.Message())
+	for _, d := range st.Details() {
+		if m, ok := d.(proto.Message); ok {
+			b, _ := protojson.Marshal(m)
+			msg += "\n  " + string(b)
+		}
+	}
+	return fmt.Errorf("%s", msg)
+}

@@ -1,0 +1,5 @@
+package cli
+
+import "encoding/json"
+
+func jsonMarshalIndent(v any) ([]byte, error) { return json.MarshalIndent(v, "", "  ") }

@@ -1,0 +1,46 @@
+// Package config binds command-line flags to PAYSCHED_* environment
+// variables, so every service is configured the same way: a flag wins, then
+// its environment variable, then the built-in local default.
+package config
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// EnvName returns the environment variable for a flag: "http-addr" becomes
+// PAYSCHED_HTTP_ADDR.
+func EnvName(flagName string) string {
+	return "PAYSCHED_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(flagName))
+}
+
+// Parse parses args into fs, then fills every flag not given on the command
+// line from its PAYSCHED_* environment variable. Usage text names the
+// variables.
+func Parse(fs *flag.FlagSet, args []string) error {
+	fs.VisitAll(func(f *flag.Flag) {
+		f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, EnvName(f.Name))
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		if v, ok := os.LookupEnv(EnvName(f.Name)); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Sprintf("%s=%q: %v", EnvName(f.Name), v, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("config: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package paymentsapi
+
+import (
+	"sort"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/schedule"
+)
+
+func toProto(p *schedule.Payment) *payschedv1.ScheduledPayment {
+	out := &payschedv1.ScheduledPayment{
+		PaymentId:   p.ID.String(),
+		Payer:       p.Payer,
+		Payee:       p.Payee,
+		Amount:      p.Amount,
+		Currency:    p.Currency,
+		DueAt:       timestamppb.New(p.DueAt),
+		Status:      statusToProto(p.Status),
+		Description: p.Description,
+		Metadata:    p.Metadata,
+		Attempt:     p.Attempt,
+		GatewayRef:  p.GatewayRef,
+		LastError:   p.LastError,
+		CreatedAt:   timestamppb.New(p.CreatedAt),
+		UpdatedAt:   timestamppb.New(p.UpdatedAt),
+	}
+	for _, a := range p.Attempts {
+		pa := &payschedv1.PaymentAttempt{
+			Attempt:    a.Attempt,
+			StartedAt:  timestamppb.New(a.StartedAt),
+			Outcome:    a.Outcome,
+			GatewayRef: a.GatewayRef,
+			Error:      a.Error,
+		}
+		if a.FinishedAt != nil {
+			pa.FinishedAt = timestamppb.New(*a.FinishedAt)
+		}
+		out.Attempts = append(out.Attempts, pa)
+	}
+	return out
+}
+
+func statusToProto(s schedule.Status) payschedv1.PaymentStatus {
+	v, ok := payschedv1.PaymentStatus_value[string(s)]
+	if !ok {
+		return payschedv1.PaymentStatus_STATUS_UNSPECIFIED
+	}
+	return payschedv1.PaymentStatus(v)
+}
+
+func statusFromProto(s payschedv1.PaymentStatus) (schedule.Status, bool) {
+	if s == payschedv1.PaymentStatus_STATUS_UNSPECIFIED {
+		return "", true
+	}
+	name, ok := payschedv1.PaymentStatus_name[int32(s)]
+	return schedule.Status(name), ok
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,369 @@
+package schedule
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultKeyTTL is how long an idempotency key is remembered (the reaper
+// forgets it afterwards; the payment itself stays).
+const DefaultKeyTTL = 7 * 24 * time.Hour
+
+// Store reads and writes the schedule.
+type Store struct {
+	db     *pgxpool.Pool
+	keyTTL time.Duration
+}
+
+// NewStore returns a Store over db. keyTTL <= 0 means DefaultKeyTTL.
+func NewStore(db *pgxpool.Pool, keyTTL time.Duration) *Store {
+	if keyTTL <= 0 {
+		keyTTL = DefaultKeyTTL
+	}
+	return &Store{db: db, keyTTL: keyTTL}
+}
+
+// createSQL inserts a batch of payments in one statement.
+//
+// Why it is safe: the idempotency record and the payment are written by the
+// same statement, so either both exist or neither does. ON CONFLICT on the
+// unique (payer, idempotency_key) index makes concurrent creates with one key
+// serialize inside Postgres: the loser waits for the winner's commit and then
+// inserts nothing, and only rows whose index insert succeeded (RETURNING)
+// reach payments. Rows are fed in key order so that two overlapping batches
+// take their key locks in the same order and cannot deadlock.
+const createSQL = `
+WITH input AS (
+    SELECT * FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::text[], $6::timestamptz[],
+                         $7::text[], $8::text[], $9::text[], $10::bytea[], $11::bytea[], $12::timestamptz[])
+        AS t(id, payee, amount_minor, currency, due_time, description, metadata,
+             idempotency_key, request_hash, response, created_at)
+), idx AS (
+    INSERT INTO payment_index (id, payer, due_time, idempotency_key, request_hash, response,
+                               created_at, key_expires_at)
+    SELECT id, $1, due_time, idempotency_key, request_hash, response, created_at, created_at + $13::interval
+    FROM input ORDER BY idempotency_key
+    ON CONFLICT (payer, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+)
+INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, status,
+                      description, metadata, created_at, updated_at)
+SELECT i.id, $1, i.payee, i.amount_minor, i.currency, i.due_time, i.due_time, 'PENDING',
+       i.description, i.metadata::jsonb, i.created_at, i.created_at
+FROM input i JOIN idx USING (id)
+RETURNING id`
+
+// lookupKeysSQL reads the stored idempotency records of keys that conflicted.
+const lookupKeysSQL = `
+SELECT idempotency_key, request_hash, response FROM payment_index
+WHERE payer = $1 AND idempotency_key = ANY($2::text[])`
+
+// Create writes payments for payer, or resolves each against its stored
+// idempotency record. Results are in input order.
+func (s *Store) Create(ctx context.Context, payer string, items []NewPayment) ([]CreateResult, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	n := len(items)
+	ids := make([]uuid.UUID, n)
+	payees := make([]string, n)
+	amounts := make([]int64, n)
+	currencies := make([]string, n)
+	dues := make([]time.Time, n)
+	descs := make([]string, n)
+	metas := make([]string, n)
+	keys := make([]string, n)
+	hashes := make([][]byte, n)
+	resps := make([][]byte, n)
+	created := make([]time.Time, n)
+	for i, it := range items {
+		if it.IdempotencyKey == "" {
+			return nil, fmt.Errorf("create payment %d: idempotency key is required", i)
+		}
+		m := it.Metadata
+		if m == nil {
+			m = map[string]string{}
+		}
+		mb, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("create payment %d: encode metadata: %w", i, err)
+		}
+		ids[i], payees[i], amounts[i], currencies[i] = it.ID, it.Payee, it.Amount, it.Currency
+		dues[i], descs[i], metas[i], keys[i] = it.DueAt.UTC(), it.Description, string(mb), it.IdempotencyKey
+		hashes[i], resps[i], created[i] = it.RequestHash, it.Response, it.CreatedAt.UTC()
+	}
+	for try := 0; ; try++ {
+		results, pending, err := s.createOnce(ctx, payer, items, ids, payees, amounts, currencies, dues,
+			descs, metas, keys, hashes, resps, created)
+		if err != nil {
+			return nil, err
+		}
+		if !pending || try == 2 {
+			if pending {
+				return nil, errors.New("create payments: idempotency records vanished while resolving conflicts")
+			}
+			return results, nil
+		}
+	}
+}
+
+func (s *Store) createOnce(ctx context.Context, payer string, items []NewPayment, ids []uuid.UUID,
+	payees []string, amounts []int64, currencies []string, dues []time.Time, descs, metas, keys []string,
+	hashes, resps [][]byte, created []time.Time) ([]CreateResult, bool, error) {
+	rows, err := s.db.Query(ctx, createSQL, payer, ids, payees, amounts, currencies, dues, descs, metas,
+		keys, hashes, resps, created, s.keyTTL)
+	if err != nil {
+		return nil, false, fmt.Errorf("create payments: %w", err)
+	}
+	inserted := make(map[uuid.UUID]bool, len(items))
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, false, fmt.Errorf("create payments: scan: %w", err)
+		}
+		inserted[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("create payments: %w", err)
+	}
+	results := make([]CreateResult, len(items))
+	var conflicted []string
+	for i, it := range items {
+		if inserted[it.ID] {
+			results[i] = CreateResult{Outcome: Created, Response: it.Response}
+		} else {
+			conflicted = append(conflicted, it.IdempotencyKey)
+		}
+	}
+	if len(conflicted) == 0 {
+		return results, false, nil
+	}
+	stored, err := s.lookupKeys(ctx, payer, conflicted)
+	if err != nil {
+		return nil, false, err
+	}
+	pending := false
+	for i, it := range items {
+		if inserted[it.ID] {
+			continue
+		}
+		rec, ok := stored[it.IdempotencyKey]
+		if !ok {
+			// The conflicting record expired between the two statements: try again.
+			pending = true
+			continue
+		}
+		results[i] = resolve(rec, it.RequestHash)
+	}
+	return results, pending, nil
+}
+
+type keyRecord struct {
+	hash     []byte
+	response []byte
+}
+
+func resolve(rec keyRecord, hash []byte) CreateResult {
+	if bytes.Equal(rec.hash, hash) {
+		return CreateResult{Outcome: Replayed, Response: rec.response}
+	}
+	return CreateResult{Outcome: KeyReused}
+}
+
+func (s *Store) lookupKeys(ctx context.Context, payer string, keys []string) (map[string]keyRecord, error) {
+	rows, err := s.db.Query(ctx, lookupKeysSQL, payer, keys)
+	if err != nil {
+		return nil, fmt.Errorf("look up idempotency keys: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]keyRecord, len(keys))
+	for rows.Next() {
+		var k string
+		var r keyRecord
+		if err := rows.Scan(&k, &r.hash, &r.response); err != nil {
+			return nil, fmt.Errorf("look up idempotency keys: scan: %w", err)
+		}
+		out[k] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("look up idempotency keys: %w", err)
+	}
+	return out, nil
+}
+
+// Replay resolves a key without writing: found is false when the key is not
+// known. The API uses it for requests that no longer validate (a replay after
+// the due time has passed must still return the stored answer).
+func (s *Store) Replay(ctx context.Context, payer, key string, hash []byte) (res CreateResult, found bool, err error) {
+	stored, err := s.lookupKeys(ctx, payer, []string{key})
+	if err != nil {
+		return CreateResult{}, false, err
+	}
+	rec, ok := stored[key]
+	if !ok {
+		return CreateResult{}, false, nil
+	}
+	return resolve(rec, hash), true, nil
+}
+
+// paymentCols is the column list scanPayment reads, in order.
+const paymentCols = `p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status,
+       p.description, p.metadata, p.attempt, coalesce(p.gateway_ref, ''), coalesce(p.last_error, ''),
+       p.created_at, p.updated_at`
+
+func scanPayment(row pgx.Row, extra ...any) (*Payment, error) {
+	var p Payment
+	var meta []byte
+	dest := append(extra, &p.ID, &p.Payer, &p.Payee, &p.Amount, &p.Currency, &p.DueAt, &p.Status,
+		&p.Description, &meta, &p.Attempt, &p.GatewayRef, &p.LastError, &p.CreatedAt, &p.UpdatedAt)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	if len(meta) > 0 {
+		if err := json.Unmarshal(meta, &p.Metadata); err != nil {
+			return nil, fmt.Errorf("decode metadata of %s: %w", p.ID, err)
+		}
+	}
+	p.DueAt, p.CreatedAt, p.UpdatedAt = p.DueAt.UTC(), p.CreatedAt.UTC(), p.UpdatedAt.UTC()
+	return &p, nil
+}
+
+// getSQL finds the partition through payment_index and checks the payer, so
+// another payer's payment reads exactly like a missing one.
+const getSQL = `
+SELECT ` + paymentCols + `
+FROM payments p
+WHERE p.id = $1 AND p.payer = $2
+  AND p.due_time = (SELECT due_time FROM payment_index WHERE id = $1 AND payer = $2)`
+
+const attemptsSQL = `
+SELECT attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(gateway_ref, ''), coalesce(error, '')
+FROM payment_attempts WHERE payment_id = $1 ORDER BY attempt`
+
+// Get returns one of payer's payments with its attempts, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, payer string, id uuid.UUID) (*Payment, error) {
+	b := &pgx.Batch{}
+	b.Queue(getSQL, id, payer)
+	b.Queue(attemptsSQL, id)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	p, err := scanPayment(br.QueryRow())
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get payment %s: %w", id, err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("get attempts of %s: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a Attempt
+		if err := rows.Scan(&a.Attempt, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.GatewayRef, &a.Error); err != nil {
+			return nil, fmt.Errorf("scan attempt of %s: %w", id, err)
+		}
+		a.StartedAt = a.StartedAt.UTC()
+		if a.FinishedAt != nil {
+			t := a.FinishedAt.UTC()
+			a.FinishedAt = &t
+		}
+		p.Attempts = append(p.Attempts, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get attempts of %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// listSQL pages an actor's payments newest first by seq, an identity
+// assigned at insert: keyset paging on it never repeats a row and never skips
+// one that existed when paging began, whatever is inserted meanwhile.
+const listSQL = `
+SELECT i.seq, ` + paymentCols + `
+FROM payment_index i
+JOIN payments p ON p.id = i.id AND p.due_time = i.due_time
+WHERE i.payer = $1 AND i.seq < $2 AND ($3 = '' OR p.status = $3)
+ORDER BY i.seq DESC
+LIMIT $4`
+
+// List returns up to limit of payer's payments with seq < before (0: from
+// the newest), newest first, optionally only those in status.
+func (s *Store) List(ctx context.Context, payer string, status Status, before int64, limit int) ([]Payment, error) {
+	if before <= 0 {
+		before = 1<<63 - 1
+	}
+	rows, err := s.db.Query(ctx, listSQL, payer, before, string(status), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list payments: %w", err)
+	}
+	defer rows.Close()
+	var out []Payment
+	for rows.Next() {
+		var seq int64
+		p, err := scanPayment(rows, &seq)
+		if err != nil {
+			return nil, fmt.Errorf("list payments: scan: %w", err)
+		}
+		p.Seq = seq
+		out = append(out, *p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list payments: %w", err)
+	}
+	return out, nil
+}
+
+// cancelSQL is the cancel CAS: one conditional UPDATE from PENDING.
+//
+// Why it is safe against the claim: both are single UPDATEs that require
+// status = 'PENDING'. Whichever locks the row first wins. If the claim holds
+// the row, this UPDATE waits, re-reads the committed row (now PROCESSING) and
+// matches nothing; if the cancel holds it, the claim's SKIP LOCKED passes it
+// by, and on its next sweep the row is no longer PENDING. There is no
+// read-then-write window in between.
+const cancelSQL = `
+UPDATE payments p SET status = 'CANCELLED', lease_until = NULL, lease_owner = NULL, updated_at = now()
+WHERE p.id = $1 AND p.payer = $2 AND p.status = 'PENDING'
+  AND p.due_time = (SELECT due_time FROM payment_index WHERE id = $1 AND payer = $2)
+RETURNING ` + paymentCols
+
+// Cancel moves payer's payment from PENDING to CANCELLED. A payment already
+// CANCELLED is returned as is (cancel is idempotent). A payment in any other
+// status returns itself with ErrAlreadyProcessing; an unknown one ErrNotFound.
+func (s *Store) Cancel(ctx context.Context, payer string, id uuid.UUID) (*Payment, error) {
+	for try := 0; ; try++ {
+		p, err := scanPayment(s.db.QueryRow(ctx, cancelSQL, id, payer))
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("cancel payment %s: %w", id, err)
+		}
+		p, err = scanPayment(s.db.QueryRow(ctx, getSQL, id, payer))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil, ErrNotFound
+		case err != nil:
+			return nil, fmt.Errorf("cancel payment %s: read status: %w", id, err)
+		case p.Status == Cancelled:
+			return p, nil
+		case p.Status == Pending && try < 2:
+			// The UPDATE missed it while a claim held it, and the claim has
+			// since released it (undispatchable batch): try the CAS again.
+			continue
+		default:
+			return p, ErrAlreadyProcessing
+		}
+	}
+}
