@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 const testSecret = "test-secret"
 
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	base string
 	cc   *grpc.ClientConn
 	db   *pgxpool.Pool
@@ -44,7 +44,7 @@ func testConfig(url string) apiserver.Config {
 }
 
 // start runs a payments-api in-process on free ports over a fresh database.
-func start(t *testing.T) *env {
+func start(t testing.TB) *env {
 	t.Helper()
 	url := pgtest.NewURL(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -73,7 +73,7 @@ func start(t *testing.T) *env {
 	return &env{t: t, base: "http://" + hl.Addr().String(), cc: cc, db: db}
 }
 
-func token(t *testing.T, actor string) string {
+func token(t testing.TB, actor string) string {
 	t.Helper()
 	tok, err := auth.Mint([]byte(testSecret), auth.DefaultIssuer, auth.DefaultAudience, actor, false, time.Hour)
 	if err != nil {

@@ -44,12 +44,17 @@ func Unmarshal(raw []byte, m proto.Message) []rpcerr.Violation {
 			return nil
 		}
 		proto.Reset(m)
-		locate(raw, md, "", &vs)
+		locate(raw, md, "", nil, &vs)
 		if len(vs) == 0 {
 			return []rpcerr.Violation{{Field: "body", Description: "invalid JSON: " + cleanErr(err)}}
 		}
 	} else {
-		locate(raw, md, "", &vs)
+		// Fields check already faulted need no second opinion from locate.
+		skip := map[string]bool{}
+		for _, v := range vs {
+			skip[TopField(v.Field)] = true
+		}
+		locate(raw, md, "", skip, &vs)
 	}
 	vs = dedupe(vs)
 	partial(raw, m, vs)
@@ -176,7 +181,7 @@ func checkInt(val json.RawMessage, k protoreflect.Kind, path string, vs *[]rpcer
 
 // locate finds which fields protojson rejects by decoding them one at a time.
 // It runs only for bodies that already failed, so its cost does not matter.
-func locate(raw []byte, md protoreflect.MessageDescriptor, path string, vs *[]rpcerr.Violation) {
+func locate(raw []byte, md protoreflect.MessageDescriptor, path string, skip map[string]bool, vs *[]rpcerr.Violation) {
 	obj, ok := object(raw)
 	if !ok {
 		*vs = append(*vs, rpcerr.Violation{Field: orBody(path), Description: "must be a JSON object"})
@@ -184,7 +189,7 @@ func locate(raw []byte, md protoreflect.MessageDescriptor, path string, vs *[]rp
 	}
 	for _, key := range sortedKeys(obj) {
 		fd := field(md, key)
-		if fd == nil {
+		if fd == nil || skip[key] || skip[fd.JSONName()] {
 			continue
 		}
 		one, _ := json.Marshal(map[string]json.RawMessage{key: obj[key]})
@@ -199,7 +204,7 @@ func locate(raw []byte, md protoreflect.MessageDescriptor, path string, vs *[]rp
 			if json.Unmarshal(obj[key], &elems) == nil {
 				n := len(*vs)
 				for i, e := range elems {
-					locate(e, fd.Message(), fmt.Sprintf("%s[%d]", fp, i), vs)
+					locate(e, fd.Message(), fmt.Sprintf("%s[%d]", fp, i), nil, vs)
 				}
 				if len(*vs) > n {
 					continue
@@ -207,7 +212,7 @@ func locate(raw []byte, md protoreflect.MessageDescriptor, path string, vs *[]rp
 			}
 		case !fd.IsList() && !fd.IsMap() && isPlainMessage(fd):
 			n := len(*vs)
-			locate(obj[key], fd.Message(), fp, vs)
+			locate(obj[key], fd.Message(), fp, nil, vs)
 			if len(*vs) > n {
 				continue
 			}

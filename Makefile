@@ -1,0 +1,59 @@
+# paysched — see README.md. Every target is a thin wrapper over deploy/local/.
+SHELL := /bin/bash
+export PATH := $(CURDIR)/.tools:$(PATH)
+
+.PHONY: help up down logs status build test proto proto-check tools lint fuzz bench bench-api clean
+
+help:
+	@echo "make up         build and start the local stack (Postgres + payments-api)"
+	@echo "make test       install what is missing and run every check and test"
+	@echo "make down       stop the local stack (data stays in .data/)"
+	@echo "make logs       show service logs (FOLLOW=1 to follow)"
+	@echo "make proto      lint protos and regenerate gen/ with pinned plugins"
+	@echo "make fuzz       fuzz the create request for 60 s"
+	@echo "make bench      run the benchmarks (bench-api)"
+
+build:
+	@mkdir -p bin
+	go build -o bin/ ./services/...
+
+up: build
+	@deploy/local/stack.sh up
+
+down:
+	@deploy/local/stack.sh down
+
+logs:
+	@deploy/local/stack.sh logs
+
+status:
+	@deploy/local/stack.sh status
+
+test:
+	@deploy/local/test.sh
+
+tools:
+	@deploy/local/tools.sh
+
+proto:
+	@deploy/local/proto.sh gen
+
+proto-check:
+	@deploy/local/proto.sh check
+
+lint: tools
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	go vet ./...
+	.tools/buf lint
+
+FUZZTIME ?= 60s
+fuzz:
+	@deploy/local/with-pg.sh go test -run '^$$' -fuzz FuzzCreateREST -fuzztime $(FUZZTIME) ./pkg/apiserver
+
+bench: bench-api
+
+bench-api: build
+	@deploy/local/bench-api.sh
+
+clean:
+	rm -rf bin

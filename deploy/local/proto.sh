@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# proto.sh gen    lint the protos and regenerate gen/ with the pinned plugins
+# proto.sh check  fail if regenerating would change gen/ (CI runs this)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+"$ROOT/deploy/local/tools.sh"
+BUF="$ROOT/.tools/buf"
+"$BUF" lint
+case "${1:-gen}" in
+  gen)
+    "$BUF" generate
+    ;;
+  check)
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    "$BUF" generate -o "$tmp"
+    # Compare generated files only; gen/ also holds hand-written embed code.
+    status=0
+    while IFS= read -r f; do
+      rel=${f#"$tmp/"}
+      if ! cmp -s "$f" "$ROOT/$rel"; then echo "out of date: $rel (run 'make proto')" >&2; status=1; fi
+    done < <(find "$tmp" -type f)
+    while IFS= read -r f; do
+      [ -f "$tmp/$f" ] || { echo "stale generated file: $f (run 'make proto')" >&2; status=1; }
+    done < <(find gen -type f \( -name '*.pb.go' -o -name '*.pb.gw.go' -o -name '*.swagger.json' \))
+    exit $status
+    ;;
+  *) echo "usage: proto.sh gen|check" >&2; exit 2 ;;
+esac

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The local stack: a private Postgres under .data/, migrations, and the
+# services, each started in the background with a pid file and a log.
+#
+#   stack.sh up      start what is not running (idempotent), wait until healthy
+#   stack.sh down    stop exactly what `up` started, by pid, then Postgres
+#   stack.sh logs    show the logs (FOLLOW=1 to follow)
+#   stack.sh status  show what runs
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+DATA="$ROOT/.data"
+RUN="$DATA/run"
+LOGS="$DATA/logs"
+PGPORT=${PAYSCHED_PG_PORT:-55432}
+HTTP_ADDR=${PAYSCHED_HTTP_ADDR:-127.0.0.1:8080}
+GRPC_ADDR=${PAYSCHED_GRPC_ADDR:-127.0.0.1:9090}
+DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
+PG="$ROOT/deploy/local/pg.sh"
+
+alive() { # alive NAME: the pid file names a live process running bin/NAME
+  local f="$RUN/$1.pid" pid
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "bin/$1"
+}
+
+start_service() { # start_service NAME ARGS...
+  local name=$1; shift
+  if alive "$name"; then echo "  $name already running (pid $(cat "$RUN/$name.pid"))"; return; fi
+  PAYSCHED_DATABASE_URL="$DB_URL" nohup "$ROOT/bin/$name" "$@" >>"$LOGS/$name.log" 2>&1 &
+  echo $! >"$RUN/$name.pid"
+  echo "  started $name (pid $!)"
+}
+
+up() {
+  mkdir -p "$RUN" "$LOGS"
+  for b in migrate payments-api payctl; do
+    [ -x "$ROOT/bin/$b" ] || { echo "bin/$b is missing: run 'make build'" >&2; exit 1; }
+  done
+  echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg)"
+  "$PG" start "$DATA/pg" "$PGPORT"
+  "$ROOT/bin/migrate" --database-url "$DB_URL" >>"$LOGS/migrate.log" 2>&1 || {
+    echo "migration failed; see .data/logs/migrate.log" >&2; tail -n 5 "$LOGS/migrate.log" >&2; exit 1; }
+  start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR"
+  if ! "$ROOT/bin/payctl" --api "$GRPC_ADDR" health --wait 30s >/dev/null; then
+    echo "payments-api did not become healthy; last log lines:" >&2
+    tail -n 20 "$LOGS/payments-api.log" >&2
+    exit 1
+  fi
+  cat >"$DATA/env" <<ENV
+# Written by 'make up'. Source it: . .data/env
+export PAYSCHED_DATABASE_URL='$DB_URL'
+export PAYSCHED_API_HTTP='http://$HTTP_ADDR'
+export PAYSCHED_API_GRPC='$GRPC_ADDR'
+ENV
+  cat <<MSG
+
+paysched is up.
+  REST     http://$HTTP_ADDR/v1/scheduled-payments   (OpenAPI: http://$HTTP_ADDR/openapi.json)
+  gRPC     $GRPC_ADDR   (reflection on: grpcurl -plaintext $GRPC_ADDR list)
+  metrics  http://$HTTP_ADDR/metrics
+  env      . .data/env
+  token    TOKEN=\$(bin/payctl token --actor alice)
+  try      bin/payctl create --actor alice --payee bob --amount 1500 --due 2m && bin/payctl list --actor alice
+  logs     make logs        stop: make down
+MSG
+}
+
+down() {
+  shopt -s nullglob
+  for f in "$RUN"/*.pid; do
+    local name pid
+    name=$(basename "$f" .pid)
+    pid=$(cat "$f")
+    if alive "$name"; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+      echo "stopped $name (pid $pid)"
+    fi
+    rm -f "$f"
+  done
+  "$PG" stop "$DATA/pg"
+  echo "stopped postgres (data kept in .data/pg)"
+}
+
+logs() {
+  shopt -s nullglob
+  local files=("$LOGS"/*.log)
+  [ ${#files[@]} -gt 0 ] || { echo "no logs yet: run 'make up'"; return; }
+  if [ "${FOLLOW:-}" = 1 ]; then tail -n 20 -F "${files[@]}"; else tail -n 50 "${files[@]}"; fi
+}
+
+status() {
+  shopt -s nullglob
+  for f in "$RUN"/*.pid; do
+    local name; name=$(basename "$f" .pid)
+    if alive "$name"; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: stopped"; fi
+  done
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  logs) logs ;;
+  status) status ;;
+  *) echo "usage: stack.sh up|down|logs|status" >&2; exit 2 ;;
+esac

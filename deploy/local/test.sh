@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `make test`: installs what is missing (the PostgreSQL server package, the
+# pinned Go tools), checks formatting, vet, buf lint and that generated code
+# is in sync, then runs every Go test against one private, throwaway
+# Postgres cluster.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+PG="$ROOT/deploy/local/pg.sh"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "install what is missing"
+"$PG" install
+"$ROOT/deploy/local/tools.sh"
+
+step "gofmt, go vet, buf lint, generated code in sync"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*'))
+if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
+go vet ./...
+"$ROOT/deploy/local/proto.sh" check
+
+step "go test (one private postgres for the run)"
+"$ROOT/deploy/local/with-pg.sh" go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} ./...

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the pinned code-generation tools into .tools/ from the Go module
+# proxy, skipping those already at the right version.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+export GOBIN="$ROOT/.tools"
+mkdir -p "$GOBIN"
+tools=(
+  "buf github.com/bufbuild/buf/cmd/buf@v1.75.0"
+  "protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
+  "protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0"
+  "protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@v2.33.0"
+  "protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@v2.33.0"
+)
+for t in "${tools[@]}"; do
+  read -r name pkg <<<"$t"
+  stamp="$GOBIN/.$name.version"
+  if [ -x "$GOBIN/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$pkg" ]; then continue; fi
+  echo "tools: installing $pkg" >&2
+  go install "$pkg"
+  echo "$pkg" >"$stamp"
+done

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# with-pg.sh CMD ARGS...: runs CMD with a private, throwaway Postgres cluster
+# (fsync off) whose superuser URL is in PAYSCHED_TEST_ADMIN_URL, and removes
+# the cluster afterwards whatever CMD does.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PG="$ROOT/deploy/local/pg.sh"
+"$PG" install
+dir=$(mktemp -d /tmp/paysched-pg-XXXXXX)
+chmod 755 "$dir"
+port=$(for p in $(shuf -i 20000-60000 -n 50); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; break; }; done)
+cleanup() {
+  "$PG" stop "$dir" || true
+  real=$(cat "$dir/datadir" 2>/dev/null || true)
+  case "$real" in /tmp/*) rm -rf "$real" ;; esac
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+PAYSCHED_PG_FAST=1 "$PG" start "$dir" "$port"
+export PAYSCHED_TEST_ADMIN_URL
+PAYSCHED_TEST_ADMIN_URL=$("$PG" url "$port")
+echo "with-pg: private postgres on 127.0.0.1:$port" >&2
+"$@"
