@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # with-pg.sh CMD ARGS...: runs CMD with a private, throwaway Postgres cluster
-# (fsync off) whose superuser URL is in PAYSCHED_TEST_ADMIN_URL, and removes
+# (fsync off unless PAYSCHED_PG_DURABLE=1) whose superuser URL is in PAYSCHED_TEST_ADMIN_URL, and removes
 # the cluster afterwards whatever CMD does.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,7 +17,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-PAYSCHED_PG_FAST=1 "$PG" start "$dir" "$port"
+if [ "${PAYSCHED_PG_DURABLE:-}" = 1 ]; then "$PG" start "$dir" "$port"; else PAYSCHED_PG_FAST=1 "$PG" start "$dir" "$port"; fi
 export PAYSCHED_TEST_ADMIN_URL
 PAYSCHED_TEST_ADMIN_URL=$("$PG" url "$port")
 echo "with-pg: private postgres on 127.0.0.1:$port" >&2

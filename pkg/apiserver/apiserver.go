@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,16 +37,18 @@ type Config struct {
 	Auth         auth.Config
 	Rules        paymentsapi.Rules
 	CursorSecret []byte
-	KeyTTL       time.Duration
+	// CreateWorkers write single creates in coalesced statements.
+	CreateWorkers int
 }
 
 // Server is a running payments-api.
 type Server struct {
-	pool   *pgxpool.Pool
-	grpc   *grpc.Server
-	http   *http.Server
-	health *health.Server
-	log    *slog.Logger
+	pool    *pgxpool.Pool
+	batcher *schedule.Batcher
+	grpc    *grpc.Server
+	http    *http.Server
+	health  *health.Server
+	log     *slog.Logger
 }
 
 // New connects to the database and builds the servers; Serve starts them.
@@ -55,6 +58,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	if cfg.Rules.AmountCap <= 0 || cfg.Rules.Horizon <= 0 {
 		return nil, errors.New("amount cap and horizon must be positive")
+	}
+	if cfg.CreateWorkers <= 0 {
+		cfg.CreateWorkers = 8
 	}
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
@@ -74,9 +80,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	reg := obs.Registry()
 	rpcm := obs.NewRPCMetrics(reg)
-	payments := paymentsapi.New(schedule.NewStore(pool, cfg.KeyTTL), cfg.Rules, cfg.CursorSecret, log)
+	store := schedule.NewStore(pool)
+	batcher := schedule.NewBatcher(store, cfg.CreateWorkers, 256)
+	payments := paymentsapi.New(store, batcher, cfg.Rules, cfg.CursorSecret, log)
 
 	gs := grpc.NewServer(
+		// Reused workers keep their grown stacks; a goroutine per stream
+		// regrows its stack on every call.
+		grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())),
 		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), verifier.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)
@@ -99,7 +110,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
 	return &Server{
-		pool: pool, grpc: gs, health: hs, log: log,
+		pool: pool, batcher: batcher, grpc: gs, health: hs, log: log,
 		http: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute},
 	}, nil
 }
@@ -143,6 +154,7 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error
 	case <-shutCtx.Done():
 		s.grpc.Stop()
 	}
+	s.batcher.Close()
 	s.pool.Close()
 	s.log.Info("payments-api stopped")
 	return err

@@ -238,8 +238,8 @@ func TestGetListCancel(t *testing.T) {
 	for _, c := range []struct{ q, tok string }{
 		{"?cursor=garbage", alice},
 		{"?cursor=" + cur[:len(cur)-2] + "AA", alice}, // tampered
-		{"?cursor=" + cur, bob},                      // another actor's
-		{"?status=CANCELLED&cursor=" + cur, alice},   // another filter
+		{"?cursor=" + cur, bob},                       // another actor's
+		{"?status=CANCELLED&cursor=" + cur, alice},    // another filter
 		{"?pageSize=-1", alice},
 		{"?status=BOGUS", alice},
 		{"?pageSize=abc", alice},

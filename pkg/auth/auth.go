@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -59,7 +60,20 @@ type Verifier struct {
 	parser  *jwt.Parser
 	secret  []byte
 	rsaKeys map[string]*rsa.PublicKey
+
+	// cache remembers tokens that verified, until they expire: clients send
+	// the same token on every call, and parsing it dominated request CPU.
+	mu    sync.Mutex
+	cache map[string]cached
 }
+
+type cached struct {
+	p   Principal
+	exp time.Time
+}
+
+// cacheSize bounds the verified-token cache; it is cleared when full.
+const cacheSize = 10_000
 
 // ErrUnauthenticated wraps every verification failure.
 var ErrUnauthenticated = errors.New("unauthenticated")
@@ -67,7 +81,7 @@ var ErrUnauthenticated = errors.New("unauthenticated")
 // NewVerifier builds a Verifier; at least one of HS256Secret and JWKSFile
 // must be set.
 func NewVerifier(cfg Config) (*Verifier, error) {
-	v := &Verifier{secret: cfg.HS256Secret}
+	v := &Verifier{secret: cfg.HS256Secret, cache: map[string]cached{}}
 	var methods []string
 	if len(cfg.HS256Secret) > 0 {
 		methods = append(methods, "HS256")
@@ -99,6 +113,13 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 
 // Verify checks a raw token and returns its principal.
 func (v *Verifier) Verify(raw string) (Principal, error) {
+	now := time.Now()
+	v.mu.Lock()
+	hit, ok := v.cache[raw]
+	v.mu.Unlock()
+	if ok && now.Before(hit.exp) {
+		return hit.p, nil
+	}
 	var c Claims
 	_, err := v.parser.ParseWithClaims(raw, &c, v.key)
 	if err != nil {
@@ -107,7 +128,16 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	if c.Subject == "" || len(c.Subject) > 256 {
 		return Principal{}, fmt.Errorf("%w: token has no usable sub", ErrUnauthenticated)
 	}
-	return Principal{Actor: c.Subject, Admin: c.Admin}, nil
+	p := Principal{Actor: c.Subject, Admin: c.Admin}
+	// Cached only until exp (minus the leeway nothing): nbf and iat were
+	// checked now and only move into the past.
+	v.mu.Lock()
+	if len(v.cache) >= cacheSize {
+		clear(v.cache)
+	}
+	v.cache[raw] = cached{p: p, exp: c.ExpiresAt.Time}
+	v.mu.Unlock()
+	return p, nil
 }
 
 // VerifyHeader checks an Authorization header value ("Bearer <jwt>").

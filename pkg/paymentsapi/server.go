@@ -47,15 +47,17 @@ const (
 type Server struct {
 	payschedv1.UnimplementedPaymentsServiceServer
 	store   *schedule.Store
+	single  *schedule.Batcher
 	rules   Rules
 	cursors *cursor.Signer
 	log     *slog.Logger
 	now     func() time.Time
 }
 
-// New returns a Server. cursorSecret keys the list cursors.
-func New(store *schedule.Store, rules Rules, cursorSecret []byte, log *slog.Logger) *Server {
-	return &Server{store: store, rules: rules, cursors: cursor.NewSigner(cursorSecret), log: log, now: time.Now}
+// New returns a Server. Single creates go through batcher (group commit);
+// cursorSecret keys the list cursors.
+func New(store *schedule.Store, batcher *schedule.Batcher, rules Rules, cursorSecret []byte, log *slog.Logger) *Server {
+	return &Server{store: store, single: batcher, rules: rules, cursors: cursor.NewSigner(cursorSecret), log: log, now: time.Now}
 }
 
 // Violations returns what validation finds wrong with req, leaving req as
@@ -146,7 +148,7 @@ func (s *Server) prepare(actorID, key string, req *payschedv1.CreateScheduledPay
 		return pr, fmt.Errorf("encode stored response: %w", err)
 	}
 	pr.item = schedule.NewPayment{
-		ID: id, Payee: req.GetPayee(), Amount: req.GetAmount(), Currency: req.GetCurrency(),
+		ID: id, Payer: actorID, Payee: req.GetPayee(), Amount: req.GetAmount(), Currency: req.GetCurrency(),
 		DueAt: req.GetDueAt().AsTime(), Description: req.GetDescription(), Metadata: req.GetMetadata(),
 		CreatedAt: created, IdempotencyKey: key, RequestHash: pr.hash, Response: stored,
 	}
@@ -180,11 +182,11 @@ func (s *Server) CreateScheduledPayment(ctx context.Context, req *payschedv1.Cre
 		}
 		res = r
 	} else {
-		rs, err := s.store.Create(ctx, actorID, []schedule.NewPayment{pr.item})
+		r, err := s.single.Create(ctx, pr.item)
 		if err != nil {
 			return nil, s.internal("create", err)
 		}
-		res = rs[0]
+		res = r
 	}
 	switch res.Outcome {
 	case schedule.KeyReused:
@@ -244,7 +246,7 @@ func (s *Server) BatchCreateScheduledPayments(ctx context.Context, req *paysched
 		}
 		valid, validIdx = append(valid, pr.item), append(validIdx, i)
 	}
-	created, err := s.store.Create(ctx, actorID, valid)
+	created, err := s.store.Create(ctx, valid)
 	if err != nil {
 		return nil, s.internal("batch create", err)
 	}

@@ -62,7 +62,7 @@ type Options struct {
 	// CreateViolations validates a create body that failed to decode in
 	// part, so its other mistakes are reported too.
 	CreateViolations func(*payschedv1.CreateScheduledPaymentRequest) []rpcerr.Violation
-	Verifier *auth.Verifier
+	Verifier         *auth.Verifier
 	// Ready reports whether the service can serve (the database answers).
 	Ready   func(context.Context) error
 	OpenAPI []byte

@@ -58,7 +58,9 @@ type Attempt struct {
 // NewPayment is a validated create request. The caller chooses the id and
 // the timestamps and encodes the response it wants stored for replays.
 type NewPayment struct {
-	ID             uuid.UUID
+	ID uuid.UUID
+	// Payer is the authenticated actor; it scopes the idempotency key.
+	Payer          string
 	Payee          string
 	Amount         int64
 	Currency       string

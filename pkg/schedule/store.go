@@ -13,80 +13,76 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DefaultKeyTTL is how long an idempotency key is remembered (the reaper
-// forgets it afterwards; the payment itself stays).
-const DefaultKeyTTL = 7 * 24 * time.Hour
-
 // Store reads and writes the schedule.
 type Store struct {
-	db     *pgxpool.Pool
-	keyTTL time.Duration
+	db *pgxpool.Pool
 }
 
-// NewStore returns a Store over db. keyTTL <= 0 means DefaultKeyTTL.
-func NewStore(db *pgxpool.Pool, keyTTL time.Duration) *Store {
-	if keyTTL <= 0 {
-		keyTTL = DefaultKeyTTL
-	}
-	return &Store{db: db, keyTTL: keyTTL}
+// NewStore returns a Store over db.
+func NewStore(db *pgxpool.Pool) *Store {
+	return &Store{db: db}
 }
 
-// createSQL inserts a batch of payments in one statement.
+// createSQL inserts a batch of payments, possibly of several payers, in one
+// statement.
 //
 // Why it is safe: the idempotency record and the payment are written by the
 // same statement, so either both exist or neither does. ON CONFLICT on the
 // unique (payer, idempotency_key) index makes concurrent creates with one key
 // serialize inside Postgres: the loser waits for the winner's commit and then
 // inserts nothing, and only rows whose index insert succeeded (RETURNING)
-// reach payments. Rows are fed in key order so that two overlapping batches
-// take their key locks in the same order and cannot deadlock.
+// reach payments. A key repeated within the batch is inserted once. Rows are
+// fed in (payer, key) order so that two overlapping batches take their key
+// locks in the same order and cannot deadlock.
 const createSQL = `
 WITH input AS (
-    SELECT * FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::text[], $6::timestamptz[],
+    SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[], $5::text[], $6::timestamptz[],
                          $7::text[], $8::text[], $9::text[], $10::bytea[], $11::bytea[], $12::timestamptz[])
-        AS t(id, payee, amount_minor, currency, due_time, description, metadata,
+        AS t(payer, id, payee, amount_minor, currency, due_time, description, metadata,
              idempotency_key, request_hash, response, created_at)
 ), idx AS (
-    INSERT INTO payment_index (id, payer, due_time, idempotency_key, request_hash, response,
-                               created_at, key_expires_at)
-    SELECT id, $1, due_time, idempotency_key, request_hash, response, created_at, created_at + $13::interval
-    FROM input ORDER BY idempotency_key
+    INSERT INTO payment_index (id, payer, due_time, idempotency_key, request_hash, response, created_at)
+    SELECT id, payer, due_time, idempotency_key, request_hash, response, created_at
+    FROM input ORDER BY payer, idempotency_key
     ON CONFLICT (payer, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
 INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, status,
                       description, metadata, created_at, updated_at)
-SELECT i.id, $1, i.payee, i.amount_minor, i.currency, i.due_time, i.due_time, 'PENDING',
+SELECT i.id, i.payer, i.payee, i.amount_minor, i.currency, i.due_time, i.due_time, 'PENDING',
        i.description, i.metadata::jsonb, i.created_at, i.created_at
 FROM input i JOIN idx USING (id)
 RETURNING id`
 
 // lookupKeysSQL reads the stored idempotency records of keys that conflicted.
 const lookupKeysSQL = `
-SELECT idempotency_key, request_hash, response FROM payment_index
-WHERE payer = $1 AND idempotency_key = ANY($2::text[])`
+SELECT i.payer, i.idempotency_key, i.request_hash, i.response
+FROM payment_index i
+JOIN unnest($1::text[], $2::text[]) AS k(payer, idempotency_key)
+  ON i.payer = k.payer AND i.idempotency_key = k.idempotency_key`
 
-// Create writes payments for payer, or resolves each against its stored
-// idempotency record. Results are in input order.
-func (s *Store) Create(ctx context.Context, payer string, items []NewPayment) ([]CreateResult, error) {
+// Create writes payments, or resolves each against its stored idempotency
+// record (scoped to its payer). Results are in input order.
+func (s *Store) Create(ctx context.Context, items []NewPayment) ([]CreateResult, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
 	n := len(items)
-	ids := make([]uuid.UUID, n)
-	payees := make([]string, n)
-	amounts := make([]int64, n)
-	currencies := make([]string, n)
-	dues := make([]time.Time, n)
-	descs := make([]string, n)
-	metas := make([]string, n)
-	keys := make([]string, n)
-	hashes := make([][]byte, n)
-	resps := make([][]byte, n)
-	created := make([]time.Time, n)
+	cols := struct {
+		payers, payees, currencies, descs, metas, keys []string
+		ids                                            [][16]byte // encodes without reflection
+		amounts                                        []int64
+		dues, created                                  []time.Time
+		hashes, resps                                  [][]byte
+	}{
+		payers: make([]string, n), payees: make([]string, n), currencies: make([]string, n),
+		descs: make([]string, n), metas: make([]string, n), keys: make([]string, n),
+		ids: make([][16]byte, n), amounts: make([]int64, n), dues: make([]time.Time, n),
+		created: make([]time.Time, n), hashes: make([][]byte, n), resps: make([][]byte, n),
+	}
 	for i, it := range items {
-		if it.IdempotencyKey == "" {
-			return nil, fmt.Errorf("create payment %d: idempotency key is required", i)
+		if it.IdempotencyKey == "" || it.Payer == "" {
+			return nil, fmt.Errorf("create payment %d: payer and idempotency key are required", i)
 		}
 		m := it.Metadata
 		if m == nil {
@@ -96,58 +92,58 @@ func (s *Store) Create(ctx context.Context, payer string, items []NewPayment) ([
 		if err != nil {
 			return nil, fmt.Errorf("create payment %d: encode metadata: %w", i, err)
 		}
-		ids[i], payees[i], amounts[i], currencies[i] = it.ID, it.Payee, it.Amount, it.Currency
-		dues[i], descs[i], metas[i], keys[i] = it.DueAt.UTC(), it.Description, string(mb), it.IdempotencyKey
-		hashes[i], resps[i], created[i] = it.RequestHash, it.Response, it.CreatedAt.UTC()
+		cols.payers[i], cols.ids[i], cols.payees[i], cols.amounts[i] = it.Payer, it.ID, it.Payee, it.Amount
+		cols.currencies[i], cols.dues[i], cols.descs[i], cols.metas[i] = it.Currency, it.DueAt.UTC(), it.Description, string(mb)
+		cols.keys[i], cols.hashes[i], cols.resps[i], cols.created[i] = it.IdempotencyKey, it.RequestHash, it.Response, it.CreatedAt.UTC()
 	}
 	for try := 0; ; try++ {
-		results, pending, err := s.createOnce(ctx, payer, items, ids, payees, amounts, currencies, dues,
-			descs, metas, keys, hashes, resps, created)
+		rows, err := s.db.Query(ctx, createSQL, cols.payers, cols.ids, cols.payees, cols.amounts, cols.currencies,
+			cols.dues, cols.descs, cols.metas, cols.keys, cols.hashes, cols.resps, cols.created)
+		if err != nil {
+			return nil, fmt.Errorf("create payments: %w", err)
+		}
+		inserted := make(map[uuid.UUID]bool, n)
+		for rows.Next() {
+			var id uuid.UUID
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("create payments: scan: %w", err)
+			}
+			inserted[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("create payments: %w", err)
+		}
+		results, pending, err := s.resolveConflicts(ctx, items, inserted)
 		if err != nil {
 			return nil, err
 		}
-		if !pending || try == 2 {
-			if pending {
-				return nil, errors.New("create payments: idempotency records vanished while resolving conflicts")
-			}
+		if !pending {
 			return results, nil
+		}
+		if try == 2 {
+			return nil, errors.New("create payments: idempotency records vanished while resolving conflicts")
 		}
 	}
 }
 
-func (s *Store) createOnce(ctx context.Context, payer string, items []NewPayment, ids []uuid.UUID,
-	payees []string, amounts []int64, currencies []string, dues []time.Time, descs, metas, keys []string,
-	hashes, resps [][]byte, created []time.Time) ([]CreateResult, bool, error) {
-	rows, err := s.db.Query(ctx, createSQL, payer, ids, payees, amounts, currencies, dues, descs, metas,
-		keys, hashes, resps, created, s.keyTTL)
-	if err != nil {
-		return nil, false, fmt.Errorf("create payments: %w", err)
-	}
-	inserted := make(map[uuid.UUID]bool, len(items))
-	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, false, fmt.Errorf("create payments: scan: %w", err)
-		}
-		inserted[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("create payments: %w", err)
-	}
+// resolveConflicts answers the items that were not inserted from their
+// stored records. pending is true if a record vanished (expired between the
+// two statements): the caller runs the create again.
+func (s *Store) resolveConflicts(ctx context.Context, items []NewPayment, inserted map[uuid.UUID]bool) ([]CreateResult, bool, error) {
 	results := make([]CreateResult, len(items))
-	var conflicted []string
+	var payers, keys []string
 	for i, it := range items {
 		if inserted[it.ID] {
 			results[i] = CreateResult{Outcome: Created, Response: it.Response}
 		} else {
-			conflicted = append(conflicted, it.IdempotencyKey)
+			payers, keys = append(payers, it.Payer), append(keys, it.IdempotencyKey)
 		}
 	}
-	if len(conflicted) == 0 {
+	if len(keys) == 0 {
 		return results, false, nil
 	}
-	stored, err := s.lookupKeys(ctx, payer, conflicted)
+	stored, err := s.lookupKeys(ctx, payers, keys)
 	if err != nil {
 		return nil, false, err
 	}
@@ -156,9 +152,8 @@ func (s *Store) createOnce(ctx context.Context, payer string, items []NewPayment
 		if inserted[it.ID] {
 			continue
 		}
-		rec, ok := stored[it.IdempotencyKey]
+		rec, ok := stored[scopedKey{it.Payer, it.IdempotencyKey}]
 		if !ok {
-			// The conflicting record expired between the two statements: try again.
 			pending = true
 			continue
 		}
@@ -166,6 +161,8 @@ func (s *Store) createOnce(ctx context.Context, payer string, items []NewPayment
 	}
 	return results, pending, nil
 }
+
+type scopedKey struct{ payer, key string }
 
 type keyRecord struct {
 	hash     []byte
@@ -179,17 +176,17 @@ func resolve(rec keyRecord, hash []byte) CreateResult {
 	return CreateResult{Outcome: KeyReused}
 }
 
-func (s *Store) lookupKeys(ctx context.Context, payer string, keys []string) (map[string]keyRecord, error) {
-	rows, err := s.db.Query(ctx, lookupKeysSQL, payer, keys)
+func (s *Store) lookupKeys(ctx context.Context, payers, keys []string) (map[scopedKey]keyRecord, error) {
+	rows, err := s.db.Query(ctx, lookupKeysSQL, payers, keys)
 	if err != nil {
 		return nil, fmt.Errorf("look up idempotency keys: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[string]keyRecord, len(keys))
+	out := make(map[scopedKey]keyRecord, len(keys))
 	for rows.Next() {
-		var k string
+		var k scopedKey
 		var r keyRecord
-		if err := rows.Scan(&k, &r.hash, &r.response); err != nil {
+		if err := rows.Scan(&k.payer, &k.key, &r.hash, &r.response); err != nil {
 			return nil, fmt.Errorf("look up idempotency keys: scan: %w", err)
 		}
 		out[k] = r
@@ -204,11 +201,11 @@ func (s *Store) lookupKeys(ctx context.Context, payer string, keys []string) (ma
 // known. The API uses it for requests that no longer validate (a replay after
 // the due time has passed must still return the stored answer).
 func (s *Store) Replay(ctx context.Context, payer, key string, hash []byte) (res CreateResult, found bool, err error) {
-	stored, err := s.lookupKeys(ctx, payer, []string{key})
+	stored, err := s.lookupKeys(ctx, []string{payer}, []string{key})
 	if err != nil {
 		return CreateResult{}, false, err
 	}
-	rec, ok := stored[key]
+	rec, ok := stored[scopedKey{payer, key}]
 	if !ok {
 		return CreateResult{}, false, nil
 	}

@@ -28,6 +28,14 @@ func newPayment(key string, due time.Time, amount int64) schedule.NewPayment {
 	}
 }
 
+// as sets the payer of items.
+func as(payer string, items ...schedule.NewPayment) []schedule.NewPayment {
+	for i := range items {
+		items[i].Payer = payer
+	}
+	return items
+}
+
 func count(t *testing.T, db *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
@@ -39,7 +47,7 @@ func count(t *testing.T, db *pgxpool.Pool, sql string, args ...any) int {
 
 func TestConcurrentIdenticalCreatesMakeOnePayment(t *testing.T) {
 	db := pgtest.NewPool(t)
-	store := schedule.NewStore(db, 0)
+	store := schedule.NewStore(db)
 	due := time.Now().Add(time.Hour)
 	const n = 100
 	results := make([]schedule.CreateResult, n)
@@ -53,7 +61,7 @@ func TestConcurrentIdenticalCreatesMakeOnePayment(t *testing.T) {
 			<-start
 			// Each caller builds its own id and response, as the API does;
 			// only one may win.
-			rs, err := store.Create(context.Background(), "alice", []schedule.NewPayment{newPayment("same-key", due, 100)})
+			rs, err := store.Create(context.Background(), as("alice", newPayment("same-key", due, 100)))
 			if err == nil {
 				results[i] = rs[0]
 			}
@@ -84,16 +92,16 @@ func TestConcurrentIdenticalCreatesMakeOnePayment(t *testing.T) {
 
 func TestIdempotencyKeysAreScopedPerActor(t *testing.T) {
 	db := pgtest.NewPool(t)
-	store := schedule.NewStore(db, 0)
+	store := schedule.NewStore(db)
 	ctx := context.Background()
 	due := time.Now().Add(time.Hour)
 	for _, actor := range []string{"alice", "bob"} {
-		rs, err := store.Create(ctx, actor, []schedule.NewPayment{newPayment("k", due, 100)})
+		rs, err := store.Create(ctx, as(actor, newPayment("k", due, 100)))
 		if err != nil || rs[0].Outcome != schedule.Created {
 			t.Fatalf("%s: %v %+v", actor, err, rs)
 		}
 	}
-	rs, err := store.Create(ctx, "alice", []schedule.NewPayment{newPayment("k", due, 200)})
+	rs, err := store.Create(ctx, as("alice", newPayment("k", due, 200)))
 	if err != nil || rs[0].Outcome != schedule.KeyReused {
 		t.Fatalf("reuse with another body: %v %+v", err, rs)
 	}
@@ -104,10 +112,10 @@ func TestIdempotencyKeysAreScopedPerActor(t *testing.T) {
 
 func TestBatchWithDuplicateKeys(t *testing.T) {
 	db := pgtest.NewPool(t)
-	store := schedule.NewStore(db, 0)
+	store := schedule.NewStore(db)
 	due := time.Now().Add(time.Hour)
 	a, b, c := newPayment("a", due, 1), newPayment("a", due, 1), newPayment("a", due, 2)
-	rs, err := store.Create(context.Background(), "alice", []schedule.NewPayment{a, b, c})
+	rs, err := store.Create(context.Background(), as("alice", a, b, c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +135,7 @@ func TestBatchWithDuplicateKeys(t *testing.T) {
 func insertDue(t *testing.T, db *pgxpool.Pool, payer string) uuid.UUID {
 	t.Helper()
 	p := newPayment(uuid.NewString(), time.Now().Add(time.Hour), 100)
-	if _, err := schedule.NewStore(db, 0).Create(context.Background(), payer, []schedule.NewPayment{p}); err != nil {
+	if _, err := schedule.NewStore(db).Create(context.Background(), as(payer, p)); err != nil {
 		t.Fatal(err)
 	}
 	_, err := db.Exec(context.Background(), `
@@ -152,7 +160,7 @@ func insertDue(t *testing.T, db *pgxpool.Pool, payer string) uuid.UUID {
 // the row must say which.
 func TestCancelRacesClaim(t *testing.T) {
 	db := pgtest.NewPool(t)
-	store := schedule.NewStore(db, 0)
+	store := schedule.NewStore(db)
 	ctx := context.Background()
 	wins := map[string]int{}
 	for trial := range 1000 {
@@ -206,10 +214,10 @@ func TestCancelRacesClaim(t *testing.T) {
 
 func TestCancelIsIdempotentAndScoped(t *testing.T) {
 	db := pgtest.NewPool(t)
-	store := schedule.NewStore(db, 0)
+	store := schedule.NewStore(db)
 	ctx := context.Background()
 	p := newPayment("k", time.Now().Add(time.Hour), 100)
-	if _, err := store.Create(ctx, "alice", []schedule.NewPayment{p}); err != nil {
+	if _, err := store.Create(ctx, as("alice", p)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.Cancel(ctx, "bob", p.ID); !errors.Is(err, schedule.ErrNotFound) {
@@ -228,14 +236,14 @@ func TestCancelIsIdempotentAndScoped(t *testing.T) {
 // that existed before paging began must be seen.
 func TestListIsStableUnderConcurrentInserts(t *testing.T) {
 	db := pgtest.NewPool(t)
-	store := schedule.NewStore(db, 0)
+	store := schedule.NewStore(db)
 	ctx := context.Background()
 	due := time.Now().Add(time.Hour)
 	var before []schedule.NewPayment
 	for i := range 300 {
 		before = append(before, newPayment(fmt.Sprintf("pre-%d", i), due, int64(i+1)))
 	}
-	if _, err := store.Create(ctx, "alice", before); err != nil {
+	if _, err := store.Create(ctx, as("alice", before...)); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -248,7 +256,7 @@ func TestListIsStableUnderConcurrentInserts(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := store.Create(ctx, "alice", []schedule.NewPayment{newPayment(fmt.Sprintf("during-%d", i), due, 7)}); err != nil {
+			if _, err := store.Create(ctx, as("alice", newPayment(fmt.Sprintf("during-%d", i), due, 7))); err != nil {
 				done <- err
 				return
 			}
@@ -289,14 +297,14 @@ func TestListIsStableUnderConcurrentInserts(t *testing.T) {
 
 func TestStatusFilterAndScoping(t *testing.T) {
 	db := pgtest.NewPool(t)
-	store := schedule.NewStore(db, 0)
+	store := schedule.NewStore(db)
 	ctx := context.Background()
 	due := time.Now().Add(time.Hour)
 	a, b := newPayment("a", due, 1), newPayment("b", due, 2)
-	if _, err := store.Create(ctx, "alice", []schedule.NewPayment{a, b}); err != nil {
+	if _, err := store.Create(ctx, as("alice", a, b)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Create(ctx, "bob", []schedule.NewPayment{newPayment("c", due, 3)}); err != nil {
+	if _, err := store.Create(ctx, as("bob", newPayment("c", due, 3))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.Cancel(ctx, "alice", a.ID); err != nil {
@@ -331,5 +339,48 @@ func TestEnsurePartitionsIsReusable(t *testing.T) {
 	if got := count(t, db, `SELECT count(*) FROM pg_class WHERE relname = $1`,
 		"payments_p"+time.Now().UTC().AddDate(0, 0, 366).Format("20060102")); got != 1 {
 		t.Fatal("no partition at the 1-year horizon")
+	}
+}
+
+// TestBatcherCoalescesConcurrentCreates drives the group-commit path with
+// many goroutines, including a shared key: every caller gets its own answer,
+// and the shared key yields one payment.
+func TestBatcherCoalescesConcurrentCreates(t *testing.T) {
+	db := pgtest.NewPool(t)
+	b := schedule.NewBatcher(schedule.NewStore(db), 4, 64)
+	defer b.Close()
+	due := time.Now().Add(time.Hour)
+	const n = 200
+	var wg sync.WaitGroup
+	results := make([]schedule.CreateResult, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprint("k-", i)
+			if i%2 == 0 {
+				key = "shared"
+			}
+			p := newPayment(key, due, 5)
+			p.Payer = "alice"
+			results[i], errs[i] = b.Create(context.Background(), p)
+		}()
+	}
+	wg.Wait()
+	created := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if results[i].Outcome == schedule.Created {
+			created++
+		}
+	}
+	if created != n/2+1 {
+		t.Fatalf("created %d, want %d", created, n/2+1)
+	}
+	if got := count(t, db, `SELECT count(*) FROM payments`); got != n/2+1 {
+		t.Fatalf("payments = %d, want %d", got, n/2+1)
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/paysched/paysched/pkg/config"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/paymentsapi"
-	"github.com/paysched/paysched/pkg/schedule"
 )
 
 func main() {
@@ -42,12 +41,14 @@ func run() error {
 	amountCap := fs.Int64("amount-cap", 100_000_000, "largest amount accepted, in minor units")
 	horizon := fs.Duration("horizon", 365*24*time.Hour, "how far ahead dueAt may be")
 	cursorSecret := fs.String("cursor-secret", "paysched-dev-cursor-secret", "HMAC key of list cursors")
-	keyTTL := fs.Duration("idempotency-key-ttl", schedule.DefaultKeyTTL, "how long idempotency keys are remembered")
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (off when empty)")
+	workers := fs.Int("create-workers", 8, "concurrent statements that write coalesced single creates")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		return err
 	}
 
 	log := obs.Logger("payments-api")
+	obs.ServePprof(*pprofAddr, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -56,9 +57,9 @@ func run() error {
 		DBMaxConns:  int32(*dbConns),
 		Auth: auth.Config{HS256Secret: []byte(*secret), JWKSFile: *jwks, Issuer: *issuer,
 			Audience: *audience, Leeway: 30 * time.Second},
-		Rules:        paymentsapi.Rules{DefaultCurrency: *currency, AmountCap: *amountCap, Horizon: *horizon},
-		CursorSecret: []byte(*cursorSecret),
-		KeyTTL:       *keyTTL,
+		Rules:         paymentsapi.Rules{DefaultCurrency: *currency, AmountCap: *amountCap, Horizon: *horizon},
+		CursorSecret:  []byte(*cursorSecret),
+		CreateWorkers: *workers,
 	}, log)
 	if err != nil {
 		return err

@@ -47,17 +47,14 @@ CREATE TABLE payment_index (
     idempotency_key  text,
     request_hash     bytea,
     response         bytea,
+    -- The reaper forgets keys older than the window (default 7 days),
+    -- walking seq order: created_at grows with seq, so no extra index.
     created_at       timestamptz NOT NULL DEFAULT now(),
-    -- After this instant the reaper forgets the key (default window 7 days);
-    -- the payment itself stays.
-    key_expires_at   timestamptz,
     UNIQUE (seq)
 );
 CREATE UNIQUE INDEX payment_index_idempotency_idx
     ON payment_index (payer, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX payment_index_list_idx ON payment_index (payer, seq DESC);
-CREATE INDEX payment_index_key_expiry_idx
-    ON payment_index (key_expires_at) WHERE idempotency_key IS NOT NULL;
 
 -- One row per gateway attempt; the executor writes it, never the API.
 CREATE TABLE payment_attempts (

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# `make bench-api`: a private durable Postgres (fsync on), a fresh database,
+# payments-api on its own ports, and paybench against it, RUNS times
+# (default 3). Prints each run's figures; the last line of each run starts
+# with "bench".
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+RUNS=${RUNS:-3}
+export PAYSCHED_PG_DURABLE=1
+exec "$ROOT/deploy/local/with-pg.sh" bash -c '
+set -euo pipefail
+ROOT='"$ROOT"'
+base=${PAYSCHED_TEST_ADMIN_URL%/postgres*}
+for run in $(seq 1 '"$RUNS"'); do
+  db="$base/bench_$run?sslmode=disable"
+  "$ROOT/bin/migrate" --database-url "$db" >/dev/null 2>&1
+  "$ROOT/bin/payments-api" --database-url "$db" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 \
+    --db-max-conns "${DB_CONNS:-32}" ${API_FLAGS:-} 2>/tmp/paybench-api.log &
+  api=$!
+  "$ROOT/bin/payctl" --api 127.0.0.1:19090 health --wait 30s >/dev/null
+  echo "== run $run of '"$RUNS"'"
+  "$ROOT/bin/paybench" --api-http http://127.0.0.1:18080 --api-grpc 127.0.0.1:19090 ${PAYBENCH_FLAGS:-} || { kill $api; exit 1; }
+  kill -TERM $api; wait $api || true
+done
+'
