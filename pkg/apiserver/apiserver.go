@@ -45,6 +45,7 @@ type Config struct {
 type Server struct {
 	pool    *pgxpool.Pool
 	batcher *schedule.Batcher
+	horizon time.Duration
 	grpc    *grpc.Server
 	http    *http.Server
 	health  *health.Server
@@ -110,20 +111,38 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
 	return &Server{
-		pool: pool, batcher: batcher, grpc: gs, health: hs, log: log,
+		pool: pool, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, health: hs, log: log,
 		http: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute},
 	}, nil
+}
+
+func (s *Server) ensurePartitions(ctx context.Context) {
+	now := time.Now()
+	if n, err := migrate.EnsurePartitions(ctx, s.pool, now.AddDate(0, 0, -1), now.Add(s.horizon).AddDate(0, 0, 2)); err != nil {
+		s.log.Warn("could not ensure partitions (has the migration run?)", "err", err)
+	} else if n > 0 {
+		s.log.Info("created partitions", "count", n)
+	}
 }
 
 // Serve runs until ctx ends, then shuts down gracefully: in-flight requests
 // finish, new ones are refused, and the pool is closed.
 func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
-	// Keep partitions ahead even if the reaper is not running yet.
-	if n, err := migrate.EnsurePartitions(ctx, s.pool, time.Now().AddDate(0, 0, -1), time.Now().AddDate(0, 0, 367)); err != nil {
-		s.log.Warn("could not ensure partitions (has the migration run?)", "err", err)
-	} else if n > 0 {
-		s.log.Info("created partitions", "count", n)
-	}
+	// A create beyond the last partition would fail, so the API keeps
+	// partitions through its own horizon, hourly, whether or not a reaper runs.
+	s.ensurePartitions(ctx)
+	go func() {
+		t := time.NewTicker(time.Hour)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.ensurePartitions(ctx)
+			}
+		}
+	}()
 	if err := s.pool.Ping(ctx); err != nil {
 		s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 		s.log.Warn("database not reachable yet", "err", err)

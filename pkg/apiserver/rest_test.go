@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -332,5 +333,35 @@ func TestServiceEndpoints(t *testing.T) {
 	}
 	if r := e.do("GET", "/openapi.json", "", nil, ""); !strings.Contains(string(r.body), "/v1/scheduled-payments:batchCreate") {
 		t.Error("OpenAPI document lacks the batchCreate route")
+	}
+}
+
+// TestConcurrentIdenticalCreates sends 100 identical creates at once: one
+// payment, and 100 identical answers.
+func TestConcurrentIdenticalCreates(t *testing.T) {
+	e := start(t)
+	alice := token(t, "alice")
+	b := body("bob", 4200, future(time.Hour))
+	const n = 100
+	out := make([]resp, n)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			out[i] = e.do("POST", create, alice, key("same"), b)
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	for i, r := range out {
+		if r.code != http.StatusCreated || string(r.body) != string(out[0].body) {
+			t.Fatalf("answer %d: %d %s, want 201 %s", i, r.code, r.body, out[0].body)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM payments`); n != 1 {
+		t.Fatalf("payments = %d, want 1", n)
 	}
 }

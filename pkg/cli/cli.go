@@ -3,7 +3,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +27,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/auth"
 	"github.com/paysched/paysched/pkg/config"
+	"github.com/paysched/paysched/pkg/jsoncodec"
 )
 
 type globals struct {
@@ -344,17 +347,22 @@ func (g *globals) printPayments(msg proto.Message, ps ...*payschedv1.ScheduledPa
 
 func ts(t *timestamppb.Timestamp) string { return t.AsTime().UTC().Format(time.RFC3339) }
 
+// printJSON prints m as the REST API renders it (amounts as numbers).
 func printJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(m)
+	b, err := jsoncodec.Marshal(m)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(w, string(b))
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, out.String())
 	return err
 }
 
 func printJSONMap(w io.Writer, m map[string]any) error {
-	b, err := jsonMarshalIndent(m)
+	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}

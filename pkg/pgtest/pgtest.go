@@ -217,6 +217,28 @@ func NewURL(t testing.TB) string {
 	return withDB(adminURL, name)
 }
 
+// NewEmptyURL returns the URL of a database that does not exist yet (the
+// migrate command creates it), dropped when the test ends.
+func NewEmptyURL(t testing.TB) string {
+	t.Helper()
+	if adminURL == "" {
+		t.Fatal("pgtest: call pgtest.Main from TestMain")
+	}
+	mu.Lock()
+	counter++
+	name := fmt.Sprintf("e_%d_%d_%d", os.Getpid(), counter, time.Now().UnixNano()%1e6)
+	mu.Unlock()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, adminURL); err == nil {
+			_, _ = c.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
+			c.Close(ctx)
+		}
+	})
+	return withDB(adminURL, name)
+}
+
 // NewPool returns a pool on a fresh, migrated database, closed at the end.
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
