@@ -48,7 +48,7 @@ lint: tools
 
 FUZZTIME ?= 60s
 fuzz:
-	@deploy/local/with-pg.sh go test -run '^$$' -fuzz FuzzCreateREST -fuzztime $(FUZZTIME) ./pkg/apiserver
+	@deploy/local/with-pg.sh go test -run '^$$' -fuzz FuzzCreateREST -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./pkg/apiserver
 
 bench: bench-api
 
