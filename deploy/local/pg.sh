@@ -34,7 +34,8 @@ install_server() {
 }
 
 as_pg() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+  # cd /: the caller's directory may be closed to postgres.
+  if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 # datadir DIR: the real data directory of the cluster kept in DIR.
