@@ -7,14 +7,18 @@ cd "$ROOT"
 "$ROOT/deploy/local/tools.sh"
 BUF="$ROOT/.tools/buf"
 "$BUF" lint
+gen() { # gen OUTDIR
+  "$BUF" generate -o "$1"
+  "$BUF" generate --template buf.gen.rest.yaml --path proto/paysched/v1 -o "$1"
+}
 case "${1:-gen}" in
   gen)
-    "$BUF" generate
+    gen .
     ;;
   check)
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    "$BUF" generate -o "$tmp"
+    gen "$tmp"
     # Compare generated files only; gen/ also holds hand-written embed code.
     status=0
     while IFS= read -r f; do
