@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Claimed is one payment a sweeper now holds under a lease.
@@ -18,6 +19,7 @@ type Claimed struct {
 	DueTime  time.Time
 	RunAt    time.Time
 	Attempt  int32
+	Retries  int32
 	Payer    string
 	Payee    string
 	Amount   int64
@@ -43,7 +45,59 @@ FROM (SELECT id, due_time FROM payments
       LIMIT $3
       FOR UPDATE SKIP LOCKED) due
 WHERE p.id = due.id AND p.due_time = due.due_time AND p.status = 'PENDING'
-RETURNING p.id, p.due_time, p.run_at, p.attempt, p.payer, p.payee, p.amount_minor, p.currency`
+RETURNING p.id, p.due_time, p.run_at, p.attempt, p.retries, p.payer, p.payee, p.amount_minor, p.currency`
+
+// releaseSQL hands claims that no executor started back to PENDING.
+//
+// Why it is safe: a claim is released only while it is still ours at that
+// attempt (status, attempt and lease_owner all match) and no attempt row
+// exists, i.e. no executor began it. The attempt number stays incremented,
+// so a late executor holding the old token is still fenced out; retries is
+// untouched, so releasing costs no budget. Were an executor to start it
+// anyway, the gateway key (the paymentId) would still make it one charge.
+const releaseSQL = `
+UPDATE payments p
+SET status = 'PENDING', lease_until = NULL, lease_owner = NULL, updated_at = now()
+FROM unnest($1::uuid[], $2::timestamptz[], $3::int[]) AS u(id, due_time, attempt)
+WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING'
+  AND p.attempt = u.attempt AND p.lease_owner = $4
+  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.payment_id = u.id AND a.attempt = u.attempt)`
+
+// releaseOwnerSQL releases every unstarted claim of an owner (shutdown).
+const releaseOwnerSQL = `
+UPDATE payments p
+SET status = 'PENDING', lease_until = NULL, lease_owner = NULL, updated_at = now()
+WHERE p.status = 'PROCESSING' AND p.lease_owner = $1
+  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.payment_id = p.id AND a.attempt = p.attempt)`
+
+// Release returns undispatched claims to PENDING and says how many.
+func Release(ctx context.Context, db Execer, owner string, cs []Claimed) (int64, error) {
+	ids := make([][16]byte, len(cs))
+	dues := make([]time.Time, len(cs))
+	attempts := make([]int32, len(cs))
+	for i, c := range cs {
+		ids[i], dues[i], attempts[i] = c.ID, c.DueTime, c.Attempt
+	}
+	tag, err := db.Exec(ctx, releaseSQL, ids, dues, attempts, owner)
+	if err != nil {
+		return 0, fmt.Errorf("release claims: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// ReleaseOwner returns every unstarted claim held by owner to PENDING.
+func ReleaseOwner(ctx context.Context, db Execer, owner string) (int64, error) {
+	tag, err := db.Exec(ctx, releaseOwnerSQL, owner)
+	if err != nil {
+		return 0, fmt.Errorf("release claims of %s: %w", owner, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Execer runs statements.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
 
 // Querier is the part of a pgx pool, conn or tx that Batch needs.
 type Querier interface {
@@ -58,7 +112,7 @@ func Batch(ctx context.Context, db Querier, owner string, lease time.Duration, l
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 		var c Claimed
-		err := r.Scan(&c.ID, &c.DueTime, &c.RunAt, &c.Attempt, &c.Payer, &c.Payee, &c.Amount, &c.Currency)
+		err := r.Scan(&c.ID, &c.DueTime, &c.RunAt, &c.Attempt, &c.Retries, &c.Payer, &c.Payee, &c.Amount, &c.Currency)
 		return c, err
 	})
 	if err != nil {

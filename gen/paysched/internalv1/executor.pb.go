@@ -304,7 +304,7 @@ const file_paysched_internal_v1_executor_proto_rawDesc = "" +
 	"\x06fenced\x18\x05 \x01(\x05R\x06fenced\x12#\n" +
 	"\rdead_lettered\x18\x06 \x01(\x05R\fdeadLettered2i\n" +
 	"\x0fExecutorService\x12V\n" +
-	"\aExecute\x12$.paysched.internal.v1.ExecuteRequest\x1a%.paysched.internal.v1.ExecuteResponseBBZ@github.com/paysched/paysched/gen/paysched/internal/v1;internalv1b\x06proto3"
+	"\aExecute\x12$.paysched.internal.v1.ExecuteRequest\x1a%.paysched.internal.v1.ExecuteResponseBAZ?github.com/paysched/paysched/gen/paysched/internalv1;internalv1b\x06proto3"
 
 var (
 	file_paysched_internal_v1_executor_proto_rawDescOnce sync.Once

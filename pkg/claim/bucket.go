@@ -1,0 +1,68 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Beginner starts transactions (a pgx pool or conn).
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// takeSQL takes up to $2 tokens from the cluster-wide bucket $1, refilled at
+// $3 tokens/s up to a burst of $4. The row lock serializes sweepers, so the
+// whole cluster together never takes more than the rate allows.
+const takeSQL = `
+INSERT INTO rate_buckets AS b (name, tokens, refreshed_at) VALUES ($1, $4, now())
+ON CONFLICT (name) DO UPDATE
+SET tokens = LEAST($4::float8, b.tokens + $3::float8 * extract(epoch FROM now() - b.refreshed_at)),
+    refreshed_at = now()
+RETURNING tokens`
+
+const spendSQL = `UPDATE rate_buckets SET tokens = tokens - $2 WHERE name = $1`
+
+// Bucket paces claims to a gateway rate ceiling across every sweeper.
+type Bucket struct {
+	Name  string
+	Rate  float64 // tokens per second; <= 0 means no ceiling
+	Burst float64
+}
+
+// Take returns how many of want may be claimed now (0..want).
+func (b Bucket) Take(ctx context.Context, db Beginner, want int) (int, error) {
+	if b.Rate <= 0 {
+		return want, nil
+	}
+	var got int
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var avail float64
+		if err := tx.QueryRow(ctx, takeSQL, b.Name, want, b.Rate, b.Burst).Scan(&avail); err != nil {
+			return err
+		}
+		got = min(want, int(avail))
+		if got <= 0 {
+			got = 0
+			return nil
+		}
+		_, err := tx.Exec(ctx, spendSQL, b.Name, got)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("take rate tokens: %w", err)
+	}
+	return got, nil
+}
+
+// Refund gives back tokens taken but not used (fewer rows were due).
+func (b Bucket) Refund(ctx context.Context, db Execer, n int) error {
+	if b.Rate <= 0 || n <= 0 {
+		return nil
+	}
+	if _, err := db.Exec(ctx, `UPDATE rate_buckets SET tokens = LEAST($3::float8, tokens + $2) WHERE name = $1`, b.Name, n, b.Burst); err != nil {
+		return fmt.Errorf("refund rate tokens: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,259 @@
+// Package gatewaysim is the payment gateway's stand-in: an exact
+// idempotent ledger (in Postgres, or in memory for benchmarks) behind
+// gateway.v1, with fault injection and a double-charge report.
+package gatewaysim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Charge is one ledger entry.
+type Charge struct {
+	ID, Key, Reference     string
+	Amount                 int64
+	Currency, Payer, Payee string
+	Declined               bool
+	DeclineReason          string
+	CreatedAt              time.Time
+}
+
+// sameParams says whether a repeat of key asks for the same charge.
+func (c *Charge) sameParams(o *Charge) bool {
+	return c.Amount == o.Amount && c.Currency == o.Currency && c.Payer == o.Payer &&
+		c.Payee == o.Payee && c.Reference == o.Reference
+}
+
+// ErrMismatch: the key was used with other parameters.
+var ErrMismatch = errors.New("idempotency key reused with different parameters")
+
+// ErrNotFound: no charge under that key.
+var ErrNotFound = errors.New("no charge under this key")
+
+// Ledger records charges exactly once per key.
+type Ledger interface {
+	// Record stores c unless its key exists; it returns the stored charge
+	// and whether it was new. Calls with one key are serialized.
+	Record(ctx context.Context, c *Charge) (*Charge, bool, error)
+	Get(ctx context.Context, key string) (*Charge, error)
+	// Settled lists succeeded charges of a UTC day after charge id `after`.
+	Settled(ctx context.Context, day time.Time, after string, limit int) ([]*Charge, error)
+	// Counts returns charges, succeeded, and references with >1 success.
+	Counts(ctx context.Context) (int64, int64, []string, error)
+}
+
+// MemLedger keeps charges in memory, sharded by key.
+type MemLedger struct {
+	shards [64]struct {
+		sync.Mutex
+		m map[string]*Charge
+	}
+}
+
+// NewMemLedger returns an empty in-memory ledger.
+func NewMemLedger() *MemLedger {
+	l := &MemLedger{}
+	for i := range l.shards {
+		l.shards[i].m = map[string]*Charge{}
+	}
+	return l
+}
+
+func (l *MemLedger) shard(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(len(l.shards)))
+}
+
+// Record implements Ledger.
+func (l *MemLedger) Record(_ context.Context, c *Charge) (*Charge, bool, error) {
+	s := &l.shards[l.shard(c.Key)]
+	s.Lock()
+	defer s.Unlock()
+	if old, ok := s.m[c.Key]; ok {
+		if !old.sameParams(c) {
+			return nil, false, ErrMismatch
+		}
+		return old, false, nil
+	}
+	s.m[c.Key] = c
+	return c, true, nil
+}
+
+// Get implements Ledger.
+func (l *MemLedger) Get(_ context.Context, key string) (*Charge, error) {
+	s := &l.shards[l.shard(key)]
+	s.Lock()
+	defer s.Unlock()
+	if c, ok := s.m[key]; ok {
+		return c, nil
+	}
+	return nil, ErrNotFound
+}
+
+// Settled implements Ledger.
+func (l *MemLedger) Settled(_ context.Context, day time.Time, after string, limit int) ([]*Charge, error) {
+	var out []*Charge
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.Lock()
+		for _, c := range s.m {
+			if !c.Declined && sameDay(c.CreatedAt, day) && c.ID > after {
+				out = append(out, c)
+			}
+		}
+		s.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Counts implements Ledger.
+func (l *MemLedger) Counts(context.Context) (int64, int64, []string, error) {
+	var total, ok int64
+	perRef := map[string]int{}
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.Lock()
+		for _, c := range s.m {
+			total++
+			if !c.Declined {
+				ok++
+				perRef[c.Reference]++
+			}
+		}
+		s.Unlock()
+	}
+	return total, ok, doubles(perRef), nil
+}
+
+func doubles(perRef map[string]int) []string {
+	out := []string{}
+	for r, n := range perRef {
+		if n > 1 {
+			out = append(out, r)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sameDay(t, day time.Time) bool {
+	y1, m1, d1 := t.UTC().Date()
+	y2, m2, d2 := day.UTC().Date()
+	return y1 == y2 && m1 == m2 && d1 == d2
+}
+
+// PGLedger keeps charges in gateway-sim's own Postgres database.
+type PGLedger struct{ db *pgxpool.Pool }
+
+// ledgerSchema is gateway-sim's whole schema: the key is the primary key,
+// which is what makes a charge happen once per key.
+const ledgerSchema = `
+CREATE TABLE IF NOT EXISTS gateway_charges (
+    idempotency_key text PRIMARY KEY,
+    charge_id       text NOT NULL UNIQUE,
+    reference       text NOT NULL,
+    amount          bigint NOT NULL,
+    currency        text NOT NULL,
+    payer           text NOT NULL,
+    payee           text NOT NULL,
+    declined        boolean NOT NULL,
+    decline_reason  text NOT NULL DEFAULT '',
+    created_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS gateway_charges_day ON gateway_charges (created_at, charge_id) WHERE NOT declined;
+CREATE INDEX IF NOT EXISTS gateway_charges_ref ON gateway_charges (reference);`
+
+// NewPGLedger creates the schema if needed.
+func NewPGLedger(ctx context.Context, db *pgxpool.Pool) (*PGLedger, error) {
+	if _, err := db.Exec(ctx, ledgerSchema); err != nil {
+		return nil, fmt.Errorf("gateway ledger schema: %w", err)
+	}
+	return &PGLedger{db: db}, nil
+}
+
+const chargeCols = `charge_id, idempotency_key, reference, amount, currency, payer, payee, declined, decline_reason, created_at`
+
+func scanCharge(r pgx.Row) (*Charge, error) {
+	c := &Charge{}
+	err := r.Scan(&c.ID, &c.Key, &c.Reference, &c.Amount, &c.Currency, &c.Payer, &c.Payee, &c.Declined, &c.DeclineReason, &c.CreatedAt)
+	return c, err
+}
+
+// Record implements Ledger. The insert waits on a concurrent insert of the
+// same key (unique index), so one key is serialized by Postgres.
+func (l *PGLedger) Record(ctx context.Context, c *Charge) (*Charge, bool, error) {
+	_, err := l.db.Exec(ctx, `INSERT INTO gateway_charges (`+chargeCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
+		ON CONFLICT (idempotency_key) DO NOTHING`,
+		c.ID, c.Key, c.Reference, c.Amount, c.Currency, c.Payer, c.Payee, c.Declined, c.DeclineReason, c.CreatedAt)
+	if err != nil {
+		return nil, false, fmt.Errorf("record charge: %w", err)
+	}
+	stored, err := l.Get(ctx, c.Key)
+	if err != nil {
+		return nil, false, err
+	}
+	if stored.ID == c.ID {
+		return stored, true, nil
+	}
+	if !stored.sameParams(c) {
+		return nil, false, ErrMismatch
+	}
+	return stored, false, nil
+}
+
+// Get implements Ledger.
+func (l *PGLedger) Get(ctx context.Context, key string) (*Charge, error) {
+	c, err := scanCharge(l.db.QueryRow(ctx, `SELECT `+chargeCols+` FROM gateway_charges WHERE idempotency_key = $1`, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get charge: %w", err)
+	}
+	return c, nil
+}
+
+// Settled implements Ledger.
+func (l *PGLedger) Settled(ctx context.Context, day time.Time, after string, limit int) ([]*Charge, error) {
+	start := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
+	rows, err := l.db.Query(ctx, `SELECT `+chargeCols+` FROM gateway_charges
+		WHERE NOT declined AND created_at >= $1 AND created_at < $2 AND charge_id > $3
+		ORDER BY charge_id LIMIT $4`, start, start.AddDate(0, 0, 1), after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list settlements: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Charge, error) { return scanCharge(r) })
+}
+
+// Counts implements Ledger.
+func (l *PGLedger) Counts(ctx context.Context) (int64, int64, []string, error) {
+	var total, ok int64
+	if err := l.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT declined) FROM gateway_charges`).Scan(&total, &ok); err != nil {
+		return 0, 0, nil, fmt.Errorf("count charges: %w", err)
+	}
+	rows, err := l.db.Query(ctx, `SELECT reference FROM gateway_charges WHERE NOT declined GROUP BY reference HAVING count(*) > 1 ORDER BY 1`)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("double charges: %w", err)
+	}
+	refs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if refs == nil {
+		refs = []string{}
+	}
+	return total, ok, refs, nil
+}
