@@ -4,6 +4,7 @@ package obs
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -95,4 +96,11 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Write(b []byte) (int, error) {
 	w.wrote = true
 	return w.ResponseWriter.Write(b)
+}
+
+// InstanceID names a process instance: service, host and pid. Sweepers use
+// it as their lease owner and executors in attempt rows.
+func InstanceID(service string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%s-%d", service, host, os.Getpid())
 }

@@ -1,0 +1,149 @@
+// Package svc is the process plumbing every paysched service shares: signal
+// handling, the database pool, and serving gRPC (with health) and HTTP
+// (/metrics, /healthz) until SIGTERM, then stopping gracefully.
+package svc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/paysched/paysched/pkg/obs"
+)
+
+// Context ends on SIGINT or SIGTERM.
+func Context() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+// Pool connects to Postgres.
+func Pool(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = int32(maxConns)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect database: %w", err)
+	}
+	return pool, nil
+}
+
+// Server is what a service serves.
+type Server struct {
+	Name     string
+	Log      *slog.Logger
+	Registry *prometheus.Registry
+	// GRPC, if set, is served on GRPCAddr with grpc.health.v1 and reflection.
+	GRPC     *grpc.Server
+	GRPCAddr string
+	// HTTPAddr serves /metrics and /healthz.
+	HTTPAddr string
+	// Ready answers /healthz (nil: always ready).
+	Ready func(context.Context) error
+	// Grace bounds the graceful stop.
+	Grace time.Duration
+}
+
+// Run serves until ctx ends, running work (the service's loop, may be nil)
+// alongside; it returns when both are done.
+func (s Server) Run(ctx context.Context, work func(context.Context) error) error {
+	if s.Grace == 0 {
+		s.Grace = 30 * time.Second
+	}
+	errc := make(chan error, 3)
+	var hs *health.Server
+	if s.GRPC != nil {
+		hs = health.NewServer()
+		healthpb.RegisterHealthServer(s.GRPC, hs)
+		reflection.Register(s.GRPC)
+		lis, err := net.Listen("tcp", s.GRPCAddr)
+		if err != nil {
+			return fmt.Errorf("listen grpc %s: %w", s.GRPCAddr, err)
+		}
+		go func() { errc <- s.GRPC.Serve(lis) }()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", obs.Handler(s.Registry))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if s.Ready != nil {
+			if err := s.Ready(r.Context()); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, `{"status":"unavailable"}`)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})
+	hl, err := net.Listen("tcp", s.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen http %s: %w", s.HTTPAddr, err)
+	}
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := httpSrv.Serve(hl); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	workDone := make(chan error, 1)
+	wctx, cancelWork := context.WithCancel(ctx)
+	defer cancelWork()
+	if work != nil {
+		go func() { workDone <- work(wctx) }()
+	}
+	s.Log.Info(s.Name+" running", "grpc", s.GRPCAddr, "http", s.HTTPAddr)
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	case runErr = <-workDone:
+		work = nil
+	}
+	if hs != nil {
+		hs.Shutdown()
+	}
+	cancelWork()
+	if work != nil {
+		if err := <-workDone; err != nil && runErr == nil {
+			runErr = err
+		}
+	}
+	if s.GRPC != nil {
+		stopped := make(chan struct{})
+		go func() { s.GRPC.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(s.Grace):
+			s.GRPC.Stop()
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = httpSrv.Shutdown(sctx)
+	s.Log.Info(s.Name + " stopped")
+	return runErr
+}
+
+// Fatal logs err and exits 1.
+func Fatal(log *slog.Logger, err error) {
+	log.Error("fatal", "err", err)
+	os.Exit(1)
+}

@@ -1,0 +1,241 @@
+// Package sweeper claims due payments and hands them to executors: it
+// claims only as much as the executors can take (one slot per batch in
+// flight), paces claims to the gateway's rate ceiling with a cluster-wide
+// token bucket, stops claiming while the gateway fails (circuit breaker),
+// and releases at once any claim it could not dispatch.
+package sweeper
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
+	"github.com/paysched/paysched/pkg/claim"
+)
+
+// Config tunes a sweeper.
+type Config struct {
+	ID       string        // lease owner
+	Interval time.Duration // idle poll interval (1s)
+	Batch    int           // rows per claim (500)
+	Lease    time.Duration // lease per claim (2m)
+	// Executors are host:port addresses; a name that resolves to several
+	// addresses (a headless Service) yields one executor per address.
+	Executors []string
+	// Slots is how many batches each executor may have in flight.
+	Slots   int
+	Bucket  claim.Bucket
+	Breaker *Breaker
+	// Grace bounds how long shutdown waits for batches in flight.
+	Grace time.Duration
+}
+
+type executor struct {
+	addr   string
+	client internalv1.ExecutorServiceClient
+}
+
+// Sweeper is one sweeper process's loop.
+type Sweeper struct {
+	cfg   Config
+	db    *pgxpool.Pool
+	log   *slog.Logger
+	slots chan *executor
+	conns []*grpc.ClientConn
+	wg    sync.WaitGroup
+	m     metrics
+}
+
+type metrics struct {
+	claimed, released, dispatchErrors prometheus.Counter
+	lateness                          prometheus.Histogram
+	breakerOpen                       prometheus.Gauge
+}
+
+// New resolves the executors and builds the sweeper.
+func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*Sweeper, error) {
+	addrs, err := resolve(cfg.Executors)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sweeper{cfg: cfg, db: db, log: log, slots: make(chan *executor, len(addrs)*cfg.Slots)}
+	for _, a := range addrs {
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("executor %s: %w", a, err)
+		}
+		s.conns = append(s.conns, cc)
+		e := &executor{addr: a, client: internalv1.NewExecutorServiceClient(cc)}
+		for range cfg.Slots {
+			s.slots <- e
+		}
+	}
+	s.m.claimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_claims_total", Help: "Payments claimed."})
+	s.m.released = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_claims_released_total", Help: "Claims released undispatched."})
+	s.m.dispatchErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_dispatch_errors_total", Help: "Batches an executor did not take or finish."})
+	s.m.lateness = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "paysched_trigger_lateness_seconds",
+		Help: "Due time to first claim.", Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 20, 30, 60, 120, 300}})
+	s.m.breakerOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_breaker_open", Help: "1 while the circuit breaker stops claims."})
+	reg.MustRegister(s.m.claimed, s.m.released, s.m.dispatchErrors, s.m.lateness, s.m.breakerOpen)
+	return s, nil
+}
+
+// resolve expands names to addresses (a headless Service lists every pod).
+func resolve(targets []string) ([]string, error) {
+	var out []string
+	for _, t := range targets {
+		host, port, err := net.SplitHostPort(t)
+		if err != nil {
+			return nil, fmt.Errorf("executor address %q: %w", t, err)
+		}
+		if net.ParseIP(host) != nil {
+			out = append(out, t)
+			continue
+		}
+		ips, err := net.LookupHost(host)
+		if err != nil {
+			return nil, fmt.Errorf("resolve executor %q: %w", host, err)
+		}
+		for _, ip := range ips {
+			out = append(out, net.JoinHostPort(ip, port))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no executors configured")
+	}
+	return out, nil
+}
+
+// Run claims and dispatches until ctx ends, then waits for batches in
+// flight (up to Grace) and releases every unstarted claim it holds.
+func (s *Sweeper) Run(ctx context.Context) error {
+	defer s.shutdown()
+	for {
+		var e *executor
+		select {
+		case e = <-s.slots:
+		case <-ctx.Done():
+			return nil
+		}
+		wait := s.step(ctx, e)
+		if wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+// step claims one batch for executor e (whose slot it holds) and returns
+// how long to pause before the next step.
+func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
+	now := time.Now()
+	n, probe := s.cfg.Breaker.Allow(s.cfg.Batch, now)
+	s.m.breakerOpen.Set(b2f(s.cfg.Breaker.Open()))
+	if n == 0 {
+		s.slots <- e
+		return min(s.cfg.Interval, max(10*time.Millisecond, time.Until(s.cfg.Breaker.Until())))
+	}
+	granted, err := s.cfg.Bucket.Take(ctx, s.db, n)
+	if err != nil || granted == 0 {
+		s.slots <- e
+		s.cfg.Breaker.Abort(probe)
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("rate bucket", "err", err)
+			return s.cfg.Interval
+		}
+		return 20 * time.Millisecond
+	}
+	claimed, err := claim.Batch(ctx, s.db, s.cfg.ID, s.cfg.Lease, granted)
+	if err != nil {
+		s.slots <- e
+		s.cfg.Breaker.Abort(probe)
+		_ = s.cfg.Bucket.Refund(context.WithoutCancel(ctx), s.db, granted)
+		if ctx.Err() == nil {
+			s.log.Error("claim", "err", err)
+		}
+		return s.cfg.Interval
+	}
+	if len(claimed) < granted {
+		_ = s.cfg.Bucket.Refund(ctx, s.db, granted-len(claimed))
+	}
+	if len(claimed) == 0 {
+		s.slots <- e
+		s.cfg.Breaker.Abort(probe)
+		return s.cfg.Interval
+	}
+	s.m.claimed.Add(float64(len(claimed)))
+	for _, c := range claimed {
+		if c.Attempt == 1 {
+			s.m.lateness.Observe(now.Sub(c.DueTime).Seconds())
+		}
+	}
+	s.wg.Add(1)
+	go s.dispatch(e, claimed, probe)
+	if len(claimed) < granted {
+		return s.cfg.Interval // drained: poll again later
+	}
+	return 0
+}
+
+func (s *Sweeper) dispatch(e *executor, claimed []claim.Claimed, probe bool) {
+	defer s.wg.Done()
+	defer func() { s.slots <- e }()
+	req := &internalv1.ExecuteRequest{SweeperId: s.cfg.ID, Items: make([]*internalv1.WorkItem, len(claimed))}
+	for i, c := range claimed {
+		req.Items[i] = &internalv1.WorkItem{PaymentId: c.ID.String(), DueTime: timestamppb.New(c.DueTime),
+			Attempt: c.Attempt, Retries: c.Retries, Payer: c.Payer, Payee: c.Payee, Amount: c.Amount, Currency: c.Currency}
+	}
+	// The batch must finish within the lease, or the reaper takes it back.
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Lease)
+	defer cancel()
+	resp, err := e.client.Execute(ctx, req)
+	if err != nil {
+		s.m.dispatchErrors.Inc()
+		s.cfg.Breaker.Abort(probe)
+		n, rerr := claim.Release(context.Background(), s.db, s.cfg.ID, claimed)
+		s.m.released.Add(float64(n))
+		s.log.Warn("dispatch failed; released unstarted claims", "executor", e.addr, "err", err,
+			"claimed", len(claimed), "released", n, "release_err", rerr)
+		return
+	}
+	good := int(resp.GetSucceeded() + resp.GetDeclined())
+	bad := int(resp.GetRetryable() + resp.GetAmbiguous())
+	s.cfg.Breaker.Record(good, bad, probe, time.Now())
+}
+
+func (s *Sweeper) shutdown() {
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.Grace):
+		s.log.Warn("batches still in flight at shutdown; their leases will expire")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := claim.ReleaseOwner(ctx, s.db, s.cfg.ID)
+	s.log.Info("sweeper stopped", "released", n, "err", err)
+	for _, cc := range s.conns {
+		_ = cc.Close()
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,68 @@
+// Command executor serves ExecutorService: it charges claimed batches
+// through the gateway and records every outcome, fenced by attempt.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
+	"github.com/paysched/paysched/pkg/config"
+	"github.com/paysched/paysched/pkg/executor"
+	"github.com/paysched/paysched/pkg/gateway"
+	"github.com/paysched/paysched/pkg/obs"
+	"github.com/paysched/paysched/pkg/retry"
+	"github.com/paysched/paysched/pkg/svc"
+)
+
+func main() {
+	fs := flag.NewFlagSet("executor", flag.ExitOnError)
+	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9100", "ExecutorService listen address")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9101", "metrics and health listen address")
+	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "gateway gRPC address")
+	id := fs.String("id", obs.InstanceID("executor"), "executor id recorded in attempts")
+	maxBatches := fs.Int("max-batches", 4, "batches executed at once (more are refused)")
+	conc := fs.Int("concurrency", 128, "gateway calls in flight")
+	backoff := fs.String("backoff", retry.DefaultSchedule.String(), "retry delays; their count is the retry budget")
+	chargeTimeout := fs.Duration("charge-timeout", 5*time.Second, "deadline of one Charge call")
+	probeTimeout := fs.Duration("probe-timeout", 2*time.Second, "deadline of the GetCharge probe")
+	if err := config.Parse(fs, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "executor:", err)
+		os.Exit(2)
+	}
+	log := obs.Logger("executor")
+	sched, err := retry.Parse(*backoff)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	ctx, stop := svc.Context()
+	defer stop()
+	pool, err := svc.Pool(ctx, *dbURL, 16)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	defer pool.Close()
+	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	defer cc.Close()
+	reg := obs.Registry()
+	ex := executor.New(executor.Config{ID: *id, MaxBatches: *maxBatches, Concurrency: *conc, Backoff: sched}, pool,
+		&gateway.Charger{Client: gatewayv1.NewGatewayServiceClient(cc), ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout},
+		reg, log)
+	gs := grpc.NewServer()
+	internalv1.RegisterExecutorServiceServer(gs, ex)
+	// GracefulStop lets batches in flight finish and record their outcomes.
+	if err := (svc.Server{Name: "executor", Log: log, Registry: reg, GRPC: gs, GRPCAddr: *grpcAddr,
+		HTTPAddr: *httpAddr, Ready: pool.Ping, Grace: 60 * time.Second}).Run(ctx, nil); err != nil {
+		svc.Fatal(log, err)
+	}
+}

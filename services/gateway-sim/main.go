@@ -1,0 +1,73 @@
+// Command gateway-sim stands in for the payment gateway: gateway.v1 with an
+// exact idempotent ledger (Postgres, or memory for benchmarks) and fault
+// injection set by flags and changed at runtime through GatewayAdminService.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"google.golang.org/grpc"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/config"
+	"github.com/paysched/paysched/pkg/gatewaysim"
+	"github.com/paysched/paysched/pkg/migrate"
+	"github.com/paysched/paysched/pkg/obs"
+	"github.com/paysched/paysched/pkg/svc"
+)
+
+func main() {
+	fs := flag.NewFlagSet("gateway-sim", flag.ExitOnError)
+	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9300", "gRPC listen address")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9301", "metrics and health listen address")
+	ledger := fs.String("ledger", "postgres", "ledger: postgres (durable) or memory (benchmarks)")
+	dbURL := fs.String("gateway-database-url", "postgres://postgres@127.0.0.1:55432/paysched_gateway?sslmode=disable", "gateway-sim's own database (created if missing)")
+	f := &gatewayv1.Faults{}
+	latMin := fs.Int("latency-min-ms", 0, "added latency, lower bound")
+	latMax := fs.Int("latency-max-ms", 0, "added latency, upper bound")
+	fs.Float64Var(&f.DeclineRate, "decline-rate", 0, "fraction of charges declined")
+	fs.Float64Var(&f.UnavailableRate, "unavailable-rate", 0, "fraction of calls answered UNAVAILABLE")
+	fs.Float64Var(&f.TimeoutAfterCommitRate, "timeout-after-commit-rate", 0, "fraction of charges recorded whose answer is lost")
+	fs.Float64Var(&f.RateCeiling, "rate-ceiling", 0, "charges per second before RESOURCE_EXHAUSTED (0: none)")
+	fs.BoolVar(&f.Outage, "outage", false, "answer every call UNAVAILABLE")
+	if err := config.Parse(fs, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway-sim:", err)
+		os.Exit(2)
+	}
+	f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
+	log := obs.Logger("gateway-sim")
+	ctx, stop := svc.Context()
+	defer stop()
+
+	var l gatewaysim.Ledger
+	switch *ledger {
+	case "memory":
+		l = gatewaysim.NewMemLedger()
+	case "postgres":
+		if err := migrate.CreateDatabase(ctx, *dbURL); err != nil {
+			svc.Fatal(log, err)
+		}
+		pool, err := svc.Pool(ctx, *dbURL, 32)
+		if err != nil {
+			svc.Fatal(log, err)
+		}
+		defer pool.Close()
+		if l, err = gatewaysim.NewPGLedger(ctx, pool); err != nil {
+			svc.Fatal(log, err)
+		}
+	default:
+		svc.Fatal(log, fmt.Errorf("--ledger %q: want postgres or memory", *ledger))
+	}
+	sim := gatewaysim.New(l, f)
+	gs := grpc.NewServer()
+	gatewayv1.RegisterGatewayServiceServer(gs, sim)
+	gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)
+	err := svc.Server{Name: "gateway-sim", Log: log, Registry: obs.Registry(), GRPC: gs,
+		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr}.Run(ctx, func(context.Context) error { return nil })
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+}

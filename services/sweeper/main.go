@@ -1,0 +1,57 @@
+// Command sweeper claims due payments and dispatches them to executors.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/paysched/paysched/pkg/claim"
+	"github.com/paysched/paysched/pkg/config"
+	"github.com/paysched/paysched/pkg/obs"
+	"github.com/paysched/paysched/pkg/svc"
+	"github.com/paysched/paysched/pkg/sweeper"
+)
+
+func main() {
+	fs := flag.NewFlagSet("sweeper", flag.ExitOnError)
+	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9200", "metrics and health listen address")
+	id := fs.String("id", obs.InstanceID("sweeper"), "lease owner id")
+	executors := fs.String("executors", "127.0.0.1:9100,127.0.0.1:9110", "executor addresses, or a DNS name:port resolving to all of them")
+	interval := fs.Duration("interval", time.Second, "poll interval when nothing is due")
+	batch := fs.Int("batch", 500, "rows per claim")
+	lease := fs.Duration("lease", 2*time.Minute, "lease per claim")
+	slots := fs.Int("slots", 2, "batches in flight per executor")
+	ceiling := fs.Float64("rate-ceiling", 0, "cluster-wide charges per second towards the gateway (0: none)")
+	threshold := fs.Float64("breaker-threshold", 0.5, "share of failed attempts that opens the circuit breaker")
+	cooldown := fs.Duration("breaker-cooldown", 2*time.Second, "first open period of the breaker")
+	if err := config.Parse(fs, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "sweeper:", err)
+		os.Exit(2)
+	}
+	log := obs.Logger("sweeper")
+	ctx, stop := svc.Context()
+	defer stop()
+	pool, err := svc.Pool(ctx, *dbURL, 8)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	defer pool.Close()
+	reg := obs.Registry()
+	// A tenth of a second of burst keeps every wall-clock second under the ceiling.
+	bucket := claim.Bucket{Name: "gateway", Rate: *ceiling, Burst: max(1, *ceiling/10)}
+	sw, err := sweeper.New(sweeper.Config{
+		ID: *id, Interval: *interval, Batch: *batch, Lease: *lease, Executors: strings.Split(*executors, ","),
+		Slots: *slots, Bucket: bucket, Grace: 60 * time.Second,
+		Breaker: &sweeper.Breaker{Threshold: *threshold, MinSamples: 50, Cooldown: *cooldown, MaxCooldown: 30 * time.Second, ProbeSize: 10},
+	}, pool, reg, log)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	if err := (svc.Server{Name: "sweeper", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}).Run(ctx, sw.Run); err != nil {
+		svc.Fatal(log, err)
+	}
+}
