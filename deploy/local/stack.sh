@@ -17,24 +17,24 @@ GRPC_ADDR=${PAYSCHED_GRPC_ADDR:-127.0.0.1:9090}
 DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
 PG="$ROOT/deploy/local/pg.sh"
 
-alive() { # alive NAME: the pid file names a live process running bin/NAME
+alive() { # alive NAME: the pid file names a live process running bin/<binary of NAME>
   local f="$RUN/$1.pid" pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "bin/$1"
+  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "bin/${1%-[0-9]*}"
 }
 
-start_service() { # start_service NAME ARGS...
+start_service() { # start_service NAME[-N] ARGS...: runs bin/NAME, logs to NAME[-N].log
   local name=$1; shift
   if alive "$name"; then echo "  $name already running (pid $(cat "$RUN/$name.pid"))"; return; fi
-  PAYSCHED_DATABASE_URL="$DB_URL" nohup "$ROOT/bin/$name" "$@" >>"$LOGS/$name.log" 2>&1 &
+  PAYSCHED_DATABASE_URL="$DB_URL" nohup "$ROOT/bin/${name%-[0-9]*}" "$@" >>"$LOGS/$name.log" 2>&1 &
   echo $! >"$RUN/$name.pid"
   echo "  started $name (pid $!)"
 }
 
 up() {
   mkdir -p "$RUN" "$LOGS"
-  for b in migrate payments-api payctl; do
+  for b in migrate payments-api payctl gateway-sim executor sweeper reaper; do
     [ -x "$ROOT/bin/$b" ] || { echo "bin/$b is missing: run 'make build'" >&2; exit 1; }
   done
   echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg)"
@@ -42,22 +42,32 @@ up() {
   "$ROOT/bin/migrate" --database-url "$DB_URL" >>"$LOGS/migrate.log" 2>&1 || {
     echo "migration failed; see .data/logs/migrate.log" >&2; tail -n 5 "$LOGS/migrate.log" >&2; exit 1; }
   start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR"
+  start_service gateway-sim --gateway-database-url "postgres://postgres@127.0.0.1:$PGPORT/paysched_gateway?sslmode=disable" \
+    ${GATEWAY_FLAGS:-}
+  start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 ${EXECUTOR_FLAGS:-}
+  start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 ${EXECUTOR_FLAGS:-}
+  start_service sweeper --executors 127.0.0.1:9100,127.0.0.1:9110 ${SWEEPER_FLAGS:-}
+  start_service reaper ${REAPER_FLAGS:-}
   if ! "$ROOT/bin/payctl" --api "$GRPC_ADDR" health --wait 30s >/dev/null; then
     echo "payments-api did not become healthy; last log lines:" >&2
     tail -n 20 "$LOGS/payments-api.log" >&2
     exit 1
   fi
+  "$ROOT/bin/payctl" --api 127.0.0.1:9300 health --wait 20s >/dev/null || {
+    echo "gateway-sim did not become healthy; see .data/logs/gateway-sim.log" >&2; exit 1; }
   cat >"$DATA/env" <<ENV
 # Written by 'make up'. Source it: . .data/env
 export PAYSCHED_DATABASE_URL='$DB_URL'
 export PAYSCHED_API_HTTP='http://$HTTP_ADDR'
 export PAYSCHED_API_GRPC='$GRPC_ADDR'
+export PAYSCHED_GATEWAY_ADDR='127.0.0.1:9300'
 ENV
   cat <<MSG
 
 paysched is up.
   REST     http://$HTTP_ADDR/v1/scheduled-payments   (OpenAPI: http://$HTTP_ADDR/openapi.json)
   gRPC     $GRPC_ADDR   (reflection on: grpcurl -plaintext $GRPC_ADDR list)
+  engine   gateway-sim 127.0.0.1:9300, executors 127.0.0.1:9100 and :9110, sweeper and reaper (metrics :9200, :9210)
   metrics  http://$HTTP_ADDR/metrics
   env      . .data/env
   token    TOKEN=\$(bin/payctl token --actor alice)

@@ -4,7 +4,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -66,7 +65,7 @@ func main() {
 	gatewayv1.RegisterGatewayServiceServer(gs, sim)
 	gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)
 	err := svc.Server{Name: "gateway-sim", Log: log, Registry: obs.Registry(), GRPC: gs,
-		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr}.Run(ctx, func(context.Context) error { return nil })
+		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr}.Run(ctx, nil)
 	if err != nil {
 		svc.Fatal(log, err)
 	}
