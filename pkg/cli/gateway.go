@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+)
+
+func gatewayCmd(g *globals) *cobra.Command {
+	var addr string
+	c := &cobra.Command{Use: "gateway", Short: "Talk to gateway-sim: report, faults"}
+	c.PersistentFlags().StringVar(&addr, "gateway", env("gateway-addr", "127.0.0.1:9300"), "gateway-sim address (env PAYSCHED_GATEWAY_ADDR)")
+	admin := func() (gatewayv1.GatewayAdminServiceClient, func(), context.Context, context.CancelFunc, error) {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+		return gatewayv1.NewGatewayAdminServiceClient(cc), func() { _ = cc.Close() }, ctx, cancel, nil
+	}
+	report := &cobra.Command{
+		Use:   "report",
+		Short: "Charges and double charges (references charged more than once)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, done, ctx, cancel, err := admin()
+			if err != nil {
+				return err
+			}
+			defer done()
+			defer cancel()
+			r, err := cl.Report(ctx, &gatewayv1.ReportRequest{})
+			if err != nil {
+				return rpcError(err)
+			}
+			doubles := r.GetDoubleCharged()
+			if doubles == nil {
+				doubles = []string{}
+			}
+			if g.json {
+				return printJSONMap(g.out, map[string]any{
+					"charges": r.GetCharges(), "succeeded": r.GetSucceeded(), "double_charged": doubles,
+					"rate_limited": r.GetRateLimited(), "max_charges_per_second": r.GetMaxChargesPerSecond(),
+				})
+			}
+			fmt.Fprintf(g.out, "charges=%d succeeded=%d double_charged=%d rate_limited=%d max_charges_per_second=%d\n",
+				r.GetCharges(), r.GetSucceeded(), len(r.GetDoubleCharged()), r.GetRateLimited(), r.GetMaxChargesPerSecond())
+			for _, ref := range r.GetDoubleCharged() {
+				fmt.Fprintln(g.out, "  double charged:", ref)
+			}
+			return nil
+		},
+	}
+	f := &gatewayv1.Faults{}
+	var latMin, latMax int32
+	faults := &cobra.Command{
+		Use:   "faults",
+		Short: "Replace gateway-sim's faults (flags not given are zero)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, done, ctx, cancel, err := admin()
+			if err != nil {
+				return err
+			}
+			defer done()
+			defer cancel()
+			f.LatencyMinMs, f.LatencyMaxMs = latMin, latMax
+			r, err := cl.SetFaults(ctx, &gatewayv1.SetFaultsRequest{Faults: f})
+			if err != nil {
+				return rpcError(err)
+			}
+			return printJSON(g.out, r.GetFaults())
+		},
+	}
+	ff := faults.Flags()
+	ff.Int32Var(&latMin, "latency-min-ms", 0, "added latency, lower bound")
+	ff.Int32Var(&latMax, "latency-max-ms", 0, "added latency, upper bound")
+	ff.Float64Var(&f.DeclineRate, "decline-rate", 0, "fraction declined")
+	ff.Float64Var(&f.UnavailableRate, "unavailable-rate", 0, "fraction UNAVAILABLE")
+	ff.Float64Var(&f.TimeoutAfterCommitRate, "timeout-after-commit-rate", 0, "fraction recorded but answered DEADLINE_EXCEEDED")
+	ff.Float64Var(&f.RateCeiling, "rate-ceiling", 0, "charges per second (0: none)")
+	ff.BoolVar(&f.Outage, "outage", false, "answer everything UNAVAILABLE")
+	c.AddCommand(report, faults)
+	return c
+}
