@@ -12,14 +12,15 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// takeSQL takes up to $2 tokens from the cluster-wide bucket $1, refilled at
-// $3 tokens/s up to a burst of $4. The row lock serializes sweepers, so the
-// whole cluster together never takes more than the rate allows.
+// takeSQL refills the cluster-wide bucket $1 at $2 tokens/s up to a burst
+// of $3 and returns what it holds; the caller spends from it in the same
+// transaction. The row lock serializes sweepers, so the whole cluster
+// together never takes more than the rate allows.
 const takeSQL = `
-INSERT INTO rate_buckets AS b (name, tokens, refreshed_at) VALUES ($1, $4, now())
+INSERT INTO rate_buckets AS b (name, tokens, refreshed_at) VALUES ($1, $3, clock_timestamp())
 ON CONFLICT (name) DO UPDATE
-SET tokens = LEAST($4::float8, b.tokens + $3::float8 * extract(epoch FROM now() - b.refreshed_at)),
-    refreshed_at = now()
+SET tokens = LEAST($3::float8, b.tokens + $2::float8 * extract(epoch FROM clock_timestamp() - b.refreshed_at)),
+    refreshed_at = clock_timestamp()
 RETURNING tokens`
 
 const spendSQL = `UPDATE rate_buckets SET tokens = tokens - $2 WHERE name = $1`
@@ -39,7 +40,7 @@ func (b Bucket) Take(ctx context.Context, db Beginner, want int) (int, error) {
 	var got int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var avail float64
-		if err := tx.QueryRow(ctx, takeSQL, b.Name, want, b.Rate, b.Burst).Scan(&avail); err != nil {
+		if err := tx.QueryRow(ctx, takeSQL, b.Name, b.Rate, b.Burst).Scan(&avail); err != nil {
 			return err
 		}
 		got = min(want, int(avail))
