@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools:$(PATH)
 
-.PHONY: help up down logs status build test proto proto-check tools lint fuzz bench bench-api clean
+.PHONY: help up down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api clean
 
 help:
 	@echo "make up         build and start the local stack (Postgres + payments-api)"
@@ -11,7 +11,8 @@ help:
 	@echo "make logs       show service logs (FOLLOW=1 to follow)"
 	@echo "make proto      lint protos and regenerate gen/ with pinned plugins"
 	@echo "make fuzz       fuzz the create request for 60 s"
-	@echo "make bench      run the benchmarks (bench-api)"
+	@echo "make bench      the due-time spike: N=200000 payments due in one second (make bench N=...)"
+	@echo "make bench-api  API create throughput and latency"
 
 build:
 	@mkdir -p bin
@@ -50,7 +51,10 @@ FUZZTIME ?= 60s
 fuzz:
 	@deploy/local/with-pg.sh go test -run '^$$' -fuzz FuzzCreateREST -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./pkg/apiserver
 
-bench: bench-api
+bench: bench-engine
+
+bench-engine: build
+	@N=$(or $(N),200000) deploy/local/bench-engine.sh
 
 bench-api: build
 	@deploy/local/bench-api.sh

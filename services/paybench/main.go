@@ -4,9 +4,13 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/paysched/paysched/pkg/apibench"
@@ -23,6 +27,12 @@ func main() {
 	batchConc := fs.Int("batch-concurrency", 8, "concurrent clients for batchCreate")
 	dur := fs.Duration("duration", 10*time.Second, "length of each phase")
 	batch := fs.Int("batch-size", 1000, "items per batchCreate")
+	mode := fs.String("mode", "api", "api: create throughput; spike: N payments due in one second, executed by the engine")
+	n := fs.Int("n", 200_000, "spike: payments")
+	lead := fs.Duration("lead", 0, "spike: due time from now (default: enough to schedule N)")
+	dbURL := fs.String("database-url", "", "spike: the schedule's database, to measure")
+	pids := fs.String("pids", "", "spike: name=pid,... of the processes whose peak RSS to report")
+	timeout := fs.Duration("timeout", 15*time.Minute, "spike: give up after this")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
 		os.Exit(2)
@@ -34,6 +44,9 @@ func main() {
 	}
 	cfg := apibench.Config{HTTPBase: *httpBase, GRPCAddr: *grpcAddr, Token: tok, Concurrency: *conc,
 		Duration: *dur, BatchSize: *batch, RunID: fmt.Sprint(time.Now().UnixNano())}
+	if *mode == "spike" {
+		os.Exit(spike(cfg, *n, *lead, *dbURL, *pids, *timeout))
+	}
 	rest := apibench.REST(cfg)
 	fmt.Println(rest)
 	grpcRes, err := apibench.GRPC(cfg)
@@ -54,3 +67,36 @@ func main() {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids string, timeout time.Duration) int {
+	if lead == 0 {
+		lead = 5*time.Second + time.Duration(n/15_000)*time.Second
+	}
+	procs := map[string]int{}
+	for _, kv := range strings.Split(pids, ",") {
+		if name, pid, ok := strings.Cut(kv, "="); ok {
+			if p, err := strconv.Atoi(pid); err == nil {
+				procs[name] = p
+			}
+		}
+	}
+	r, err := apibench.Spike(context.Background(), apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL,
+		Pids: procs, Timeout: timeout}, func(s string) { fmt.Println(s) })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	fmt.Printf("payments=%d completed=%d failed=%d dead_lettered=%d other=%d\n", r.N, r.Completed, r.Failed, r.Dead, r.Others)
+	fmt.Printf("executed/s=%.0f drain=%.1fs lateness p50=%.2fs p99=%.2fs max=%.2fs\n", r.ExecutedPerS, r.DrainS, r.LatP50, r.LatP99, r.LatMax)
+	names := make([]string, 0, len(r.RSSMB))
+	for k := range r.RSSMB {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Printf("peak RSS %-14s %4d MB\n", k, r.RSSMB[k])
+	}
+	fmt.Printf("bench executed_per_s=%.0f lateness_p50_s=%.2f lateness_p99_s=%.2f lateness_max_s=%.2f drain_s=%.1f max_rss_mb=%d\n",
+		r.ExecutedPerS, r.LatP50, r.LatP99, r.LatMax, r.DrainS, r.MaxRSSMB)
+	return 0
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `make bench`: the due-time spike. A private durable Postgres, then the
+# engine part of `make up` on bench ports — payments-api, gateway-sim (memory
+# ledger, zero latency), two executors, one sweeper, the reaper — and N
+# payments (default 200,000) all due in the same second. RUNS times
+# (default 3); each run ends with a `bench ...` line.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+export N=${N:-200000} RUNS=${RUNS:-3} ROOT
+export PAYSCHED_PG_DURABLE=1
+exec "$ROOT/deploy/local/with-pg.sh" bash -c '
+set -euo pipefail
+base=${PAYSCHED_TEST_ADMIN_URL%/postgres*}
+logs=$(mktemp -d /tmp/paysched-bench-XXXXXX)
+pids=()
+stop_all() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
+trap stop_all EXIT
+for run in $(seq 1 "$RUNS"); do
+  db="$base/spike_$run?sslmode=disable"
+  "$ROOT/bin/migrate" --database-url "$db" >/dev/null 2>&1
+  export PAYSCHED_DATABASE_URL="$db"
+  "$ROOT/bin/payments-api" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 2>"$logs/api.log" & api=$!
+  "$ROOT/bin/gateway-sim" --ledger memory --grpc-addr 127.0.0.1:19300 --http-addr 127.0.0.1:19301 2>"$logs/gw.log" & gw=$!
+  "$ROOT/bin/executor" --grpc-addr 127.0.0.1:19100 --http-addr 127.0.0.1:19101 --gateway-addr 127.0.0.1:19300 ${EXECUTOR_FLAGS:-} 2>"$logs/ex1.log" & ex1=$!
+  "$ROOT/bin/executor" --grpc-addr 127.0.0.1:19110 --http-addr 127.0.0.1:19111 --gateway-addr 127.0.0.1:19300 ${EXECUTOR_FLAGS:-} 2>"$logs/ex2.log" & ex2=$!
+  "$ROOT/bin/reaper" --http-addr 127.0.0.1:19210 2>"$logs/reaper.log" & rp=$!
+  pids=($api $gw $ex1 $ex2 $rp)
+  "$ROOT/bin/payctl" --api 127.0.0.1:19090 health --wait 30s >/dev/null
+  "$ROOT/bin/payctl" --api 127.0.0.1:19100 health --wait 30s >/dev/null
+  "$ROOT/bin/payctl" --api 127.0.0.1:19110 health --wait 30s >/dev/null
+  "$ROOT/bin/sweeper" --http-addr 127.0.0.1:19200 --executors 127.0.0.1:19100,127.0.0.1:19110 ${SWEEPER_FLAGS:-} 2>"$logs/sweeper.log" & sw=$!
+  pids+=($sw)
+  echo "== run $run of $RUNS: $N payments due in one second"
+  "$ROOT/bin/paybench" --mode spike --n "$N" --api-grpc 127.0.0.1:19090 --database-url "$db" \
+    --pids "payments-api=$api,gateway-sim=$gw,executor-1=$ex1,executor-2=$ex2,sweeper=$sw,reaper=$rp"
+  stop_all
+done
+'

@@ -1,0 +1,145 @@
+package apibench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+)
+
+// SpikeConfig describes the due-time spike benchmark.
+type SpikeConfig struct {
+	Config
+	N           int
+	Lead        time.Duration // how far ahead the shared due time is set
+	DatabaseURL string
+	Pids        map[string]int // process name -> pid, for peak RSS
+	Timeout     time.Duration
+}
+
+// SpikeResult is what the spike measured.
+type SpikeResult struct {
+	N                               int
+	ExecutedPerS                    float64
+	LatP50, LatP99, LatMax, DrainS  float64
+	RSSMB                           map[string]int
+	MaxRSSMB                        int
+	Completed, Failed, Dead, Others int
+}
+
+// Spike schedules N payments all due in the same second through the API
+// (batchCreate), waits until every one is terminal, and measures lateness
+// (due time to first attempt) and the time to drain.
+func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeResult, error) {
+	clients, closeAll, err := dialPool(cfg.Config, 4)
+	if err != nil {
+		return SpikeResult{}, err
+	}
+	defer closeAll()
+	due := time.Now().Add(cfg.Lead).Truncate(time.Second)
+	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cfg.Token)
+	sem := make(chan struct{}, 8)
+	errc := make(chan error, cfg.N/cfg.BatchSize+1)
+	for start := 0; start < cfg.N; start += cfg.BatchSize {
+		sem <- struct{}{}
+		go func(start int) {
+			defer func() { <-sem }()
+			n := min(cfg.BatchSize, cfg.N-start)
+			items := make([]*payschedv1.CreateScheduledPaymentRequest, n)
+			for j := range items {
+				items[j] = &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", start+j), Amount: int64(100 + j),
+					Currency: "USD", DueAt: timestamppb.New(due), RequestId: fmt.Sprintf("%s-s-%d", cfg.RunID, start+j)}
+			}
+			_, err := clients[start/cfg.BatchSize%len(clients)].BatchCreateScheduledPayments(actx,
+				&payschedv1.BatchCreateScheduledPaymentsRequest{Items: items})
+			errc <- err
+		}(start)
+	}
+	for range cap(sem) {
+		sem <- struct{}{}
+	}
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			return SpikeResult{}, fmt.Errorf("schedule: %w", err)
+		}
+	}
+	if time.Now().After(due) {
+		return SpikeResult{}, fmt.Errorf("scheduling took longer than the lead (%s): raise --lead", cfg.Lead)
+	}
+	progress(fmt.Sprintf("scheduled %d payments due at %s (in %.1fs)", cfg.N, due.Format(time.RFC3339), time.Until(due).Seconds()))
+	db, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return SpikeResult{}, err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(cfg.Timeout)
+	for {
+		var open int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM payments WHERE status IN ('PENDING','PROCESSING')`).Scan(&open); err != nil {
+			return SpikeResult{}, err
+		}
+		if time.Now().After(due) {
+			progress(fmt.Sprintf("t+%5.1fs open=%d", time.Since(due).Seconds(), open))
+		}
+		if open == 0 && time.Now().After(due) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return SpikeResult{}, fmt.Errorf("%d payments still open after %s", open, cfg.Timeout)
+		}
+		time.Sleep(time.Second)
+	}
+	r := SpikeResult{N: cfg.N, RSSMB: map[string]int{}}
+	err = db.QueryRow(ctx, `
+		WITH first AS (
+			SELECT p.id, p.due_time, min(a.started_at) AS started, max(a.finished_at) AS finished
+			FROM payments p JOIN payment_attempts a ON a.payment_id = p.id GROUP BY p.id, p.due_time)
+		SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM started - due_time)),
+		       percentile_cont(0.99) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM started - due_time)),
+		       max(EXTRACT(epoch FROM started - due_time)),
+		       EXTRACT(epoch FROM max(finished) - min(due_time))
+		FROM first`).Scan(&r.LatP50, &r.LatP99, &r.LatMax, &r.DrainS)
+	if err != nil {
+		return r, fmt.Errorf("measure: %w", err)
+	}
+	err = db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status='COMPLETED'), count(*) FILTER (WHERE status='FAILED'),
+		count(*) FILTER (WHERE status='DEAD_LETTERED'), count(*) FILTER (WHERE status NOT IN ('COMPLETED','FAILED','DEAD_LETTERED'))
+		FROM payments`).Scan(&r.Completed, &r.Failed, &r.Dead, &r.Others)
+	if err != nil {
+		return r, err
+	}
+	r.ExecutedPerS = float64(cfg.N) / r.DrainS
+	for name, pid := range cfg.Pids {
+		mb := peakRSS(pid)
+		r.RSSMB[name] = mb
+		r.MaxRSSMB = max(r.MaxRSSMB, mb)
+	}
+	return r, nil
+}
+
+// peakRSS reads VmHWM (peak resident set) of a live process, in MiB.
+func peakRSS(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				kb, _ := strconv.Atoi(f[1])
+				return kb / 1024
+			}
+		}
+	}
+	return -1
+}
