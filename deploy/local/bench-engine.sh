@@ -28,11 +28,16 @@ for run in $(seq 1 "$RUNS"); do
   "$ROOT/bin/payctl" --api 127.0.0.1:19090 health --wait 30s >/dev/null
   "$ROOT/bin/payctl" --api 127.0.0.1:19100 health --wait 30s >/dev/null
   "$ROOT/bin/payctl" --api 127.0.0.1:19110 health --wait 30s >/dev/null
-  "$ROOT/bin/sweeper" --http-addr 127.0.0.1:19200 --executors 127.0.0.1:19100,127.0.0.1:19110 ${SWEEPER_FLAGS:-} 2>"$logs/sweeper.log" & sw=$!
+  # Claims of 1,000 (the default is 500) halve the per-statement overhead at the spike.
+  "$ROOT/bin/sweeper" --http-addr 127.0.0.1:19200 --executors 127.0.0.1:19100,127.0.0.1:19110 --batch 1000 ${SWEEPER_FLAGS:-} 2>"$logs/sweeper.log" & sw=$!
   pids+=($sw)
+  if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then psql -q "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
   echo "== run $run of $RUNS: $N payments due in one second"
   "$ROOT/bin/paybench" --mode spike --n "$N" --api-grpc 127.0.0.1:19090 --database-url "$db" \
     --pids "payments-api=$api,gateway-sim=$gw,executor-1=$ex1,executor-2=$ex2,sweeper=$sw,reaper=$rp"
+  if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then
+    psql "$db" -c "SELECT calls, rows, round(total_exec_time::numeric) AS ms, round((total_exec_time/greatest(rows,1))::numeric*1000,1) AS us_per_row, left(regexp_replace(query, chr(10)||chr(124)||chr(32)||chr(43), chr(32), chr(103)), 90) AS q FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12"
+  fi
   stop_all
 done
 '

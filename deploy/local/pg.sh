@@ -7,7 +7,8 @@
 #   pg.sh datadir DIR             print where the cluster in DIR really lives
 #   pg.sh url PORT [DB]           print a connection URL
 #
-# PAYSCHED_PG_FAST=1 at first start turns fsync off (throwaway test clusters).
+# PAYSCHED_PG_FAST=1 at first start turns fsync off (throwaway test clusters);
+# PAYSCHED_PG_STATS=1 loads pg_stat_statements (profiling).
 #
 # Postgres refuses to run as root, so as root the cluster runs as the
 # `postgres` user. When `postgres` cannot reach DIR (a clone under /root, say),
@@ -73,6 +74,10 @@ shared_buffers = 256MB
 timezone = 'UTC'
 log_timezone = 'UTC'
 CONF
+    if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then
+      # Statement statistics for profiling (pg_stat_statements).
+      echo "shared_preload_libraries = 'pg_stat_statements'" >>"$data/postgresql.conf"
+    fi
     if [ "${PAYSCHED_PG_FAST:-}" = 1 ]; then
       # Throwaway test clusters: durability buys nothing there.
       printf 'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n' >>"$data/postgresql.conf"

@@ -31,20 +31,29 @@ type Claimed struct {
 // Why it is safe: FOR UPDATE SKIP LOCKED gives each row to one claimer; rows
 // another transaction holds (a claim, a cancel) are passed by, and a row
 // changed by a committed transaction is re-checked against status='PENDING'
-// before it is locked. The outer WHERE repeats the status test so the UPDATE
-// itself is conditional. attempt+1 is the fencing token the executor's
-// outcome write must match. "due_time <= now()" prunes partitions whose day
-// has not begun (run_at >= due_time always holds).
+// before it is locked. The UPDATE then changes exactly the rows this
+// statement locked, and repeats the status test so it is conditional on its
+// own. attempt+1 is the fencing token the executor's outcome write must
+// match.
+//
+// Why it is fast: "due_time <= now()" prunes the partitions whose day has
+// not begun (run_at >= due_time always holds), and the locked ids are
+// updated through the primary key (id = ANY) within the locked rows'
+// due_time range, rather than a join that would scan every partition.
 const claimSQL = `
+WITH due AS (
+    SELECT id, due_time FROM payments
+    WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now()
+    ORDER BY run_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
 UPDATE payments p
 SET status = 'PROCESSING', lease_until = now() + $2::interval, lease_owner = $1,
     attempt = p.attempt + 1, updated_at = now()
-FROM (SELECT id, due_time FROM payments
-      WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now()
-      ORDER BY run_at
-      LIMIT $3
-      FOR UPDATE SKIP LOCKED) due
-WHERE p.id = due.id AND p.due_time = due.due_time AND p.status = 'PENDING'
+WHERE p.id = ANY (ARRAY(SELECT id FROM due))
+  AND p.due_time >= (SELECT min(due_time) FROM due) AND p.due_time <= now()
+  AND p.status = 'PENDING'
 RETURNING p.id, p.due_time, p.run_at, p.attempt, p.retries, p.payer, p.payee, p.amount_minor, p.currency`
 
 // releaseSQL hands claims that no executor started back to PENDING.

@@ -112,8 +112,7 @@ SET status = u.status,
 FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::text[], $5::timestamptz[], $6::int[],
             $7::text[], $8::text[], $9::text[])
      AS u(id, due_time, attempt, status, run_at, retries, ref, err, dead)
-WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING' AND p.attempt = u.attempt
-RETURNING p.id`
+WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING' AND p.attempt = u.attempt`
 
 // Record writes a batch of transitions in one transaction and returns how
 // many were applied (the rest were fenced out).
@@ -134,17 +133,24 @@ func Record(ctx context.Context, db *pgxpool.Pool, ts []Transition) (int, error)
 		}
 		retries[i] = t.NewRetries
 	}
+	// Both statements in one round trip and one transaction.
+	b := &pgx.Batch{}
+	b.Queue(finishSQL, ids, attempts, outcomes, refs, errs)
+	b.Queue(transitionSQL, ids, dues, attempts, statuses, runAts, retries, refs, errs, deads)
 	applied := 0
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, finishSQL, ids, attempts, outcomes, refs, errs); err != nil {
+		br := tx.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
 			return err
 		}
-		tag, err := tx.Exec(ctx, transitionSQL, ids, dues, attempts, statuses, runAts, retries, refs, errs, deads)
+		tag, err := br.Exec()
 		if err != nil {
+			br.Close()
 			return err
 		}
 		applied = int(tag.RowsAffected())
-		return nil
+		return br.Close()
 	})
 	if err != nil {
 		return 0, fmt.Errorf("record outcomes: %w", err)

@@ -33,11 +33,13 @@ func main() {
 	backoff := fs.String("backoff", retry.DefaultSchedule.String(), "retry delays; their count is the retry budget")
 	chargeTimeout := fs.Duration("charge-timeout", 5*time.Second, "deadline of one Charge call")
 	probeTimeout := fs.Duration("probe-timeout", 2*time.Second, "deadline of the GetCharge probe")
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "executor:", err)
 		os.Exit(2)
 	}
 	log := obs.Logger("executor")
+	obs.ServePprof(*pprofAddr, log)
 	sched, err := retry.Parse(*backoff)
 	if err != nil {
 		svc.Fatal(log, err)

@@ -32,12 +32,14 @@ func main() {
 	fs.Float64Var(&f.TimeoutAfterCommitRate, "timeout-after-commit-rate", 0, "fraction of charges recorded whose answer is lost")
 	fs.Float64Var(&f.RateCeiling, "rate-ceiling", 0, "charges per second before RESOURCE_EXHAUSTED (0: none)")
 	fs.BoolVar(&f.Outage, "outage", false, "answer every call UNAVAILABLE")
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway-sim:", err)
 		os.Exit(2)
 	}
 	f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
 	log := obs.Logger("gateway-sim")
+	obs.ServePprof(*pprofAddr, log)
 	ctx, stop := svc.Context()
 	defer stop()
 

@@ -18,3 +18,7 @@ CREATE TABLE rate_buckets (
     tokens       double precision NOT NULL,
     refreshed_at timestamptz NOT NULL
 );
+
+-- An attempt row is inserted when the attempt starts and updated once when
+-- it ends: free space on its page lets that update be HOT (no index write).
+ALTER TABLE payment_attempts SET (fillfactor = 70);
