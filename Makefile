@@ -2,10 +2,11 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools:$(PATH)
 
-.PHONY: help up down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api clean
+.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api clean
 
 help:
-	@echo "make up         build and start the local stack (Postgres + payments-api)"
+	@echo "make up         build and start the local stack (Postgres, payments-api and the engine)"
+	@echo "make demo       make up, then schedule a few hundred payments due within seconds and watch them"
 	@echo "make test       install what is missing and run every check and test"
 	@echo "make down       stop the local stack (data stays in .data/)"
 	@echo "make logs       show service logs (FOLLOW=1 to follow)"
@@ -20,6 +21,9 @@ build:
 
 up: build
 	@deploy/local/stack.sh up
+
+demo: up
+	@bin/payctl demo
 
 down:
 	@deploy/local/stack.sh down
