@@ -21,7 +21,11 @@ alive() { # alive NAME: the pid file names a live process running bin/<binary of
   local f="$RUN/$1.pid" pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "bin/${1%-[0-9]*}"
+  running "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "bin/${1%-[0-9]*}"
+}
+
+running() { # running PID: exists and is not a zombie waiting to be reaped
+  [ -r "/proc/$1/stat" ] && ! awk '{exit ($3 == "Z") ? 0 : 1}' "/proc/$1/stat" 2>/dev/null
 }
 
 start_service() { # start_service NAME[-N] ARGS...: runs bin/NAME, logs to NAME[-N].log
@@ -78,14 +82,21 @@ MSG
 
 down() {
   shopt -s nullglob
+  # Sweepers first (no new claims), then executors (they finish their
+  # batches), then the rest.
+  local files=("$RUN"/sweeper*.pid "$RUN"/reaper*.pid "$RUN"/executor*.pid)
   for f in "$RUN"/*.pid; do
+    case " ${files[*]} " in *" $f "*) ;; *) files+=("$f") ;; esac
+  done
+  for f in "${files[@]}"; do
+    [ -f "$f" ] || continue
     local name pid
     name=$(basename "$f" .pid)
     pid=$(cat "$f")
     if alive "$name"; then
       kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 1 300); do running "$pid" || break; sleep 0.1; done
+      running "$pid" && kill -KILL "$pid" 2>/dev/null || true
       echo "stopped $name (pid $pid)"
     fi
     rm -f "$f"

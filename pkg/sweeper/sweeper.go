@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -70,7 +71,11 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	}
 	s := &Sweeper{cfg: cfg, db: db, log: log, slots: make(chan *executor, len(addrs)*cfg.Slots)}
 	for _, a := range addrs {
-		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// Reconnect fast to a restarted executor (gRPC's default backoff
+		// grows to two minutes).
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+				BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
 		if err != nil {
 			return nil, fmt.Errorf("executor %s: %w", a, err)
 		}
@@ -209,6 +214,9 @@ func (s *Sweeper) dispatch(e *executor, claimed []claim.Claimed, probe bool) {
 		s.m.released.Add(float64(n))
 		s.log.Warn("dispatch failed; released unstarted claims", "executor", e.addr, "err", err,
 			"claimed", len(claimed), "released", n, "release_err", rerr)
+		// Rest this slot a moment rather than claim again for an executor
+		// that just failed.
+		time.Sleep(s.cfg.Interval)
 		return
 	}
 	good := int(resp.GetSucceeded() + resp.GetDeclined())

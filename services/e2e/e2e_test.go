@@ -23,10 +23,10 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func build(t *testing.T) string {
+func build(t *testing.T, pkgs ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./services/migrate", "./services/payments-api", "./services/payctl")
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
 	cmd.Dir = pgtest.RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
@@ -44,7 +44,7 @@ func freeAddr(t *testing.T) string {
 }
 
 func TestBinariesEndToEnd(t *testing.T) {
-	bin := build(t)
+	bin := build(t, "./services/migrate", "./services/payments-api", "./services/payctl")
 	db := pgtest.NewEmptyURL(t)
 	for range 2 { // migrate creates the database, and a second run is a no-op
 		if out, err := exec.Command(filepath.Join(bin, "migrate"), "--database-url", db).CombinedOutput(); err != nil {
