@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -41,14 +42,19 @@ func TestOutageIsBoundedThenDrainsOldestFirst(t *testing.T) {
 	for i := range 2000 {
 		ids = append(ids, c.schedule(1, "bob", now.Add(-time.Duration(2000-i)*time.Millisecond+300*time.Millisecond))...)
 	}
-	time.Sleep(3 * time.Second)
+	// PAYSCHED_OUTAGE=30s runs the full-length acceptance scenario.
+	outage := 3 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("PAYSCHED_OUTAGE")); err == nil {
+		outage = d
+	}
+	time.Sleep(outage)
 	var during int
 	if err := c.db.QueryRow(context.Background(), `SELECT count(*) FROM payment_attempts`).Scan(&during); err != nil {
 		t.Fatal(err)
 	}
 	c.setFaults(&gatewayv1.Faults{})
 	c.waitTerminal(60 * time.Second)
-	t.Logf("attempts during a 3 s outage: %d", during)
+	t.Logf("attempts during a %s outage: %d", outage, during)
 	if during > 400 {
 		t.Fatalf("%d attempts during the outage: the breaker did not hold", during)
 	}
