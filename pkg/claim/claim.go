@@ -70,6 +70,7 @@ SET status = 'PENDING', lease_until = NULL, lease_owner = NULL, updated_at = now
 FROM unnest($1::uuid[], $2::timestamptz[], $3::int[]) AS u(id, due_time, attempt)
 WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING'
   AND p.attempt = u.attempt AND p.lease_owner = $4
+  AND p.id = ANY ($1::uuid[]) AND p.due_time >= $5 AND p.due_time <= $6 -- an index path, no partition scan
   AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.payment_id = u.id AND a.attempt = u.attempt)`
 
 // releaseOwnerSQL releases every unstarted claim of an owner (shutdown).
@@ -87,11 +88,28 @@ func Release(ctx context.Context, db Execer, owner string, cs []Claimed) (int64,
 	for i, c := range cs {
 		ids[i], dues[i], attempts[i] = c.ID, c.DueTime, c.Attempt
 	}
-	tag, err := db.Exec(ctx, releaseSQL, ids, dues, attempts, owner)
+	lo, hi := DueSpan(dues)
+	tag, err := db.Exec(ctx, releaseSQL, ids, dues, attempts, owner, lo, hi)
 	if err != nil {
 		return 0, fmt.Errorf("release claims: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// DueSpan is the due_time range of a batch: with it in a statement the
+// planner prunes partitions at execution time and probes primary keys
+// instead of scanning every partition.
+func DueSpan(dues []time.Time) (time.Time, time.Time) {
+	var lo, hi time.Time
+	for i, d := range dues {
+		if i == 0 || d.Before(lo) {
+			lo = d
+		}
+		if i == 0 || d.After(hi) {
+			hi = d
+		}
+	}
+	return lo, hi
 }
 
 // ReleaseOwner returns every unstarted claim held by owner to PENDING.

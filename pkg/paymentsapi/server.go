@@ -303,17 +303,23 @@ func parseID(id string) (uuid.UUID, error) {
 	return u, nil
 }
 
+// target is the caller and the payment a Get or Cancel names.
+func target(ctx context.Context, paymentID string) (string, uuid.UUID, error) {
+	actorID, err := actor(ctx)
+	if err != nil {
+		return "", uuid.Nil, err
+	}
+	id, err := parseID(paymentID)
+	return actorID, id, err
+}
+
 func notFound() error {
 	return rpcerr.New(codes.NotFound, rpcerr.ReasonNotFound, "payment not found", nil)
 }
 
 // GetScheduledPayment implements PaymentsService.
 func (s *Server) GetScheduledPayment(ctx context.Context, req *payschedv1.GetScheduledPaymentRequest) (*payschedv1.GetScheduledPaymentResponse, error) {
-	actorID, err := actor(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := parseID(req.GetPaymentId())
+	actorID, id, err := target(ctx, req.GetPaymentId())
 	if err != nil {
 		return nil, err
 	}
@@ -380,11 +386,7 @@ func (s *Server) ListScheduledPayments(ctx context.Context, req *payschedv1.List
 
 // CancelScheduledPayment implements PaymentsService.
 func (s *Server) CancelScheduledPayment(ctx context.Context, req *payschedv1.CancelScheduledPaymentRequest) (*payschedv1.CancelScheduledPaymentResponse, error) {
-	actorID, err := actor(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := parseID(req.GetPaymentId())
+	actorID, id, err := target(ctx, req.GetPaymentId())
 	if err != nil {
 		return nil, err
 	}

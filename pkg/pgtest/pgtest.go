@@ -190,10 +190,7 @@ func NewURL(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("pgtest: template: %v", err)
 	}
-	mu.Lock()
-	counter++
-	name := fmt.Sprintf("t_%d_%d_%d", os.Getpid(), counter, time.Now().UnixNano()%1e6)
-	mu.Unlock()
+	name := newName("t")
 	// Cloning needs the template idle; retry briefly if another package's
 	// clone is reading it at this instant.
 	for i := 0; ; i++ {
@@ -206,6 +203,19 @@ func NewURL(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
+	dropAtEnd(t, name)
+	return withDB(adminURL, name)
+}
+
+// newName is a database name unique across the test processes of a run.
+func newName(prefix string) string {
+	mu.Lock()
+	defer mu.Unlock()
+	counter++
+	return fmt.Sprintf("%s_%d_%d_%d", prefix, os.Getpid(), counter, time.Now().UnixNano()%1e6)
+}
+
+func dropAtEnd(t testing.TB, name string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -214,7 +224,6 @@ func NewURL(t testing.TB) string {
 			c.Close(ctx)
 		}
 	})
-	return withDB(adminURL, name)
 }
 
 // NewEmptyURL returns the URL of a database that does not exist yet (the
@@ -224,18 +233,8 @@ func NewEmptyURL(t testing.TB) string {
 	if adminURL == "" {
 		t.Fatal("pgtest: call pgtest.Main from TestMain")
 	}
-	mu.Lock()
-	counter++
-	name := fmt.Sprintf("e_%d_%d_%d", os.Getpid(), counter, time.Now().UnixNano()%1e6)
-	mu.Unlock()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if c, err := pgx.Connect(ctx, adminURL); err == nil {
-			_, _ = c.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
-			c.Close(ctx)
-		}
-	})
+	name := newName("e")
+	dropAtEnd(t, name)
 	return withDB(adminURL, name)
 }
 
