@@ -73,6 +73,10 @@ max_connections = 300
 shared_buffers = 256MB
 timezone = 'UTC'
 log_timezone = 'UTC'
+# A write-heavy schedule: fewer checkpoints, so fewer full-page images in WAL.
+max_wal_size = 4GB
+checkpoint_timeout = 15min
+wal_buffers = 32MB
 CONF
     if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then
       # Statement statistics for profiling (pg_stat_statements).
