@@ -73,7 +73,7 @@ func TestExpiredLeases(t *testing.T) {
 			t.Fatalf("%s: attempt outcome %q, want %q", id, outcome, wantOutcome)
 		}
 	}
-	check(retry, "PENDING", 1, 3, "ABANDONED")      // attempt kept: the same gateway key retries
+	check(retry, "PENDING", 1, 3, "ABANDONED")       // attempt kept: the same gateway key retries
 	check(spent, "DEAD_LETTERED", 3, 3, "ABANDONED") // budget spent
 	check(unstarted, "PENDING", 2, 3, "")            // never started: no budget spent
 	if n, err := r.ExpireLeases(context.Background()); err != nil || n != 0 {
