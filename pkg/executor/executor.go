@@ -40,8 +40,16 @@ type Server struct {
 	charger *gateway.Charger
 	log     *slog.Logger
 	batches chan struct{}
-	calls   chan struct{}
+	jobs    chan job
 	m       metrics
+}
+
+// job is one gateway call for a worker of the pool.
+type job struct {
+	ctx  context.Context
+	p    gateway.Payment
+	out  *gateway.Result
+	done *sync.WaitGroup
 }
 
 type metrics struct {
@@ -53,7 +61,12 @@ type metrics struct {
 // New returns an executor.
 func New(cfg Config, db *pgxpool.Pool, charger *gateway.Charger, reg prometheus.Registerer, log *slog.Logger) *Server {
 	s := &Server{cfg: cfg, db: db, charger: charger, log: log,
-		batches: make(chan struct{}, cfg.MaxBatches), calls: make(chan struct{}, cfg.Concurrency)}
+		batches: make(chan struct{}, cfg.MaxBatches), jobs: make(chan job)}
+	// A fixed pool of callers bounds gateway concurrency; long-lived
+	// goroutines keep their grown stacks instead of regrowing one per call.
+	for range cfg.Concurrency {
+		go s.worker()
+	}
 	s.m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "paysched_gateway_outcomes_total", Help: "Gateway attempts by outcome."}, []string{"outcome"})
 	s.m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -94,17 +107,11 @@ func (s *Server) Execute(ctx context.Context, req *internalv1.ExecuteRequest) (*
 	resp := &internalv1.ExecuteResponse{Fenced: int32(len(items) - len(started))}
 	results := make([]gateway.Result, len(started))
 	var wg sync.WaitGroup
+	wg.Add(len(started))
 	for i, it := range started {
-		s.calls <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-s.calls; wg.Done() }()
-			w := pay[it.ID]
-			t0 := time.Now()
-			results[i] = s.charger.Charge(wctx, gateway.Payment{ID: w.GetPaymentId(), Payer: w.GetPayer(),
-				Payee: w.GetPayee(), Currency: w.GetCurrency(), Amount: w.GetAmount()})
-			s.m.latency.Observe(time.Since(t0).Seconds())
-		}()
+		w := pay[it.ID]
+		s.jobs <- job{ctx: wctx, out: &results[i], done: &wg, p: gateway.Payment{ID: w.GetPaymentId(),
+			Payer: w.GetPayer(), Payee: w.GetPayee(), Currency: w.GetCurrency(), Amount: w.GetAmount()}}
 	}
 	wg.Wait()
 	now := time.Now()
@@ -141,6 +148,15 @@ func (s *Server) Execute(ctx context.Context, req *internalv1.ExecuteRequest) (*
 		}
 	}
 	return resp, nil
+}
+
+func (s *Server) worker() {
+	for j := range s.jobs {
+		t0 := time.Now()
+		*j.out = s.charger.Charge(j.ctx, j.p)
+		s.m.latency.Observe(time.Since(t0).Seconds())
+		j.done.Done()
+	}
 }
 
 // decide maps an attempt's result to the payment's next state.

@@ -3,13 +3,13 @@ package gatewaysim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -28,6 +28,9 @@ type Server struct {
 	ledger Ledger
 	faults atomic.Pointer[gatewayv1.Faults]
 
+	epoch int64        // start time: charge ids stay unique across restarts
+	seq   atomic.Int64 // charge id sequence
+
 	mu          sync.Mutex
 	second      int64 // the wall-clock second being counted
 	inSecond    int64 // charges accepted in it
@@ -37,7 +40,7 @@ type Server struct {
 
 // New returns a Server over ledger with faults f.
 func New(ledger Ledger, f *gatewayv1.Faults) *Server {
-	s := &Server{ledger: ledger}
+	s := &Server{ledger: ledger, epoch: time.Now().UnixNano()}
 	if f == nil {
 		f = &gatewayv1.Faults{}
 	}
@@ -99,7 +102,7 @@ func (s *Server) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gat
 		return nil, status.Error(codes.ResourceExhausted, "rate ceiling reached")
 	}
 	c := &Charge{
-		ID: "ch_" + uuid.NewString(), Key: req.GetIdempotencyKey(), Reference: req.GetReference(),
+		ID: fmt.Sprintf("ch_%x_%d", s.epoch, s.seq.Add(1)), Key: req.GetIdempotencyKey(), Reference: req.GetReference(),
 		Amount: req.GetAmount(), Currency: req.GetCurrency(), Payer: req.GetPayer(), Payee: req.GetPayee(),
 		CreatedAt: time.Now().UTC(),
 	}

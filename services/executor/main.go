@@ -51,7 +51,7 @@ func main() {
 		svc.Fatal(log, err)
 	}
 	defer pool.Close()
-	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithSharedWriteBuffer(true))
 	if err != nil {
 		svc.Fatal(log, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 
 	"google.golang.org/grpc"
 
@@ -63,7 +64,7 @@ func main() {
 		svc.Fatal(log, fmt.Errorf("--ledger %q: want postgres or memory", *ledger))
 	}
 	sim := gatewaysim.New(l, f)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.SharedWriteBuffer(true), grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())))
 	gatewayv1.RegisterGatewayServiceServer(gs, sim)
 	gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)
 	err := svc.Server{Name: "gateway-sim", Log: log, Registry: obs.Registry(), GRPC: gs,
