@@ -21,5 +21,6 @@ for run in $(seq 1 '"$RUNS"'); do
   echo "== run $run of '"$RUNS"'"
   "$ROOT/bin/paybench" --api-http http://127.0.0.1:18080 --api-grpc 127.0.0.1:19090 ${PAYBENCH_FLAGS:-} || { kill $api; exit 1; }
   kill -TERM $api; wait $api || true
+  psql -q "${PAYSCHED_TEST_ADMIN_URL}" -c "DROP DATABASE bench_$run WITH (FORCE)" -c CHECKPOINT
 done
 '
