@@ -39,7 +39,7 @@ for run in $(seq 1 "$RUNS"); do
     psql "$db" -c "SELECT calls, rows, round(total_exec_time::numeric) AS ms, round((total_exec_time/greatest(rows,1))::numeric*1000,1) AS us_per_row, left(regexp_replace(query, chr(10)||chr(124)||chr(32)||chr(43), chr(32), chr(103)), 90) AS q FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12"
   fi
   stop_all
-  # A clean start for the next run: no autovacuum of this run's tables
+  # A clean start for the next run: no autovacuum of the tables of this one
   # competing with it.
   psql -q "${PAYSCHED_TEST_ADMIN_URL}" -c "DROP DATABASE spike_$run WITH (FORCE)" -c CHECKPOINT
 done
