@@ -1,0 +1,382 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Config configures the connector.
+type Config struct {
+	DatabaseURL       string
+	Slot              string // permanent replication slot
+	Publication       string
+	Source            Source
+	Brokers           []string
+	HeartbeatTopic    string
+	StatusInterval    time.Duration // how often the acked LSN is reported
+	HeartbeatInterval time.Duration // heartbeat writes and events
+}
+
+// Connector streams row changes to Kafka.
+type Connector struct {
+	cfg  Config
+	log  *slog.Logger
+	db   *pgxpool.Pool
+	kafk *kgo.Client
+	rels map[uint32]*Relation
+	acks ackQueue
+	m    struct {
+		events  prometheus.Counter
+		slotLag prometheus.Gauge
+		lag     prometheus.Histogram
+	}
+}
+
+// New builds a connector; Run starts it.
+func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*Connector, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...),
+		// Idempotent producer (franz-go's default) with acks=all: retries
+		// never duplicate or reorder within a partition.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(5*time.Millisecond),
+		kgo.MaxBufferedRecords(200_000),
+		kgo.ProducerBatchMaxBytes(4<<20),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	c := &Connector{cfg: cfg, log: log, db: db, kafk: cl, rels: map[uint32]*Relation{}}
+	c.m.events = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_cdc_events_total", Help: "Change events acknowledged by Kafka."})
+	c.m.slotLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_cdc_slot_lag_bytes", Help: "WAL the slot holds back: current LSN minus confirmed flush LSN."})
+	c.m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "paysched_cdc_lag_seconds",
+		Help: "Commit to Kafka acknowledgement.", Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}})
+	reg.MustRegister(c.m.events, c.m.slotLag, c.m.lag)
+	return c, nil
+}
+
+// Setup creates what the connector needs, idempotently: the publication
+// (partitions published as their root, so events name "payments"), the
+// heartbeat table, and the permanent slot.
+func (c *Connector) Setup(ctx context.Context) error {
+	// The heartbeat table is published too: its periodic update reaches the
+	// connector as a small transaction whose end LSN can be confirmed, so an
+	// idle slot keeps moving and never pins WAL.
+	if _, err := c.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS cdc_heartbeat (id int PRIMARY KEY, ts timestamptz NOT NULL)`); err != nil {
+		return fmt.Errorf("heartbeat table: %w", err)
+	}
+	var exists bool
+	if err := c.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, c.cfg.Publication).Scan(&exists); err != nil {
+		return fmt.Errorf("check publication: %w", err)
+	}
+	if !exists {
+		if _, err := c.db.Exec(ctx, `CREATE PUBLICATION `+quoteIdent(c.cfg.Publication)+
+			` FOR TABLE payments, payment_attempts, cdc_heartbeat WITH (publish_via_partition_root = true)`); err != nil {
+			return fmt.Errorf("create publication: %w", err)
+		}
+	}
+	if err := c.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, c.cfg.Slot).Scan(&exists); err != nil {
+		return fmt.Errorf("check slot: %w", err)
+	}
+	if !exists {
+		conn, err := c.replConn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		if _, err := pglogrepl.CreateReplicationSlot(ctx, conn, c.cfg.Slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{}); err != nil {
+			return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
+		}
+		c.log.Info("created replication slot", "slot", c.cfg.Slot)
+	}
+	return nil
+}
+
+func (c *Connector) replConn(ctx context.Context) (*pgconn.PgConn, error) {
+	url := c.cfg.DatabaseURL
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	conn, err := pgconn.Connect(ctx, url+sep+"replication=database")
+	if err != nil {
+		return nil, fmt.Errorf("replication connection: %w", err)
+	}
+	return conn, nil
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// Close releases the Kafka client.
+func (c *Connector) Close() { c.kafk.Close() }
+
+// Run streams from the slot's confirmed position until ctx ends or Kafka
+// fails for good; either way what was acknowledged is reported, and a
+// restart resumes from there (events after it may be sent twice, never lost).
+func (c *Connector) Run(ctx context.Context) error {
+	conn, err := c.replConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	err = pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(c.cfg.Publication, "'", "''") + "'"},
+	})
+	if err != nil {
+		return fmt.Errorf("start replication: %w", err)
+	}
+	c.log.Info("streaming", "slot", c.cfg.Slot, "publication", c.cfg.Publication)
+	fatal := make(chan error, 1)
+	c.acks.onFail = func(err error) {
+		select {
+		case fatal <- err:
+		default:
+		}
+	}
+	var tx *txn
+	nextStatus := time.Now()
+	nextBeat := time.Now()
+	for {
+		select {
+		case err := <-fatal:
+			c.shutdown(conn)
+			return fmt.Errorf("kafka: %w", err)
+		default:
+		}
+		if ctx.Err() != nil {
+			c.shutdown(conn)
+			return nil
+		}
+		now := time.Now()
+		if !now.Before(nextBeat) {
+			c.heartbeat(ctx)
+			nextBeat = now.Add(c.cfg.HeartbeatInterval)
+		}
+		if !now.Before(nextStatus) {
+			if err := c.status(ctx, conn, false); err != nil {
+				return err
+			}
+			nextStatus = now.Add(c.cfg.StatusInterval)
+		}
+		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		msg, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) || ctx.Err() != nil {
+				continue
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication error: %s", m.Message)
+		case *pgproto3.CopyData:
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("keepalive: %w", err)
+				}
+				// ServerWALEnd is never confirmed: commits before it may not
+				// have been sent yet. Heartbeat transactions move idle slots.
+				if ka.ReplyRequested {
+					nextStatus = time.Now()
+				}
+			case pglogrepl.XLogDataByteID:
+				x, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("xlog data: %w", err)
+				}
+				if tx, err = c.handle(ctx, x, tx); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+type txn struct {
+	xid        uint32
+	commitTime time.Time
+	changes    []Change
+}
+
+func (c *Connector) handle(ctx context.Context, x pglogrepl.XLogData, tx *txn) (*txn, error) {
+	msg, err := pglogrepl.Parse(x.WALData)
+	if err != nil {
+		return tx, fmt.Errorf("parse pgoutput: %w", err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		r := &Relation{Schema: m.Namespace, Table: m.RelationName}
+		for _, col := range m.Columns {
+			r.Columns = append(r.Columns, Column{Name: col.Name, OID: col.DataType, Key: col.Flags&1 == 1})
+		}
+		c.rels[m.RelationID] = r
+	case *pglogrepl.BeginMessage:
+		return &txn{xid: m.Xid, commitTime: m.CommitTime}, nil
+	case *pglogrepl.InsertMessage:
+		return tx, c.add(tx, m.RelationID, "c", nil, m.Tuple, x.WALStart)
+	case *pglogrepl.UpdateMessage:
+		var before *pglogrepl.TupleData
+		if m.OldTupleType == 'O' {
+			before = m.OldTuple
+		}
+		return tx, c.add(tx, m.RelationID, "u", before, m.NewTuple, x.WALStart)
+	case *pglogrepl.DeleteMessage:
+		return tx, c.add(tx, m.RelationID, "d", m.OldTuple, nil, x.WALStart)
+	case *pglogrepl.CommitMessage:
+		if tx == nil {
+			return nil, errors.New("commit without begin")
+		}
+		return nil, c.publish(ctx, tx, m.TransactionEndLSN)
+	}
+	return tx, nil
+}
+
+func (c *Connector) add(tx *txn, relID uint32, op string, before, after *pglogrepl.TupleData, lsn pglogrepl.LSN) error {
+	if tx == nil {
+		return errors.New("change outside a transaction")
+	}
+	r, ok := c.rels[relID]
+	if !ok {
+		return fmt.Errorf("change for unknown relation %d", relID)
+	}
+	tx.changes = append(tx.changes, Change{Rel: r, Op: op, Before: before, After: after, LSN: lsn, TxID: tx.xid, CommitTime: tx.commitTime})
+	return nil
+}
+
+// publish produces a committed transaction's events; the transaction's end
+// LSN becomes acknowledgeable once Kafka has acked all of them and every
+// earlier transaction.
+func (c *Connector) publish(ctx context.Context, tx *txn, end pglogrepl.LSN) error {
+	entry := c.acks.push(end, len(tx.changes))
+	now := time.Now()
+	for _, ch := range tx.changes {
+		if ch.Rel.Table == "cdc_heartbeat" {
+			c.kafk.Produce(ctx, &kgo.Record{Topic: c.cfg.HeartbeatTopic, Key: []byte(fmt.Sprintf(`{"serverName":%q}`, c.cfg.Source.Name)),
+				Value: []byte(fmt.Sprintf(`{"ts_ms":%d}`, ch.CommitTime.UnixMilli()))}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					c.acks.fail(err)
+					return
+				}
+				c.acks.done(entry)
+			})
+			continue
+		}
+		key, err := Key(ch)
+		if err != nil {
+			return err
+		}
+		val, err := Value(ch, c.cfg.Source, now)
+		if err != nil {
+			return err
+		}
+		commit := ch.CommitTime
+		c.kafk.Produce(ctx, &kgo.Record{Topic: c.cfg.Source.Topic(ch.Rel), Key: key, Value: val}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				c.acks.fail(err)
+				return
+			}
+			c.m.events.Inc()
+			c.m.lag.Observe(time.Since(commit).Seconds())
+			c.acks.done(entry)
+		})
+	}
+	return nil
+}
+
+// status reports the acknowledged LSN to Postgres, which may then recycle
+// WAL up to it.
+func (c *Connector) status(ctx context.Context, conn *pgconn.PgConn, final bool) error {
+	lsn := c.acks.acked()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: lsn, WALFlushPosition: lsn, WALApplyPosition: lsn, ClientTime: time.Now()})
+	if err != nil && !final {
+		return fmt.Errorf("status update: %w", err)
+	}
+	var lag int64
+	if c.db.QueryRow(ctx, `SELECT COALESCE(pg_current_wal_lsn() - confirmed_flush_lsn, 0)::bigint FROM pg_replication_slots WHERE slot_name = $1`,
+		c.cfg.Slot).Scan(&lag) == nil {
+		c.m.slotLag.Set(float64(lag))
+	}
+	return nil
+}
+
+// heartbeat writes the heartbeat row; the change comes back through the
+// slot as its own transaction and becomes a heartbeat event.
+func (c *Connector) heartbeat(ctx context.Context) {
+	if _, err := c.db.Exec(ctx, `INSERT INTO cdc_heartbeat (id, ts) VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET ts = now()`); err != nil && ctx.Err() == nil {
+		c.log.Warn("heartbeat write", "err", err)
+	}
+}
+
+func (c *Connector) shutdown(conn *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := c.kafk.Flush(ctx); err != nil {
+		c.log.Warn("flush on shutdown", "err", err)
+	}
+	_ = c.status(ctx, conn, true)
+	c.log.Info("cdc stopped", "acked_lsn", c.acks.acked().String())
+}
+
+// ackQueue tracks committed transactions in commit order until Kafka has
+// acked all their events.
+type ackQueue struct {
+	mu      sync.Mutex
+	pending []*ackEntry
+	lsn     pglogrepl.LSN
+	onFail  func(error)
+}
+
+type ackEntry struct {
+	end       pglogrepl.LSN
+	remaining int
+}
+
+func (q *ackQueue) push(end pglogrepl.LSN, n int) *ackEntry {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e := &ackEntry{end: end, remaining: n}
+	q.pending = append(q.pending, e)
+	q.advance()
+	return e
+}
+
+func (q *ackQueue) done(e *ackEntry) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e.remaining--
+	q.advance()
+}
+
+func (q *ackQueue) advance() {
+	for len(q.pending) > 0 && q.pending[0].remaining == 0 {
+		q.lsn = max(q.lsn, q.pending[0].end)
+		q.pending = q.pending[1:]
+	}
+}
+
+func (q *ackQueue) acked() pglogrepl.LSN {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.lsn
+}
+
+func (q *ackQueue) fail(err error) {
+	if q.onFail != nil {
+		q.onFail(err)
+	}
+}

@@ -1,0 +1,61 @@
+// Command cdc is the Debezium-style connector: Postgres logical replication
+// (pgoutput, a permanent slot) into Kafka as Debezium JSON envelopes.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/cdc"
+	"github.com/paysched/paysched/pkg/config"
+	"github.com/paysched/paysched/pkg/kafka"
+	"github.com/paysched/paysched/pkg/obs"
+	"github.com/paysched/paysched/pkg/svc"
+)
+
+func main() {
+	fs := flag.NewFlagSet("cdc", flag.ExitOnError)
+	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
+	slot := fs.String("slot", "paysched_cdc", "replication slot (permanent)")
+	pub := fs.String("publication", "paysched", "publication")
+	prefix := fs.String("topic-prefix", "paysched", "Debezium logical server name: topics are <prefix>.<schema>.<table>")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9400", "metrics and health listen address")
+	status := fs.Duration("status-interval", time.Second, "how often the acknowledged LSN is reported to Postgres")
+	beat := fs.Duration("heartbeat-interval", 10*time.Second, "heartbeat write and event interval")
+	if err := config.Parse(fs, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "cdc:", err)
+		os.Exit(2)
+	}
+	log := obs.Logger("cdc")
+	ctx, stop := svc.Context()
+	defer stop()
+	pool, err := svc.Pool(ctx, *dbURL, 4)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	defer pool.Close()
+	pcfg, err := pgx.ParseConfig(*dbURL)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	reg := obs.Registry()
+	c, err := cdc.New(cdc.Config{DatabaseURL: *dbURL, Slot: *slot, Publication: *pub,
+		Source: cdc.Source{Name: *prefix, DB: pcfg.Database}, Brokers: strings.Split(*brokers, ","),
+		HeartbeatTopic: kafka.TopicHeartbeat, StatusInterval: *status, HeartbeatInterval: *beat}, pool, reg, log)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	defer c.Close()
+	if err := c.Setup(ctx); err != nil {
+		svc.Fatal(log, err)
+	}
+	if err := (svc.Server{Name: "cdc", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}).Run(ctx, c.Run); err != nil {
+		svc.Fatal(log, err)
+	}
+}
