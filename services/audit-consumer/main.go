@@ -1,0 +1,44 @@
+// Command audit-consumer turns the CDC topics into the append-only audit log
+// and the CloudEvents notification stream.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/paysched/paysched/pkg/audit"
+	"github.com/paysched/paysched/pkg/config"
+	"github.com/paysched/paysched/pkg/obs"
+	"github.com/paysched/paysched/pkg/svc"
+)
+
+func main() {
+	fs := flag.NewFlagSet("audit-consumer", flag.ExitOnError)
+	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
+	group := fs.String("group", "paysched-audit", "consumer group")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
+	if err := config.Parse(fs, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "audit-consumer:", err)
+		os.Exit(2)
+	}
+	log := obs.Logger("audit-consumer")
+	ctx, stop := svc.Context()
+	defer stop()
+	pool, err := svc.Pool(ctx, *dbURL, 4)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	defer pool.Close()
+	reg := obs.Registry()
+	c, err := audit.New(audit.Config{Brokers: strings.Split(*brokers, ","), Group: *group}, pool, reg, log)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	defer c.Close()
+	if err := (svc.Server{Name: "audit-consumer", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}).Run(ctx, c.Run); err != nil {
+		svc.Fatal(log, err)
+	}
+}
