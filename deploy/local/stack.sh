@@ -14,6 +14,7 @@ LOGS="$DATA/logs"
 PGPORT=${PAYSCHED_PG_PORT:-55432}
 HTTP_ADDR=${PAYSCHED_HTTP_ADDR:-127.0.0.1:8080}
 GRPC_ADDR=${PAYSCHED_GRPC_ADDR:-127.0.0.1:9090}
+KAFKA_PORT=${PAYSCHED_KAFKA_PORT:-9092}
 DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
 PG="$ROOT/deploy/local/pg.sh"
 
@@ -38,14 +39,17 @@ start_service() { # start_service NAME[-N] ARGS...: runs bin/NAME, logs to NAME[
 
 up() {
   mkdir -p "$RUN" "$LOGS"
-  for b in migrate payments-api payctl gateway-sim executor sweeper reaper; do
+  for b in migrate payments-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer; do
     [ -x "$ROOT/bin/$b" ] || { echo "bin/$b is missing: run 'make build'" >&2; exit 1; }
   done
   echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg)"
   "$PG" start "$DATA/pg" "$PGPORT"
   "$ROOT/bin/migrate" --database-url "$DB_URL" >>"$LOGS/migrate.log" 2>&1 || {
     echo "migration failed; see .data/logs/migrate.log" >&2; tail -n 5 "$LOGS/migrate.log" >&2; exit 1; }
+  start_service kafka --kafka-port "$KAFKA_PORT" --kafka-data-dir "$DATA/kafka"
   start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR"
+  start_service cdc --kafka-brokers "127.0.0.1:$KAFKA_PORT"
+  start_service audit-consumer --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service gateway-sim --gateway-database-url "postgres://postgres@127.0.0.1:$PGPORT/paysched_gateway?sslmode=disable" \
     ${GATEWAY_FLAGS:-}
   start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 ${EXECUTOR_FLAGS:-}
@@ -65,12 +69,15 @@ export PAYSCHED_DATABASE_URL='$DB_URL'
 export PAYSCHED_API_HTTP='http://$HTTP_ADDR'
 export PAYSCHED_API_GRPC='$GRPC_ADDR'
 export PAYSCHED_GATEWAY_ADDR='127.0.0.1:9300'
+export PAYSCHED_KAFKA_BROKERS='127.0.0.1:$KAFKA_PORT'
 ENV
   cat <<MSG
 
 paysched is up.
   REST     http://$HTTP_ADDR/v1/scheduled-payments   (OpenAPI: http://$HTTP_ADDR/openapi.json)
   gRPC     $GRPC_ADDR   (reflection on: grpcurl -plaintext $GRPC_ADDR list)
+  kafka    127.0.0.1:$KAFKA_PORT (data in .data/kafka): kcat -b 127.0.0.1:$KAFKA_PORT -C -t paysched.public.payments -o beginning -e
+  events   bin/payctl events tail
   engine   gateway-sim 127.0.0.1:9300, executors 127.0.0.1:9100 and :9110, sweeper and reaper (metrics :9200, :9210)
   metrics  http://$HTTP_ADDR/metrics
   env      . .data/env
@@ -84,7 +91,8 @@ down() {
   shopt -s nullglob
   # Sweepers first (no new claims), then executors (they finish their
   # batches), then the rest.
-  local files=("$RUN"/sweeper*.pid "$RUN"/reaper*.pid "$RUN"/executor*.pid)
+  local files=("$RUN"/sweeper*.pid "$RUN"/reaper*.pid "$RUN"/executor*.pid "$RUN"/payments-api.pid "$RUN"/gateway-sim.pid
+    "$RUN"/cdc.pid "$RUN"/audit-consumer.pid "$RUN"/kafka.pid)
   for f in "$RUN"/*.pid; do
     case " ${files[*]} " in *" $f "*) ;; *) files+=("$f") ;; esac
   done

@@ -70,7 +70,7 @@ func New() *cobra.Command {
 	pf.StringVar(&g.audience, "jwt-audience", env("jwt-audience", auth.DefaultAudience), "token audience (env PAYSCHED_JWT_AUDIENCE)")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "per-call timeout")
-	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), demoCmd(g))
+	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), demoCmd(g), eventsCmd(g))
 	return root
 }
 

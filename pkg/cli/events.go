@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paysched/paysched/pkg/kafka"
+)
+
+// eventsCmd is an example consumer of the notification stream.
+func eventsCmd(g *globals) *cobra.Command {
+	var brokers string
+	var types []string
+	var fromStart bool
+	c := &cobra.Command{Use: "events", Short: "Notification events (CloudEvents on Kafka)"}
+	tail := &cobra.Command{
+		Use:   "tail",
+		Short: "Print notifications as they arrive (Ctrl-C to stop)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			start := kgo.NewOffset().AtEnd()
+			if fromStart {
+				start = kgo.NewOffset().AtStart()
+			}
+			cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...),
+				kgo.ConsumeTopics(kafka.TopicNotifications), kgo.ConsumeResetOffset(start))
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			want := map[string]bool{}
+			for _, t := range types {
+				want[t] = true
+				want["paysched.payment."+t] = true
+			}
+			seen := map[string]bool{} // ce_id: redeliveries are dropped here
+			for ctx.Err() == nil {
+				fs := cl.PollFetches(ctx)
+				var failed error
+				fs.EachError(func(_ string, _ int32, err error) {
+					if ctx.Err() == nil {
+						failed = err
+					}
+				})
+				if failed != nil {
+					return failed
+				}
+				fs.EachRecord(func(r *kgo.Record) {
+					h := map[string]string{}
+					for _, x := range r.Headers {
+						h[x.Key] = string(x.Value)
+					}
+					if (len(want) > 0 && !want[h["ce_type"]]) || seen[h["ce_id"]] {
+						return
+					}
+					seen[h["ce_id"]] = true
+					if g.json {
+						fmt.Fprintf(g.out, `{"ce_id":%q,"ce_type":%q,"ce_time":%q,"ce_source":%q,"data":%s}`+"\n",
+							h["ce_id"], h["ce_type"], h["ce_time"], h["ce_source"], r.Value)
+						return
+					}
+					fmt.Fprintf(g.out, "%s  %-32s %s  %s\n", h["ce_time"], h["ce_type"], r.Key, r.Value)
+				})
+			}
+			return nil
+		},
+	}
+	tail.Flags().StringVar(&brokers, "kafka-brokers", env("kafka-brokers", "127.0.0.1:9092"), "Kafka brokers (env PAYSCHED_KAFKA_BROKERS)")
+	tail.Flags().StringSliceVar(&types, "type", nil, "only these types: created, completed, failed, cancelled, dead_lettered (repeatable)")
+	tail.Flags().BoolVar(&fromStart, "from-beginning", false, "start at the oldest notification, not the newest")
+	c.AddCommand(tail)
+	return c
+}
