@@ -12,7 +12,7 @@ help:
 	@echo "make logs       show service logs (FOLLOW=1 to follow)"
 	@echo "make proto      lint protos and regenerate gen/ with pinned plugins"
 	@echo "make fuzz       fuzz the create request for 60 s"
-	@echo "make bench      the due-time spike: N=200000 payments due in one second (make bench N=...)"
+	@echo "make bench      the due-time spike: N=200000 payments due in one second (make bench N=... CDC=1)"
 	@echo "make bench-api  API create throughput and latency"
 
 build:
@@ -58,7 +58,7 @@ fuzz:
 bench: bench-engine
 
 bench-engine: build
-	@N=$(or $(N),200000) deploy/local/bench-engine.sh
+	@N=$(or $(N),200000) CDC=$(CDC) deploy/local/bench-engine.sh
 
 bench-api: build
 	@deploy/local/bench-api.sh

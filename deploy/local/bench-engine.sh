@@ -3,10 +3,11 @@
 # engine part of `make up` on bench ports — payments-api, gateway-sim (memory
 # ledger, zero latency), two executors, one sweeper, the reaper — and N
 # payments (default 200,000) all due in the same second. RUNS times
-# (default 3); each run ends with a `bench ...` line.
+# (default 3); each run ends with a `bench ...` line. CDC=1 adds kafka (kfake),
+# cdc and the audit-consumer, and reports CDC lag and audit catch-up.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-export N=${N:-200000} RUNS=${RUNS:-3} ROOT
+export N=${N:-200000} RUNS=${RUNS:-3} CDC=${CDC:-} ROOT
 export PAYSCHED_PG_DURABLE=1
 exec "$ROOT/deploy/local/with-pg.sh" bash -c '
 set -euo pipefail
@@ -25,6 +26,18 @@ for run in $(seq 1 "$RUNS"); do
   "$ROOT/bin/executor" --grpc-addr 127.0.0.1:19110 --http-addr 127.0.0.1:19111 --gateway-addr 127.0.0.1:19300 ${EXECUTOR_FLAGS:-} 2>"$logs/ex2.log" & ex2=$!
   "$ROOT/bin/reaper" --http-addr 127.0.0.1:19210 2>"$logs/reaper.log" & rp=$!
   pids=($api $gw $ex1 $ex2 $rp)
+  cdcflags=""
+  pidlist="payments-api=$api,gateway-sim=$gw,executor-1=$ex1,executor-2=$ex2,reaper=$rp"
+  if [ "$CDC" = 1 ]; then
+    "$ROOT/bin/kafka" --kafka-port 19092 --kafka-data-dir "$logs/kafka-$run" --http-addr 127.0.0.1:19093 2>"$logs/kafka.log" & kf=$!
+    sleep 1
+    "$ROOT/bin/cdc" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19400 2>"$logs/cdc.log" & cd=$!
+    "$ROOT/bin/audit-consumer" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 2>"$logs/audit.log" & au=$!
+    pids+=($kf $cd $au)
+    cdcflags="--kafka-brokers 127.0.0.1:19092"
+    pidlist="$pidlist,kafka=$kf,cdc=$cd,audit-consumer=$au"
+    until psql -Atq "$db" -c "SELECT 1 FROM pg_replication_slots WHERE slot_name = '"'"'paysched_cdc'"'"'" 2>/dev/null | grep -q 1; do sleep 0.2; done
+  fi
   "$ROOT/bin/payctl" --api 127.0.0.1:19090 health --wait 30s >/dev/null
   "$ROOT/bin/payctl" --api 127.0.0.1:19100 health --wait 30s >/dev/null
   "$ROOT/bin/payctl" --api 127.0.0.1:19110 health --wait 30s >/dev/null
@@ -33,8 +46,8 @@ for run in $(seq 1 "$RUNS"); do
   pids+=($sw)
   if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then psql -q "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
   echo "== run $run of $RUNS: $N payments due in one second"
-  "$ROOT/bin/paybench" --mode spike --n "$N" --api-grpc 127.0.0.1:19090 --database-url "$db" \
-    --pids "payments-api=$api,gateway-sim=$gw,executor-1=$ex1,executor-2=$ex2,sweeper=$sw,reaper=$rp"
+  "$ROOT/bin/paybench" --mode spike --n "$N" --api-grpc 127.0.0.1:19090 --database-url "$db" $cdcflags \
+    --pids "$pidlist,sweeper=$sw"
   if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then
     psql "$db" -c "SELECT calls, rows, round(total_exec_time::numeric) AS ms, round((total_exec_time/greatest(rows,1))::numeric*1000,1) AS us_per_row, left(regexp_replace(query, chr(10)||chr(124)||chr(32)||chr(43), chr(32), chr(103)), 90) AS q FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12"
   fi

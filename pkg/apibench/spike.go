@@ -2,13 +2,17 @@ package apibench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -23,6 +27,9 @@ type SpikeConfig struct {
 	DatabaseURL string
 	Pids        map[string]int // process name -> pid, for peak RSS
 	Timeout     time.Duration
+	// KafkaBrokers, when set, measures CDC: commit to the event seen on
+	// Kafka, and how long the audit log takes to catch up.
+	KafkaBrokers []string
 }
 
 // SpikeResult is what the spike measured.
@@ -33,6 +40,9 @@ type SpikeResult struct {
 	RSSMB                           map[string]int
 	MaxRSSMB                        int
 	Completed, Failed, Dead, Others int
+	CDC                             bool
+	CDCLagP50, CDCLagP99            float64
+	AuditCatchupS                   float64
 }
 
 // Spike schedules N payments all due in the same second through the API
@@ -76,6 +86,14 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		return SpikeResult{}, fmt.Errorf("scheduling took longer than the lead (%s): raise --lead", cfg.Lead)
 	}
 	progress(fmt.Sprintf("scheduled %d payments due at %s (in %.1fs)", cfg.N, due.Format(time.RFC3339), time.Until(due).Seconds()))
+	var lagWatch *cdcWatch
+	if len(cfg.KafkaBrokers) > 0 {
+		lagWatch, err = watchCDC(ctx, cfg.KafkaBrokers)
+		if err != nil {
+			return SpikeResult{}, err
+		}
+		defer lagWatch.stop()
+	}
 	db, err := pgxpool.New(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return SpikeResult{}, err
@@ -118,6 +136,30 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		return r, err
 	}
 	r.ExecutedPerS = float64(cfg.N) / r.DrainS
+	if lagWatch != nil {
+		r.CDC = true
+		var lastFinish time.Time
+		if err := db.QueryRow(ctx, `SELECT max(finished_at) FROM payment_attempts`).Scan(&lastFinish); err != nil {
+			return r, err
+		}
+		for {
+			var audited int
+			if err := db.QueryRow(ctx, `SELECT count(DISTINCT payment_id) FROM audit_events WHERE table_name = 'payments'
+				AND status IN ('COMPLETED','FAILED','DEAD_LETTERED','CANCELLED')`).Scan(&audited); err != nil {
+				return r, err
+			}
+			if audited >= cfg.N {
+				r.AuditCatchupS = max(0, time.Since(lastFinish).Seconds())
+				break
+			}
+			if time.Now().After(deadline) {
+				return r, fmt.Errorf("audit log has %d of %d terminal payments", audited, cfg.N)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Second) // the last events reach the watcher
+		r.CDCLagP50, r.CDCLagP99 = lagWatch.percentiles()
+	}
 	for name, pid := range cfg.Pids {
 		mb := peakRSS(pid)
 		r.RSSMB[name] = mb
@@ -142,4 +184,62 @@ func peakRSS(pid int) int {
 		}
 	}
 	return -1
+}
+
+// cdcWatch consumes the payments change topic during the spike and records,
+// for each event, how long after its commit it could be read from Kafka.
+type cdcWatch struct {
+	cl   *kgo.Client
+	mu   sync.Mutex
+	lags []float64
+	done chan struct{}
+}
+
+func watchCDC(ctx context.Context, brokers []string) (*cdcWatch, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("paysched.public.payments"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	w := &cdcWatch{cl: cl, done: make(chan struct{})}
+	wctx, cancel := context.WithCancel(ctx)
+	go func() {
+		<-w.done
+		cancel()
+	}()
+	go func() {
+		for wctx.Err() == nil {
+			fs := cl.PollFetches(wctx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) {
+				var e struct {
+					Source struct {
+						TsMs int64 `json:"ts_ms"`
+					} `json:"source"`
+				}
+				if json.Unmarshal(r.Value, &e) == nil && e.Source.TsMs > 0 {
+					w.mu.Lock()
+					w.lags = append(w.lags, now.Sub(time.UnixMilli(e.Source.TsMs)).Seconds())
+					w.mu.Unlock()
+				}
+			})
+		}
+	}()
+	return w, nil
+}
+
+func (w *cdcWatch) percentiles() (float64, float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.lags) == 0 {
+		return -1, -1
+	}
+	s := append([]float64(nil), w.lags...)
+	sort.Float64s(s)
+	return s[len(s)/2], s[len(s)*99/100]
+}
+
+func (w *cdcWatch) stop() {
+	close(w.done)
+	w.cl.Close()
 }

@@ -33,6 +33,7 @@ func main() {
 	dbURL := fs.String("database-url", "", "spike: the schedule's database, to measure")
 	pids := fs.String("pids", "", "spike: name=pid,... of the processes whose peak RSS to report")
 	timeout := fs.Duration("timeout", 15*time.Minute, "spike: give up after this")
+	kafkaBrokers := fs.String("kafka-brokers", "", "spike: measure CDC lag and audit catch-up through these brokers")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
 		os.Exit(2)
@@ -45,7 +46,7 @@ func main() {
 	cfg := apibench.Config{HTTPBase: *httpBase, GRPCAddr: *grpcAddr, Token: tok, Concurrency: *conc,
 		Duration: *dur, BatchSize: *batch, RunID: fmt.Sprint(time.Now().UnixNano())}
 	if *mode == "spike" {
-		os.Exit(spike(cfg, *n, *lead, *dbURL, *pids, *timeout))
+		os.Exit(spike(cfg, *n, *lead, *dbURL, *pids, *timeout, *kafkaBrokers))
 	}
 	rest := apibench.REST(cfg)
 	fmt.Println(rest)
@@ -68,7 +69,7 @@ func main() {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids string, timeout time.Duration) int {
+func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids string, timeout time.Duration, brokers string) int {
 	if lead == 0 {
 		lead = 5*time.Second + time.Duration(n/15_000)*time.Second
 	}
@@ -80,8 +81,11 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids string, t
 			}
 		}
 	}
-	r, err := apibench.Spike(context.Background(), apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL,
-		Pids: procs, Timeout: timeout}, func(s string) { fmt.Println(s) })
+	sc := apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL, Pids: procs, Timeout: timeout}
+	if brokers != "" {
+		sc.KafkaBrokers = strings.Split(brokers, ",")
+	}
+	r, err := apibench.Spike(context.Background(), sc, func(s string) { fmt.Println(s) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
 		return 1
@@ -96,7 +100,13 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids string, t
 	for _, k := range names {
 		fmt.Printf("peak RSS %-14s %4d MB\n", k, r.RSSMB[k])
 	}
-	fmt.Printf("bench executed_per_s=%.0f lateness_p50_s=%.2f lateness_p99_s=%.2f lateness_max_s=%.2f drain_s=%.1f max_rss_mb=%d\n",
+	last := fmt.Sprintf("bench executed_per_s=%.0f lateness_p50_s=%.2f lateness_p99_s=%.2f lateness_max_s=%.2f drain_s=%.1f max_rss_mb=%d",
 		r.ExecutedPerS, r.LatP50, r.LatP99, r.LatMax, r.DrainS, r.MaxRSSMB)
+	if r.CDC {
+		fmt.Printf("cdc lag (commit -> event readable on Kafka) p50=%.2fs p99=%.2fs; audit log caught up %.1fs after the last execution\n",
+			r.CDCLagP50, r.CDCLagP99, r.AuditCatchupS)
+		last += fmt.Sprintf(" cdc_lag_p99_s=%.2f audit_catchup_s=%.1f", r.CDCLagP99, r.AuditCatchupS)
+	}
+	fmt.Println(last)
 	return 0
 }
