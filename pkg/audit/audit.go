@@ -48,6 +48,9 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 		// notifications are written.
 		kgo.DisableAutoCommit(),
 		kgo.FetchMaxWait(200*time.Millisecond),
+		// Bounded buffering: the consumer's memory stays flat under a spike.
+		kgo.FetchMaxBytes(8<<20),
+		kgo.FetchMaxPartitionBytes(2<<20),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(2*time.Millisecond),
 	)
@@ -69,7 +72,7 @@ func (c *Consumer) Close() { c.cl.Close() }
 // Run consumes until ctx ends.
 func (c *Consumer) Run(ctx context.Context) error {
 	for {
-		fs := c.cl.PollRecords(ctx, 5000)
+		fs := c.cl.PollRecords(ctx, 2000)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -105,7 +108,7 @@ type envelope struct {
 // insertSQL appends audit rows; ON CONFLICT makes redelivery a no-op.
 const insertSQL = `
 INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::jsonb[], $8::timestamptz[])
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::json[], $8::timestamptz[])
 ON CONFLICT (lsn, table_name, row_key) DO NOTHING`
 
 func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {

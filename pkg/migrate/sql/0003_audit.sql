@@ -10,7 +10,8 @@ CREATE TABLE audit_events (
     op           char(1)     NOT NULL CHECK (op IN ('c', 'u', 'd', 'r')),
     payment_id   uuid,
     status       text,
-    event        jsonb       NOT NULL,
+    -- json, not jsonb: stored as received (cheaper to write, exact bytes kept).
+    event        json        NOT NULL,
     committed_at timestamptz NOT NULL,
     recorded_at  timestamptz NOT NULL DEFAULT now(),
     UNIQUE (lsn, table_name, row_key)
