@@ -89,23 +89,26 @@ func TestCDCSurvivesKills(t *testing.T) {
 	write(100)
 	k = startKafka()
 	write(100)
-	// Like a supervisor (Kubernetes) would: a process that exited because
+	// Like a supervisor (Kubernetes) would: a process that exits because
 	// Kafka went away is started again; the slot and the group keep its place.
-	for _, p := range []struct {
-		proc  **proc
-		start func() *proc
-	}{{&cdcP, startCDC}, {&auditP, startAudit}} {
-		select {
-		case <-(*p.proc).done:
-			t.Logf("%s exited while kafka was down; restarting it", (*p.proc).name)
-			*p.proc = p.start()
-		default:
+	supervise := func() {
+		for _, p := range []struct {
+			proc  **proc
+			start func() *proc
+		}{{&cdcP, startCDC}, {&auditP, startAudit}} {
+			select {
+			case <-(*p.proc).done:
+				t.Logf("%s exited (kafka restarted); starting it again", (*p.proc).name)
+				*p.proc = p.start()
+			default:
+			}
 		}
 	}
 
 	// Everything arrives: the audit log has one row per change.
 	deadline := time.Now().Add(90 * time.Second)
 	for {
+		supervise()
 		var audited int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE table_name = 'payments'`).Scan(&audited); err != nil {
 			t.Fatal(err)
