@@ -31,12 +31,15 @@ for run in $(seq 1 "$RUNS"); do
   if [ "$CDC" = 1 ]; then
     "$ROOT/bin/kafka" --kafka-port 19092 --kafka-data-dir "$logs/kafka-$run" --http-addr 127.0.0.1:19093 2>"$logs/kafka.log" & kf=$!
     sleep 1
-    "$ROOT/bin/cdc" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19400 2>"$logs/cdc.log" & cd=$!
-    "$ROOT/bin/audit-consumer" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 2>"$logs/audit.log" & au=$!
+    "$ROOT/bin/cdc" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19400 ${CDC_FLAGS:-} 2>"$logs/cdc.log" & cd=$!
+    "$ROOT/bin/audit-consumer" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 ${AUDIT_FLAGS:-} 2>"$logs/audit.log" & au=$!
     pids+=($kf $cd $au)
     cdcflags="--kafka-brokers 127.0.0.1:19092"
     pidlist="$pidlist,kafka=$kf,cdc=$cd,audit-consumer=$au"
-    until psql -Atq "$db" -c "SELECT 1 FROM pg_replication_slots WHERE slot_name = '"'"'paysched_cdc'"'"'" 2>/dev/null | grep -q 1; do sleep 0.2; done
+    for _ in $(seq 1 150); do
+      psql -Atq "$db" -c "SELECT 1 FROM pg_replication_slots WHERE slot_name = '"'"'paysched_cdc'"'"'" 2>/dev/null | grep -q 1 && break
+      sleep 0.2
+    done
   fi
   "$ROOT/bin/payctl" --api 127.0.0.1:19090 health --wait 30s >/dev/null
   "$ROOT/bin/payctl" --api 127.0.0.1:19100 health --wait 30s >/dev/null

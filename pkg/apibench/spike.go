@@ -1,8 +1,8 @@
 package apibench
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -212,20 +212,35 @@ func watchCDC(ctx context.Context, brokers []string) (*cdcWatch, error) {
 			fs := cl.PollFetches(wctx)
 			now := time.Now()
 			fs.EachRecord(func(r *kgo.Record) {
-				var e struct {
-					Source struct {
-						TsMs int64 `json:"ts_ms"`
-					} `json:"source"`
-				}
-				if json.Unmarshal(r.Value, &e) == nil && e.Source.TsMs > 0 {
+				// The commit time is source.ts_ms; find it without decoding the
+				// whole envelope (the watcher must not load the machine).
+				if ms, ok := sourceTsMs(r.Value); ok {
 					w.mu.Lock()
-					w.lags = append(w.lags, now.Sub(time.UnixMilli(e.Source.TsMs)).Seconds())
+					w.lags = append(w.lags, now.Sub(time.UnixMilli(ms)).Seconds())
 					w.mu.Unlock()
 				}
 			})
 		}
 	}()
 	return w, nil
+}
+
+func sourceTsMs(v []byte) (int64, bool) {
+	i := bytes.Index(v, []byte(`"source":{`))
+	if i < 0 {
+		return 0, false
+	}
+	j := bytes.Index(v[i:], []byte(`"ts_ms":`))
+	if j < 0 {
+		return 0, false
+	}
+	rest := v[i+j+len(`"ts_ms":`):]
+	k := bytes.IndexAny(rest, ",}")
+	if k < 0 {
+		return 0, false
+	}
+	ms, err := strconv.ParseInt(string(rest[:k]), 10, 64)
+	return ms, err == nil
 }
 
 func (w *cdcWatch) percentiles() (float64, float64) {

@@ -223,6 +223,7 @@ func (c *Connector) handle(ctx context.Context, x pglogrepl.XLogData, tx *txn) (
 		for _, col := range m.Columns {
 			r.Columns = append(r.Columns, Column{Name: col.Name, OID: col.DataType, Key: col.Flags&1 == 1})
 		}
+		r.quote()
 		c.rels[m.RelationID] = r
 	case *pglogrepl.BeginMessage:
 		return &txn{xid: m.Xid, commitTime: m.CommitTime}, nil

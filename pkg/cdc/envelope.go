@@ -22,6 +22,8 @@ type Column struct {
 	Name string
 	OID  uint32
 	Key  bool
+	// quoted is `"name":`, computed once per relation (see quote).
+	quoted []byte
 }
 
 // Relation is a captured table as pgoutput describes it.
@@ -144,9 +146,12 @@ const (
 // numbers, booleans, timestamps as ISO-8601 UTC strings, everything else
 // (uuid, text, jsonb) as strings.
 func field(b *bytes.Buffer, col Column, v *pglogrepl.TupleDataColumn) error {
-	name, _ := json.Marshal(col.Name)
-	b.Write(name)
-	b.WriteByte(':')
+	if col.quoted != nil {
+		b.Write(col.quoted)
+	} else {
+		writeString(b, col.Name)
+		b.WriteByte(':')
+	}
 	switch v.DataType {
 	case 'n':
 		b.WriteString("null")
@@ -166,16 +171,52 @@ func field(b *bytes.Buffer, col Column, v *pglogrepl.TupleDataColumn) error {
 			b.WriteString("false")
 		}
 	case oidTimestamptz, oidTimestamp:
+		// Fast path for UTC sessions: "2026-11-30 07:21:29.12+00" is
+		// already ISO-8601 but for the 'T' and the zone.
+		if len(s) >= 22 && s[10] == ' ' && s[len(s)-3:] == "+00" {
+			b.WriteByte('"')
+			b.WriteString(s[:10])
+			b.WriteByte('T')
+			b.WriteString(s[11 : len(s)-3])
+			b.WriteString(`Z"`)
+			return nil
+		}
 		t, err := parseTimestamp(s)
 		if err != nil {
 			return fmt.Errorf("column %s: %w", col.Name, err)
 		}
-		fmt.Fprintf(b, "%q", t.UTC().Format("2006-01-02T15:04:05.999999Z"))
+		b.WriteByte('"')
+		b.WriteString(t.UTC().Format("2006-01-02T15:04:05.999999Z"))
+		b.WriteByte('"')
 	default:
-		q, _ := json.Marshal(s)
-		b.Write(q)
+		writeString(b, s)
 	}
 	return nil
+}
+
+// writeString writes s as a JSON string, without allocating when nothing
+// needs escaping (ids, codes, statuses: nearly always).
+func writeString(b *bytes.Buffer, s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			b.Write(q)
+			return
+		}
+	}
+	b.WriteByte('"')
+	b.WriteString(s)
+	b.WriteByte('"')
+}
+
+// quote precomputes the column name prefixes of a relation.
+func (r *Relation) quote() {
+	for i := range r.Columns {
+		var b bytes.Buffer
+		writeString(&b, r.Columns[i].Name)
+		b.WriteByte(':')
+		r.Columns[i].quoted = b.Bytes()
+	}
 }
 
 // parseTimestamp reads Postgres' text output ("2026-11-30 07:21:29.123456+00").

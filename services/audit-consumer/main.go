@@ -20,11 +20,13 @@ func main() {
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	group := fs.String("group", "paysched-audit", "consumer group")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "audit-consumer:", err)
 		os.Exit(2)
 	}
 	log := obs.Logger("audit-consumer")
+	obs.ServePprof(*pprofAddr, log)
 	ctx, stop := svc.Context()
 	defer stop()
 	pool, err := svc.Pool(ctx, *dbURL, 4)
