@@ -6,6 +6,7 @@ package svc
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/paysched/paysched/pkg/config"
 	"github.com/paysched/paysched/pkg/obs"
 )
 
@@ -146,4 +148,20 @@ func (s Server) Run(ctx context.Context, work func(context.Context) error) error
 func Fatal(log *slog.Logger, err error) {
 	log.Error("fatal", "err", err)
 	os.Exit(1)
+}
+
+// Boot is the start of every service's main: it adds --pprof-addr to fs,
+// parses the flags (PAYSCHED_* environment included; a bad value exits 2),
+// starts JSON logging and, when asked, the profiler, and returns a context
+// that SIGINT or SIGTERM ends.
+func Boot(name string, fs *flag.FlagSet) (context.Context, *slog.Logger, context.CancelFunc) {
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
+	if err := config.Parse(fs, os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(2)
+	}
+	log := obs.Logger(name)
+	obs.ServePprof(*pprofAddr, log)
+	ctx, stop := Context()
+	return ctx, log, stop
 }

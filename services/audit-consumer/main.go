@@ -4,12 +4,9 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 	"strings"
 
 	"github.com/paysched/paysched/pkg/audit"
-	"github.com/paysched/paysched/pkg/config"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/svc"
 )
@@ -20,14 +17,7 @@ func main() {
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	group := fs.String("group", "paysched-audit", "consumer group")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
-	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
-	if err := config.Parse(fs, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "audit-consumer:", err)
-		os.Exit(2)
-	}
-	log := obs.Logger("audit-consumer")
-	obs.ServePprof(*pprofAddr, log)
-	ctx, stop := svc.Context()
+	ctx, log, stop := svc.Boot("audit-consumer", fs)
 	defer stop()
 	pool, err := svc.Pool(ctx, *dbURL, 4)
 	if err != nil {

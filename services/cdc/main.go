@@ -4,15 +4,12 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/cdc"
-	"github.com/paysched/paysched/pkg/config"
 	"github.com/paysched/paysched/pkg/kafka"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/svc"
@@ -28,14 +25,7 @@ func main() {
 	httpAddr := fs.String("http-addr", "127.0.0.1:9400", "metrics and health listen address")
 	status := fs.Duration("status-interval", time.Second, "how often the acknowledged LSN is reported to Postgres")
 	beat := fs.Duration("heartbeat-interval", 10*time.Second, "heartbeat write and event interval")
-	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
-	if err := config.Parse(fs, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "cdc:", err)
-		os.Exit(2)
-	}
-	log := obs.Logger("cdc")
-	obs.ServePprof(*pprofAddr, log)
-	ctx, stop := svc.Context()
+	ctx, log, stop := svc.Boot("cdc", fs)
 	defer stop()
 	pool, err := svc.Pool(ctx, *dbURL, 4)
 	if err != nil {

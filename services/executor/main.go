@@ -4,8 +4,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 	"time"
 
 	"google.golang.org/grpc"
@@ -13,7 +11,6 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
-	"github.com/paysched/paysched/pkg/config"
 	"github.com/paysched/paysched/pkg/executor"
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/obs"
@@ -33,19 +30,12 @@ func main() {
 	backoff := fs.String("backoff", retry.DefaultSchedule.String(), "retry delays; their count is the retry budget")
 	chargeTimeout := fs.Duration("charge-timeout", 5*time.Second, "deadline of one Charge call")
 	probeTimeout := fs.Duration("probe-timeout", 2*time.Second, "deadline of the GetCharge probe")
-	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
-	if err := config.Parse(fs, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "executor:", err)
-		os.Exit(2)
-	}
-	log := obs.Logger("executor")
-	obs.ServePprof(*pprofAddr, log)
+	ctx, log, stop := svc.Boot("executor", fs)
+	defer stop()
 	sched, err := retry.Parse(*backoff)
 	if err != nil {
 		svc.Fatal(log, err)
 	}
-	ctx, stop := svc.Context()
-	defer stop()
 	pool, err := svc.Pool(ctx, *dbURL, 16)
 	if err != nil {
 		svc.Fatal(log, err)

@@ -6,13 +6,11 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
 	"runtime"
 
 	"google.golang.org/grpc"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
-	"github.com/paysched/paysched/pkg/config"
 	"github.com/paysched/paysched/pkg/gatewaysim"
 	"github.com/paysched/paysched/pkg/migrate"
 	"github.com/paysched/paysched/pkg/obs"
@@ -33,16 +31,9 @@ func main() {
 	fs.Float64Var(&f.TimeoutAfterCommitRate, "timeout-after-commit-rate", 0, "fraction of charges recorded whose answer is lost")
 	fs.Float64Var(&f.RateCeiling, "rate-ceiling", 0, "charges per second before RESOURCE_EXHAUSTED (0: none)")
 	fs.BoolVar(&f.Outage, "outage", false, "answer every call UNAVAILABLE")
-	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
-	if err := config.Parse(fs, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "gateway-sim:", err)
-		os.Exit(2)
-	}
-	f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
-	log := obs.Logger("gateway-sim")
-	obs.ServePprof(*pprofAddr, log)
-	ctx, stop := svc.Context()
+	ctx, log, stop := svc.Boot("gateway-sim", fs)
 	defer stop()
+	f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
 
 	var l gatewaysim.Ledger
 	switch *ledger {

@@ -5,11 +5,8 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 	"time"
 
-	"github.com/paysched/paysched/pkg/config"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/reaper"
 	"github.com/paysched/paysched/pkg/retry"
@@ -25,14 +22,7 @@ func main() {
 	horizon := fs.Duration("horizon", 365*24*time.Hour, "keep partitions this far ahead")
 	retention := fs.Duration("retention", 0, "drop partitions older than this (0: keep)")
 	keyTTL := fs.Duration("idempotency-key-ttl", 7*24*time.Hour, "forget idempotency keys after this")
-	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
-	if err := config.Parse(fs, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "reaper:", err)
-		os.Exit(2)
-	}
-	log := obs.Logger("reaper")
-	obs.ServePprof(*pprofAddr, log)
-	ctx, stop := svc.Context()
+	ctx, log, stop := svc.Boot("reaper", fs)
 	defer stop()
 	pool, err := svc.Pool(ctx, *dbURL, 4)
 	if err != nil {

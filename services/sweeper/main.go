@@ -3,13 +3,10 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/paysched/paysched/pkg/claim"
-	"github.com/paysched/paysched/pkg/config"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/svc"
 	"github.com/paysched/paysched/pkg/sweeper"
@@ -28,14 +25,7 @@ func main() {
 	ceiling := fs.Float64("rate-ceiling", 0, "cluster-wide charges per second towards the gateway (0: none)")
 	threshold := fs.Float64("breaker-threshold", 0.5, "share of failed attempts that opens the circuit breaker")
 	cooldown := fs.Duration("breaker-cooldown", 2*time.Second, "first open period of the breaker")
-	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
-	if err := config.Parse(fs, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "sweeper:", err)
-		os.Exit(2)
-	}
-	log := obs.Logger("sweeper")
-	obs.ServePprof(*pprofAddr, log)
-	ctx, stop := svc.Context()
+	ctx, log, stop := svc.Boot("sweeper", fs)
 	defer stop()
 	pool, err := svc.Pool(ctx, *dbURL, 8)
 	if err != nil {
