@@ -134,15 +134,24 @@ func dialPool(cfg Config, n int) ([]payschedv1.PaymentsServiceClient, func(), er
 	}, nil
 }
 
+// grpcClients dials the pool and returns an authenticated context and a
+// due time a day ahead, which every gRPC phase uses.
+func grpcClients(cfg Config) ([]payschedv1.PaymentsServiceClient, context.Context, *timestamppb.Timestamp, func(), error) {
+	clients, closeAll, err := dialPool(cfg, 4)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+cfg.Token)
+	return clients, ctx, timestamppb.New(time.Now().Add(24 * time.Hour)), closeAll, nil
+}
+
 // GRPC creates one payment per call, spread over a few HTTP/2 connections.
 func GRPC(cfg Config) (Result, error) {
-	clients, closeAll, err := dialPool(cfg, 4)
+	clients, ctx, dueAt, closeAll, err := grpcClients(cfg)
 	if err != nil {
 		return Result{}, err
 	}
 	defer closeAll()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+cfg.Token)
-	dueAt := timestamppb.New(time.Now().Add(24 * time.Hour))
 	return run("grpc-create", cfg.Concurrency, cfg.Duration, 1, func(w, i int) error {
 		_, err := clients[w%len(clients)].CreateScheduledPayment(ctx, &payschedv1.CreateScheduledPaymentRequest{
 			Payee: fmt.Sprint("payee-", w), Amount: int64(100 + i), Currency: "USD", DueAt: dueAt,
@@ -154,13 +163,11 @@ func GRPC(cfg Config) (Result, error) {
 
 // Batch creates BatchSize payments per call.
 func Batch(cfg Config, concurrency int) (Result, error) {
-	clients, closeAll, err := dialPool(cfg, 4)
+	clients, ctx, dueAt, closeAll, err := grpcClients(cfg)
 	if err != nil {
 		return Result{}, err
 	}
 	defer closeAll()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+cfg.Token)
-	dueAt := timestamppb.New(time.Now().Add(24 * time.Hour))
 	r := run("batch-create", concurrency, cfg.Duration, int64(cfg.BatchSize), func(w, i int) error {
 		items := make([]*payschedv1.CreateScheduledPaymentRequest, cfg.BatchSize)
 		for j := range items {

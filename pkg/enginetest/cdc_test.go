@@ -105,41 +105,31 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := len(ids) + completed + failed
-	for quiet := 0; quiet < 3; {
-		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		pcancel()
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) {
-			n++
-			if r.Topic == kafka.TopicNotifications {
-				var id, typ string
-				for _, h := range r.Headers {
-					switch h.Key {
-					case "ce_id":
-						id = string(h.Value)
-					case "ce_type":
-						typ = string(h.Value)
-					}
+	kafkatest.Drain(ctx, cl, func() bool { return len(notes) >= want }, func(r *kgo.Record) {
+		if r.Topic == kafka.TopicNotifications {
+			var id, typ string
+			for _, h := range r.Headers {
+				switch h.Key {
+				case "ce_id":
+					id = string(h.Value)
+				case "ce_type":
+					typ = string(h.Value)
 				}
-				if _, dup := notes[id]; !dup {
-					perType[typ]++
-				}
-				notes[id] = typ
-				return
 			}
-			var e ev
-			if err := json.Unmarshal(r.Value, &e); err != nil {
-				t.Fatal(err)
+			if _, dup := notes[id]; !dup {
+				perType[typ]++
 			}
-			var key struct{ ID string }
-			_ = json.Unmarshal(r.Key, &key)
-			byPayment[key.ID] = append(byPayment[key.ID], e)
-		})
-		if n == 0 && len(notes) >= want {
-			quiet++
+			notes[id] = typ
+			return
 		}
-	}
+		var e ev
+		if err := json.Unmarshal(r.Value, &e); err != nil {
+			t.Fatal(err)
+		}
+		var key struct{ ID string }
+		_ = json.Unmarshal(r.Key, &key)
+		byPayment[key.ID] = append(byPayment[key.ID], e)
+	})
 	for _, id := range ids {
 		evs := byPayment[id.String()]
 		if len(evs) < 3 { // created, claimed, terminal at least

@@ -100,12 +100,12 @@ func idempotencyKey(ctx context.Context, requestID string) (string, error) {
 	return key, nil
 }
 
-// fingerprint hashes the normalized request, so a replay must carry the same
-// body to be answered from the store. The key itself is not part of it.
+// fingerprint hashes a normalized request (its private copy, whose
+// request_id it clears: the key itself is not part of the body), so a
+// replay must carry the same body to be answered from the store.
 func fingerprint(req *payschedv1.CreateScheduledPaymentRequest) []byte {
-	c := proto.CloneOf(req)
-	c.RequestId = ""
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+	req.RequestId = ""
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(req)
 	h := sha256.Sum256(b)
 	return h[:]
 }

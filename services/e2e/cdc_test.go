@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paysched/paysched/pkg/kafka"
+	"github.com/paysched/paysched/pkg/kafkatest"
 	"github.com/paysched/paysched/pkg/pgtest"
 	"github.com/paysched/paysched/pkg/schedule"
 )
@@ -135,22 +136,12 @@ func TestCDCSurvivesKills(t *testing.T) {
 	defer cl.Close()
 	lsns := map[uint64]bool{}
 	total := 0
-	for idle := 0; idle < 3; {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) {
-			n++
-			total++
-			var e struct{ Source struct{ LSN uint64 } }
-			_ = json.Unmarshal(r.Value, &e)
-			lsns[e.Source.LSN] = true
-		})
-		if n == 0 {
-			idle++
-		}
-	}
+	kafkatest.Drain(ctx, cl, nil, func(r *kgo.Record) {
+		total++
+		var e struct{ Source struct{ LSN uint64 } }
+		_ = json.Unmarshal(r.Value, &e)
+		lsns[e.Source.LSN] = true
+	})
 	t.Logf("%d changes, %d events in Kafka (%d duplicates)", writes, total, total-len(lsns))
 	if len(lsns) != writes {
 		t.Fatalf("Kafka has %d distinct changes, want %d", len(lsns), writes)
