@@ -86,12 +86,13 @@ type Transition struct {
 }
 
 // finishSQL closes attempt rows. It is not fenced: a zombie's attempt row is
-// its own, and recording what it saw is the audit trail.
+// its own, and recording what it saw is the audit trail — even over the
+// ABANDONED the reaper wrote while it was slow.
 const finishSQL = `
 UPDATE payment_attempts a
 SET finished_at = now(), outcome = u.outcome, gateway_ref = NULLIF(u.ref, ''), error = NULLIF(u.err, '')
 FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[]) AS u(id, attempt, outcome, ref, err)
-WHERE a.payment_id = u.id AND a.attempt = u.attempt AND a.finished_at IS NULL`
+WHERE a.payment_id = u.id AND a.attempt = u.attempt AND (a.finished_at IS NULL OR a.outcome = 'ABANDONED')`
 
 // transitionSQL moves each payment out of PROCESSING.
 //

@@ -30,6 +30,11 @@ type Config struct {
 	KeyTTL time.Duration
 	// Batch bounds rows per statement.
 	Batch int
+	// OrphanAfter is how old an unfinished attempt of a payment no longer
+	// PROCESSING at that attempt must be before it is closed as ABANDONED.
+	// It must exceed the lease plus the gateway timeouts, so that a live but
+	// slow executor records its own outcome first (0: 5 minutes).
+	OrphanAfter time.Duration
 }
 
 // Reaper runs the maintenance loop.
@@ -46,6 +51,9 @@ type Reaper struct {
 
 // New builds a reaper and registers its metrics.
 func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) *Reaper {
+	if cfg.OrphanAfter <= 0 {
+		cfg.OrphanAfter = 5 * time.Minute
+	}
 	r := &Reaper{cfg: cfg, db: db, log: log}
 	r.m.oldest = prometheus.NewGauge(prometheus.GaugeOpts{Name: "oldest_due_pending_age_seconds", Help: "Age of the oldest due PENDING payment (0 when none)."})
 	r.m.backlog = prometheus.NewGauge(prometheus.GaugeOpts{Name: "backlog", Help: "Due PENDING payments."})
@@ -66,6 +74,9 @@ func (r *Reaper) Run(ctx context.Context) error {
 	for {
 		if _, err := r.ExpireLeases(ctx); err != nil && ctx.Err() == nil {
 			r.log.Error("expire leases", "err", err)
+		}
+		if _, err := r.CloseOrphans(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("close orphaned attempts", "err", err)
 		}
 		if err := r.gauges(ctx); err != nil && ctx.Err() == nil {
 			r.log.Error("gauges", "err", err)
@@ -154,6 +165,32 @@ func (r *Reaper) ExpireLeases(ctx context.Context) (int, error) {
 			return total, nil
 		}
 	}
+}
+
+// orphanSQL closes attempt rows nobody will finish: their payment has moved
+// on from that attempt (the reaper took the lease back before the executor
+// wrote the row, and the executor then died). Every attempt ends with an
+// outcome in the audit trail. If the executor was only slow, its own
+// outcome still replaces ABANDONED when it arrives (see pkg/outcome).
+const orphanSQL = `
+UPDATE payment_attempts a
+SET finished_at = now(), outcome = 'ABANDONED', error = 'orphaned: the claim was taken back before this attempt was recorded'
+WHERE a.finished_at IS NULL AND a.started_at < now() - $1::interval
+  AND NOT EXISTS (
+      SELECT 1 FROM payments p
+      WHERE p.id = a.payment_id AND p.status = 'PROCESSING' AND p.attempt = a.attempt
+        AND p.due_time = (SELECT due_time FROM payment_index i WHERE i.id = a.payment_id))`
+
+// CloseOrphans closes orphaned attempt rows and returns how many.
+func (r *Reaper) CloseOrphans(ctx context.Context) (int64, error) {
+	tag, err := r.db.Exec(ctx, orphanSQL, r.cfg.OrphanAfter)
+	if err != nil {
+		return 0, fmt.Errorf("close orphaned attempts: %w", err)
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		r.log.Warn("closed orphaned attempts", "count", n)
+	}
+	return tag.RowsAffected(), nil
 }
 
 func (r *Reaper) gauges(ctx context.Context) error {

@@ -19,7 +19,8 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func newReaper(db *pgxpool.Pool) *reaper.Reaper {
-	return reaper.New(reaper.Config{Interval: time.Second, MaxRetries: 2, Horizon: 24 * time.Hour, KeyTTL: time.Hour, Batch: 2},
+	return reaper.New(reaper.Config{Interval: time.Second, MaxRetries: 2, Horizon: 24 * time.Hour, KeyTTL: time.Hour, Batch: 2,
+		OrphanAfter: time.Minute},
 		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
@@ -121,5 +122,44 @@ func TestDropOldPartitions(t *testing.T) {
 	n, err := newReaper(db).DropOldPartitions(context.Background(), time.Now())
 	if err != nil || n != 1 { // yesterday's
 		t.Fatalf("dropped %d, %v", n, err)
+	}
+}
+
+// TestCloseOrphans: an unfinished attempt whose payment moved on is closed
+// once old enough; the current attempt of a PROCESSING payment is not.
+func TestCloseOrphans(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ctx := context.Background()
+	store := schedule.NewStore(db)
+	mk := func(status string, attempt int, attemptRow int, age time.Duration) uuid.UUID {
+		id, _ := uuid.NewV7()
+		if _, err := store.Create(ctx, []schedule.NewPayment{{ID: id, Payer: "a", Payee: "b", Amount: 1, Currency: "USD",
+			DueAt: time.Now().Add(time.Hour), CreatedAt: time.Now(), IdempotencyKey: id.String(), RequestHash: []byte{1}, Response: []byte{1}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(ctx, `UPDATE payments SET status = $2, attempt = $3 WHERE id = $1`, id, status, attempt); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(ctx, `INSERT INTO payment_attempts (payment_id, attempt, gateway_key, started_at)
+			VALUES ($1, $2, $3, now() - $4::interval)`, id, attemptRow, id.String(), age); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	orphan := mk("PENDING", 3, 2, time.Hour)     // the claim moved on long ago
+	young := mk("PENDING", 3, 2, time.Second)    // maybe a slow executor: leave it
+	current := mk("PROCESSING", 1, 1, time.Hour) // the lease path owns this one
+	n, err := newReaper(db).CloseOrphans(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("closed %d, %v; want 1", n, err)
+	}
+	for id, want := range map[uuid.UUID]string{orphan: "ABANDONED", young: "", current: ""} {
+		var got string
+		if err := db.QueryRow(ctx, `SELECT COALESCE(outcome, '') FROM payment_attempts WHERE payment_id = $1`, id).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("%s: outcome %q, want %q", id, got, want)
+		}
 	}
 }

@@ -22,6 +22,7 @@ func main() {
 	horizon := fs.Duration("horizon", 365*24*time.Hour, "keep partitions this far ahead")
 	retention := fs.Duration("retention", 0, "drop partitions older than this (0: keep)")
 	keyTTL := fs.Duration("idempotency-key-ttl", 7*24*time.Hour, "forget idempotency keys after this")
+	orphan := fs.Duration("orphan-after", 5*time.Minute, "close unfinished attempts whose claim was taken back this long ago (> lease + gateway timeouts)")
 	ctx, log, stop := svc.Boot("reaper", fs)
 	defer stop()
 	pool, err := svc.Pool(ctx, *dbURL, 4)
@@ -31,7 +32,7 @@ func main() {
 	defer pool.Close()
 	reg := obs.Registry()
 	r := reaper.New(reaper.Config{Interval: *interval, MaxRetries: *maxRetries, Horizon: *horizon,
-		Retention: *retention, KeyTTL: *keyTTL, Batch: 1000}, pool, reg, log)
+		Retention: *retention, KeyTTL: *keyTTL, Batch: 1000, OrphanAfter: *orphan}, pool, reg, log)
 	if err := (svc.Server{Name: "reaper", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}).Run(ctx, r.Run); err != nil {
 		svc.Fatal(log, err)
 	}
