@@ -42,7 +42,7 @@ type Consumer struct {
 func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*Consumer, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(kafka.TopicPayments, kafka.TopicAttempts),
+		kgo.ConsumeTopics(kafka.TopicPayments, kafka.TopicAttempts, kafka.TopicActions),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		// Offsets are committed by hand, after the audit rows and the
 		// notifications are written.
@@ -135,7 +135,11 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 		events = append(events, string(r.Value))
 		commits = append(commits, time.UnixMilli(e.Source.TsMs))
 		ids = append(ids, paymentID(e.Source.Table, row))
-		statuses = append(statuses, str(row, "status"))
+		if e.Source.Table == "payment_actions" {
+			statuses = append(statuses, str(row, "new_status"))
+		} else {
+			statuses = append(statuses, str(row, "status"))
+		}
 		if note := notification(e); note != nil {
 			notes = append(notes, note)
 		}
@@ -160,7 +164,7 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 }
 
 func paymentID(table string, row map[string]any) *string {
-	if table == "payment_attempts" {
+	if table == "payment_attempts" || table == "payment_actions" {
 		return str(row, "payment_id")
 	}
 	return str(row, "id")

@@ -66,6 +66,9 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	return c, nil
 }
 
+// PublishedTables are the tables the connector streams.
+var PublishedTables = []string{"payments", "payment_attempts", "payment_actions", "cdc_heartbeat"}
+
 // Setup creates what the connector needs, idempotently: the publication
 // (partitions published as their root, so events name "payments"), the
 // heartbeat table, and the permanent slot.
@@ -82,8 +85,21 @@ func (c *Connector) Setup(ctx context.Context) error {
 	}
 	if !exists {
 		if _, err := c.db.Exec(ctx, `CREATE PUBLICATION `+quoteIdent(c.cfg.Publication)+
-			` FOR TABLE payments, payment_attempts, cdc_heartbeat WITH (publish_via_partition_root = true)`); err != nil {
+			` FOR TABLE `+strings.Join(PublishedTables, ", ")+` WITH (publish_via_partition_root = true)`); err != nil {
 			return fmt.Errorf("create publication: %w", err)
+		}
+	}
+	// A publication made by an older version lacks the newer tables.
+	for _, t := range PublishedTables {
+		var in bool
+		if err := c.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND tablename = $2)`,
+			c.cfg.Publication, t).Scan(&in); err != nil {
+			return fmt.Errorf("check publication tables: %w", err)
+		}
+		if !in {
+			if _, err := c.db.Exec(ctx, `ALTER PUBLICATION `+quoteIdent(c.cfg.Publication)+` ADD TABLE `+quoteIdent(t)); err != nil {
+				return fmt.Errorf("add %s to publication: %w", t, err)
+			}
 		}
 	}
 	if err := c.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, c.cfg.Slot).Scan(&exists); err != nil {

@@ -70,7 +70,8 @@ func New() *cobra.Command {
 	pf.StringVar(&g.audience, "jwt-audience", env("jwt-audience", auth.DefaultAudience), "token audience (env PAYSCHED_JWT_AUDIENCE)")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "per-call timeout")
-	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), demoCmd(g), eventsCmd(g))
+	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), demoCmd(g), eventsCmd(g),
+		deadLettersCmd(g), redriveCmd(g), resolveCmd(g), reconcileCmd(g), runsCmd(g))
 	return root
 }
 
@@ -103,13 +104,18 @@ type conn struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	payment payschedv1.PaymentsServiceClient
+	admin   payschedv1.AdminServiceClient
 }
 
-func (g *globals) dial() (*conn, error) {
+func (g *globals) dial() (*conn, error) { return g.dialAs(false, g.timeout) }
+
+// dialAs connects with --token, or with a minted local token carrying the
+// admin claim when admin is set.
+func (g *globals) dialAs(admin bool, timeout time.Duration) (*conn, error) {
 	tok := g.token
 	if tok == "" {
 		var err error
-		tok, err = auth.Mint([]byte(g.secret), g.issuer, g.audience, g.actor, false, time.Hour)
+		tok, err = auth.Mint([]byte(g.secret), g.issuer, g.audience, g.actor, admin, time.Hour)
 		if err != nil {
 			return nil, err
 		}
@@ -118,9 +124,10 @@ func (g *globals) dial() (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", g.api, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
-	return &conn{cc: cc, ctx: ctx, cancel: cancel, payment: payschedv1.NewPaymentsServiceClient(cc)}, nil
+	return &conn{cc: cc, ctx: ctx, cancel: cancel, payment: payschedv1.NewPaymentsServiceClient(cc),
+		admin: payschedv1.NewAdminServiceClient(cc)}, nil
 }
 
 func (c *conn) close() { c.cancel(); _ = c.cc.Close() }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,6 +36,9 @@ func (c *Charge) sameParams(o *Charge) bool {
 // ErrMismatch: the key was used with other parameters.
 var ErrMismatch = errors.New("idempotency key reused with different parameters")
 
+// ErrBadPage: the page token was not issued by this ledger.
+var ErrBadPage = errors.New("invalid page token")
+
 // ErrNotFound: no charge under that key.
 var ErrNotFound = errors.New("no charge under this key")
 
@@ -44,23 +48,28 @@ type Ledger interface {
 	// and whether it was new. Calls with one key are serialized.
 	Record(ctx context.Context, c *Charge) (*Charge, bool, error)
 	Get(ctx context.Context, key string) (*Charge, error)
-	// Settled lists succeeded charges of a UTC day after charge id `after`.
-	Settled(ctx context.Context, day time.Time, after string, limit int) ([]*Charge, error)
+	// Settled lists up to limit succeeded charges of a UTC day from page
+	// (empty: the first), and the token of the next page (empty: no more).
+	// Charges whose answer was lost are included: they were recorded.
+	Settled(ctx context.Context, day time.Time, page string, limit int) ([]*Charge, string, error)
 	// Counts returns charges, succeeded, and references with >1 success.
 	Counts(ctx context.Context) (int64, int64, []string, error)
 }
 
-// MemLedger keeps charges in memory, sharded by key.
+// MemLedger keeps charges in memory, sharded by key, plus each day's
+// succeeded charges in arrival order so that settlement pages are cheap.
 type MemLedger struct {
 	shards [64]struct {
 		sync.Mutex
 		m map[string]*Charge
 	}
+	dayMu sync.Mutex
+	days  map[string][]*Charge
 }
 
 // NewMemLedger returns an empty in-memory ledger.
 func NewMemLedger() *MemLedger {
-	l := &MemLedger{}
+	l := &MemLedger{days: map[string][]*Charge{}}
 	for i := range l.shards {
 		l.shards[i].m = map[string]*Charge{}
 	}
@@ -85,6 +94,13 @@ func (l *MemLedger) Record(_ context.Context, c *Charge) (*Charge, bool, error) 
 		return old, false, nil
 	}
 	s.m[c.Key] = c
+	if !c.Declined {
+		// Appended under the shard lock: a key is listed at most once.
+		day := c.CreatedAt.UTC().Format(time.DateOnly)
+		l.dayMu.Lock()
+		l.days[day] = append(l.days[day], c)
+		l.dayMu.Unlock()
+	}
 	return c, true, nil
 }
 
@@ -99,24 +115,30 @@ func (l *MemLedger) Get(_ context.Context, key string) (*Charge, error) {
 	return nil, ErrNotFound
 }
 
-// Settled implements Ledger.
-func (l *MemLedger) Settled(_ context.Context, day time.Time, after string, limit int) ([]*Charge, error) {
-	var out []*Charge
-	for i := range l.shards {
-		s := &l.shards[i]
-		s.Lock()
-		for _, c := range s.m {
-			if !c.Declined && sameDay(c.CreatedAt, day) && c.ID > after {
-				out = append(out, c)
-			}
+// Settled implements Ledger. The page token is an offset into the day's
+// append-only list, so pages stay stable while charges keep arriving.
+func (l *MemLedger) Settled(_ context.Context, day time.Time, page string, limit int) ([]*Charge, string, error) {
+	from := 0
+	if page != "" {
+		n, err := strconv.Atoi(page)
+		if err != nil || n < 0 {
+			return nil, "", ErrBadPage
 		}
-		s.Unlock()
+		from = n
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	if len(out) > limit {
-		out = out[:limit]
+	l.dayMu.Lock()
+	list := l.days[day.UTC().Format(time.DateOnly)]
+	l.dayMu.Unlock()
+	if from >= len(list) {
+		return nil, "", nil
 	}
-	return out, nil
+	to := min(len(list), from+limit)
+	out := append([]*Charge(nil), list[from:to]...)
+	next := ""
+	if to < len(list) {
+		next = strconv.Itoa(to)
+	}
+	return out, next, nil
 }
 
 // Counts implements Ledger.
@@ -147,12 +169,6 @@ func doubles(perRef map[string]int) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func sameDay(t, day time.Time) bool {
-	y1, m1, d1 := t.UTC().Date()
-	y2, m2, d2 := day.UTC().Date()
-	return y1 == y2 && m1 == m2 && d1 == d2
 }
 
 // PGLedger keeps charges in gateway-sim's own Postgres database.
@@ -226,16 +242,24 @@ func (l *PGLedger) Get(ctx context.Context, key string) (*Charge, error) {
 	return c, nil
 }
 
-// Settled implements Ledger.
-func (l *PGLedger) Settled(ctx context.Context, day time.Time, after string, limit int) ([]*Charge, error) {
+// Settled implements Ledger. The page token is the last charge id listed.
+func (l *PGLedger) Settled(ctx context.Context, day time.Time, page string, limit int) ([]*Charge, string, error) {
 	start := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
 	rows, err := l.db.Query(ctx, `SELECT `+chargeCols+` FROM gateway_charges
 		WHERE NOT declined AND created_at >= $1 AND created_at < $2 AND charge_id > $3
-		ORDER BY charge_id LIMIT $4`, start, start.AddDate(0, 0, 1), after, limit)
+		ORDER BY charge_id LIMIT $4`, start, start.AddDate(0, 0, 1), page, limit+1)
 	if err != nil {
-		return nil, fmt.Errorf("list settlements: %w", err)
+		return nil, "", fmt.Errorf("list settlements: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Charge, error) { return scanCharge(r) })
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Charge, error) { return scanCharge(r) })
+	if err != nil {
+		return nil, "", fmt.Errorf("list settlements: %w", err)
+	}
+	if len(cs) > limit {
+		cs = cs[:limit]
+		return cs, cs[limit-1].ID, nil
+	}
+	return cs, "", nil
 }
 
 // Counts implements Ledger.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/webhook"
 )
 
 // DeclinePrefix: a payee starting with it is always declined.
@@ -27,6 +28,8 @@ type Server struct {
 	gatewayv1.UnimplementedGatewayAdminServiceServer
 	ledger Ledger
 	faults atomic.Pointer[gatewayv1.Faults]
+	// OnCharge, when set, is told of every new charge (webhooks); it must not block.
+	OnCharge func(*Charge)
 
 	epoch int64        // start time: charge ids stay unique across restarts
 	seq   atomic.Int64 // charge id sequence
@@ -112,12 +115,15 @@ func (s *Server) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gat
 	case chance(f.GetDeclineRate()):
 		c.Declined, c.DeclineReason = true, "insufficient_funds"
 	}
-	stored, _, err := s.ledger.Record(ctx, c)
+	stored, isNew, err := s.ledger.Record(ctx, c)
 	if errors.Is(err, ErrMismatch) {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if isNew && s.OnCharge != nil {
+		s.OnCharge(stored)
 	}
 	if chance(f.GetTimeoutAfterCommitRate()) {
 		return nil, status.Error(codes.DeadlineExceeded, "gateway timed out (the charge was recorded)")
@@ -152,15 +158,14 @@ func (s *Server) ListSettlements(ctx context.Context, req *gatewayv1.ListSettlem
 		size = 1000
 	}
 	size = min(size, 10000)
-	cs, err := s.ledger.Settled(ctx, day, req.GetPageToken(), size+1)
+	cs, next, err := s.ledger.Settled(ctx, day, req.GetPageToken(), size)
+	if errors.Is(err, ErrBadPage) {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	out := &gatewayv1.ListSettlementsResponse{}
-	if len(cs) > size {
-		cs = cs[:size]
-		out.NextPageToken = cs[size-1].ID
-	}
+	out := &gatewayv1.ListSettlementsResponse{NextPageToken: next}
 	for _, c := range cs {
 		out.Charges = append(out.Charges, toProto(c))
 	}
@@ -204,4 +209,17 @@ func toProto(c *Charge) *gatewayv1.Charge {
 		ChargeId: c.ID, IdempotencyKey: c.Key, Reference: c.Reference, Amount: c.Amount, Currency: c.Currency,
 		Payer: c.Payer, Payee: c.Payee, Status: st, DeclineReason: c.DeclineReason, CreatedAt: timestamppb.New(c.CreatedAt),
 	}
+}
+
+// Event is the webhook event reporting c's outcome; its id is derived from
+// the charge, so every delivery of one outcome carries the same id.
+func Event(c *Charge) webhook.Event {
+	typ, st := webhook.TypeSucceeded, "SUCCEEDED"
+	if c.Declined {
+		typ, st = webhook.TypeDeclined, "DECLINED"
+	}
+	return webhook.Event{ID: "evt_" + c.ID, Type: typ, Created: c.CreatedAt.Unix(), Data: webhook.Charge{
+		ChargeID: c.ID, IdempotencyKey: c.Key, Reference: c.Reference, Amount: c.Amount, Currency: c.Currency,
+		Status: st, DeclineReason: c.DeclineReason, CreatedAt: c.CreatedAt,
+	}}
 }

@@ -13,13 +13,14 @@ import (
 const (
 	TopicPayments      = "paysched.public.payments"
 	TopicAttempts      = "paysched.public.payment_attempts"
+	TopicActions       = "paysched.public.payment_actions"
 	TopicNotifications = "paysched.notifications"
 	TopicHeartbeat     = "__debezium-heartbeat.paysched"
 )
 
 // Partitions of each topic the local broker creates.
 var Partitions = map[string]int32{
-	TopicPayments: 6, TopicAttempts: 6, TopicNotifications: 6, TopicHeartbeat: 1,
+	TopicPayments: 6, TopicAttempts: 6, TopicActions: 3, TopicNotifications: 6, TopicHeartbeat: 1,
 }
 
 // Broker is the local Kafka-protocol broker (kfake), persistent in dataDir.

@@ -9,7 +9,8 @@ import (
 	"github.com/paysched/paysched/pkg/schedule"
 )
 
-func toProto(p *schedule.Payment) *payschedv1.ScheduledPayment {
+// ToProto is the API form of p (attempts included when loaded).
+func ToProto(p *schedule.Payment) *payschedv1.ScheduledPayment {
 	out := &payschedv1.ScheduledPayment{
 		PaymentId:   p.ID.String(),
 		Payer:       p.Payer,
@@ -17,7 +18,7 @@ func toProto(p *schedule.Payment) *payschedv1.ScheduledPayment {
 		Amount:      p.Amount,
 		Currency:    p.Currency,
 		DueAt:       timestamppb.New(p.DueAt),
-		Status:      statusToProto(p.Status),
+		Status:      StatusToProto(p.Status),
 		Description: p.Description,
 		Metadata:    p.Metadata,
 		Attempt:     p.Attempt,
@@ -42,7 +43,8 @@ func toProto(p *schedule.Payment) *payschedv1.ScheduledPayment {
 	return out
 }
 
-func statusToProto(s schedule.Status) payschedv1.PaymentStatus {
+// StatusToProto is the API form of a stored status.
+func StatusToProto(s schedule.Status) payschedv1.PaymentStatus {
 	v, ok := payschedv1.PaymentStatus_value[string(s)]
 	if !ok {
 		return payschedv1.PaymentStatus_STATUS_UNSPECIFIED

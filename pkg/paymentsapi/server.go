@@ -330,7 +330,7 @@ func (s *Server) GetScheduledPayment(ctx context.Context, req *payschedv1.GetSch
 	if err != nil {
 		return nil, s.internal("get", err)
 	}
-	out := toProto(p)
+	out := ToProto(p)
 	if out.Attempts == nil {
 		out.Attempts = []*payschedv1.PaymentAttempt{}
 	}
@@ -379,7 +379,7 @@ func (s *Server) ListScheduledPayments(ctx context.Context, req *payschedv1.List
 		out.NextCursor = s.cursors.Encode(ps[size-1].Seq, scope)
 	}
 	for i := range ps {
-		out.Payments = append(out.Payments, toProto(&ps[i]))
+		out.Payments = append(out.Payments, ToProto(&ps[i]))
 	}
 	return out, nil
 }
@@ -401,7 +401,7 @@ func (s *Server) CancelScheduledPayment(ctx context.Context, req *payschedv1.Can
 	case err != nil:
 		return nil, s.internal("cancel", err)
 	}
-	return &payschedv1.CancelScheduledPaymentResponse{Payment: toProto(p)}, nil
+	return &payschedv1.CancelScheduledPaymentResponse{Payment: ToProto(p)}, nil
 }
 
 // internal logs the cause and returns an opaque error; a context cancelled

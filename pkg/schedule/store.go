@@ -248,8 +248,12 @@ FROM payment_attempts WHERE payment_id = $1 ORDER BY attempt`
 
 // Get returns one of payer's payments with its attempts, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, payer string, id uuid.UUID) (*Payment, error) {
+	return s.get(ctx, id, getSQL, id, payer)
+}
+
+func (s *Store) get(ctx context.Context, id uuid.UUID, sql string, args ...any) (*Payment, error) {
 	b := &pgx.Batch{}
-	b.Queue(getSQL, id, payer)
+	b.Queue(sql, args...)
 	b.Queue(attemptsSQL, id)
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
@@ -266,14 +270,9 @@ func (s *Store) Get(ctx context.Context, payer string, id uuid.UUID) (*Payment, 
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var a Attempt
-		if err := rows.Scan(&a.Attempt, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.GatewayRef, &a.Error); err != nil {
+		a, err := scanAttempt(rows)
+		if err != nil {
 			return nil, fmt.Errorf("scan attempt of %s: %w", id, err)
-		}
-		a.StartedAt = a.StartedAt.UTC()
-		if a.FinishedAt != nil {
-			t := a.FinishedAt.UTC()
-			a.FinishedAt = &t
 		}
 		p.Attempts = append(p.Attempts, a)
 	}
@@ -281,6 +280,19 @@ func (s *Store) Get(ctx context.Context, payer string, id uuid.UUID) (*Payment, 
 		return nil, fmt.Errorf("get attempts of %s: %w", id, err)
 	}
 	return p, nil
+}
+
+func scanAttempt(row pgx.Row, extra ...any) (Attempt, error) {
+	var a Attempt
+	if err := row.Scan(append(extra, &a.Attempt, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.GatewayRef, &a.Error)...); err != nil {
+		return a, err
+	}
+	a.StartedAt = a.StartedAt.UTC()
+	if a.FinishedAt != nil {
+		t := a.FinishedAt.UTC()
+		a.FinishedAt = &t
+	}
+	return a, nil
 }
 
 // listSQL pages an actor's payments newest first by seq, an identity
@@ -329,10 +341,19 @@ func (s *Store) List(ctx context.Context, payer string, status Status, before in
 // matches nothing; if the cancel holds it, the claim's SKIP LOCKED passes it
 // by, and on its next sweep the row is no longer PENDING. There is no
 // read-then-write window in between.
+//
+// A PENDING payment whose earlier attempt has no definitive outcome
+// (AMBIGUOUS, ABANDONED, or unfinished) may already be charged: cancelling
+// it would tell the payer "not charged" when the gateway may say otherwise,
+// so it answers ALREADY_PROCESSING. While PENDING no new attempt row can
+// appear (an attempt starts only on a PROCESSING row), so the check cannot
+// race with one.
 const cancelSQL = `
 UPDATE payments p SET status = 'CANCELLED', lease_until = NULL, lease_owner = NULL, updated_at = now()
 WHERE p.id = $1 AND p.payer = $2 AND p.status = 'PENDING'
   AND p.due_time = (SELECT due_time FROM payment_index WHERE id = $1 AND payer = $2)
+  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.payment_id = $1
+                  AND (a.outcome IS NULL OR a.outcome IN ('AMBIGUOUS', 'ABANDONED')))
 RETURNING ` + paymentCols
 
 // Cancel moves payer's payment from PENDING to CANCELLED. A payment already

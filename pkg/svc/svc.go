@@ -57,8 +57,10 @@ type Server struct {
 	// GRPC, if set, is served on GRPCAddr with grpc.health.v1 and reflection.
 	GRPC     *grpc.Server
 	GRPCAddr string
-	// HTTPAddr serves /metrics and /healthz.
+	// HTTPAddr serves /metrics and /healthz, and Handlers.
 	HTTPAddr string
+	// Handlers are extra HTTP routes (ServeMux patterns), e.g. a webhook.
+	Handlers map[string]http.Handler
 	// Ready answers /healthz (nil: always ready).
 	Ready func(context.Context) error
 	// Grace bounds the graceful stop.
@@ -85,6 +87,9 @@ func (s Server) Run(ctx context.Context, work func(context.Context) error) error
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", obs.Handler(s.Registry))
+	for pattern, h := range s.Handlers {
+		mux.Handle(pattern, h)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if s.Ready != nil {
 			if err := s.Ready(r.Context()); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/paysched/paysched/pkg/migrate"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/svc"
+	"github.com/paysched/paysched/pkg/webhook"
 )
 
 func main() {
@@ -31,6 +32,8 @@ func main() {
 	fs.Float64Var(&f.TimeoutAfterCommitRate, "timeout-after-commit-rate", 0, "fraction of charges recorded whose answer is lost")
 	fs.Float64Var(&f.RateCeiling, "rate-ceiling", 0, "charges per second before RESOURCE_EXHAUSTED (0: none)")
 	fs.BoolVar(&f.Outage, "outage", false, "answer every call UNAVAILABLE")
+	hookURL := fs.String("webhook-url", "", "deliver charge-outcome webhooks here (off when empty)")
+	hookSecret := fs.String("webhook-secret", "", "HMAC-SHA256 secret signing the webhooks")
 	ctx, log, stop := svc.Boot("gateway-sim", fs)
 	defer stop()
 	f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
@@ -55,6 +58,14 @@ func main() {
 		svc.Fatal(log, fmt.Errorf("--ledger %q: want postgres or memory", *ledger))
 	}
 	sim := gatewaysim.New(l, f)
+	if *hookURL != "" {
+		if *hookSecret == "" {
+			svc.Fatal(log, fmt.Errorf("--webhook-url needs --webhook-secret"))
+		}
+		sender := &webhook.Sender{URL: *hookURL, Secret: []byte(*hookSecret), Log: log}
+		sender.Start(ctx, 4)
+		sim.OnCharge = func(c *gatewaysim.Charge) { sender.Enqueue(gatewaysim.Event(c)) }
+	}
 	gs := grpc.NewServer(grpc.SharedWriteBuffer(true), grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())))
 	gatewayv1.RegisterGatewayServiceServer(gs, sim)
 	gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)

@@ -1,0 +1,186 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+)
+
+// Admin commands send --token, or mint a local token with the admin claim.
+
+func deadLettersCmd(g *globals) *cobra.Command {
+	var size int32
+	c := &cobra.Command{
+		Use:   "dead-letters",
+		Short: "List dead-lettered payments with their reason and attempts (admin)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.dialAs(true, g.timeout)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			all := &payschedv1.ListDeadLettersResponse{}
+			tok := ""
+			for {
+				resp, err := c.admin.ListDeadLetters(c.ctx, &payschedv1.ListDeadLettersRequest{PageSize: size, PageToken: tok})
+				if err != nil {
+					return rpcError(err)
+				}
+				all.DeadLetters = append(all.DeadLetters, resp.GetDeadLetters()...)
+				if tok = resp.GetNextPageToken(); tok == "" {
+					break
+				}
+			}
+			if g.json {
+				return printJSON(g.out, all)
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "PAYMENT ID\tPAYER\tAMOUNT\tDUE AT\tREASON\tATTEMPTS\tLAST ERROR")
+			for _, d := range all.GetDeadLetters() {
+				p := d.GetPayment()
+				var outs []string
+				for _, a := range p.GetAttempts() {
+					outs = append(outs, a.GetOutcome())
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d %s\t%s\t%s\t%s\t%s\n", p.GetPaymentId(), p.GetPayer(), p.GetAmount(), p.GetCurrency(),
+					ts(p.GetDueAt()), d.GetReason(), strings.Join(outs, ","), p.GetLastError())
+			}
+			return tw.Flush()
+		},
+	}
+	c.Flags().Int32Var(&size, "page-size", 200, "page size")
+	return c
+}
+
+func redriveCmd(g *globals) *cobra.Command {
+	var note string
+	c := &cobra.Command{
+		Use:   "redrive PAYMENT_ID",
+		Short: "Move a dead letter back to PENDING with a fresh budget and the same gateway key (admin)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dialAs(true, g.timeout)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.admin.RedrivePayment(c.ctx, &payschedv1.RedrivePaymentRequest{PaymentId: args[0], Note: note})
+			if err != nil {
+				return rpcError(err)
+			}
+			return g.printPayments(resp, resp.GetPayment())
+		},
+	}
+	c.Flags().StringVar(&note, "note", "", "why, for the audit trail")
+	return c
+}
+
+func resolveCmd(g *globals) *cobra.Command {
+	var note string
+	c := &cobra.Command{
+		Use:   "resolve PAYMENT_ID --note TEXT",
+		Short: "Move a dead letter to FAILED with an operator note (admin)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dialAs(true, g.timeout)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.admin.ResolvePayment(c.ctx, &payschedv1.ResolvePaymentRequest{PaymentId: args[0], Note: note})
+			if err != nil {
+				return rpcError(err)
+			}
+			return g.printPayments(resp, resp.GetPayment())
+		},
+	}
+	c.Flags().StringVar(&note, "note", "", "why (required)")
+	return c
+}
+
+func reconcileCmd(g *globals) *cobra.Command {
+	var day string
+	c := &cobra.Command{
+		Use:   "reconcile [--day YYYY-MM-DD]",
+		Short: "Reconcile a UTC day against the gateway's settlement report now (admin; default yesterday)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A big day takes a while: the run is one transaction on the server.
+			c, err := g.dialAs(true, max(g.timeout, 10*time.Minute))
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.admin.TriggerReconciliationRun(c.ctx, &payschedv1.TriggerReconciliationRunRequest{Day: day})
+			if err != nil {
+				return rpcError(err)
+			}
+			if g.json {
+				return printJSON(g.out, resp.GetRun())
+			}
+			return g.printRuns(resp.GetRun())
+		},
+	}
+	c.Flags().StringVar(&day, "day", "", "UTC day, YYYY-MM-DD (default: yesterday)")
+	return c
+}
+
+func runsCmd(g *globals) *cobra.Command {
+	var day string
+	var size int32
+	c := &cobra.Command{
+		Use:   "runs [--day YYYY-MM-DD]",
+		Short: "List reconciliation runs, newest first, with their items (admin)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.dialAs(true, g.timeout)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.admin.ListReconciliationRuns(c.ctx, &payschedv1.ListReconciliationRunsRequest{Day: day, PageSize: size})
+			if err != nil {
+				return rpcError(err)
+			}
+			if g.json {
+				return printJSON(g.out, resp)
+			}
+			return g.printRuns(resp.GetRuns()...)
+		},
+	}
+	c.Flags().StringVar(&day, "day", "", "only this UTC day")
+	c.Flags().Int32Var(&size, "page-size", 20, "runs to show")
+	return c
+}
+
+func (g *globals) printRuns(runs ...*payschedv1.ReconciliationRun) error {
+	tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tDAY\tSTATE\tBY\tCHARGES\tPAYMENTS\tREPAIRED\tMISMATCHES\tSECONDS")
+	for _, r := range runs {
+		secs := ""
+		if r.GetFinishedAt() != nil {
+			secs = fmt.Sprintf("%.2f", r.GetFinishedAt().AsTime().Sub(r.GetStartedAt().AsTime()).Seconds())
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.GetRunId(), r.GetDay(), r.GetState(), r.GetTriggeredBy(),
+			r.GetCharges(), r.GetPayments(), r.GetRepaired(), r.GetMismatches(), secs)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if r.GetError() != "" {
+			fmt.Fprintf(g.out, "run %d failed: %s\n", r.GetRunId(), r.GetError())
+		}
+		for _, it := range r.GetItems() {
+			fmt.Fprintf(g.out, "  run %d  %-9s %-18s payment=%s charges=%s  %s\n", r.GetRunId(), it.GetSeverity(), it.GetKind(),
+				it.GetPaymentId(), strings.Join(it.GetChargeIds(), ","), it.GetDetail())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package reconcile
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the reconciliation's Prometheus metrics. A nil *Metrics
+// records nothing.
+type Metrics struct {
+	mismatches *prometheus.CounterVec
+	runs       *prometheus.CounterVec
+	repaired   prometheus.Counter
+	charges    prometheus.Counter
+	last       *prometheus.GaugeVec
+	resolved   *prometheus.CounterVec
+	webhooks   *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_reconciliation_mismatches_total",
+			Help: "Reconciliation findings that need a human, by kind (MISSING_AT_GATEWAY, AMOUNT_MISMATCH, DUPLICATE_CHARGE, UNKNOWN_CHARGE)."}, []string{"kind"}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_reconciliation_runs_total",
+			Help: "Reconciliation runs by final state."}, []string{"state"}),
+		repaired: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_reconciliation_repaired_total",
+			Help: "Payments moved to COMPLETED from the gateway's settlement report."}),
+		charges: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_reconciliation_charges_total",
+			Help: "Settled charges read from the gateway's reports."}),
+		last: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "paysched_reconciliation_last_mismatches",
+			Help: "Mismatches found by the last run of each kind."}, []string{"kind"}),
+		resolved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_ambiguous_resolved_total",
+			Help: "Ambiguous dead letters settled by probing the gateway, by the status they moved to."}, []string{"status"}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_webhooks_total",
+			Help: "Gateway webhooks received, by result."}, []string{"result"}),
+	}
+	reg.MustRegister(m.mismatches, m.runs, m.repaired, m.charges, m.last, m.resolved, m.webhooks)
+	for _, k := range []string{KindMissingAtGateway, KindAmountMismatch, KindDuplicateCharge, KindUnknownCharge} {
+		m.mismatches.WithLabelValues(k)
+		m.last.WithLabelValues(k)
+	}
+	return m
+}
+
+func (m *Metrics) observe(r *Run) {
+	if m == nil {
+		return
+	}
+	m.runs.WithLabelValues(r.State).Inc()
+	if r.State != "SUCCEEDED" {
+		return
+	}
+	m.charges.Add(float64(r.Charges))
+	counts := map[string]int{KindMissingAtGateway: 0, KindAmountMismatch: 0, KindDuplicateCharge: 0, KindUnknownCharge: 0}
+	for _, it := range r.Items {
+		if it.Kind == KindRepaired {
+			m.repaired.Inc()
+			continue
+		}
+		counts[it.Kind]++
+	}
+	for k, n := range counts {
+		m.mismatches.WithLabelValues(k).Add(float64(n))
+		m.last.WithLabelValues(k).Set(float64(n))
+	}
+}
+
+func (m *Metrics) resolvedTo(status string) {
+	if m != nil {
+		m.resolved.WithLabelValues(status).Inc()
+	}
+}
+
+func (m *Metrics) webhook(result string) {
+	if m != nil {
+		m.webhooks.WithLabelValues(result).Inc()
+	}
+}

@@ -1,0 +1,144 @@
+package reconcile
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paysched/paysched/pkg/webhook"
+)
+
+// Receiver is the gateway webhook endpoint. It verifies the signature and
+// the timestamp, then applies a definitive outcome through the same fenced
+// transition as everything else, once per event id.
+type Receiver struct {
+	DB     *pgxpool.Pool
+	Secret []byte
+	// Tolerance for the signed timestamp (default 5 minutes).
+	Tolerance time.Duration
+	Metrics   *Metrics
+	Log       *slog.Logger
+	// Now is the clock (tests); time.Now when nil.
+	Now func() time.Time
+}
+
+// maxWebhookBody bounds what a delivery may send.
+const maxWebhookBody = 64 << 10
+
+func (rc *Receiver) fail(w http.ResponseWriter, code int, result, msg string) {
+	rc.Metrics.webhook(result)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	_, _ = w.Write(b)
+}
+
+// ServeHTTP handles POST /webhooks/gateway.
+func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		rc.fail(w, http.StatusMethodNotAllowed, "bad_request", "POST only")
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxWebhookBody+1))
+	if err != nil {
+		rc.fail(w, http.StatusBadRequest, "bad_request", "cannot read body")
+		return
+	}
+	if len(body) > maxWebhookBody {
+		rc.fail(w, http.StatusRequestEntityTooLarge, "bad_request", "body too large")
+		return
+	}
+	now := time.Now()
+	if rc.Now != nil {
+		now = rc.Now()
+	}
+	tol := rc.Tolerance
+	if tol <= 0 {
+		tol = 5 * time.Minute
+	}
+	switch err := webhook.Verify(rc.Secret, r.Header.Get(webhook.Header), body, now, tol); {
+	case errors.Is(err, webhook.ErrSignature):
+		rc.fail(w, http.StatusUnauthorized, "bad_signature", err.Error())
+		return
+	case errors.Is(err, webhook.ErrStale):
+		rc.fail(w, http.StatusBadRequest, "stale", err.Error())
+		return
+	case err != nil:
+		rc.fail(w, http.StatusBadRequest, "bad_signature", err.Error())
+		return
+	}
+	var e webhook.Event
+	if err := json.Unmarshal(body, &e); err != nil || e.ID == "" {
+		rc.fail(w, http.StatusBadRequest, "bad_request", "body is not a webhook event")
+		return
+	}
+	result, err := rc.apply(r, e)
+	if err != nil {
+		// Our failure: the gateway retries the delivery.
+		rc.log().Error("apply webhook", "event", e.ID, "err", err)
+		rc.fail(w, http.StatusServiceUnavailable, "error", "could not apply the event, retry later")
+		return
+	}
+	rc.Metrics.webhook(result)
+	w.Header().Set("Content-Type", "application/json")
+	b, _ := json.Marshal(map[string]string{"result": result})
+	_, _ = w.Write(b)
+}
+
+func (rc *Receiver) log() *slog.Logger {
+	if rc.Log == nil {
+		return slog.Default()
+	}
+	return rc.Log
+}
+
+// apply records the event id and applies its outcome in one transaction:
+// a duplicate delivery finds the id and changes nothing.
+func (rc *Receiver) apply(r *http.Request, e webhook.Event) (string, error) {
+	ctx := r.Context()
+	result := "ignored"
+	err := pgx.BeginFunc(ctx, rc.DB, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO webhook_events (event_id, charge_key) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+			e.ID, e.Data.IdempotencyKey)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			result = "duplicate"
+			return nil
+		}
+		id, err := uuid.Parse(e.Data.IdempotencyKey)
+		if err != nil {
+			return nil // not one of ours: recorded, nothing to move
+		}
+		// Only rows no executor is working on: a PROCESSING payment gets its
+		// outcome from its executor (or, if that dies, from a retry with the
+		// same key). PENDING here means an earlier attempt was ambiguous.
+		m := Move{ID: id, From: []string{"PENDING", "DEAD_LETTERED"}, Actor: "gateway-webhook",
+			Action: "WEBHOOK", Amount: e.Data.Amount, Currency: e.Data.Currency}
+		switch e.Type {
+		case webhook.TypeSucceeded:
+			m.To, m.GatewayRef, m.Reason = "COMPLETED", e.Data.ChargeID, "webhook "+e.ID+": charge succeeded"
+		case webhook.TypeDeclined:
+			m.To, m.LastError, m.Reason = "FAILED", "declined: "+e.Data.DeclineReason, "webhook "+e.ID+": charge declined"
+		default:
+			return nil
+		}
+		switch _, err := Apply(ctx, tx, m); {
+		case errors.Is(err, ErrNotMoved):
+			return nil
+		case err != nil:
+			return err
+		}
+		result = "applied"
+		return nil
+	})
+	return result, err
+}

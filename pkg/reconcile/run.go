@@ -1,0 +1,472 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+)
+
+// Item kinds a run records.
+const (
+	KindRepaired         = "REPAIRED"
+	KindMissingAtGateway = "MISSING_AT_GATEWAY"
+	KindAmountMismatch   = "AMOUNT_MISMATCH"
+	KindDuplicateCharge  = "DUPLICATE_CHARGE"
+	KindUnknownCharge    = "UNKNOWN_CHARGE"
+)
+
+// Run is one reconciliation of a UTC day.
+type Run struct {
+	ID          int64
+	Day         time.Time
+	TriggeredBy string
+	State       string
+	StartedAt   time.Time
+	FinishedAt  time.Time
+	// Charges: settled charges in the gateway's report for the day.
+	Charges int64
+	// Payments: COMPLETED payments the engine holds for the day.
+	Payments int64
+	// Repaired: payments moved to COMPLETED from gateway truth.
+	Repaired int
+	// Mismatches: items other than repairs (each needs a human).
+	Mismatches int
+	Error      string
+	Items      []Item
+}
+
+// Item is one finding of a run.
+type Item struct {
+	Kind      string
+	Severity  string
+	PaymentID string
+	Reference string
+	ChargeIDs []string
+	Detail    string
+}
+
+// Runner reconciles days.
+type Runner struct {
+	DB      *pgxpool.Pool
+	Gateway gatewayv1.GatewayServiceClient
+	// PageSize of the settlement report (default 10,000, the gateway's max).
+	PageSize int
+	// Lookback: how many days before the reconciled one a payment may have
+	// fallen due and still complete on it (retries, re-drives). Default 14.
+	Lookback int
+	Metrics  *Metrics
+	Log      *slog.Logger
+}
+
+// Day truncates t to its UTC day.
+func Day(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+}
+
+// Run reconciles day: the gateway's settled charges against the payments,
+// in both directions. Runs of one day are serialized (an advisory lock), and
+// a run is one transaction: its repairs and its items land together or not
+// at all. Re-running a day repairs nothing more and finds the same mismatches.
+func (r *Runner) Run(ctx context.Context, day time.Time, by string) (*Run, error) {
+	day = Day(day)
+	conn, err := r.DB.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile %s: %w", day.Format(time.DateOnly), err)
+	}
+	defer conn.Release()
+	lockKey := day.Unix() / 86400
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(7420, $1::int)`, lockKey); err != nil {
+		return nil, fmt.Errorf("reconcile lock: %w", err)
+	}
+	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock(7420, $1::int)`, lockKey) //nolint:errcheck
+
+	run := &Run{Day: day, TriggeredBy: by, State: "RUNNING"}
+	if err := conn.QueryRow(ctx, `INSERT INTO reconciliation_runs (day, triggered_by) VALUES ($1, $2) RETURNING id, started_at`,
+		day, by).Scan(&run.ID, &run.StartedAt); err != nil {
+		return nil, fmt.Errorf("record run: %w", err)
+	}
+	runErr := r.run(ctx, conn.Conn(), run)
+	run.State = "SUCCEEDED"
+	if runErr != nil {
+		run.State, run.Error = "FAILED", runErr.Error()
+		run.Items, run.Repaired, run.Mismatches = nil, 0, 0
+	}
+	// The outcome is recorded even when ctx ended: a run never stays RUNNING.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := conn.QueryRow(fctx, `UPDATE reconciliation_runs SET state = $2, finished_at = now(), charges = $3, payments = $4,
+		repaired = $5, mismatches = $6, error = $7 WHERE id = $1 RETURNING finished_at`,
+		run.ID, run.State, run.Charges, run.Payments, run.Repaired, run.Mismatches, run.Error).Scan(&run.FinishedAt); err != nil {
+		return nil, fmt.Errorf("finish run %d: %w", run.ID, err)
+	}
+	r.Metrics.observe(run)
+	if runErr != nil {
+		return run, fmt.Errorf("reconcile %s: %w", day.Format(time.DateOnly), runErr)
+	}
+	r.log().Info("reconciled", "day", day.Format(time.DateOnly), "run", run.ID, "charges", run.Charges,
+		"payments", run.Payments, "repaired", run.Repaired, "mismatches", run.Mismatches,
+		"seconds", run.FinishedAt.Sub(run.StartedAt).Seconds())
+	return run, nil
+}
+
+func (r *Runner) log() *slog.Logger {
+	if r.Log == nil {
+		return slog.Default()
+	}
+	return r.Log
+}
+
+// The diff's SQL. Every statement works on the whole day at once (a
+// million charges is a few hash joins, not a million round trips).
+const (
+	settleTable = `CREATE TEMP TABLE IF NOT EXISTS settle (
+    charge_id text NOT NULL, reference text NOT NULL, ref_id uuid,
+    amount bigint NOT NULL, currency text NOT NULL, created_at timestamptz NOT NULL)`
+
+	// The due-time range of the payments the report names: it lets the
+	// joins below prune payments' partitions.
+	settleRangeSQL = `SELECT min(i.due_time), max(i.due_time) FROM settle s JOIN payment_index i ON i.id = s.ref_id`
+
+	// matched pairs each charged reference (its lowest charge id) with its
+	// payment, if any.
+	matchedSQL = `CREATE TEMP TABLE matched AS
+SELECT s.charge_id, s.reference, s.amount, s.currency, p.id AS pid, p.due_time, p.status, p.attempt,
+       p.amount_minor, p.currency AS pcurrency
+FROM (SELECT DISTINCT ON (reference) * FROM settle ORDER BY reference, charge_id) s
+LEFT JOIN payment_index i ON i.id = s.ref_id
+LEFT JOIN payments p ON p.id = i.id AND p.due_time = i.due_time AND p.due_time BETWEEN $1 AND $2`
+
+	duplicatesSQL = `
+INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
+SELECT $1, 'DUPLICATE_CHARGE', 'CRITICAL', min(ref_id::text)::uuid, reference, array_agg(charge_id ORDER BY charge_id),
+       count(*) || ' settled charges for one payment'
+FROM settle GROUP BY reference HAVING count(*) > 1`
+
+	unknownSQL = `
+INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
+SELECT $1, 'UNKNOWN_CHARGE', 'CRITICAL', NULL, reference, ARRAY[charge_id], 'settled charge with no payment'
+FROM matched WHERE pid IS NULL`
+
+	amountSQL = `
+INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
+SELECT $1, 'AMOUNT_MISMATCH', 'CRITICAL', pid, reference, ARRAY[charge_id],
+       format('gateway %s %s, payment %s %s', amount, currency, amount_minor, pcurrency)
+FROM matched WHERE pid IS NOT NULL AND (amount <> amount_minor OR currency <> pcurrency)`
+
+	// repairSQL moves to COMPLETED every payment the gateway settled that
+	// the engine does not hold as COMPLETED.
+	//
+	// Why it is safe: each UPDATE is fenced on the (status, attempt) read in
+	// matched, inside this run's transaction; a payment that moved since
+	// (an executor recording its outcome, a claim) is left alone and found
+	// again by the next run. An executor's late write is fenced out by
+	// status = 'PROCESSING'. The action and the item are written by the
+	// same statement.
+	repairSQL = `
+WITH upd AS (
+    UPDATE payments p
+    SET status = 'COMPLETED', gateway_ref = m.charge_id, dead_letter_reason = NULL,
+        lease_until = NULL, lease_owner = NULL, updated_at = now()
+    FROM matched m
+    WHERE m.pid IS NOT NULL AND m.status <> 'COMPLETED' AND m.amount = m.amount_minor AND m.currency = m.pcurrency
+      AND p.id = m.pid AND p.due_time = m.due_time AND p.status = m.status AND p.attempt = m.attempt
+      AND p.due_time BETWEEN $3 AND $4
+    RETURNING p.id, m.status AS prev, m.charge_id, m.reference
+), act AS (
+    INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason, run_id)
+    SELECT id, 'reconciler', 'REPAIR', prev, 'COMPLETED', 'gateway settled charge ' || charge_id || ' on ' || $2, $1 FROM upd
+)
+INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
+SELECT $1, 'REPAIRED', CASE WHEN prev IN ('FAILED', 'CANCELLED') THEN 'CRITICAL' ELSE 'WARNING' END,
+       id, reference, ARRAY[charge_id], 'was ' || prev || ', gateway settled it: now COMPLETED'
+FROM upd`
+
+	// completedSQL is the engine's side: payments completed on the day,
+	// due within the lookback, that the day's report does not name.
+	completedSQL = `
+SELECT count(*) FROM payments p
+WHERE p.status = 'COMPLETED' AND p.due_time >= $1 AND p.due_time < $3
+  AND p.updated_at >= $2 AND p.updated_at < $3`
+	unsettledSQL = `
+SELECT p.id, p.amount_minor, p.currency FROM payments p
+WHERE p.status = 'COMPLETED' AND p.due_time >= $1 AND p.due_time < $3
+  AND p.updated_at >= $2 AND p.updated_at < $3
+  AND NOT EXISTS (SELECT 1 FROM settle s WHERE s.ref_id = p.id)`
+
+	itemSQL = `INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+)
+
+func (r *Runner) run(ctx context.Context, conn *pgx.Conn, run *Run) error {
+	dayStr := run.Day.Format(time.DateOnly)
+	for _, q := range []string{settleTable, `TRUNCATE settle`, `DROP TABLE IF EXISTS matched`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("prepare: %w", err)
+		}
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS settle, matched`) //nolint:errcheck
+	n, err := r.loadReport(ctx, conn, dayStr)
+	if err != nil {
+		return err
+	}
+	run.Charges = n
+	for _, q := range []string{`CREATE INDEX ON settle (ref_id)`, `ANALYZE settle`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("index report: %w", err)
+		}
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		var lo, hi *time.Time
+		if err := tx.QueryRow(ctx, settleRangeSQL).Scan(&lo, &hi); err != nil {
+			return fmt.Errorf("report range: %w", err)
+		}
+		if lo == nil {
+			// No charge names a known payment: an empty range.
+			t := run.Day
+			lo, hi = &t, &t
+		}
+		if _, err := tx.Exec(ctx, matchedSQL, *lo, *hi); err != nil {
+			return fmt.Errorf("match report: %w", err)
+		}
+		for _, q := range []string{duplicatesSQL, unknownSQL, amountSQL} {
+			if _, err := tx.Exec(ctx, q, run.ID); err != nil {
+				return fmt.Errorf("record mismatches: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, repairSQL, run.ID, dayStr, *lo, *hi); err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		from, to := run.Day.AddDate(0, 0, -r.lookback()), run.Day.AddDate(0, 0, 1)
+		if err := tx.QueryRow(ctx, completedSQL, from, run.Day, to).Scan(&run.Payments); err != nil {
+			return fmt.Errorf("count completed: %w", err)
+		}
+		if err := r.checkUnsettled(ctx, tx, run, from, to); err != nil {
+			return err
+		}
+		items, err := loadItems(ctx, tx, run.ID)
+		if err != nil {
+			return err
+		}
+		run.Items = items
+		for _, it := range items {
+			if it.Kind == KindRepaired {
+				run.Repaired++
+			} else {
+				run.Mismatches++
+			}
+		}
+		return nil
+	})
+}
+
+func (r *Runner) lookback() int {
+	if r.Lookback <= 0 {
+		return 14
+	}
+	return r.Lookback
+}
+
+// loadReport copies the day's settlement report into settle, fetching the
+// next page while the current one is copied.
+func (r *Runner) loadReport(ctx context.Context, conn *pgx.Conn, day string) (int64, error) {
+	size := r.PageSize
+	if size <= 0 {
+		size = 10000
+	}
+	type page struct {
+		resp *gatewayv1.ListSettlementsResponse
+		err  error
+	}
+	fetch := func(token string) chan page {
+		ch := make(chan page, 1)
+		go func() {
+			resp, err := r.Gateway.ListSettlements(ctx, &gatewayv1.ListSettlementsRequest{Day: day, PageToken: token, PageSize: int32(size)})
+			ch <- page{resp, err}
+		}()
+		return ch
+	}
+	var total int64
+	next := fetch("")
+	for {
+		p := <-next
+		if p.err != nil {
+			return 0, fmt.Errorf("settlement report: %w", p.err)
+		}
+		if tok := p.resp.GetNextPageToken(); tok != "" {
+			next = fetch(tok)
+		} else {
+			next = nil
+		}
+		charges := p.resp.GetCharges()
+		n, err := conn.CopyFrom(ctx, pgx.Identifier{"settle"},
+			[]string{"charge_id", "reference", "ref_id", "amount", "currency", "created_at"},
+			pgx.CopyFromSlice(len(charges), func(i int) ([]any, error) {
+				c := charges[i]
+				var ref any
+				if id, err := uuid.Parse(c.GetReference()); err == nil {
+					ref = id
+				}
+				return []any{c.GetChargeId(), c.GetReference(), ref, c.GetAmount(), c.GetCurrency(), c.GetCreatedAt().AsTime()}, nil
+			}))
+		if err != nil {
+			return 0, fmt.Errorf("copy report: %w", err)
+		}
+		total += n
+		if next == nil {
+			return total, nil
+		}
+	}
+}
+
+// checkUnsettled asks the gateway about each COMPLETED payment of the day
+// that the report does not name: it may have been charged on another day
+// (a charge just before midnight, recorded just after); otherwise it is
+// MISSING_AT_GATEWAY. An unanswered probe fails the run rather than report
+// a mismatch that may not exist.
+func (r *Runner) checkUnsettled(ctx context.Context, tx pgx.Tx, run *Run, from, to time.Time) error {
+	rows, err := tx.Query(ctx, unsettledSQL, from, run.Day, to)
+	if err != nil {
+		return fmt.Errorf("unsettled payments: %w", err)
+	}
+	type cand struct {
+		id       uuid.UUID
+		amount   int64
+		currency string
+	}
+	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
+		var c cand
+		err := row.Scan(&c.id, &c.amount, &c.currency)
+		return c, err
+	})
+	if err != nil {
+		return fmt.Errorf("unsettled payments: %w", err)
+	}
+	var (
+		mu    sync.Mutex
+		items []Item
+		first error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, 16)
+	)
+	for _, c := range cands {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			it, err := r.probeCompleted(ctx, c.id, c.amount, c.currency)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			if it != nil {
+				items = append(items, *it)
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	for _, it := range items {
+		if _, err := tx.Exec(ctx, itemSQL, run.ID, it.Kind, it.Severity, it.PaymentID, it.Reference, it.ChargeIDs, it.Detail); err != nil {
+			return fmt.Errorf("record item: %w", err)
+		}
+	}
+	return nil
+}
+
+func (r *Runner) probeCompleted(ctx context.Context, id uuid.UUID, amount int64, currency string) (*Item, error) {
+	var resp *gatewayv1.GetChargeResponse
+	var err error
+	for try := 0; try < 3; try++ {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err = r.Gateway.GetCharge(pctx, &gatewayv1.GetChargeRequest{IdempotencyKey: id.String()})
+		cancel()
+		if err == nil || status.Code(err) == codes.NotFound {
+			break
+		}
+		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+	}
+	missing := &Item{Kind: KindMissingAtGateway, Severity: "CRITICAL", PaymentID: id.String(), Reference: id.String(), ChargeIDs: []string{}}
+	switch {
+	case status.Code(err) == codes.NotFound:
+		missing.Detail = "COMPLETED, but the gateway has no charge under its key"
+		return missing, nil
+	case err != nil:
+		return nil, fmt.Errorf("probe %s: %w", id, err)
+	}
+	c := resp.GetCharge()
+	switch {
+	case c.GetStatus() != gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED:
+		missing.ChargeIDs = []string{c.GetChargeId()}
+		missing.Detail = "COMPLETED, but the gateway declined its charge"
+		return missing, nil
+	case c.GetAmount() != amount || c.GetCurrency() != currency:
+		return &Item{Kind: KindAmountMismatch, Severity: "CRITICAL", PaymentID: id.String(), Reference: id.String(),
+			ChargeIDs: []string{c.GetChargeId()},
+			Detail:    fmt.Sprintf("gateway %d %s, payment %d %s", c.GetAmount(), c.GetCurrency(), amount, currency)}, nil
+	}
+	return nil, nil // settled on another day: consistent
+}
+
+func loadItems(ctx context.Context, db Execer, runID int64) ([]Item, error) {
+	rows, err := db.Query(ctx, `SELECT kind, severity, COALESCE(payment_id::text, ''), reference, charge_ids, detail
+		FROM reconciliation_items WHERE run_id = $1 ORDER BY kind, reference`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("load items: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Item, error) {
+		var it Item
+		err := row.Scan(&it.Kind, &it.Severity, &it.PaymentID, &it.Reference, &it.ChargeIDs, &it.Detail)
+		return it, err
+	})
+}
+
+// ErrNoRun: no run has that id.
+var ErrNoRun = errors.New("no such reconciliation run")
+
+// Runs lists runs, newest first, optionally of one day (zero: all), with
+// their items; before (0: from the newest) pages by run id.
+func Runs(ctx context.Context, db Execer, day time.Time, before int64, limit int) ([]*Run, error) {
+	var dayArg any
+	if !day.IsZero() {
+		dayArg = Day(day)
+	}
+	rows, err := db.Query(ctx, `SELECT id, day, triggered_by, state, started_at, finished_at, charges, payments, repaired, mismatches, error
+		FROM reconciliation_runs WHERE ($1::date IS NULL OR day = $1) AND ($2 = 0 OR id < $2)
+		ORDER BY id DESC LIMIT $3`, dayArg, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Run, error) {
+		r := &Run{}
+		var fin *time.Time
+		err := row.Scan(&r.ID, &r.Day, &r.TriggeredBy, &r.State, &r.StartedAt, &fin, &r.Charges, &r.Payments, &r.Repaired, &r.Mismatches, &r.Error)
+		if fin != nil {
+			r.FinishedAt = *fin
+		}
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	for _, r := range runs {
+		if r.Items, err = loadItems(ctx, db, r.ID); err != nil {
+			return nil, err
+		}
+	}
+	return runs, nil
+}

@@ -1,0 +1,76 @@
+// Command reconciler proves the books against the gateway: it reconciles
+// the previous UTC day every day (and any day on demand through the admin
+// API), settles ambiguous dead letters by probing the gateway, and receives
+// the gateway's signed webhooks on POST /webhooks/gateway.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/obs"
+	"github.com/paysched/paysched/pkg/reconcile"
+	"github.com/paysched/paysched/pkg/svc"
+)
+
+func main() {
+	fs := flag.NewFlagSet("reconciler", flag.ExitOnError)
+	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9420", "metrics, health and webhook listen address")
+	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "gateway gRPC address")
+	runAt := fs.String("run-at", "00:30", "UTC time of day at which the previous day is reconciled")
+	retry := fs.Duration("run-retry", 10*time.Minute, "delay before retrying a failed daily run")
+	probeEvery := fs.Duration("probe-interval", 5*time.Second, "how often ambiguous dead letters are looked at")
+	probeBackoff := fs.Duration("probe-backoff", 10*time.Second, "first delay after an unanswered probe (doubling, up to 1h)")
+	secret := fs.String("webhook-secret", "", "HMAC-SHA256 secret of the gateway webhooks (the receiver is off when empty)")
+	tolerance := fs.Duration("webhook-tolerance", 5*time.Minute, "accepted age of a webhook's signed timestamp")
+	ctx, log, stop := svc.Boot("reconciler", fs)
+	defer stop()
+	at, err := reconcile.ParseTimeOfDay(*runAt)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	pool, err := svc.Pool(ctx, *dbURL, 8)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	defer pool.Close()
+	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		svc.Fatal(log, err)
+	}
+	defer cc.Close()
+	gw := gatewayv1.NewGatewayServiceClient(cc)
+	reg := obs.Registry()
+	m := reconcile.NewMetrics(reg)
+	runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}
+	resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
+	srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}
+	if *secret != "" {
+		srv.Handlers = map[string]http.Handler{"POST /webhooks/gateway": &reconcile.Receiver{
+			DB: pool, Secret: []byte(*secret), Tolerance: *tolerance, Metrics: m, Log: log}}
+	} else {
+		log.Warn("no --webhook-secret: gateway webhooks are not received")
+	}
+	work := func(ctx context.Context) error {
+		g, ctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return runner.Daily(ctx, at, *retry) })
+		g.Go(func() error { return resolver.Run(ctx) })
+		if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+	if err := srv.Run(ctx, work); err != nil {
+		svc.Fatal(log, err)
+	}
+}
