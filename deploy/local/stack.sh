@@ -16,6 +16,8 @@ HTTP_ADDR=${PAYSCHED_HTTP_ADDR:-127.0.0.1:8080}
 GRPC_ADDR=${PAYSCHED_GRPC_ADDR:-127.0.0.1:9090}
 KAFKA_PORT=${PAYSCHED_KAFKA_PORT:-9092}
 DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
+# Local only: the gateway-sim signs its webhooks with it, the reconciler checks them.
+WEBHOOK_SECRET=${PAYSCHED_WEBHOOK_SECRET:-paysched-dev-webhook-secret}
 PG="$ROOT/deploy/local/pg.sh"
 
 alive() { # alive NAME: the pid file names a live process running bin/<binary of NAME>
@@ -39,7 +41,7 @@ start_service() { # start_service NAME[-N] ARGS...: runs bin/NAME, logs to NAME[
 
 up() {
   mkdir -p "$RUN" "$LOGS"
-  for b in migrate payments-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer; do
+  for b in migrate payments-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer reconciler; do
     [ -x "$ROOT/bin/$b" ] || { echo "bin/$b is missing: run 'make build'" >&2; exit 1; }
   done
   echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg)"
@@ -50,12 +52,16 @@ up() {
   start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR"
   start_service cdc --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service audit-consumer --kafka-brokers "127.0.0.1:$KAFKA_PORT"
+  start_service reconciler --http-addr 127.0.0.1:9420 --webhook-secret "$WEBHOOK_SECRET" ${RECONCILER_FLAGS:-}
   start_service gateway-sim --gateway-database-url "postgres://postgres@127.0.0.1:$PGPORT/paysched_gateway?sslmode=disable" \
-    ${GATEWAY_FLAGS:-}
-  start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 ${EXECUTOR_FLAGS:-}
-  start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 ${EXECUTOR_FLAGS:-}
+    --webhook-url http://127.0.0.1:9420/webhooks/gateway --webhook-secret "$WEBHOOK_SECRET" ${GATEWAY_FLAGS:-}
+  # Local retries are quick (production default: 1m,5m,30m,2h,12h) so that a
+  # retried payment settles while you watch.
+  local backoff=${PAYSCHED_LOCAL_BACKOFF:-2s,4s,8s,16s,32s}
+  start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 --backoff "$backoff" ${EXECUTOR_FLAGS:-}
+  start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 --backoff "$backoff" ${EXECUTOR_FLAGS:-}
   start_service sweeper --executors 127.0.0.1:9100,127.0.0.1:9110 ${SWEEPER_FLAGS:-}
-  start_service reaper ${REAPER_FLAGS:-}
+  start_service reaper --max-retries 5 ${REAPER_FLAGS:-}
   if ! "$ROOT/bin/payctl" --api "$GRPC_ADDR" health --wait 30s >/dev/null; then
     echo "payments-api did not become healthy; last log lines:" >&2
     tail -n 20 "$LOGS/payments-api.log" >&2
@@ -79,6 +85,7 @@ paysched is up.
   kafka    127.0.0.1:$KAFKA_PORT (data in .data/kafka): kcat -b 127.0.0.1:$KAFKA_PORT -C -t paysched.public.payments -o beginning -e
   events   bin/payctl events tail
   engine   gateway-sim 127.0.0.1:9300, executors 127.0.0.1:9100 and :9110, sweeper and reaper (metrics :9200, :9210)
+  books    reconciler (metrics and webhooks :9420): bin/payctl reconcile --day \$(date -u +%F); bin/payctl dead-letters
   metrics  http://$HTTP_ADDR/metrics
   env      . .data/env
   token    TOKEN=\$(bin/payctl token --actor alice)
@@ -92,7 +99,7 @@ down() {
   # Sweepers first (no new claims), then executors (they finish their
   # batches), then the rest.
   local files=("$RUN"/sweeper*.pid "$RUN"/reaper*.pid "$RUN"/executor*.pid "$RUN"/payments-api.pid "$RUN"/gateway-sim.pid
-    "$RUN"/cdc.pid "$RUN"/audit-consumer.pid "$RUN"/kafka.pid)
+    "$RUN"/reconciler.pid "$RUN"/cdc.pid "$RUN"/audit-consumer.pid "$RUN"/kafka.pid)
   for f in "$RUN"/*.pid; do
     case " ${files[*]} " in *" $f "*) ;; *) files+=("$f") ;; esac
   done

@@ -120,7 +120,8 @@ func (g *globals) dialAs(admin bool, timeout time.Duration) (*conn, error) {
 			return nil, err
 		}
 	}
-	cc, err := grpc.NewClient(g.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(g.api, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", g.api, err)
 	}

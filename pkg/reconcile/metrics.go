@@ -49,17 +49,10 @@ func (m *Metrics) observe(r *Run) {
 		return
 	}
 	m.charges.Add(float64(r.Charges))
-	counts := map[string]int{KindMissingAtGateway: 0, KindAmountMismatch: 0, KindDuplicateCharge: 0, KindUnknownCharge: 0}
-	for _, it := range r.Items {
-		if it.Kind == KindRepaired {
-			m.repaired.Inc()
-			continue
-		}
-		counts[it.Kind]++
-	}
-	for k, n := range counts {
-		m.mismatches.WithLabelValues(k).Add(float64(n))
-		m.last.WithLabelValues(k).Set(float64(n))
+	m.repaired.Add(float64(r.Repaired))
+	for _, k := range []string{KindMissingAtGateway, KindAmountMismatch, KindDuplicateCharge, KindUnknownCharge} {
+		m.mismatches.WithLabelValues(k).Add(float64(r.byKind[k]))
+		m.last.WithLabelValues(k).Set(float64(r.byKind[k]))
 	}
 }
 

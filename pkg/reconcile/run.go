@@ -43,7 +43,10 @@ type Run struct {
 	// Mismatches: items other than repairs (each needs a human).
 	Mismatches int
 	Error      string
-	Items      []Item
+	// Items: at most MaxItems, the most severe first.
+	Items []Item
+
+	byKind map[string]int
 }
 
 // Item is one finding of a run.
@@ -101,7 +104,7 @@ func (r *Runner) Run(ctx context.Context, day time.Time, by string) (*Run, error
 	run.State = "SUCCEEDED"
 	if runErr != nil {
 		run.State, run.Error = "FAILED", runErr.Error()
-		run.Items, run.Repaired, run.Mismatches = nil, 0, 0
+		run.Items, run.Repaired, run.Mismatches, run.byKind = nil, 0, 0, nil
 	}
 	// The outcome is recorded even when ctx ended: a run never stays RUNNING.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -255,19 +258,30 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, run *Run) error {
 		if err := r.checkUnsettled(ctx, tx, run, from, to); err != nil {
 			return err
 		}
-		items, err := loadItems(ctx, tx, run.ID)
+		rows, err := tx.Query(ctx, `SELECT kind, count(*) FROM reconciliation_items WHERE run_id = $1 GROUP BY kind`, run.ID)
 		if err != nil {
-			return err
+			return fmt.Errorf("count items: %w", err)
 		}
-		run.Items = items
-		for _, it := range items {
-			if it.Kind == KindRepaired {
-				run.Repaired++
+		run.byKind = map[string]int{}
+		for rows.Next() {
+			var k string
+			var n int
+			if err := rows.Scan(&k, &n); err != nil {
+				rows.Close()
+				return fmt.Errorf("count items: %w", err)
+			}
+			run.byKind[k] = n
+			if k == KindRepaired {
+				run.Repaired += n
 			} else {
-				run.Mismatches++
+				run.Mismatches += n
 			}
 		}
-		return nil
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("count items: %w", err)
+		}
+		run.Items, err = loadItems(ctx, tx, run.ID)
+		return err
 	})
 }
 
@@ -422,9 +436,13 @@ func (r *Runner) probeCompleted(ctx context.Context, id uuid.UUID, amount int64,
 	return nil, nil // settled on another day: consistent
 }
 
+// MaxItems bounds the items a Run carries (the most severe first); the
+// counts are always complete and reconciliation_items holds every item.
+const MaxItems = 1000
+
 func loadItems(ctx context.Context, db Execer, runID int64) ([]Item, error) {
 	rows, err := db.Query(ctx, `SELECT kind, severity, COALESCE(payment_id::text, ''), reference, charge_ids, detail
-		FROM reconciliation_items WHERE run_id = $1 ORDER BY kind, reference`, runID)
+		FROM reconciliation_items WHERE run_id = $1 ORDER BY severity = 'CRITICAL' DESC, kind, reference LIMIT $2`, runID, MaxItems)
 	if err != nil {
 		return nil, fmt.Errorf("load items: %w", err)
 	}

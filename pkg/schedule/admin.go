@@ -84,4 +84,3 @@ func (s *Store) DeadLetters(ctx context.Context, afterDue time.Time, afterID uui
 	}
 	return out, rows.Err()
 }
-
