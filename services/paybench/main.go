@@ -13,9 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/paysched/paysched/pkg/apibench"
 	"github.com/paysched/paysched/pkg/auth"
 	"github.com/paysched/paysched/pkg/config"
+	"github.com/paysched/paysched/pkg/reconbench"
 )
 
 func main() {
@@ -27,7 +30,8 @@ func main() {
 	batchConc := fs.Int("batch-concurrency", 8, "concurrent clients for batchCreate")
 	dur := fs.Duration("duration", 10*time.Second, "length of each phase")
 	batch := fs.Int("batch-size", 1000, "items per batchCreate")
-	mode := fs.String("mode", "api", "api: create throughput; spike: N payments due in one second, executed by the engine")
+	mode := fs.String("mode", "api", "api: create throughput; spike: N payments due in one second, executed by the engine; recon: reconcile a day of N attempts")
+	runs := fs.Int("runs", 3, "recon: reconciliations of the seeded day")
 	n := fs.Int("n", 200_000, "spike: payments")
 	lead := fs.Duration("lead", 0, "spike: due time from now (default: enough to schedule N)")
 	dbURL := fs.String("database-url", "", "spike: the schedule's database, to measure")
@@ -45,6 +49,9 @@ func main() {
 	}
 	cfg := apibench.Config{HTTPBase: *httpBase, GRPCAddr: *grpcAddr, Token: tok, Concurrency: *conc,
 		Duration: *dur, BatchSize: *batch, RunID: fmt.Sprint(time.Now().UnixNano())}
+	if *mode == "recon" {
+		os.Exit(recon(*dbURL, *n, *runs))
+	}
 	if *mode == "spike" {
 		os.Exit(spike(cfg, *n, *lead, *dbURL, *pids, *timeout, *kafkaBrokers))
 	}
@@ -108,5 +115,25 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids string, t
 		last += fmt.Sprintf(" cdc_lag_p99_s=%.2f audit_catchup_s=%.1f", r.CDCLagP99, r.AuditCatchupS)
 	}
 	fmt.Println(last)
+	return 0
+}
+
+func recon(dbURL string, n, runs int) int {
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	defer db.Close()
+	res, err := reconbench.Run(ctx, db, n, runs, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	med := reconbench.Median(res)
+	last := res[len(res)-1].Run
+	fmt.Printf("bench recon_attempts=%d recon_seconds=%.2f rows_per_s=%.0f repaired_first_run=%d mismatches=%d\n",
+		n, med.Seconds(), float64(last.Charges)/med.Seconds(), res[0].Run.Repaired, last.Mismatches)
 	return 0
 }
