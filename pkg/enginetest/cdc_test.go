@@ -13,6 +13,7 @@ import (
 	"github.com/paysched/paysched/pkg/cdc"
 	"github.com/paysched/paysched/pkg/kafka"
 	"github.com/paysched/paysched/pkg/kafkatest"
+	"github.com/paysched/paysched/pkg/reconcile"
 )
 
 // TestEveryChangeReachesKafkaAndTheAuditLog: 1,000 payments execute while
@@ -22,7 +23,7 @@ import (
 func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 	c := newCluster(t, opts{executors: 2, sweepers: 0, batch: 100})
 	c.stop() // the engine starts once the pipeline is up
-	seeds := kafkatest.NewCluster(t, kafka.TopicPayments, kafka.TopicAttempts, kafka.TopicNotifications, kafka.TopicHeartbeat)
+	seeds := kafkatest.NewCluster(t, kafka.TopicPayments, kafka.TopicAttempts, kafka.TopicActions, kafka.TopicNotifications, kafka.TopicHeartbeat)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	conn, err := cdc.New(cdc.Config{DatabaseURL: c.db.Config().ConnString(), Slot: "paysched_cdc", Publication: "paysched",
@@ -75,6 +76,27 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("audit log behind: %d attempts missing, %d of %d terminal payments", missing, terminal, len(ids))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// An operator's action reaches the audit log through CDC too: who, what,
+	// the previous status and why.
+	if _, err := reconcile.Apply(ctx, c.db, reconcile.Move{ID: ids[0], From: []string{"FAILED"}, To: "FAILED",
+		Actor: "admin:ops", Action: "NOTE", Reason: "cdc check"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var n int
+		if err := c.db.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE table_name = 'payment_actions' AND payment_id = $1
+			AND event->'after'->>'actor' = 'admin:ops' AND event->'after'->>'prev_status' = 'FAILED' AND event->'after'->>'reason' = 'cdc check'`,
+			ids[0]).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the operator action never reached audit_events")
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
