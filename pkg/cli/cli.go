@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -304,17 +305,21 @@ func cancelCmd(g *globals) *cobra.Command {
 
 func healthCmd(g *globals) *cobra.Command {
 	var wait time.Duration
+	var httpURL string
 	c := &cobra.Command{
 		Use:   "health",
 		Short: "Check the API's gRPC health (optionally wait for it)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			deadline := time.Now().Add(wait)
+			if httpURL != "" {
+				return httpHealth(g, httpURL, deadline)
+			}
 			cc, err := grpc.NewClient(g.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				return err
 			}
 			defer cc.Close()
-			deadline := time.Now().Add(wait)
 			for {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -334,7 +339,29 @@ func healthCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().DurationVar(&wait, "wait", 0, "keep trying this long")
+	c.Flags().StringVar(&httpURL, "http", "", "check this HTTP health URL (e.g. http://127.0.0.1:9420/healthz) instead of gRPC health")
 	return c
+}
+
+// httpHealth waits until url answers 200: for services without gRPC, in
+// images without a shell or curl.
+func httpHealth(g *globals, url string, deadline time.Time) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				fmt.Fprintln(g.out, "SERVING")
+				return nil
+			}
+			err = fmt.Errorf("answered %s", resp.Status)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not healthy: %w", url, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func (g *globals) printPayments(msg proto.Message, ps ...*payschedv1.ScheduledPayment) error {
