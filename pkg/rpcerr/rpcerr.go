@@ -28,6 +28,7 @@ const (
 	ReasonUnsupportedMedia    = "UNSUPPORTED_MEDIA_TYPE"
 	ReasonInternal            = "INTERNAL"
 	ReasonUnavailable         = "UNAVAILABLE"
+	ReasonRateLimited         = "RATE_LIMITED"
 )
 
 // Violation is one invalid field.
