@@ -26,6 +26,7 @@ import (
 	"github.com/paysched/paysched/pkg/money"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/paymentsapi"
+	"github.com/paysched/paysched/pkg/ratelimit"
 	"github.com/paysched/paysched/pkg/restapi"
 	"github.com/paysched/paysched/pkg/schedule"
 )
@@ -39,6 +40,8 @@ type Config struct {
 	CursorSecret []byte
 	// CreateWorkers write single creates in coalesced statements.
 	CreateWorkers int
+	// RateLimit is the per-actor request rate limit (off when its Rate is 0).
+	RateLimit ratelimit.Config
 }
 
 // Server is a running payments-api.
@@ -84,12 +87,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	store := schedule.NewStore(pool)
 	batcher := schedule.NewBatcher(store, cfg.CreateWorkers, 256)
 	payments := paymentsapi.New(store, batcher, cfg.Rules, cfg.CursorSecret, log)
+	limiter := ratelimit.New(cfg.RateLimit)
 
 	gs := grpc.NewServer(
 		// Reused workers keep their grown stacks; a goroutine per stream
 		// regrows its stack on every call.
 		grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())),
-		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), verifier.UnaryInterceptor()),
+		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), verifier.UnaryInterceptor(), limiter.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)
 	payschedv1.RegisterPaymentsServiceServer(gs, payments)
@@ -103,7 +107,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return pool.Ping(ctx)
 	}
 	h, err := restapi.New(ctx, restapi.Options{
-		Payments: payments, CreateViolations: payments.Violations, Verifier: verifier, Ready: ready,
+		Payments: payments, CreateViolations: payments.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
 		OpenAPI: openapi.JSON, Metrics: obs.Handler(reg), RPC: rpcm, Log: log,
 	})
 	if err != nil {

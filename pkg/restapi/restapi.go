@@ -10,12 +10,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -63,6 +65,9 @@ type Options struct {
 	// part, so its other mistakes are reported too.
 	CreateViolations func(*payschedv1.CreateScheduledPaymentRequest) []rpcerr.Violation
 	Verifier         *auth.Verifier
+	// Admit, if set, runs after authentication on every API request and
+	// refuses it with its error (the per-actor rate limit).
+	Admit func(context.Context) error
 	// Ready reports whether the service can serve (the database answers).
 	Ready   func(context.Context) error
 	OpenAPI []byte
@@ -85,7 +90,7 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 	if err := payschedv1.RegisterPaymentsServiceHandlerServer(ctx, gw, o.Payments); err != nil {
 		return nil, err
 	}
-	api := &apiHandler{gw: gw, verifier: o.Verifier, log: o.Log, createViolations: o.CreateViolations}
+	api := &apiHandler{gw: gw, verifier: o.Verifier, admit: o.Admit, log: o.Log, createViolations: o.CreateViolations}
 
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
@@ -127,6 +132,7 @@ func routeName(r *http.Request) string {
 type apiHandler struct {
 	gw               *runtime.ServeMux
 	verifier         *auth.Verifier
+	admit            func(context.Context) error
 	log              *slog.Logger
 	createViolations func(*payschedv1.CreateScheduledPaymentRequest) []rpcerr.Violation
 }
@@ -138,6 +144,12 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+	if h.admit != nil {
+		if err := h.admit(r.Context()); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
 	if r.Method == http.MethodPost {
 		if rule, ok := bodies[r.URL.Path]; ok {
 			raw, err := readBody(w, r, rule.limit)
@@ -242,6 +254,13 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	}
 	if st.Code() == codes.Unauthenticated {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="paysched"`)
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			// Retry-After counts whole seconds: round up, never to 0.
+			secs := max(1, int64(math.Ceil(ri.GetRetryDelay().AsDuration().Seconds())))
+			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		}
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }

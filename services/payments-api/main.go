@@ -18,6 +18,7 @@ import (
 	"github.com/paysched/paysched/pkg/config"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/paymentsapi"
+	"github.com/paysched/paysched/pkg/ratelimit"
 )
 
 func main() {
@@ -43,6 +44,8 @@ func run() error {
 	cursorSecret := fs.String("cursor-secret", "paysched-dev-cursor-secret", "HMAC key of list cursors")
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (off when empty)")
 	workers := fs.Int("create-workers", 8, "concurrent statements that write coalesced single creates")
+	actorRate := fs.Float64("actor-rate", ratelimit.DefaultRate, "requests per second allowed to one actor (token bucket per actor, per instance); 0 disables the limit")
+	actorBurst := fs.Int("actor-burst", ratelimit.DefaultBurst, "requests one actor may send at once after being idle")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		return err
 	}
@@ -60,6 +63,7 @@ func run() error {
 		Rules:         paymentsapi.Rules{DefaultCurrency: *currency, AmountCap: *amountCap, Horizon: *horizon},
 		CursorSecret:  []byte(*cursorSecret),
 		CreateWorkers: *workers,
+		RateLimit:     ratelimit.Config{Rate: *actorRate, Burst: *actorBurst},
 	}, log)
 	if err != nil {
 		return err
