@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -125,7 +127,7 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	if err != nil {
 		return Principal{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}
-	if c.Subject == "" || len(c.Subject) > 256 {
+	if c.Subject == "" || len(c.Subject) > 256 || !printable(c.Subject) {
 		return Principal{}, fmt.Errorf("%w: token has no usable sub", ErrUnauthenticated)
 	}
 	p := Principal{Actor: c.Subject, Admin: c.Admin}
@@ -138,6 +140,12 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	v.cache[raw] = cached{p: p, exp: c.ExpiresAt.Time}
 	v.mu.Unlock()
 	return p, nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters:
+// the actor is stored as text (where NUL is refused) and written to logs.
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 }
 
 // VerifyHeader checks an Authorization header value ("Bearer <jwt>").
