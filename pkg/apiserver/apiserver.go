@@ -93,6 +93,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		// Reused workers keep their grown stacks; a goroutine per stream
 		// regrows its stack on every call.
 		grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())),
+		// Invalid UTF-8 in a request is the client's error, not Internal.
+		grpc.ForceServerCodecV2(newUTF8Codec()),
 		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), verifier.UnaryInterceptor(), limiter.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)
