@@ -43,12 +43,17 @@ func testConfig(url string) apiserver.Config {
 	}
 }
 
-// start runs a payments-api in-process on free ports over a fresh database.
-func start(t testing.TB) *env {
+// start runs a payments-api in-process on free ports over a fresh database;
+// opts adjust the test configuration.
+func start(t testing.TB, opts ...func(*apiserver.Config)) *env {
 	t.Helper()
 	url := pgtest.NewURL(t)
+	cfg := testConfig(url)
+	for _, o := range opts {
+		o(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := apiserver.New(ctx, testConfig(url), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := apiserver.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
