@@ -4,6 +4,7 @@
 #   pg.sh install                 install the server package if it is missing
 #   pg.sh start DIR PORT          init (once) and start a cluster whose data lives in DIR
 #   pg.sh stop DIR                stop it (fast shutdown)
+#   pg.sh restart DIR PORT        pg_ctl restart -m fast (the chaos run)
 #   pg.sh datadir DIR             print where the cluster in DIR really lives
 #   pg.sh url PORT [DB]           print a connection URL
 #
@@ -106,12 +107,20 @@ stop() {
   fi
 }
 
+restart() { # fast shutdown (clients disconnected, no waiting), then start again
+  local want=$1 port=$2 bin data
+  bin=$(pg_bindir)
+  data=$(cat "$want/datadir")
+  as_pg "$bin/pg_ctl" -D "$data" -w -t 180 -m fast -l "$data/server.log" -o "-p $port" restart >/dev/null
+}
+
 cmd=${1:-}
 case "$cmd" in
   install) install_server ;;
   start) start "$2" "$3" ;;
   stop) stop "$2" ;;
+  restart) restart "$2" "$3" ;;
   datadir) datadir "$2" ;;
   url) echo "postgres://postgres@127.0.0.1:$2/${3:-postgres}?sslmode=disable" ;;
-  *) echo "usage: pg.sh install|start DIR PORT|stop DIR|datadir DIR|url PORT [DB]" >&2; exit 2 ;;
+  *) echo "usage: pg.sh install|start DIR PORT|stop DIR|restart DIR PORT|datadir DIR|url PORT [DB]" >&2; exit 2 ;;
 esac

@@ -204,8 +204,16 @@ func (c *Connector) Run(ctx context.Context) error {
 				if err != nil {
 					return fmt.Errorf("keepalive: %w", err)
 				}
-				// ServerWALEnd is never confirmed: commits before it may not
-				// have been sent yet. Heartbeat transactions move idle slots.
+				// Between transactions, the keepalive's WAL end (the
+				// walsender's sent position) is confirmable once everything
+				// queued before it is acked: every transaction committed
+				// before it has already been received. Without this, WAL
+				// after the last published commit (a shutdown checkpoint,
+				// unpublished writes) is never confirmed, and a fast
+				// shutdown of Postgres waits for this connector forever.
+				if tx == nil && ka.ServerWALEnd > 0 {
+					c.acks.push(ka.ServerWALEnd, 0)
+				}
 				if ka.ReplyRequested {
 					nextStatus = time.Now()
 				}

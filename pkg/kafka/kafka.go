@@ -3,9 +3,12 @@
 package kafka
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Topics and their partition counts. Change events are keyed by payment, so
@@ -46,3 +49,21 @@ func (b *Broker) Addrs() []string { return b.c.ListenAddrs() }
 
 // Close stops the broker, flushing its data directory.
 func (b *Broker) Close() { b.c.Close() }
+
+// Drain polls cl and hands every record to fn until three polls in a row
+// (a second each) bring nothing and enough() agrees (nil: no condition).
+func Drain(ctx context.Context, cl *kgo.Client, enough func() bool, fn func(*kgo.Record)) {
+	for quiet := 0; quiet < 3 && ctx.Err() == nil; {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			fn(r)
+		})
+		if n == 0 && (enough == nil || enough()) {
+			quiet++
+		}
+	}
+}

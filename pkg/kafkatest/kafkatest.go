@@ -5,10 +5,11 @@ package kafkatest
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paysched/paysched/pkg/kafka"
 )
 
 // NewCluster starts a one-broker cluster with topics (3 partitions each)
@@ -27,20 +28,7 @@ func NewCluster(t testing.TB, topics ...string) []string {
 	return c.ListenAddrs()
 }
 
-// Drain polls cl and hands every record to fn until three polls in a row
-// (a second each) bring nothing and enough() agrees (nil: no condition).
+// Drain is kafka.Drain (kept here for the tests that use it).
 func Drain(ctx context.Context, cl *kgo.Client, enough func() bool, fn func(*kgo.Record)) {
-	for quiet := 0; quiet < 3 && ctx.Err() == nil; {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) {
-			n++
-			fn(r)
-		})
-		if n == 0 && (enough == nil || enough()) {
-			quiet++
-		}
-	}
+	kafka.Drain(ctx, cl, enough, fn)
 }
