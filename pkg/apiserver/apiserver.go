@@ -29,6 +29,7 @@ import (
 	"github.com/paysched/paysched/pkg/ratelimit"
 	"github.com/paysched/paysched/pkg/restapi"
 	"github.com/paysched/paysched/pkg/schedule"
+	"github.com/paysched/paysched/pkg/tracing"
 )
 
 // Config is payments-api's configuration.
@@ -73,6 +74,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.DBMaxConns > 0 {
 		pcfg.MaxConns = cfg.DBMaxConns
 	}
+	pcfg.ConnConfig.Tracer = tracing.NewDBTracer()
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect database: %w", err)
@@ -93,6 +95,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		// Reused workers keep their grown stacks; a goroutine per stream
 		// regrows its stack on every call.
 		grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())),
+		// A span per RPC, parent of the handler's statements.
+		tracing.ServerOption(),
 		// Invalid UTF-8 in a request is the client's error, not Internal.
 		grpc.ForceServerCodecV2(newUTF8Codec()),
 		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), verifier.UnaryInterceptor(), limiter.UnaryInterceptor()),

@@ -28,6 +28,7 @@ import (
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/paymentsapi"
 	"github.com/paysched/paysched/pkg/rpcerr"
+	"github.com/paysched/paysched/pkg/tracing"
 )
 
 // Body limits.
@@ -110,10 +111,13 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /openapi.json", openapi)
 	mux.HandleFunc("GET /v1/openapi.json", openapi)
 	mux.Handle("GET /metrics", o.Metrics)
+	// The gateway calls the handlers in process: this span per request is
+	// the parent of their statements.
+	h := tracing.HTTP(routeName, mux)
 	if o.RPC == nil {
-		return mux, nil
+		return h, nil
 	}
-	return o.RPC.HTTP(routeName, mux), nil
+	return o.RPC.HTTP(routeName, h), nil
 }
 
 // routeName labels metrics without unbounded ids.

@@ -4,7 +4,15 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// tracer starts the span of a coalesced statement (the global provider:
+// no-op unless tracing is set up).
+var tracer = otel.Tracer("github.com/paysched/paysched/schedule")
 
 // Batcher coalesces concurrent single creates into multi-row statements
 // (group commit). A worker takes the first waiting create and whatever else
@@ -24,6 +32,9 @@ type Batcher struct {
 type pendingCreate struct {
 	item NewPayment
 	done chan createOutcome
+	// span is the caller's span: the statement's span is a child of the
+	// first caller's and links the others'.
+	span trace.SpanContext
 }
 
 type createOutcome struct {
@@ -44,7 +55,7 @@ func NewBatcher(store *Store, workers, max int) *Batcher {
 
 // Create writes one payment, possibly together with others.
 func (b *Batcher) Create(ctx context.Context, item NewPayment) (CreateResult, error) {
-	p := &pendingCreate{item: item, done: make(chan createOutcome, 1)}
+	p := &pendingCreate{item: item, done: make(chan createOutcome, 1), span: trace.SpanContextFromContext(ctx)}
 	select {
 	case b.queue <- p:
 	case <-ctx.Done():
@@ -94,6 +105,11 @@ func (b *Batcher) write(batch []*pendingCreate) {
 	// The callers' contexts are not ours to honour: the statement serves many.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if batch[0].span.IsValid() {
+		var span trace.Span
+		ctx, span = startBatchSpan(ctx, batch)
+		defer span.End()
+	}
 	items := make([]NewPayment, len(batch))
 	for i, p := range batch {
 		items[i] = p.item
@@ -118,4 +134,18 @@ func (b *Batcher) write(batch []*pendingCreate) {
 		}
 		p.done <- o
 	}
+}
+
+// startBatchSpan starts "schedule.create_batch", a child of the first
+// caller's span (so an unbatched create traces as one tree) linked to the
+// other callers' spans; the statements that write the batch are its children.
+func startBatchSpan(ctx context.Context, batch []*pendingCreate) (context.Context, trace.Span) {
+	var links []trace.Link
+	for _, p := range batch[1:] {
+		if p.span.IsValid() {
+			links = append(links, trace.Link{SpanContext: p.span})
+		}
+	}
+	return tracer.Start(trace.ContextWithSpanContext(ctx, batch[0].span), "schedule.create_batch",
+		trace.WithLinks(links...), trace.WithAttributes(attribute.Int("paysched.batch.size", len(batch))))
 }

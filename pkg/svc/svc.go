@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/config"
 	"github.com/paysched/paysched/pkg/obs"
+	"github.com/paysched/paysched/pkg/tracing"
 )
 
 // Context ends on SIGINT or SIGTERM.
@@ -33,12 +35,14 @@ func Context() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 }
 
-// Pool connects to Postgres.
+// Pool connects to Postgres. Its statements are traced (a span each) when
+// they run under a traced request or batch.
 func Pool(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}
+	cfg.ConnConfig.Tracer = tracing.NewDBTracer()
 	if maxConns > 0 {
 		cfg.MaxConns = int32(maxConns)
 	}
@@ -157,8 +161,9 @@ func Fatal(log *slog.Logger, err error) {
 
 // Boot is the start of every service's main: it adds --pprof-addr to fs,
 // parses the flags (PAYSCHED_* environment included; a bad value exits 2),
-// starts JSON logging and, when asked, the profiler, and returns a context
-// that SIGINT or SIGTERM ends.
+// starts JSON logging, tracing (see Tracing) and, when asked, the profiler,
+// and returns a context that SIGINT or SIGTERM ends. The returned stop
+// releases the signal handlers and flushes the spans still buffered.
 func Boot(name string, fs *flag.FlagSet) (context.Context, *slog.Logger, context.CancelFunc) {
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
@@ -168,5 +173,36 @@ func Boot(name string, fs *flag.FlagSet) (context.Context, *slog.Logger, context
 	log := obs.Logger(name)
 	obs.ServePprof(*pprofAddr, log)
 	ctx, stop := Context()
-	return ctx, log, stop
+	flush := Tracing(ctx, name, log)
+	return ctx, log, func() {
+		stop()
+		flush()
+	}
+}
+
+// TraceFlushTimeout bounds how long a stopping service waits for its last
+// spans to reach the collector.
+const TraceFlushTimeout = 5 * time.Second
+
+// Tracing sets up OpenTelemetry for service name (tracing.Setup: spans are
+// exported over OTLP only when OTEL_EXPORTER_OTLP_ENDPOINT is set) and
+// returns the function that flushes them at shutdown, bounded by
+// TraceFlushTimeout. A setup error is logged and leaves tracing off.
+func Tracing(ctx context.Context, name string, log *slog.Logger) (flush func()) {
+	otel.SetErrorHandler(tracing.ErrorLogger(log, time.Minute))
+	shutdown, err := tracing.Setup(ctx, name)
+	if err != nil {
+		log.Error("tracing off", "err", err)
+		return func() {}
+	}
+	if e := tracing.Endpoint(); e != "" {
+		log.Info("exporting traces over OTLP", "endpoint", e)
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), TraceFlushTimeout)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Warn("could not flush traces", "err", err)
+		}
+	}
 }

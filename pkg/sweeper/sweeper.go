@@ -15,6 +15,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -22,6 +26,7 @@ import (
 
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
 	"github.com/paysched/paysched/pkg/claim"
+	"github.com/paysched/paysched/pkg/tracing"
 )
 
 // Config tunes a sweeper.
@@ -55,6 +60,7 @@ type Sweeper struct {
 	conns []*grpc.ClientConn
 	wg    sync.WaitGroup
 	m     metrics
+	trace trace.Tracer
 }
 
 type metrics struct {
@@ -69,11 +75,13 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	s := &Sweeper{cfg: cfg, db: db, log: log, slots: make(chan *executor, len(addrs)*cfg.Slots)}
+	s := &Sweeper{cfg: cfg, db: db, log: log, slots: make(chan *executor, len(addrs)*cfg.Slots),
+		trace: otel.Tracer(tracing.ScopeName + "/sweeper")}
 	for _, a := range addrs {
 		// Reconnect fast to a restarted executor (gRPC's default backoff
 		// grows to two minutes).
 		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			tracing.DialOption(),
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 				BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
 		if err != nil {
@@ -188,32 +196,51 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 		}
 	}
 	s.wg.Add(1)
-	go s.dispatch(e, claimed, probe)
+	go s.dispatch(s.batchSpan(now, e, claimed), e, claimed, probe)
 	if len(claimed) < granted {
 		return s.cfg.Interval // drained: poll again later
 	}
 	return 0
 }
 
-func (s *Sweeper) dispatch(e *executor, claimed []claim.Claimed, probe bool) {
+// batchSpan starts the span of one claimed batch ("sweeper.dispatch", from
+// the start of the step that claimed it): the parent of the Execute RPC and
+// so of the executor's work. It returns a context that carries the span
+// and nothing of the loop's cancellation: a dispatched batch runs to its end.
+func (s *Sweeper) batchSpan(start time.Time, e *executor, claimed []claim.Claimed) context.Context {
+	ctx, span := s.trace.Start(context.Background(), "sweeper.dispatch",
+		trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("paysched.sweeper.id", s.cfg.ID),
+			attribute.String("paysched.executor", e.addr), attribute.Int("paysched.batch.size", len(claimed)))
+	}
+	return ctx
+}
+
+func (s *Sweeper) dispatch(ctx context.Context, e *executor, claimed []claim.Claimed, probe bool) {
 	defer s.wg.Done()
 	defer func() { s.slots <- e }()
+	span := trace.SpanFromContext(ctx)
+	defer span.End()
 	req := &internalv1.ExecuteRequest{SweeperId: s.cfg.ID, Items: make([]*internalv1.WorkItem, len(claimed))}
 	for i, c := range claimed {
 		req.Items[i] = &internalv1.WorkItem{PaymentId: c.ID.String(), DueTime: timestamppb.New(c.DueTime),
 			Attempt: c.Attempt, Retries: c.Retries, Payer: c.Payer, Payee: c.Payee, Amount: c.Amount, Currency: c.Currency}
 	}
 	// The batch must finish within the lease, or the reaper takes it back.
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Lease)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Lease)
 	defer cancel()
 	resp, err := e.client.Execute(ctx, req)
 	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, "dispatch failed")
 		s.m.dispatchErrors.Inc()
 		s.cfg.Breaker.Abort(probe)
-		n, rerr := claim.Release(context.Background(), s.db, s.cfg.ID, claimed)
+		n, rerr := claim.Release(context.WithoutCancel(ctx), s.db, s.cfg.ID, claimed)
 		s.m.released.Add(float64(n))
 		s.log.Warn("dispatch failed; released unstarted claims", "executor", e.addr, "err", err,
 			"claimed", len(claimed), "released", n, "release_err", rerr)
+		span.End() // the rest below is not the batch's
 		// Rest this slot a moment rather than claim again for an executor
 		// that just failed.
 		time.Sleep(s.cfg.Interval)
@@ -221,6 +248,13 @@ func (s *Sweeper) dispatch(e *executor, claimed []claim.Claimed, probe bool) {
 	}
 	good := int(resp.GetSucceeded() + resp.GetDeclined())
 	bad := int(resp.GetRetryable() + resp.GetAmbiguous())
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("paysched.batch.succeeded", int(resp.GetSucceeded())),
+			attribute.Int("paysched.batch.declined", int(resp.GetDeclined())),
+			attribute.Int("paysched.batch.retryable", int(resp.GetRetryable())),
+			attribute.Int("paysched.batch.ambiguous", int(resp.GetAmbiguous())),
+			attribute.Int("paysched.batch.fenced", int(resp.GetFenced())))
+	}
 	s.cfg.Breaker.Record(good, bad, probe, time.Now())
 }
 

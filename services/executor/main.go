@@ -16,6 +16,7 @@ import (
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/retry"
 	"github.com/paysched/paysched/pkg/svc"
+	"github.com/paysched/paysched/pkg/tracing"
 )
 
 func main() {
@@ -41,7 +42,8 @@ func main() {
 		svc.Fatal(log, err)
 	}
 	defer pool.Close()
-	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithSharedWriteBuffer(true))
+	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithSharedWriteBuffer(true),
+		tracing.DialOption())
 	if err != nil {
 		svc.Fatal(log, err)
 	}
@@ -50,7 +52,9 @@ func main() {
 	ex := executor.New(executor.Config{ID: *id, MaxBatches: *maxBatches, Concurrency: *conc, Backoff: sched}, pool,
 		&gateway.Charger{Client: gatewayv1.NewGatewayServiceClient(cc), ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout},
 		reg, log)
-	gs := grpc.NewServer()
+	// A batch runs under its Execute RPC's context, so its statements and
+	// gateway calls are children of the RPC's span.
+	gs := grpc.NewServer(tracing.ServerOption())
 	internalv1.RegisterExecutorServiceServer(gs, ex)
 	// GracefulStop lets batches in flight finish and record their outcomes.
 	if err := (svc.Server{Name: "executor", Log: log, Registry: reg, GRPC: gs, GRPCAddr: *grpcAddr,

@@ -15,6 +15,7 @@ import (
 	"github.com/paysched/paysched/pkg/migrate"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/svc"
+	"github.com/paysched/paysched/pkg/tracing"
 	"github.com/paysched/paysched/pkg/webhook"
 )
 
@@ -66,7 +67,8 @@ func main() {
 		sender.Start(ctx, 4)
 		sim.OnCharge = func(c *gatewaysim.Charge) { sender.Enqueue(gatewaysim.Event(c)) }
 	}
-	gs := grpc.NewServer(grpc.SharedWriteBuffer(true), grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())))
+	gs := grpc.NewServer(grpc.SharedWriteBuffer(true), grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())),
+		tracing.ServerOption())
 	gatewayv1.RegisterGatewayServiceServer(gs, sim)
 	gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)
 	err := svc.Server{Name: "gateway-sim", Log: log, Registry: obs.Registry(), GRPC: gs,

@@ -19,6 +19,7 @@ import (
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/paymentsapi"
 	"github.com/paysched/paysched/pkg/ratelimit"
+	"github.com/paysched/paysched/pkg/svc"
 )
 
 func main() {
@@ -54,6 +55,9 @@ func run() error {
 	obs.ServePprof(*pprofAddr, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Spans go out over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; the
+	// last ones are flushed on the way out.
+	defer svc.Tracing(ctx, "payments-api", log)()
 
 	srv, err := apiserver.New(ctx, apiserver.Config{
 		DatabaseURL: *dbURL,
