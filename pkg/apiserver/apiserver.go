@@ -15,18 +15,22 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/gen/openapi"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/adminapi"
 	"github.com/paysched/paysched/pkg/auth"
 	"github.com/paysched/paysched/pkg/migrate"
 	"github.com/paysched/paysched/pkg/money"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/paymentsapi"
 	"github.com/paysched/paysched/pkg/ratelimit"
+	"github.com/paysched/paysched/pkg/reconcile"
 	"github.com/paysched/paysched/pkg/restapi"
 	"github.com/paysched/paysched/pkg/schedule"
 	"github.com/paysched/paysched/pkg/tracing"
@@ -41,6 +45,9 @@ type Config struct {
 	CursorSecret []byte
 	// CreateWorkers write single creates in coalesced statements.
 	CreateWorkers int
+	// GatewayAddr is the gateway the admin API reconciles against (the
+	// admin API answers trigger requests FAILED_PRECONDITION when empty).
+	GatewayAddr string
 	// RateLimit is the per-actor request rate limit (off when its Rate is 0).
 	RateLimit ratelimit.Config
 }
@@ -48,6 +55,7 @@ type Config struct {
 // Server is a running payments-api.
 type Server struct {
 	pool    *pgxpool.Pool
+	gwConn  *grpc.ClientConn
 	batcher *schedule.Batcher
 	horizon time.Duration
 	grpc    *grpc.Server
@@ -103,6 +111,20 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)
 	payschedv1.RegisterPaymentsServiceServer(gs, payments)
+	var runner *reconcile.Runner
+	var gwConn *grpc.ClientConn
+	if cfg.GatewayAddr != "" {
+		// Settlement pages are large: up to 10,000 charges each.
+		gwConn, err = grpc.NewClient(cfg.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("gateway client: %w", err)
+		}
+		runner = &reconcile.Runner{DB: pool, Gateway: gatewayv1.NewGatewayServiceClient(gwConn), Metrics: reconcile.NewMetrics(reg), Log: log}
+	}
+	admin := adminapi.New(pool, runner, log)
+	payschedv1.RegisterAdminServiceServer(gs, admin)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
@@ -113,7 +135,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return pool.Ping(ctx)
 	}
 	h, err := restapi.New(ctx, restapi.Options{
-		Payments: payments, CreateViolations: payments.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
+		Payments: payments, Admin: admin, CreateViolations: payments.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
 		OpenAPI: openapi.JSON, Metrics: obs.Handler(reg), RPC: rpcm, Log: log,
 	})
 	if err != nil {
@@ -121,7 +143,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
 	return &Server{
-		pool: pool, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, health: hs, log: log,
+		pool: pool, gwConn: gwConn, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, health: hs, log: log,
 		http: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute},
 	}, nil
 }
@@ -184,6 +206,9 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error
 		s.grpc.Stop()
 	}
 	s.batcher.Close()
+	if s.gwConn != nil {
+		s.gwConn.Close()
+	}
 	s.pool.Close()
 	s.log.Info("payments-api stopped")
 	return err

@@ -103,7 +103,7 @@ func TestReflectionListsServices(t *testing.T) {
 		names = append(names, s.GetName())
 	}
 	sort.Strings(names)
-	want := "grpc.health.v1.Health grpc.reflection.v1.ServerReflection grpc.reflection.v1alpha.ServerReflection paysched.v1.PaymentsService"
+	want := "grpc.health.v1.Health grpc.reflection.v1.ServerReflection grpc.reflection.v1alpha.ServerReflection paysched.v1.AdminService paysched.v1.PaymentsService"
 	if strings.Join(names, " ") != want {
 		t.Fatalf("services %v", names)
 	}

@@ -62,6 +62,8 @@ var httpStatusByReason = map[string]int{
 // Options wires the REST handler.
 type Options struct {
 	Payments payschedv1.PaymentsServiceServer
+	// Admin, if set, serves /v1/admin/... (it checks the admin claim itself).
+	Admin payschedv1.AdminServiceServer
 	// CreateViolations validates a create body that failed to decode in
 	// part, so its other mistakes are reported too.
 	CreateViolations func(*payschedv1.CreateScheduledPaymentRequest) []rpcerr.Violation
@@ -90,6 +92,11 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 	)
 	if err := payschedv1.RegisterPaymentsServiceHandlerServer(ctx, gw, o.Payments); err != nil {
 		return nil, err
+	}
+	if o.Admin != nil {
+		if err := payschedv1.RegisterAdminServiceHandlerServer(ctx, gw, o.Admin); err != nil {
+			return nil, err
+		}
 	}
 	api := &apiHandler{gw: gw, verifier: o.Verifier, admit: o.Admit, log: o.Log, createViolations: o.CreateViolations}
 
@@ -126,6 +133,10 @@ func routeName(r *http.Request) string {
 	switch {
 	case strings.HasPrefix(p, "/v1/scheduled-payments/"):
 		return r.Method + " /v1/scheduled-payments/{id}"
+	case strings.HasPrefix(p, "/v1/admin/scheduled-payments/"):
+		return r.Method + " /v1/admin/scheduled-payments/{id}"
+	case p == "/v1/admin/dead-letters" || p == "/v1/admin/reconciliation-runs":
+		return r.Method + " " + p
 	case p == "/v1/scheduled-payments" || p == "/v1/scheduled-payments:batchCreate" ||
 		p == "/healthz" || p == "/metrics" || p == "/openapi.json":
 		return r.Method + " " + p

@@ -44,6 +44,7 @@ func run() error {
 	horizon := fs.Duration("horizon", 365*24*time.Hour, "how far ahead dueAt may be")
 	cursorSecret := fs.String("cursor-secret", "paysched-dev-cursor-secret", "HMAC key of list cursors")
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (off when empty)")
+	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "gateway the admin API reconciles against (empty: admin runs cannot be triggered here)")
 	workers := fs.Int("create-workers", 8, "concurrent statements that write coalesced single creates")
 	actorRate := fs.Float64("actor-rate", ratelimit.DefaultRate, "requests per second allowed to one actor (token bucket per actor, per instance); 0 disables the limit")
 	actorBurst := fs.Int("actor-burst", ratelimit.DefaultBurst, "requests one actor may send at once after being idle")
@@ -60,6 +61,7 @@ func run() error {
 	defer svc.Tracing(ctx, "payments-api", log)()
 
 	srv, err := apiserver.New(ctx, apiserver.Config{
+		GatewayAddr: *gwAddr,
 		DatabaseURL: *dbURL,
 		DBMaxConns:  int32(*dbConns),
 		Auth: auth.Config{HS256Secret: []byte(*secret), JWKSFile: *jwks, Issuer: *issuer,

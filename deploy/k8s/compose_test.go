@@ -1,0 +1,65 @@
+package k8s_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// docker-compose.yml cannot run here (no Docker engine), so this keeps it
+// honest: it parses, every service's PAYSCHED_* variables are flags of
+// that service, and every depends_on names a service.
+func TestComposeFile(t *testing.T) {
+	b, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services map[string]struct {
+			Image       string            `yaml:"image"`
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+			DependsOn   map[string]any    `yaml:"depends_on"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	for _, want := range []string{"postgres", "kafka", "migrate", "payments-api", "gateway-sim", "executor", "sweeper",
+		"reaper", "cdc", "audit-consumer", "reconciler"} {
+		if _, ok := doc.Services[want]; !ok {
+			t.Errorf("service %s missing", want)
+		}
+	}
+	for name, s := range doc.Services {
+		for dep := range s.DependsOn {
+			if _, ok := doc.Services[dep]; !ok {
+				t.Errorf("%s depends on unknown service %s", name, dep)
+			}
+		}
+		if s.Image != "paysched:dev" {
+			continue // postgres, kafka: images of their own
+		}
+		fl := flags(t, s.Command[0])
+		if fl == nil {
+			t.Errorf("%s runs %q, which is not a service", name, s.Command[0])
+			continue
+		}
+		for k := range s.Environment {
+			if !strings.HasPrefix(k, "PAYSCHED_") {
+				continue
+			}
+			flag := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(k, "PAYSCHED_")), "_", "-")
+			if !fl[flag] && !shared[k] {
+				t.Errorf("%s: %s is not a flag of %s", name, k, s.Command[0])
+			}
+		}
+	}
+}
+
+// shared variables sit in the common environment of every service; each
+// service reads those it has flags for.
+var shared = map[string]bool{"PAYSCHED_DATABASE_URL": true, "PAYSCHED_JWT_SECRET": true,
+	"PAYSCHED_GATEWAY_ADDR": true, "PAYSCHED_WEBHOOK_SECRET": true}
