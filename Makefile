@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools:$(PATH)
 
-.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon chaos clean
+.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full chaos clean
 
 help:
 	@echo "make up         build and start the local stack (Postgres, payments-api and the engine)"
@@ -15,6 +15,7 @@ help:
 	@echo "make bench      the due-time spike: N=200000 payments due in one second (make bench N=... CDC=1)"
 	@echo "make bench-api  API create throughput and latency"
 	@echo "make chaos      kill -9, restarts and SIGTERMs while 20,000 payments fall due; check every invariant (SHORT=1: CI variant)"
+	@echo "make bench-full 1,000,000 payments due in one second, every process running, cdc and audit included"
 	@echo "make bench-recon reconcile a day of N=1000000 attempts against the gateway's report"
 
 build:
@@ -64,6 +65,9 @@ bench-engine: build
 
 bench-api: build
 	@deploy/local/bench-api.sh
+
+bench-full: build
+	@N=$(or $(N),1000000) CDC=1 deploy/local/bench-engine.sh
 
 chaos: build
 	@deploy/local/chaos.sh
