@@ -56,6 +56,7 @@ type metrics struct {
 	outcomes *prometheus.CounterVec
 	latency  prometheus.Histogram
 	fenced   prometheus.Counter
+	dead     prometheus.Counter
 }
 
 // New returns an executor.
@@ -74,7 +75,11 @@ func New(cfg Config, db *pgxpool.Pool, charger *gateway.Charger, reg prometheus.
 		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 10)})
 	s.m.fenced = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "paysched_executor_fenced_total", Help: "Outcomes not applied: the attempt was no longer current."})
-	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced)
+	// Same name as the reaper's: together they count every arrival in the
+	// dead-letter queue (the executor's: budget spent or ambiguity unresolved).
+	s.m.dead = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_dead_letters_total", Help: "Payments dead-lettered by this executor (outcomes decided; a fenced one is rare)."})
+	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced, s.m.dead)
 	return s
 }
 
@@ -141,6 +146,7 @@ func (s *Server) Execute(ctx context.Context, req *internalv1.ExecuteRequest) (*
 			s.log.Error("record outcomes", "err", err, "items", len(ts))
 			return nil, status.Error(codes.Internal, "could not record outcomes")
 		}
+		s.m.dead.Add(float64(resp.DeadLettered))
 		if f := len(ts) - applied; f > 0 {
 			resp.Fenced += int32(f)
 			s.m.fenced.Add(float64(f))
