@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,6 +39,12 @@ type Config struct {
 	// Executors are host:port addresses; a name that resolves to several
 	// addresses (a headless Service) yields one executor per address.
 	Executors []string
+	// Resolve is how often names are resolved again, so executors that a
+	// rollout or an autoscaler adds are used and removed ones dropped
+	// (default 15s).
+	Resolve time.Duration
+	// Lookup resolves a host name (default net.LookupHost; tests stub it).
+	Lookup func(host string) ([]string, error)
 	// Slots is how many batches each executor may have in flight.
 	Slots   int
 	Bucket  claim.Bucket
@@ -49,6 +56,11 @@ type Config struct {
 type executor struct {
 	addr   string
 	client internalv1.ExecutorServiceClient
+	cc     *grpc.ClientConn
+	// gone: no longer resolved. Its slots are dropped as they come back,
+	// and the last one closes the connection (batches in flight finish).
+	gone  atomic.Bool
+	slots atomic.Int32
 }
 
 // Sweeper is one sweeper process's loop.
@@ -57,7 +69,8 @@ type Sweeper struct {
 	db    *pgxpool.Pool
 	log   *slog.Logger
 	slots chan *executor
-	conns []*grpc.ClientConn
+	mu    sync.Mutex
+	execs map[string]*executor
 	wg    sync.WaitGroup
 	m     metrics
 	trace trace.Tracer
@@ -69,28 +82,27 @@ type metrics struct {
 	breakerOpen                       prometheus.Gauge
 }
 
+// maxExecutors bounds the executors one sweeper dispatches to (the slot
+// channel's capacity).
+const maxExecutors = 512
+
 // New resolves the executors and builds the sweeper.
 func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*Sweeper, error) {
-	addrs, err := resolve(cfg.Executors)
+	if cfg.Lookup == nil {
+		cfg.Lookup = net.LookupHost
+	}
+	if cfg.Resolve <= 0 {
+		cfg.Resolve = 15 * time.Second
+	}
+	addrs, err := resolve(cfg.Executors, cfg.Lookup)
 	if err != nil {
 		return nil, err
 	}
-	s := &Sweeper{cfg: cfg, db: db, log: log, slots: make(chan *executor, len(addrs)*cfg.Slots),
-		trace: otel.Tracer(tracing.ScopeName + "/sweeper")}
+	s := &Sweeper{cfg: cfg, db: db, log: log, slots: make(chan *executor, maxExecutors*max(cfg.Slots, 1)),
+		execs: map[string]*executor{}, trace: otel.Tracer(tracing.ScopeName + "/sweeper")}
 	for _, a := range addrs {
-		// Reconnect fast to a restarted executor (gRPC's default backoff
-		// grows to two minutes).
-		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			tracing.DialOption(),
-			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
-				BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
-		if err != nil {
-			return nil, fmt.Errorf("executor %s: %w", a, err)
-		}
-		s.conns = append(s.conns, cc)
-		e := &executor{addr: a, client: internalv1.NewExecutorServiceClient(cc)}
-		for range cfg.Slots {
-			s.slots <- e
+		if err := s.add(a); err != nil {
+			return nil, err
 		}
 	}
 	s.m.claimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_claims_total", Help: "Payments claimed."})
@@ -103,8 +115,77 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	return s, nil
 }
 
+// add dials a newly resolved executor and gives it its slots.
+func (s *Sweeper) add(a string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.execs[a]; ok || len(s.execs) >= maxExecutors {
+		return nil
+	}
+	// Reconnect fast to a restarted executor (gRPC's default backoff
+	// grows to two minutes).
+	cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		tracing.DialOption(),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
+	if err != nil {
+		return fmt.Errorf("executor %s: %w", a, err)
+	}
+	e := &executor{addr: a, client: internalv1.NewExecutorServiceClient(cc), cc: cc}
+	e.slots.Store(int32(s.cfg.Slots))
+	s.execs[a] = e
+	for range s.cfg.Slots {
+		s.slots <- e
+	}
+	return nil
+}
+
+// refresh resolves the executors again: new addresses are added, missing
+// ones marked gone. A failed or empty lookup keeps what there is (a DNS
+// hiccup must not stop the sweep).
+func (s *Sweeper) refresh() {
+	addrs, err := resolve(s.cfg.Executors, s.cfg.Lookup)
+	if err != nil {
+		s.log.Warn("re-resolve executors; keeping the current set", "err", err)
+		return
+	}
+	want := map[string]bool{}
+	for _, a := range addrs {
+		want[a] = true
+		if err := s.add(a); err != nil {
+			s.log.Warn("add executor", "addr", a, "err", err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for a, e := range s.execs {
+		if !want[a] {
+			e.gone.Store(true)
+			delete(s.execs, a)
+			s.log.Info("executor gone from DNS; draining it", "addr", a)
+		}
+	}
+}
+
+// take waits for a free slot of a current executor.
+func (s *Sweeper) take(ctx context.Context) (*executor, bool) {
+	for {
+		select {
+		case e := <-s.slots:
+			if !e.gone.Load() {
+				return e, true
+			}
+			if e.slots.Add(-1) == 0 {
+				_ = e.cc.Close()
+			}
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}
+
 // resolve expands names to addresses (a headless Service lists every pod).
-func resolve(targets []string) ([]string, error) {
+func resolve(targets []string, lookup func(string) ([]string, error)) ([]string, error) {
 	var out []string
 	for _, t := range targets {
 		host, port, err := net.SplitHostPort(t)
@@ -115,7 +196,7 @@ func resolve(targets []string) ([]string, error) {
 			out = append(out, t)
 			continue
 		}
-		ips, err := net.LookupHost(host)
+		ips, err := lookup(host)
 		if err != nil {
 			return nil, fmt.Errorf("resolve executor %q: %w", host, err)
 		}
@@ -133,11 +214,21 @@ func resolve(targets []string) ([]string, error) {
 // flight (up to Grace) and releases every unstarted claim it holds.
 func (s *Sweeper) Run(ctx context.Context) error {
 	defer s.shutdown()
+	go func() {
+		t := time.NewTicker(s.cfg.Resolve)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.refresh()
+			}
+		}
+	}()
 	for {
-		var e *executor
-		select {
-		case e = <-s.slots:
-		case <-ctx.Done():
+		e, ok := s.take(ctx)
+		if !ok {
 			return nil
 		}
 		wait := s.step(ctx, e)
@@ -270,8 +361,10 @@ func (s *Sweeper) shutdown() {
 	defer cancel()
 	n, err := claim.ReleaseOwner(ctx, s.db, s.cfg.ID)
 	s.log.Info("sweeper stopped", "released", n, "err", err)
-	for _, cc := range s.conns {
-		_ = cc.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.execs {
+		_ = e.cc.Close()
 	}
 }
 
