@@ -25,6 +25,7 @@ func main() {
 	ceiling := fs.Float64("rate-ceiling", 0, "cluster-wide charges per second towards the gateway (0: none)")
 	threshold := fs.Float64("breaker-threshold", 0.5, "share of failed attempts that opens the circuit breaker")
 	cooldown := fs.Duration("breaker-cooldown", 2*time.Second, "first open period of the breaker")
+	resolveEvery := fs.Duration("resolve-every", 15*time.Second, "how often the executors' name is resolved again (rollouts, autoscaling)")
 	ctx, log, stop := svc.Boot("sweeper", fs)
 	defer stop()
 	pool, err := svc.Pool(ctx, *dbURL, 8)
@@ -37,7 +38,7 @@ func main() {
 	bucket := claim.Bucket{Name: "gateway", Rate: *ceiling, Burst: max(1, *ceiling/10)}
 	sw, err := sweeper.New(sweeper.Config{
 		ID: *id, Interval: *interval, Batch: *batch, Lease: *lease, Executors: strings.Split(*executors, ","),
-		Slots: *slots, Bucket: bucket, Grace: 60 * time.Second,
+		Resolve: *resolveEvery, Slots: *slots, Bucket: bucket, Grace: 60 * time.Second,
 		Breaker: &sweeper.Breaker{Threshold: *threshold, MinSamples: 50, Cooldown: *cooldown, MaxCooldown: 30 * time.Second, ProbeSize: 10},
 	}, pool, reg, log)
 	if err != nil {
