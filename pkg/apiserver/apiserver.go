@@ -33,6 +33,7 @@ import (
 	"github.com/paysched/paysched/pkg/reconcile"
 	"github.com/paysched/paysched/pkg/restapi"
 	"github.com/paysched/paysched/pkg/schedule"
+	"github.com/paysched/paysched/pkg/svc"
 	"github.com/paysched/paysched/pkg/tracing"
 )
 
@@ -115,7 +116,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	var gwConn *grpc.ClientConn
 	if cfg.GatewayAddr != "" {
 		// Settlement pages are large: up to 10,000 charges each.
-		gwConn, err = grpc.NewClient(cfg.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		gwConn, err = grpc.NewClient(cfg.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), svc.FastReconnect(),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 		if err != nil {
 			pool.Close()

@@ -21,6 +21,7 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/svc"
 )
 
 // Config bounds and places a chaos run.
@@ -192,8 +193,10 @@ func (r *run) connect(ctx context.Context) error {
 		return err
 	}
 	dial := func(a string) (*grpc.ClientConn, error) {
+		// A client of a service that keeps being killed: reconnect within a
+		// second (gRPC's default backoff grows to two minutes).
 		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)), svc.FastReconnect())
 		if err == nil {
 			r.conns = append(r.conns, cc)
 		}

@@ -37,6 +37,7 @@ type workload struct {
 	cancelled map[string]bool // cancels answered 200 CANCELLED
 	late      int             // cancels answered ALREADY_PROCESSING
 	lost      int             // cancels that never got an answer
+	lostErr   error           // the last such error
 	dups      int
 }
 
@@ -202,9 +203,11 @@ func (w *workload) cancels(ctx context.Context) {
 				w.late++
 			default:
 				w.lost++
+				w.lostErr = err
 			}
 		}()
 	}
 	wg.Wait()
-	w.r.logf("cancels: %d answered CANCELLED, %d too late (ALREADY_PROCESSING), %d unanswered", len(w.cancelled), w.late, w.lost)
+	w.r.logf("cancels: %d answered CANCELLED, %d too late (ALREADY_PROCESSING), %d unanswered (last error: %v)",
+		len(w.cancelled), w.late, w.lost, w.lostErr)
 }

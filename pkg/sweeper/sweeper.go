@@ -21,12 +21,12 @@ import (
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
 	"github.com/paysched/paysched/pkg/claim"
+	"github.com/paysched/paysched/pkg/svc"
 	"github.com/paysched/paysched/pkg/tracing"
 )
 
@@ -122,12 +122,8 @@ func (s *Sweeper) add(a string) error {
 	if _, ok := s.execs[a]; ok || len(s.execs) >= maxExecutors {
 		return nil
 	}
-	// Reconnect fast to a restarted executor (gRPC's default backoff
-	// grows to two minutes).
 	cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		tracing.DialOption(),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
-			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
+		tracing.DialOption(), svc.FastReconnect())
 	if err != nil {
 		return fmt.Errorf("executor %s: %w", a, err)
 	}

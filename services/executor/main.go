@@ -43,6 +43,7 @@ func main() {
 	}
 	defer pool.Close()
 	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithSharedWriteBuffer(true),
+		svc.FastReconnect(),
 		tracing.DialOption())
 	if err != nil {
 		svc.Fatal(log, err)

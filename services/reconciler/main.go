@@ -43,7 +43,7 @@ func main() {
 		svc.Fatal(log, err)
 	}
 	defer pool.Close()
-	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), svc.FastReconnect(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		svc.Fatal(log, err)
