@@ -83,6 +83,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.DBMaxConns > 0 {
 		pcfg.MaxConns = cfg.DBMaxConns
 	}
+	// Custom plans only: a generic plan of a statement on payments is
+	// pruned at run time, but still locks every daily partition (a year of
+	// them) on each execution; with the due time a known constant the
+	// planner keeps one partition.
+	pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	pcfg.ConnConfig.Tracer = tracing.NewDBTracer()
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

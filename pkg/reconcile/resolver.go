@@ -40,7 +40,7 @@ type Resolver struct {
 // dueProbesSQL finds ambiguous dead letters whose next probe is due. Dead
 // letters are always past due, so only partitions up to now are read.
 const dueProbesSQL = `
-SELECT id, amount_minor, currency, probes FROM payments
+SELECT id, due_time, amount_minor, currency, probes FROM payments
 WHERE status = 'DEAD_LETTERED' AND dead_letter_reason = 'AMBIGUOUS_UNRESOLVED'
   AND due_time <= now() AND run_at <= now()
 ORDER BY run_at LIMIT $1`
@@ -49,7 +49,7 @@ ORDER BY run_at LIMIT $1`
 // moved meanwhile is left alone.
 const postponeSQL = `
 UPDATE payments SET probes = probes + 1, run_at = now() + make_interval(secs => $3), last_error = $4
-WHERE id = $1 AND due_time = (SELECT due_time FROM payment_index WHERE id = $1)
+WHERE id = $1 AND due_time = $5
   AND status = 'DEAD_LETTERED' AND probes = $2`
 
 // Run probes until ctx ends.
@@ -90,13 +90,14 @@ func (r *Resolver) Once(ctx context.Context) (int, error) {
 	}
 	type dead struct {
 		id       uuid.UUID
+		due      time.Time
 		amount   int64
 		currency string
 		probes   int32
 	}
 	ds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dead, error) {
 		var d dead
-		err := row.Scan(&d.id, &d.amount, &d.currency, &d.probes)
+		err := row.Scan(&d.id, &d.due, &d.amount, &d.currency, &d.probes)
 		return d, err
 	})
 	if err != nil {
@@ -112,7 +113,7 @@ func (r *Resolver) Once(ctx context.Context) (int, error) {
 		case status.Code(err) == codes.NotFound:
 			m.To, m.Redrive, m.Reason = "PENDING", true, "the gateway has no charge under its key: retried with the same key"
 		case err != nil:
-			if err := r.postpone(ctx, d.id, d.probes, err); err != nil {
+			if err := r.postpone(ctx, d.id, d.due, d.probes, err); err != nil {
 				return settled, err
 			}
 			continue
@@ -130,7 +131,7 @@ func (r *Resolver) Once(ctx context.Context) (int, error) {
 				// Moved meanwhile (an operator, a webhook), or the gateway
 				// charged another amount: the daily run reports that one.
 				if m.Amount > 0 {
-					_ = r.postpone(ctx, d.id, d.probes, fmt.Errorf("gateway charge does not match the payment's amount"))
+					_ = r.postpone(ctx, d.id, d.due, d.probes, fmt.Errorf("gateway charge does not match the payment's amount"))
 				}
 				continue
 			}
@@ -142,7 +143,7 @@ func (r *Resolver) Once(ctx context.Context) (int, error) {
 	return settled, nil
 }
 
-func (r *Resolver) postpone(ctx context.Context, id uuid.UUID, probes int32, cause error) error {
+func (r *Resolver) postpone(ctx context.Context, id uuid.UUID, due time.Time, probes int32, cause error) error {
 	base, maxB := r.Backoff, r.MaxBackoff
 	if base <= 0 {
 		base = 10 * time.Second
@@ -154,7 +155,7 @@ func (r *Resolver) postpone(ctx context.Context, id uuid.UUID, probes int32, cau
 	if d <= 0 || d > maxB {
 		d = maxB
 	}
-	if _, err := r.DB.Exec(ctx, postponeSQL, id, probes, d.Seconds(), "probe: "+cause.Error()); err != nil {
+	if _, err := r.DB.Exec(ctx, postponeSQL, id, probes, d.Seconds(), "probe: "+cause.Error(), due); err != nil {
 		return fmt.Errorf("postpone probe of %s: %w", id, err)
 	}
 	return nil

@@ -12,12 +12,16 @@ import (
 const getAnySQL = `
 SELECT ` + paymentCols + `
 FROM payments p
-WHERE p.id = $1 AND p.due_time = (SELECT due_time FROM payment_index WHERE id = $1)`
+WHERE p.id = $1 AND p.due_time = $2`
 
 // GetAny returns any payer's payment with its attempts (operators only),
 // or ErrNotFound.
 func (s *Store) GetAny(ctx context.Context, id uuid.UUID) (*Payment, error) {
-	return s.get(ctx, id, getAnySQL, id)
+	due, err := s.dueTime(ctx, id, "")
+	if err != nil {
+		return nil, err
+	}
+	return s.get(ctx, id, getAnySQL, id, due)
 }
 
 // DeadLetter is a DEAD_LETTERED payment with why it was parked.
