@@ -251,7 +251,7 @@ func (r *run) stopAll() {
 func (r *run) event(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, fmt.Sprintf(format, args...))
+	r.events = append(r.events, fmt.Sprintf(format, args...)+fmt.Sprintf(" @%s", time.Now().UTC().Format("15:04:05")))
 }
 
 // disrupt is the chaos driver: a kill -9 of a random service every

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 )
 
 // Every 50th payment is created by two concurrent single creates with one
-// idempotency key; every 20th (offset 3) gets a cancel racing its due time.
+// idempotency key; every 20th (offset 3) gets a cancel racing its claim.
 const (
 	dupEvery    = 50
 	cancelEvery = 20
@@ -38,6 +39,7 @@ type workload struct {
 	late      int             // cancels answered ALREADY_PROCESSING
 	lost      int             // cancels that never got an answer
 	lostErr   error           // the last such error
+	lostDue   []time.Time     // their due times
 	dups      int
 }
 
@@ -186,7 +188,9 @@ func (w *workload) cancels(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			at := w.dues[i].Add(-time.Duration(rand.IntN(400)) * time.Millisecond)
+			// From 300 ms before the due time to 700 ms after: some win,
+			// some find the payment claimed.
+			at := w.dues[i].Add(time.Duration(rand.IntN(1000)-300) * time.Millisecond)
 			time.Sleep(time.Until(at))
 			var st payschedv1.PaymentStatus
 			err := retry(ctx, at.Add(15*time.Second), func(c context.Context) error {
@@ -204,10 +208,16 @@ func (w *workload) cancels(ctx context.Context) {
 			default:
 				w.lost++
 				w.lostErr = err
+				w.lostDue = append(w.lostDue, w.dues[i])
 			}
 		}()
 	}
 	wg.Wait()
 	w.r.logf("cancels: %d answered CANCELLED, %d too late (ALREADY_PROCESSING), %d unanswered (last error: %v)",
 		len(w.cancelled), w.late, w.lost, w.lostErr)
+	if len(w.lostDue) > 0 {
+		sort.Slice(w.lostDue, func(a, b int) bool { return w.lostDue[a].Before(w.lostDue[b]) })
+		w.r.logf("unanswered cancels were due %s..%s", w.lostDue[0].UTC().Format("15:04:05.0"),
+			w.lostDue[len(w.lostDue)-1].UTC().Format("15:04:05.0"))
+	}
 }
