@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -93,18 +94,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// envelope is the part of a Debezium event the consumer reads.
-type envelope struct {
-	Before map[string]any `json:"before"`
-	After  map[string]any `json:"after"`
-	Op     string         `json:"op"`
-	Source struct {
-		Table string `json:"table"`
-		LSN   int64  `json:"lsn"`
-		TsMs  int64  `json:"ts_ms"`
-	} `json:"source"`
-}
-
 // insertSQL appends audit rows; ON CONFLICT makes redelivery a no-op.
 const insertSQL = `
 INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
@@ -119,14 +108,21 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 	commits := make([]time.Time, 0, n)
 	var notes []*kgo.Record
 	for _, r := range recs {
-		var e envelope
-		if err := json.Unmarshal(r.Value, &e); err != nil || e.Source.Table == "" {
+		e, err := parseEnvelope(r.Value)
+		if err == nil && (e.Source.Table == "" || !validOp(e.Op)) {
+			// The database would refuse the row, and with it the batch.
+			err = errors.New("no source table or no valid op")
+		}
+		if err != nil {
 			c.log.Error("skipping an event that is not a Debezium envelope", "topic", r.Topic, "offset", r.Offset, "err", err)
 			continue
 		}
-		row := e.After
-		if row == nil {
-			row = e.Before
+		rw := e.After
+		if rw == nil {
+			rw = e.Before
+		}
+		if rw == nil {
+			rw = &row{}
 		}
 		lsns = append(lsns, e.Source.LSN)
 		tables = append(tables, e.Source.Table)
@@ -134,11 +130,16 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 		ops = append(ops, e.Op)
 		events = append(events, string(r.Value))
 		commits = append(commits, time.UnixMilli(e.Source.TsMs))
-		ids = append(ids, paymentID(e.Source.Table, row))
+		switch e.Source.Table {
+		case "payment_attempts", "payment_actions":
+			ids = append(ids, str(rw.PaymentID))
+		default:
+			ids = append(ids, str(rw.ID))
+		}
 		if e.Source.Table == "payment_actions" {
-			statuses = append(statuses, str(row, "new_status"))
+			statuses = append(statuses, str(rw.NewStatus))
 		} else {
-			statuses = append(statuses, str(row, "status"))
+			statuses = append(statuses, str(rw.Status))
 		}
 		if note := notification(e); note != nil {
 			notes = append(notes, note)
@@ -163,19 +164,7 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 	return nil
 }
 
-func paymentID(table string, row map[string]any) *string {
-	if table == "payment_attempts" || table == "payment_actions" {
-		return str(row, "payment_id")
-	}
-	return str(row, "id")
-}
-
-func str(row map[string]any, k string) *string {
-	if s, ok := row[k].(string); ok {
-		return &s
-	}
-	return nil
-}
+func validOp(op string) bool { return op == "c" || op == "u" || op == "d" || op == "r" }
 
 var terminal = map[string]bool{"COMPLETED": true, "FAILED": true, "CANCELLED": true, "DEAD_LETTERED": true}
 
@@ -188,24 +177,25 @@ func notification(e envelope) *kgo.Record {
 	if e.Source.Table != "payments" || e.After == nil {
 		return nil
 	}
-	status, _ := e.After["status"].(string)
+	var status string
+	if p := str(e.After.Status); p != nil {
+		status = *p
+	}
 	var typ string
 	switch {
 	case e.Op == "c" || e.Op == "r":
 		typ = "paysched.payment.created"
-	case e.Op == "u" && terminal[status] && (e.Before == nil || e.Before["status"] != status):
+	case e.Op == "u" && terminal[status] && (e.Before == nil || !sameString(e.Before.Status, status)):
 		typ = "paysched.payment." + strings.ToLower(status)
 	default:
 		return nil
 	}
-	id, _ := e.After["id"].(string)
+	var id string
+	if p := str(e.After.ID); p != nil {
+		id = *p
+	}
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%d|%s|%s", e.Source.LSN, id, typ)))
-	data, _ := json.Marshal(map[string]any{
-		"paymentId": id, "payer": e.After["payer"], "payee": e.After["payee"], "amount": e.After["amount_minor"],
-		"currency": e.After["currency"], "status": status, "dueAt": e.After["due_time"], "attempt": e.After["attempt"],
-		"gatewayRef": e.After["gateway_ref"], "deadLetterReason": e.After["dead_letter_reason"],
-	})
-	return &kgo.Record{Topic: kafka.TopicNotifications, Key: []byte(id), Value: data, Headers: []kgo.RecordHeader{
+	return &kgo.Record{Topic: kafka.TopicNotifications, Key: []byte(id), Value: noteData(e.After, id, status), Headers: []kgo.RecordHeader{
 		{Key: "ce_specversion", Value: []byte("1.0")},
 		{Key: "ce_id", Value: []byte(hex.EncodeToString(sum[:16]))},
 		{Key: "ce_type", Value: []byte(typ)},
@@ -214,4 +204,42 @@ func notification(e envelope) *kgo.Record {
 		{Key: "ce_subject", Value: []byte(id)},
 		{Key: "content-type", Value: []byte("application/json")},
 	}}
+}
+
+// sameString: raw is a JSON string equal to s.
+func sameString(raw []byte, s string) bool {
+	p := str(raw)
+	return p != nil && *p == s
+}
+
+// noteData is the notification's JSON body: the payment's fields as the
+// change carried them (numbers keep every digit), keys in sorted order.
+func noteData(r *row, id, status string) []byte {
+	b := make([]byte, 0, 384)
+	field := func(name string, raw []byte) {
+		if len(b) == 0 {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		if raw == nil {
+			raw = []byte("null")
+		}
+		b = append(b, raw...)
+	}
+	quote := func(s string) []byte { q, _ := json.Marshal(s); return q }
+	field("amount", r.Amount)
+	field("attempt", r.Attempt)
+	field("currency", r.Currency)
+	field("deadLetterReason", r.DeadLetterReason)
+	field("dueAt", r.DueTime)
+	field("gatewayRef", r.GatewayRef)
+	field("payee", r.Payee)
+	field("payer", r.Payer)
+	field("paymentId", quote(id))
+	field("status", quote(status))
+	return append(b, '}')
 }
