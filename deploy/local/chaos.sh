@@ -1,36 +1,26 @@
 #!/usr/bin/env bash
-# `make chaos`: a private durable Postgres (restartable: the run restarts
-# it once), then bin/chaos drives the full topology under fire and checks
-# the invariants. SHORT=1 is the CI variant (2,000 payments over 45 s).
-# Extra flags for bin/chaos go in CHAOS_FLAGS.
+# `make chaos`: a private durable Postgres (with-pg.sh; the run restarts it
+# once through pg.sh), then bin/chaos drives the full topology under fire
+# and checks the invariants. SHORT=1 is the CI variant (2,000 payments over
+# 45 s). Extra flags for bin/chaos go in CHAOS_FLAGS; KEEP=1 keeps the logs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-PG="$ROOT/deploy/local/pg.sh"
-"$PG" install
-work=$(mktemp -d /tmp/paysched-chaos-XXXXXX)
-chmod 755 "$work"
-port=$(for p in $(shuf -i 20000-60000 -n 50); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; break; }; done)
-cleanup() {
-  "$PG" stop "$work/pg" || true
-  real=$(cat "$work/pg/datadir" 2>/dev/null || true)
-  case "$real" in /tmp/*) rm -rf "$real" ;; esac
-  if [ "${KEEP:-}" != 1 ]; then rm -rf "$work"; else echo "chaos: logs kept in $work" >&2; fi
-}
-trap cleanup EXIT
-mkdir -p "$work/pg"
-"$PG" start "$work/pg" "$port"
+export ROOT SHORT=${SHORT:-} KEEP=${KEEP:-} CHAOS_FLAGS=${CHAOS_FLAGS:-}
+export PAYSCHED_PG_DURABLE=1
+exec "$ROOT/deploy/local/with-pg.sh" bash -c '
+set -euo pipefail
+run=$(mktemp -d /tmp/paysched-chaos-XXXXXX)
 flags=()
-if [ "${SHORT:-}" = 1 ]; then
-  flags=(--payments 2000 --spread 45s --lead 10s --settle 2m)
-fi
+if [ "$SHORT" = 1 ]; then flags=(--payments 2000 --spread 45s --lead 10s --settle 2m); fi
 set +e
-"$ROOT/bin/chaos" --bin "$ROOT/bin" --dir "$work/run" --pg-script "$PG" --pg-dir "$work/pg" --pg-port "$port" \
-  "${flags[@]}" ${CHAOS_FLAGS:-}
+"$ROOT/bin/chaos" --bin "$ROOT/bin" --dir "$run" --pg-script "$ROOT/deploy/local/pg.sh" \
+  --pg-dir "$PAYSCHED_PG_DIR" --pg-port "$PAYSCHED_PG_PORT" "${flags[@]}" $CHAOS_FLAGS
 rc=$?
 set -e
-if [ $rc -ne 0 ] && [ "${KEEP:-}" != 1 ]; then
+if [ $rc -ne 0 ]; then
   echo "--- last log lines of each service ---" >&2
-  for f in "$work"/run/*.log; do echo "== $(basename "$f")" >&2; tail -n 5 "$f" >&2; done
+  for f in "$run"/*.log; do echo "== $(basename "$f")" >&2; tail -n 5 "$f" >&2; done
 fi
+if [ "$KEEP" = 1 ]; then echo "chaos: logs kept in $run" >&2; else rm -rf "$run"; fi
 exit $rc
+'

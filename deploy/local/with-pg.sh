@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # with-pg.sh CMD ARGS...: runs CMD with a private, throwaway Postgres cluster
 # (fsync off unless PAYSCHED_PG_DURABLE=1) whose superuser URL is in PAYSCHED_TEST_ADMIN_URL, and removes
-# the cluster afterwards whatever CMD does.
+# the cluster afterwards whatever CMD does. PAYSCHED_PG_DIR and
+# PAYSCHED_PG_PORT name it for pg.sh (the chaos run restarts it).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PG="$ROOT/deploy/local/pg.sh"
@@ -18,7 +19,7 @@ cleanup() {
 }
 trap cleanup EXIT
 if [ "${PAYSCHED_PG_DURABLE:-}" = 1 ]; then "$PG" start "$dir" "$port"; else PAYSCHED_PG_FAST=1 "$PG" start "$dir" "$port"; fi
-export PAYSCHED_TEST_ADMIN_URL
+export PAYSCHED_TEST_ADMIN_URL PAYSCHED_PG_DIR="$dir" PAYSCHED_PG_PORT="$port"
 PAYSCHED_TEST_ADMIN_URL=$("$PG" url "$port")
 echo "with-pg: private postgres on 127.0.0.1:$port" >&2
 "$@"

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 )
@@ -59,33 +60,28 @@ func deadLettersCmd(g *globals) *cobra.Command {
 }
 
 func redriveCmd(g *globals) *cobra.Command {
-	var note string
-	c := &cobra.Command{
-		Use:   "redrive PAYMENT_ID",
-		Short: "Move a dead letter back to PENDING with a fresh budget and the same gateway key (admin)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dialAs(true, g.timeout)
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			resp, err := c.admin.RedrivePayment(c.ctx, &payschedv1.RedrivePaymentRequest{PaymentId: args[0], Note: note})
-			if err != nil {
-				return rpcError(err)
-			}
-			return g.printPayments(resp, resp.GetPayment())
-		},
-	}
-	c.Flags().StringVar(&note, "note", "", "why, for the audit trail")
-	return c
+	return moveCmd(g, "redrive PAYMENT_ID", "Move a dead letter back to PENDING with a fresh budget and the same gateway key (admin)",
+		"why, for the audit trail", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
+			resp, err := c.admin.RedrivePayment(c.ctx, &payschedv1.RedrivePaymentRequest{PaymentId: id, Note: note})
+			return resp, resp.GetPayment(), err
+		})
 }
 
 func resolveCmd(g *globals) *cobra.Command {
+	return moveCmd(g, "resolve PAYMENT_ID --note TEXT", "Move a dead letter to FAILED with an operator note (admin)",
+		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
+			resp, err := c.admin.ResolvePayment(c.ctx, &payschedv1.ResolvePaymentRequest{PaymentId: id, Note: note})
+			return resp, resp.GetPayment(), err
+		})
+}
+
+// moveCmd is an operator action on one dead letter, with a --note.
+func moveCmd(g *globals, use, short, noteHelp string,
+	call func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error)) *cobra.Command {
 	var note string
 	c := &cobra.Command{
-		Use:   "resolve PAYMENT_ID --note TEXT",
-		Short: "Move a dead letter to FAILED with an operator note (admin)",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.dialAs(true, g.timeout)
@@ -93,14 +89,14 @@ func resolveCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			resp, err := c.admin.ResolvePayment(c.ctx, &payschedv1.ResolvePaymentRequest{PaymentId: args[0], Note: note})
+			resp, p, err := call(c, args[0], note)
 			if err != nil {
 				return rpcError(err)
 			}
-			return g.printPayments(resp, resp.GetPayment())
+			return g.printPayments(resp, p)
 		},
 	}
-	c.Flags().StringVar(&note, "note", "", "why (required)")
+	c.Flags().StringVar(&note, "note", "", noteHelp)
 	return c
 }
 
