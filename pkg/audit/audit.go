@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,10 +32,11 @@ type Config struct {
 
 // Consumer is the audit-consumer's loop.
 type Consumer struct {
-	db  *pgxpool.Pool
-	cl  *kgo.Client
-	log *slog.Logger
-	m   struct {
+	db    *pgxpool.Pool
+	cl    *kgo.Client
+	log   *slog.Logger
+	batch int // records per poll, so per audit write
+	m     struct {
 		audited, notified prometheus.Counter
 		lag               prometheus.Histogram
 	}
@@ -58,7 +61,7 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	c := &Consumer{db: db, cl: cl, log: log}
+	c := &Consumer{db: db, cl: cl, log: log, batch: 2000}
 	c.m.audited = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_audit_events_total", Help: "Change events consumed into audit_events (duplicates included)."})
 	c.m.notified = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_notifications_total", Help: "Notifications published (redeliveries included)."})
 	c.m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "paysched_audit_lag_seconds", Help: "Commit to audit row.",
@@ -73,7 +76,7 @@ func (c *Consumer) Close() { c.cl.Close() }
 // Run consumes until ctx ends.
 func (c *Consumer) Run(ctx context.Context) error {
 	for {
-		fs := c.cl.PollRecords(ctx, 2000)
+		fs := c.cl.PollRecords(ctx, c.batch)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -84,7 +87,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if len(recs) == 0 {
 			continue
 		}
-		if err := c.process(ctx, recs); err != nil {
+		b := c.decode(recs)
+		err := c.write(ctx, b)
+		if err == nil {
+			err = c.publish(ctx, b)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -94,19 +102,29 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// insertSQL appends audit rows; ON CONFLICT makes redelivery a no-op.
-const insertSQL = `
-INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::json[], $8::timestamptz[])
-ON CONFLICT (lsn, table_name, row_key) DO NOTHING`
+// batch is one poll's records and the audit rows decoded from them.
+type batch struct {
+	recs []*kgo.Record
+	// the audit rows, as columns
+	lsns     []int64
+	tables   []string
+	keys     []string
+	ops      []string
+	ids      []*string
+	statuses []*string
+	events   [][]byte
+	commits  []time.Time
+	notes    []*kgo.Record
+}
 
-func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
+// Len is the number of audit rows.
+func (b *batch) Len() int { return len(b.lsns) }
+
+func (c *Consumer) decode(recs []*kgo.Record) *batch {
 	n := len(recs)
-	lsns := make([]int64, 0, n)
-	tables, keys, ops, statuses, events := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]*string, 0, n), make([]string, 0, n)
-	ids := make([]*string, 0, n)
-	commits := make([]time.Time, 0, n)
-	var notes []*kgo.Record
+	b := &batch{recs: recs, lsns: make([]int64, 0, n), tables: make([]string, 0, n), keys: make([]string, 0, n),
+		ops: make([]string, 0, n), ids: make([]*string, 0, n), statuses: make([]*string, 0, n),
+		events: make([][]byte, 0, n), commits: make([]time.Time, 0, n)}
 	for _, r := range recs {
 		e, err := parseEnvelope(r.Value)
 		if err == nil && (e.Source.Table == "" || !validOp(e.Op)) {
@@ -124,47 +142,96 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) error {
 		if rw == nil {
 			rw = &row{}
 		}
-		lsns = append(lsns, e.Source.LSN)
-		tables = append(tables, e.Source.Table)
-		keys = append(keys, string(r.Key))
-		ops = append(ops, e.Op)
-		events = append(events, string(r.Value))
-		commits = append(commits, time.UnixMilli(e.Source.TsMs))
+		b.lsns = append(b.lsns, e.Source.LSN)
+		b.tables = append(b.tables, e.Source.Table)
+		b.keys = append(b.keys, string(r.Key))
+		b.ops = append(b.ops, e.Op)
+		b.events = append(b.events, r.Value)
+		b.commits = append(b.commits, time.UnixMilli(e.Source.TsMs))
 		switch e.Source.Table {
 		case "payment_attempts", "payment_actions":
-			ids = append(ids, str(rw.PaymentID))
+			b.ids = append(b.ids, str(rw.PaymentID))
 		default:
-			ids = append(ids, str(rw.ID))
+			b.ids = append(b.ids, str(rw.ID))
 		}
 		if e.Source.Table == "payment_actions" {
-			statuses = append(statuses, str(rw.NewStatus))
+			b.statuses = append(b.statuses, str(rw.NewStatus))
 		} else {
-			statuses = append(statuses, str(rw.Status))
+			b.statuses = append(b.statuses, str(rw.Status))
 		}
 		if note := notification(e); note != nil {
-			notes = append(notes, note)
+			b.notes = append(b.notes, note)
 		}
 	}
-	if _, err := c.db.Exec(ctx, insertSQL, lsns, tables, keys, ops, ids, statuses, events, commits); err != nil {
-		return fmt.Errorf("write audit events: %w", err)
+	return b
+}
+
+func validOp(op string) bool { return op == "c" || op == "u" || op == "d" || op == "r" }
+
+// auditColumns are the columns the consumer writes, in copyRows.Values order.
+var auditColumns = []string{"lsn", "table_name", "row_key", "op", "payment_id", "status", "event", "committed_at"}
+
+// insertSQL appends audit rows; ON CONFLICT makes redelivery a no-op.
+const insertSQL = `
+INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::json[], $8::timestamptz[])
+ON CONFLICT (lsn, table_name, row_key) DO NOTHING`
+
+// write appends a batch's audit rows. COPY first: it is the cheapest way
+// in, but it cannot skip duplicates, so a batch holding a change already
+// written (a redelivery after a restart or a rebalance) fails as a whole
+// with a unique violation and is written again with INSERT ... ON
+// CONFLICT DO NOTHING. Either way every change is in audit_events once.
+func (c *Consumer) write(ctx context.Context, b *batch) error {
+	if b.Len() > 0 {
+		_, err := c.db.CopyFrom(ctx, pgx.Identifier{"audit_events"}, auditColumns, &copyRows{b: b, i: -1})
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			events := make([]string, len(b.events))
+			for i, e := range b.events {
+				events[i] = string(e)
+			}
+			_, err = c.db.Exec(ctx, insertSQL, b.lsns, b.tables, b.keys, b.ops, b.ids, b.statuses, events, b.commits)
+		}
+		if err != nil {
+			return fmt.Errorf("write audit events: %w", err)
+		}
 	}
-	for _, t := range commits {
+	for _, t := range b.commits {
 		c.m.lag.Observe(time.Since(t).Seconds())
 	}
-	c.m.audited.Add(float64(len(lsns)))
-	if len(notes) > 0 {
-		if err := c.cl.ProduceSync(ctx, notes...).FirstErr(); err != nil {
+	c.m.audited.Add(float64(b.Len()))
+	return nil
+}
+
+// copyRows feeds a batch to COPY, one reused row of values.
+type copyRows struct {
+	b    *batch
+	i    int
+	vals [8]any
+}
+
+func (r *copyRows) Next() bool { r.i++; return r.i < r.b.Len() }
+func (r *copyRows) Err() error { return nil }
+func (r *copyRows) Values() ([]any, error) {
+	b, i := r.b, r.i
+	r.vals = [8]any{b.lsns[i], b.tables[i], b.keys[i], b.ops[i], b.ids[i], b.statuses[i], b.events[i], b.commits[i]}
+	return r.vals[:], nil
+}
+
+// publish sends a written batch's notifications, then commits its offsets.
+func (c *Consumer) publish(ctx context.Context, b *batch) error {
+	if len(b.notes) > 0 {
+		if err := c.cl.ProduceSync(ctx, b.notes...).FirstErr(); err != nil {
 			return fmt.Errorf("publish notifications: %w", err)
 		}
-		c.m.notified.Add(float64(len(notes)))
+		c.m.notified.Add(float64(len(b.notes)))
 	}
-	if err := c.cl.CommitRecords(ctx, recs...); err != nil {
+	if err := c.cl.CommitRecords(ctx, b.recs...); err != nil {
 		return fmt.Errorf("commit offsets: %w", err)
 	}
 	return nil
 }
-
-func validOp(op string) bool { return op == "c" || op == "u" || op == "d" || op == "r" }
 
 var terminal = map[string]bool{"COMPLETED": true, "FAILED": true, "CANCELLED": true, "DEAD_LETTERED": true}
 
