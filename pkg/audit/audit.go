@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,12 +74,63 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 // Close leaves the group and closes the client.
 func (c *Consumer) Close() { c.cl.Close() }
 
-// Run consumes until ctx ends.
-func (c *Consumer) Run(ctx context.Context) error {
+// Run consumes until ctx ends. Batches flow through three stages, each
+// one goroutine, so that decoding, the database write and the Kafka round
+// trips of consecutive batches overlap: poll and decode batch N+2, write
+// the audit rows of N+1, publish the notifications of N and commit its
+// offsets. Writes and commits both keep poll order, and a batch reaches
+// the commit stage only once its rows are written; the first failure stops
+// every stage, so no offset is ever committed ahead of its audit row.
+func (c *Consumer) Run(parent context.Context) error {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	decoded := make(chan *batch, 1)
+	written := make(chan *batch, 1)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer close(written)
+		for b := range decoded {
+			if err := c.write(ctx, b); err != nil {
+				cancel(err)
+				return
+			}
+			select {
+			case written <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for b := range written {
+			if ctx.Err() != nil {
+				return
+			}
+			if err := c.publish(ctx, b); err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}()
+	c.poll(ctx, decoded)
+	close(decoded)
+	wg.Wait()
+	if parent.Err() != nil {
+		return nil
+	}
+	// Not committed: the records come again after a restart.
+	return context.Cause(ctx)
+}
+
+// poll fetches and decodes batches until ctx ends.
+func (c *Consumer) poll(ctx context.Context, out chan<- *batch) {
 	for {
 		fs := c.cl.PollRecords(ctx, c.batch)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		for _, e := range fs.Errors() {
 			c.log.Warn("fetch", "topic", e.Topic, "partition", e.Partition, "err", e.Err)
@@ -87,22 +139,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if len(recs) == 0 {
 			continue
 		}
-		b := c.decode(recs)
-		err := c.write(ctx, b)
-		if err == nil {
-			err = c.publish(ctx, b)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			// Not committed: the records come again after a restart.
-			return err
+		select {
+		case out <- c.decode(recs):
+		case <-ctx.Done():
+			return
 		}
 	}
 }
 
-// batch is one poll's records and the audit rows decoded from them.
+// batch is one poll's records on their way through the stages.
 type batch struct {
 	recs []*kgo.Record
 	// the audit rows, as columns

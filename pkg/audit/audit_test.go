@@ -80,3 +80,128 @@ func TestWriteRedeliveredChangesOnce(t *testing.T) {
 		t.Fatalf("%d rows with the event and its key, want 6", n)
 	}
 }
+
+// Offsets are committed only behind written audit rows: when a write
+// fails, the consumer stops, and the failed change and everything after it
+// come again to the next member of the group.
+func TestNoCommitAheadOfAFailedWrite(t *testing.T) {
+	db := pgtest.NewPool(t)
+	seeds := kafkatest.NewCluster(t, kafka.TopicPayments, kafka.TopicAttempts, kafka.TopicActions, kafka.TopicNotifications)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The database refuses the change at lsn 666.
+	if _, err := db.Exec(ctx, `CREATE FUNCTION refuse_666() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.lsn = 666 THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER refuse_666 BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION refuse_666()`); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(kafka.TopicPayments))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	// One key, so one partition and one order.
+	key := paymentUUID(1)
+	produce := func(lsn int) {
+		r := change(lsn, key, "PENDING")
+		if err := pr.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for lsn := 1; lsn <= 50; lsn++ {
+		produce(lsn)
+	}
+	c := newConsumer(t, db, seeds)
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(ctx) }()
+	for count(t, db, `SELECT count(*) FROM audit_events`) < 50 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	produce(666)
+	for lsn := 667; lsn <= 700; lsn++ {
+		produce(lsn)
+	}
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("Run returned no error after a refused write")
+		}
+	case <-ctx.Done():
+		t.Fatal("Run did not stop after a refused write")
+	}
+	c.Close()
+	if n := count(t, db, `SELECT count(*) FROM audit_events WHERE lsn >= 666`); n != 0 {
+		t.Fatalf("%d rows at or after the refused change were written", n)
+	}
+	// The group's next member starts at the refused change at the latest.
+	next, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup("audit"), kgo.ConsumeTopics(kafka.TopicPayments),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	seen := map[int64]bool{}
+	kafkatest.Drain(ctx, next, func() bool { return seen[700] }, func(r *kgo.Record) {
+		e, err := parseEnvelope(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[e.Source.LSN] = true
+	})
+	if !seen[666] {
+		t.Fatal("the refused change was committed: the next member never saw it")
+	}
+}
+
+// Every change of a stream larger than a poll is written once, and each
+// creation is notified, through the pipelined stages.
+func TestConsumeStream(t *testing.T) {
+	db := pgtest.NewPool(t)
+	seeds := kafkatest.NewCluster(t, kafka.TopicPayments, kafka.TopicAttempts, kafka.TopicActions, kafka.TopicNotifications)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pr, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(kafka.TopicPayments))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	const n = 5000
+	for i := range n {
+		pr.Produce(ctx, change(1000+i, paymentUUID(i), "PENDING"), func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if err := pr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := newConsumer(t, db, seeds)
+	c.batch = 300
+	errc := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	go func() { errc <- c.Run(rctx) }()
+	notes, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.TopicNotifications),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notes.Close()
+	created := map[string]bool{}
+	kafkatest.Drain(ctx, notes, func() bool { return len(created) == n }, func(r *kgo.Record) {
+		if header(r, "ce_type") == "paysched.payment.created" {
+			created[string(r.Key)] = true
+		}
+	})
+	if len(created) != n {
+		t.Fatalf("%d creations notified, want %d", len(created), n)
+	}
+	// A notification follows its audit row.
+	if got := count(t, db, `SELECT count(*) FROM audit_events`); got != n {
+		t.Fatalf("%d audit rows, want %d", got, n)
+	}
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
