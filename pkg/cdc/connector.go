@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,7 +38,9 @@ type Connector struct {
 	kafk *kgo.Client
 	rels map[uint32]*Relation
 	acks ackQueue
-	m    struct {
+	// scratch column lists for the tuple being read
+	before, after []col
+	m             struct {
 		events  prometheus.Counter
 		slotLag prometheus.Gauge
 		lag     prometheus.Histogram
@@ -230,13 +233,26 @@ func (c *Connector) Run(ctx context.Context) error {
 	}
 }
 
+// txn is a transaction being received: its changes are encoded as they
+// arrive (pgoutput sends a transaction only once it committed, and its
+// Begin carries the commit time) and produced at its Commit.
 type txn struct {
 	xid        uint32
 	commitTime time.Time
-	changes    []Change
+	commitMs   int64
+	nowMs      int64 // when the connector read the transaction: the envelopes' ts_ms
+	recs       []*kgo.Record
+	bufs       []*[]byte // each record's pooled buffer (nil for heartbeats)
 }
 
 func (c *Connector) handle(ctx context.Context, x pglogrepl.XLogData, tx *txn) (*txn, error) {
+	if len(x.WALData) > 0 {
+		// Row changes, nearly every message, are read in place.
+		switch x.WALData[0] {
+		case 'I', 'U', 'D':
+			return tx, c.change(tx, x.WALData, x.WALStart)
+		}
+	}
 	msg, err := pglogrepl.Parse(x.WALData)
 	if err != nil {
 		return tx, fmt.Errorf("parse pgoutput: %w", err)
@@ -247,79 +263,133 @@ func (c *Connector) handle(ctx context.Context, x pglogrepl.XLogData, tx *txn) (
 		for _, col := range m.Columns {
 			r.Columns = append(r.Columns, Column{Name: col.Name, OID: col.DataType, Key: col.Flags&1 == 1})
 		}
-		r.quote()
+		r.prepare(c.cfg.Source)
 		c.rels[m.RelationID] = r
 	case *pglogrepl.BeginMessage:
-		return &txn{xid: m.Xid, commitTime: m.CommitTime}, nil
-	case *pglogrepl.InsertMessage:
-		return tx, c.add(tx, m.RelationID, "c", nil, m.Tuple, x.WALStart)
-	case *pglogrepl.UpdateMessage:
-		var before *pglogrepl.TupleData
-		if m.OldTupleType == 'O' {
-			before = m.OldTuple
-		}
-		return tx, c.add(tx, m.RelationID, "u", before, m.NewTuple, x.WALStart)
-	case *pglogrepl.DeleteMessage:
-		return tx, c.add(tx, m.RelationID, "d", m.OldTuple, nil, x.WALStart)
+		return &txn{xid: m.Xid, commitTime: m.CommitTime, commitMs: m.CommitTime.UnixMilli(), nowMs: time.Now().UnixMilli()}, nil
 	case *pglogrepl.CommitMessage:
 		if tx == nil {
 			return nil, errors.New("commit without begin")
 		}
-		return nil, c.publish(ctx, tx, m.TransactionEndLSN)
+		c.publish(ctx, tx, m.TransactionEndLSN)
+		return nil, nil
 	}
 	return tx, nil
 }
 
-func (c *Connector) add(tx *txn, relID uint32, op string, before, after *pglogrepl.TupleData, lsn pglogrepl.LSN) error {
+// change encodes an Insert, Update or Delete message into a record (key
+// and envelope share one pooled buffer, returned once Kafka acked it).
+func (c *Connector) change(tx *txn, m []byte, lsn pglogrepl.LSN) error {
 	if tx == nil {
 		return errors.New("change outside a transaction")
 	}
+	if len(m) < 6 {
+		return fmt.Errorf("parse pgoutput: %w", errShort)
+	}
+	relID := binary.BigEndian.Uint32(m[1:5])
 	r, ok := c.rels[relID]
 	if !ok {
 		return fmt.Errorf("change for unknown relation %d", relID)
 	}
-	tx.changes = append(tx.changes, Change{Rel: r, Op: op, Before: before, After: after, LSN: lsn, TxID: tx.xid, CommitTime: tx.commitTime})
+	var (
+		op            byte
+		before, after []col
+		err           error
+	)
+	rest := m[5:]
+	switch m[0] {
+	case 'I':
+		op = 'c'
+		if rest[0] != 'N' {
+			return fmt.Errorf("parse pgoutput: insert without a new tuple")
+		}
+		after, _, err = readTuple(rest[1:], c.after[:0])
+	case 'U':
+		op = 'u'
+		if rest[0] == 'K' || rest[0] == 'O' {
+			kind := rest[0]
+			var old []col
+			old, rest, err = readTuple(rest[1:], c.before[:0])
+			if err != nil {
+				return fmt.Errorf("parse pgoutput: %w", err)
+			}
+			if kind == 'O' { // the whole old row (REPLICA IDENTITY FULL)
+				before = old
+			}
+			if len(rest) == 0 {
+				return fmt.Errorf("parse pgoutput: %w", errShort)
+			}
+		}
+		if rest[0] != 'N' {
+			return fmt.Errorf("parse pgoutput: update without a new tuple")
+		}
+		after, _, err = readTuple(rest[1:], c.after[:0])
+	case 'D':
+		op = 'd'
+		if rest[0] != 'K' && rest[0] != 'O' {
+			return fmt.Errorf("parse pgoutput: delete without an old tuple")
+		}
+		before, _, err = readTuple(rest[1:], c.before[:0])
+	}
+	if err != nil {
+		return fmt.Errorf("parse pgoutput: %w", err)
+	}
+	if before != nil {
+		c.before = before
+	}
+	if after != nil {
+		c.after = after
+	}
+	if r.Table == "cdc_heartbeat" {
+		tx.recs = append(tx.recs, &kgo.Record{Topic: c.cfg.HeartbeatTopic, Key: []byte(fmt.Sprintf(`{"serverName":%q}`, c.cfg.Source.Name)),
+			Value: []byte(fmt.Sprintf(`{"ts_ms":%d}`, tx.commitMs))})
+		tx.bufs = append(tx.bufs, nil)
+		return nil
+	}
+	bp := bufPool.Get().(*[]byte)
+	key := after
+	if key == nil {
+		key = before
+	}
+	b, err := appendKey((*bp)[:0], r, key)
+	if err != nil {
+		return err
+	}
+	k := len(b)
+	if b, err = appendValue(b, r, op, before, after, lsn, tx.xid, tx.commitMs, tx.nowMs); err != nil {
+		return err
+	}
+	*bp = b
+	tx.recs = append(tx.recs, &kgo.Record{Topic: r.topic, Key: b[:k:k], Value: b[k:]})
+	tx.bufs = append(tx.bufs, bp)
 	return nil
 }
+
+// bufPool holds record buffers (key and envelope): a payments update is
+// about 1.3 KB.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
 // publish produces a committed transaction's events; the transaction's end
 // LSN becomes acknowledgeable once Kafka has acked all of them and every
 // earlier transaction.
-func (c *Connector) publish(ctx context.Context, tx *txn, end pglogrepl.LSN) error {
-	entry := c.acks.push(end, len(tx.changes))
-	now := time.Now()
-	for _, ch := range tx.changes {
-		if ch.Rel.Table == "cdc_heartbeat" {
-			c.kafk.Produce(ctx, &kgo.Record{Topic: c.cfg.HeartbeatTopic, Key: []byte(fmt.Sprintf(`{"serverName":%q}`, c.cfg.Source.Name)),
-				Value: []byte(fmt.Sprintf(`{"ts_ms":%d}`, ch.CommitTime.UnixMilli()))}, func(_ *kgo.Record, err error) {
-				if err != nil {
-					c.acks.fail(err)
-					return
-				}
-				c.acks.done(entry)
-			})
-			continue
-		}
-		key, err := Key(ch)
-		if err != nil {
-			return err
-		}
-		val, err := Value(ch, c.cfg.Source, now)
-		if err != nil {
-			return err
-		}
-		commit := ch.CommitTime
-		c.kafk.Produce(ctx, &kgo.Record{Topic: c.cfg.Source.Topic(ch.Rel), Key: key, Value: val}, func(_ *kgo.Record, err error) {
+func (c *Connector) publish(ctx context.Context, tx *txn, end pglogrepl.LSN) {
+	entry := c.acks.push(end, len(tx.recs))
+	commit := tx.commitTime
+	for i, rec := range tx.recs {
+		bp := tx.bufs[i]
+		c.kafk.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 			if err != nil {
 				c.acks.fail(err)
 				return
 			}
-			c.m.events.Inc()
-			c.m.lag.Observe(time.Since(commit).Seconds())
+			if bp != nil {
+				c.m.events.Inc()
+				c.m.lag.Observe(time.Since(commit).Seconds())
+				bufPool.Put(bp) // Kafka has acked: nothing reads it any more
+			}
 			c.acks.done(entry)
 		})
 	}
-	return nil
 }
 
 // status reports the acknowledged LSN to Postgres, which may then recycle

@@ -5,8 +5,9 @@
 package cdc
 
 import (
-	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -22,7 +23,7 @@ type Column struct {
 	Name string
 	OID  uint32
 	Key  bool
-	// quoted is `"name":`, computed once per relation (see quote).
+	// quoted is `"name":`, computed once per relation (see prepare).
 	quoted []byte
 }
 
@@ -30,6 +31,12 @@ type Column struct {
 type Relation struct {
 	Schema, Table string
 	Columns       []Column
+	// Computed once per relation (see prepare): the topic, and the source
+	// block's constant text around the commit time and the LSN.
+	topic                    string
+	srcHead, srcSeq, srcTxID []byte
+	prepared                 bool
+	preparedFor              Source
 }
 
 // Change is one row change inside a committed transaction.
@@ -52,6 +59,25 @@ type Source struct {
 // Topic is Debezium's <prefix>.<schema>.<table>.
 func (s Source) Topic(r *Relation) string { return s.Name + "." + r.Schema + "." + r.Table }
 
+// col is one column value of a tuple as pgoutput sent it: kind 'n' (null),
+// 'u' (unchanged TOAST), 't' (text) or 'b' (binary), and the bytes, which
+// alias the message they were read from.
+type col struct {
+	kind byte
+	data []byte
+}
+
+func cols(t *pglogrepl.TupleData) []col {
+	if t == nil {
+		return nil
+	}
+	out := make([]col, len(t.Columns))
+	for i, c := range t.Columns {
+		out[i] = col{kind: c.DataType, data: c.Data}
+	}
+	return out
+}
+
 // Key is the record key: the table's key columns (payments: id;
 // payment_attempts: payment_id, attempt), as Debezium writes them.
 func Key(c Change) ([]byte, error) {
@@ -59,28 +85,41 @@ func Key(c Change) ([]byte, error) {
 	if t == nil {
 		t = c.Before
 	}
-	var b bytes.Buffer
-	b.WriteByte('{')
+	return appendKey(nil, c.Rel, cols(t))
+}
+
+// Value is the Debezium envelope (JSON, without schemas).
+func Value(c Change, src Source, now time.Time) ([]byte, error) {
+	c.Rel.prepare(src)
+	return appendValue(nil, c.Rel, c.Op[0], cols(c.Before), cols(c.After), c.LSN, c.TxID, c.CommitTime.UnixMilli(), now.UnixMilli())
+}
+
+func appendKey(b []byte, r *Relation, t []col) ([]byte, error) {
+	if len(t) != len(r.Columns) {
+		return nil, fmt.Errorf("%s.%s: tuple has %d columns, relation %d", r.Schema, r.Table, len(t), len(r.Columns))
+	}
+	b = append(b, '{')
 	first := true
-	for i, col := range c.Rel.Columns {
-		if !keyColumn(c.Rel, col) {
+	for i := range r.Columns {
+		col := &r.Columns[i]
+		if !keyColumn(r, col) {
 			continue
 		}
 		if !first {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
 		first = false
-		if err := field(&b, col, t.Columns[i]); err != nil {
+		var err error
+		if b, err = appendField(b, col, t[i]); err != nil {
 			return nil, err
 		}
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return append(b, '}'), nil
 }
 
 // keyColumn: REPLICA IDENTITY FULL marks every column as key in pgoutput,
 // so the record key follows the table's primary key by name.
-func keyColumn(r *Relation, c Column) bool {
+func keyColumn(r *Relation, c *Column) bool {
 	switch r.Table {
 	case "payments":
 		return c.Name == "id"
@@ -90,44 +129,50 @@ func keyColumn(r *Relation, c Column) bool {
 	return c.Key
 }
 
-// Value is the Debezium envelope (JSON, without schemas).
-func Value(c Change, src Source, now time.Time) ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteString(`{"before":`)
-	if err := row(&b, c.Rel, c.Before); err != nil {
+// appendValue appends the envelope of one change.
+func appendValue(b []byte, r *Relation, op byte, before, after []col, lsn pglogrepl.LSN, txid uint32, commitMs, nowMs int64) ([]byte, error) {
+	var err error
+	b = append(b, `{"before":`...)
+	if b, err = appendRow(b, r, before); err != nil {
 		return nil, err
 	}
-	b.WriteString(`,"after":`)
-	if err := row(&b, c.Rel, c.After); err != nil {
+	b = append(b, `,"after":`...)
+	if b, err = appendRow(b, r, after); err != nil {
 		return nil, err
 	}
-	lsn := strconv.FormatUint(uint64(c.LSN), 10)
-	fmt.Fprintf(&b, `,"source":{"version":%q,"connector":"postgresql","name":%q,"ts_ms":%d,"snapshot":"false","db":%q,`+
-		`"sequence":"[null,\"%s\"]","schema":%q,"table":%q,"txId":%d,"lsn":%s,"xmin":null}`,
-		Version, src.Name, c.CommitTime.UnixMilli(), src.DB, lsn, c.Rel.Schema, c.Rel.Table, c.TxID, lsn)
-	fmt.Fprintf(&b, `,"op":%q,"ts_ms":%d}`, c.Op, now.UnixMilli())
-	return b.Bytes(), nil
+	b = append(b, r.srcHead...)
+	b = strconv.AppendInt(b, commitMs, 10)
+	b = append(b, r.srcSeq...)
+	b = strconv.AppendUint(b, uint64(lsn), 10)
+	b = append(b, r.srcTxID...)
+	b = strconv.AppendUint(b, uint64(txid), 10)
+	b = append(b, `,"lsn":`...)
+	b = strconv.AppendUint(b, uint64(lsn), 10)
+	b = append(b, `,"xmin":null},"op":"`...)
+	b = append(b, op)
+	b = append(b, `","ts_ms":`...)
+	b = strconv.AppendInt(b, nowMs, 10)
+	return append(b, '}'), nil
 }
 
-func row(b *bytes.Buffer, r *Relation, t *pglogrepl.TupleData) error {
+func appendRow(b []byte, r *Relation, t []col) ([]byte, error) {
 	if t == nil {
-		b.WriteString("null")
-		return nil
+		return append(b, "null"...), nil
 	}
-	if len(t.Columns) != len(r.Columns) {
-		return fmt.Errorf("%s.%s: tuple has %d columns, relation %d", r.Schema, r.Table, len(t.Columns), len(r.Columns))
+	if len(t) != len(r.Columns) {
+		return nil, fmt.Errorf("%s.%s: tuple has %d columns, relation %d", r.Schema, r.Table, len(t), len(r.Columns))
 	}
-	b.WriteByte('{')
-	for i, col := range r.Columns {
+	b = append(b, '{')
+	for i := range r.Columns {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		if err := field(b, col, t.Columns[i]); err != nil {
-			return err
+		var err error
+		if b, err = appendField(b, &r.Columns[i], t[i]); err != nil {
+			return nil, err
 		}
 	}
-	b.WriteByte('}')
-	return nil
+	return append(b, '}'), nil
 }
 
 // Postgres type OIDs the captured tables use.
@@ -142,81 +187,95 @@ const (
 	oidFloat4      = 700
 )
 
-// field writes "name":value with Debezium's JSON encodings: integers as
-// numbers, booleans, timestamps as ISO-8601 UTC strings, everything else
-// (uuid, text, jsonb) as strings.
-func field(b *bytes.Buffer, col Column, v *pglogrepl.TupleDataColumn) error {
-	if col.quoted != nil {
-		b.Write(col.quoted)
+// appendField appends "name":value with Debezium's JSON encodings:
+// integers as numbers, booleans, timestamps as ISO-8601 UTC strings,
+// everything else (uuid, text, jsonb) as strings.
+func appendField(b []byte, c *Column, v col) ([]byte, error) {
+	if c.quoted != nil {
+		b = append(b, c.quoted...)
 	} else {
-		writeString(b, col.Name)
-		b.WriteByte(':')
+		b = appendString(b, c.Name)
+		b = append(b, ':')
 	}
-	switch v.DataType {
+	switch v.kind {
 	case 'n':
-		b.WriteString("null")
-		return nil
+		return append(b, "null"...), nil
 	case 'u':
-		b.WriteString(`"__debezium_unavailable_value"`)
-		return nil
+		return append(b, `"__debezium_unavailable_value"`...), nil
+	case 't':
+	default:
+		return nil, fmt.Errorf("column %s: unsupported tuple data kind %q", c.Name, v.kind)
 	}
-	s := string(v.Data)
-	switch col.OID {
+	s := v.data
+	switch c.OID {
 	case oidInt2, oidInt4, oidInt8, oidFloat4, oidFloat8:
-		b.WriteString(s)
+		return append(b, s...), nil
 	case oidBool:
-		if s == "t" {
-			b.WriteString("true")
-		} else {
-			b.WriteString("false")
+		if len(s) == 1 && s[0] == 't' {
+			return append(b, "true"...), nil
 		}
+		return append(b, "false"...), nil
 	case oidTimestamptz, oidTimestamp:
 		// Fast path for UTC sessions: "2026-11-30 07:21:29.12+00" is
 		// already ISO-8601 but for the 'T' and the zone.
-		if len(s) >= 22 && s[10] == ' ' && s[len(s)-3:] == "+00" {
-			b.WriteByte('"')
-			b.WriteString(s[:10])
-			b.WriteByte('T')
-			b.WriteString(s[11 : len(s)-3])
-			b.WriteString(`Z"`)
-			return nil
+		if n := len(s); n >= 22 && s[10] == ' ' && string(s[n-3:]) == "+00" {
+			b = append(b, '"')
+			b = append(b, s[:10]...)
+			b = append(b, 'T')
+			b = append(b, s[11:n-3]...)
+			return append(b, `Z"`...), nil
 		}
-		t, err := parseTimestamp(s)
+		t, err := parseTimestamp(string(s))
 		if err != nil {
-			return fmt.Errorf("column %s: %w", col.Name, err)
+			return nil, fmt.Errorf("column %s: %w", c.Name, err)
 		}
-		b.WriteByte('"')
-		b.WriteString(t.UTC().Format("2006-01-02T15:04:05.999999Z"))
-		b.WriteByte('"')
-	default:
-		writeString(b, s)
+		b = append(b, '"')
+		b = t.UTC().AppendFormat(b, "2006-01-02T15:04:05.999999Z")
+		return append(b, '"'), nil
 	}
-	return nil
+	return appendStringBytes(b, s), nil
 }
 
-// writeString writes s as a JSON string, without allocating when nothing
+// appendString appends s as a JSON string, without allocating when nothing
 // needs escaping (ids, codes, statuses: nearly always).
-func writeString(b *bytes.Buffer, s string) {
+func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 || c == '<' || c == '>' || c == '&' {
 			q, _ := json.Marshal(s)
-			b.Write(q)
-			return
+			return append(b, q...)
 		}
 	}
-	b.WriteByte('"')
-	b.WriteString(s)
-	b.WriteByte('"')
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
-// quote precomputes the column name prefixes of a relation.
-func (r *Relation) quote() {
-	for i := range r.Columns {
-		var b bytes.Buffer
-		writeString(&b, r.Columns[i].Name)
-		b.WriteByte(':')
-		r.Columns[i].quoted = b.Bytes()
+func appendStringBytes(b []byte, s []byte) []byte {
+	for _, c := range s {
+		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(string(s))
+			return append(b, q...)
+		}
 	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// prepare precomputes a relation's column name prefixes, topic and the
+// constant parts of its envelopes' source block.
+func (r *Relation) prepare(src Source) {
+	if r.prepared && r.preparedFor == src {
+		return
+	}
+	for i := range r.Columns {
+		r.Columns[i].quoted = append(appendString(nil, r.Columns[i].Name), ':')
+	}
+	r.topic = src.Topic(r)
+	r.srcHead = fmt.Appendf(nil, `,"source":{"version":%q,"connector":"postgresql","name":%q,"ts_ms":`, Version, src.Name)
+	r.srcSeq = fmt.Appendf(nil, `,"snapshot":"false","db":%q,"sequence":"[null,\"`, src.DB)
+	r.srcTxID = fmt.Appendf(nil, `\"]","schema":%q,"table":%q,"txId":`, r.Schema, r.Table)
+	r.prepared, r.preparedFor = true, src
 }
 
 // parseTimestamp reads Postgres' text output ("2026-11-30 07:21:29.123456+00").
@@ -227,4 +286,42 @@ func parseTimestamp(s string) (time.Time, error) {
 		}
 	}
 	return time.Time{}, fmt.Errorf("unparseable timestamp %q", s)
+}
+
+var errShort = errors.New("pgoutput: message too short")
+
+// readTuple reads a pgoutput TupleData (Int16 count, then per column a kind
+// byte and, for text or binary, an Int32 length and the bytes) into dst,
+// whose values alias b; it returns what follows the tuple.
+func readTuple(b []byte, dst []col) ([]col, []byte, error) {
+	if len(b) < 2 {
+		return nil, nil, errShort
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	dst = dst[:0]
+	for range n {
+		if len(b) < 1 {
+			return nil, nil, errShort
+		}
+		k := b[0]
+		b = b[1:]
+		switch k {
+		case 't', 'b':
+			if len(b) < 4 {
+				return nil, nil, errShort
+			}
+			l := int(binary.BigEndian.Uint32(b))
+			if l < 0 || len(b) < 4+l {
+				return nil, nil, errShort
+			}
+			dst = append(dst, col{kind: k, data: b[4 : 4+l]})
+			b = b[4+l:]
+		case 'n', 'u':
+			dst = append(dst, col{kind: k})
+		default:
+			return nil, nil, fmt.Errorf("pgoutput: unknown tuple data kind %q", k)
+		}
+	}
+	return dst, b, nil
 }
