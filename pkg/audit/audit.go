@@ -5,8 +5,10 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,7 +38,9 @@ type Consumer struct {
 	cl    *kgo.Client
 	log   *slog.Logger
 	batch int // records per poll, so per audit write
-	m     struct {
+	// copyBuf is the write stage's COPY data, reused batch after batch.
+	copyBuf []byte
+	m       struct {
 		audited, notified prometheus.Counter
 		lag               prometheus.Histogram
 	}
@@ -149,29 +152,38 @@ func (c *Consumer) poll(ctx context.Context, out chan<- *batch) {
 
 // batch is one poll's records on their way through the stages.
 type batch struct {
-	recs []*kgo.Record
-	// the audit rows, as columns
-	lsns     []int64
-	tables   []string
-	keys     []string
-	ops      []string
-	ids      []*string
-	statuses []*string
-	events   [][]byte
-	commits  []time.Time
-	notes    []*kgo.Record
+	recs  []*kgo.Record
+	rows  []auditRow
+	notes []*kgo.Record
 }
 
-// Len is the number of audit rows.
-func (b *batch) Len() int { return len(b.lsns) }
+// auditRow is one change as audit_events stores it; byte fields alias the
+// record.
+type auditRow struct {
+	lsn      int64
+	table    string
+	key      []byte
+	op       string
+	id       [16]byte
+	idState  uint8  // idNull, idUUID (id holds it) or idText (idText holds it)
+	idText   []byte // a payment id that is not a canonical uuid: Postgres parses it
+	status   []byte
+	hasState bool
+	event    []byte
+	commitMs int64
+}
+
+const (
+	idNull uint8 = iota
+	idUUID
+	idText
+)
 
 func (c *Consumer) decode(recs []*kgo.Record) *batch {
-	n := len(recs)
-	b := &batch{recs: recs, lsns: make([]int64, 0, n), tables: make([]string, 0, n), keys: make([]string, 0, n),
-		ops: make([]string, 0, n), ids: make([]*string, 0, n), statuses: make([]*string, 0, n),
-		events: make([][]byte, 0, n), commits: make([]time.Time, 0, n)}
+	b := &batch{recs: recs, rows: make([]auditRow, 0, len(recs))}
+	var e envelope
 	for _, r := range recs {
-		e, err := parseEnvelope(r.Value)
+		err := e.parse(r.Value)
 		if err == nil && (e.Source.Table == "" || !validOp(e.Op)) {
 			// The database would refuse the row, and with it the batch.
 			err = errors.New("no source table or no valid op")
@@ -180,31 +192,35 @@ func (c *Consumer) decode(recs []*kgo.Record) *batch {
 			c.log.Error("skipping an event that is not a Debezium envelope", "topic", r.Topic, "offset", r.Offset, "err", err)
 			continue
 		}
-		rw := e.After
+		rw := e.After()
 		if rw == nil {
-			rw = e.Before
+			rw = e.Before()
 		}
 		if rw == nil {
 			rw = &row{}
 		}
-		b.lsns = append(b.lsns, e.Source.LSN)
-		b.tables = append(b.tables, e.Source.Table)
-		b.keys = append(b.keys, string(r.Key))
-		b.ops = append(b.ops, e.Op)
-		b.events = append(b.events, r.Value)
-		b.commits = append(b.commits, time.UnixMilli(e.Source.TsMs))
-		switch e.Source.Table {
-		case "payment_attempts", "payment_actions":
-			b.ids = append(b.ids, str(rw.PaymentID))
-		default:
-			b.ids = append(b.ids, str(rw.ID))
+		ar := auditRow{lsn: e.Source.LSN, table: e.Source.Table, key: r.Key, op: e.Op, event: r.Value, commitMs: e.Source.TsMs}
+		id := rw.ID
+		if e.Source.Table == "payment_attempts" || e.Source.Table == "payment_actions" {
+			id = rw.PaymentID
 		}
+		if len(id) > 0 && id[0] == '"' {
+			t := text(id)
+			if u, ok := parseUUID(t); ok {
+				ar.id, ar.idState = u, idUUID
+			} else {
+				ar.idText, ar.idState = t, idText
+			}
+		}
+		st := rw.Status
 		if e.Source.Table == "payment_actions" {
-			b.statuses = append(b.statuses, str(rw.NewStatus))
-		} else {
-			b.statuses = append(b.statuses, str(rw.Status))
+			st = rw.NewStatus
 		}
-		if note := notification(e); note != nil {
+		if len(st) > 0 && st[0] == '"' {
+			ar.status, ar.hasState = text(st), true
+		}
+		b.rows = append(b.rows, ar)
+		if note := notification(&e); note != nil {
 			b.notes = append(b.notes, note)
 		}
 	}
@@ -213,13 +229,49 @@ func (c *Consumer) decode(recs []*kgo.Record) *batch {
 
 func validOp(op string) bool { return op == "c" || op == "u" || op == "d" || op == "r" }
 
-// auditColumns are the columns the consumer writes, in copyRows.Values order.
-var auditColumns = []string{"lsn", "table_name", "row_key", "op", "payment_id", "status", "event", "committed_at"}
+// parseUUID reads the canonical form (8-4-4-4-12 hex digits).
+func parseUUID(s []byte) ([16]byte, bool) {
+	var u [16]byte
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, false
+	}
+	j := 0
+	for i := 0; i < 36; {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i++
+			continue
+		}
+		hi, ok1 := unhex(s[i])
+		lo, ok2 := unhex(s[i+1])
+		if !ok1 || !ok2 {
+			return u, false
+		}
+		u[j] = hi<<4 | lo
+		j++
+		i += 2
+	}
+	return u, true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// copySQL takes the audit rows in COPY's binary format (see encodeCopy).
+const copySQL = `COPY audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at) FROM STDIN (FORMAT binary)`
 
 // insertSQL appends audit rows; ON CONFLICT makes redelivery a no-op.
 const insertSQL = `
 INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::json[], $8::timestamptz[])
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]::uuid[], $6::text[], $7::json[], $8::timestamptz[])
 ON CONFLICT (lsn, table_name, row_key) DO NOTHING`
 
 // write appends a batch's audit rows. COPY first: it is the cheapest way
@@ -228,40 +280,114 @@ ON CONFLICT (lsn, table_name, row_key) DO NOTHING`
 // with a unique violation and is written again with INSERT ... ON
 // CONFLICT DO NOTHING. Either way every change is in audit_events once.
 func (c *Consumer) write(ctx context.Context, b *batch) error {
-	if b.Len() > 0 {
-		_, err := c.db.CopyFrom(ctx, pgx.Identifier{"audit_events"}, auditColumns, &copyRows{b: b, i: -1})
+	if len(b.rows) > 0 {
+		err := c.copy(ctx, b.rows)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-			events := make([]string, len(b.events))
-			for i, e := range b.events {
-				events[i] = string(e)
-			}
-			_, err = c.db.Exec(ctx, insertSQL, b.lsns, b.tables, b.keys, b.ops, b.ids, b.statuses, events, b.commits)
+			err = c.insert(ctx, b.rows)
 		}
 		if err != nil {
 			return fmt.Errorf("write audit events: %w", err)
 		}
 	}
-	for _, t := range b.commits {
-		c.m.lag.Observe(time.Since(t).Seconds())
+	for i := range b.rows {
+		c.m.lag.Observe(time.Since(time.UnixMilli(b.rows[i].commitMs)).Seconds())
 	}
-	c.m.audited.Add(float64(b.Len()))
+	c.m.audited.Add(float64(len(b.rows)))
 	return nil
 }
 
-// copyRows feeds a batch to COPY, one reused row of values.
-type copyRows struct {
-	b    *batch
-	i    int
-	vals [8]any
+// copy writes rows with one COPY, encoded here: the rows are bytes the
+// consumer already holds, so pgx's per-value encoding would only cost.
+func (c *Consumer) copy(ctx context.Context, rows []auditRow) error {
+	for i := range rows {
+		if rows[i].idState == idText {
+			return c.insert(ctx, rows) // Postgres parses non-canonical uuids
+		}
+	}
+	c.copyBuf = encodeCopy(c.copyBuf[:0], rows)
+	conn, err := c.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	_, err = conn.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(c.copyBuf), copySQL)
+	return err
 }
 
-func (r *copyRows) Next() bool { r.i++; return r.i < r.b.Len() }
-func (r *copyRows) Err() error { return nil }
-func (r *copyRows) Values() ([]any, error) {
-	b, i := r.b, r.i
-	r.vals = [8]any{b.lsns[i], b.tables[i], b.keys[i], b.ops[i], b.ids[i], b.statuses[i], b.events[i], b.commits[i]}
-	return r.vals[:], nil
+// pgEpochMicros is 2000-01-01 UTC, Postgres' timestamp epoch, in Unix
+// microseconds.
+const pgEpochMicros = 946_684_800_000_000
+
+// encodeCopy appends rows in COPY's binary format: a header, per row the
+// field count and each field's length (-1 for NULL) and bytes in the
+// types' binary forms (bigint and timestamptz big-endian, uuid 16 bytes,
+// text, char and json their text), and the trailer.
+func encodeCopy(b []byte, rows []auditRow) []byte {
+	b = append(b, "PGCOPY\n\xff\r\n\x00"...)
+	b = binary.BigEndian.AppendUint32(b, 0) // flags
+	b = binary.BigEndian.AppendUint32(b, 0) // header extension
+	field := func(b, v []byte) []byte {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+		return append(b, v...)
+	}
+	null := func(b []byte) []byte { return binary.BigEndian.AppendUint32(b, 0xFFFFFFFF) }
+	for i := range rows {
+		r := &rows[i]
+		b = binary.BigEndian.AppendUint16(b, 8)
+		b = binary.BigEndian.AppendUint32(b, 8)
+		b = binary.BigEndian.AppendUint64(b, uint64(r.lsn))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(r.table)))
+		b = append(b, r.table...)
+		b = field(b, r.key)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(r.op)))
+		b = append(b, r.op...)
+		if r.idState == idUUID {
+			b = field(b, r.id[:])
+		} else {
+			b = null(b)
+		}
+		if r.hasState {
+			b = field(b, r.status)
+		} else {
+			b = null(b)
+		}
+		b = field(b, r.event)
+		b = binary.BigEndian.AppendUint32(b, 8)
+		b = binary.BigEndian.AppendUint64(b, uint64(r.commitMs*1000-pgEpochMicros))
+	}
+	return binary.BigEndian.AppendUint16(b, 0xFFFF)
+}
+
+// insert writes rows with INSERT ... ON CONFLICT DO NOTHING.
+func (c *Consumer) insert(ctx context.Context, rows []auditRow) error {
+	n := len(rows)
+	lsns, tables, keys, ops := make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, statuses, events, commits := make([]*string, n), make([]*string, n), make([]string, n), make([]time.Time, n)
+	for i := range rows {
+		r := &rows[i]
+		lsns[i], tables[i], keys[i], ops[i] = r.lsn, r.table, string(r.key), r.op
+		switch r.idState {
+		case idUUID:
+			s := uuidString(r.id)
+			ids[i] = &s
+		case idText:
+			s := string(r.idText)
+			ids[i] = &s
+		}
+		if r.hasState {
+			s := string(r.status)
+			statuses[i] = &s
+		}
+		events[i], commits[i] = string(r.event), time.UnixMilli(r.commitMs)
+	}
+	_, err := c.db.Exec(ctx, insertSQL, lsns, tables, keys, ops, ids, statuses, events, commits)
+	return err
+}
+
+func uuidString(u [16]byte) string {
+	h := hex.EncodeToString(u[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // publish sends a written batch's notifications, then commits its offsets.
@@ -285,29 +411,30 @@ var terminal = map[string]bool{"COMPLETED": true, "FAILED": true, "CANCELLED": t
 // nil otherwise. ce_id is derived from the change itself (lsn, payment,
 // type), so a redelivered change yields the same ce_id and consumers drop
 // the duplicate: exactly once in effect without Kafka transactions.
-func notification(e envelope) *kgo.Record {
-	if e.Source.Table != "payments" || e.After == nil {
+func notification(e *envelope) *kgo.Record {
+	after := e.After()
+	if e.Source.Table != "payments" || after == nil {
 		return nil
 	}
 	var status string
-	if p := str(e.After.Status); p != nil {
+	if p := str(after.Status); p != nil {
 		status = *p
 	}
 	var typ string
 	switch {
 	case e.Op == "c" || e.Op == "r":
 		typ = "paysched.payment.created"
-	case e.Op == "u" && terminal[status] && (e.Before == nil || !sameString(e.Before.Status, status)):
+	case e.Op == "u" && terminal[status] && (e.Before() == nil || !sameString(e.Before().Status, status)):
 		typ = "paysched.payment." + strings.ToLower(status)
 	default:
 		return nil
 	}
 	var id string
-	if p := str(e.After.ID); p != nil {
+	if p := str(after.ID); p != nil {
 		id = *p
 	}
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%d|%s|%s", e.Source.LSN, id, typ)))
-	return &kgo.Record{Topic: kafka.TopicNotifications, Key: []byte(id), Value: noteData(e.After, id, status), Headers: []kgo.RecordHeader{
+	return &kgo.Record{Topic: kafka.TopicNotifications, Key: []byte(id), Value: noteData(after, id, status), Headers: []kgo.RecordHeader{
 		{Key: "ce_specversion", Value: []byte("1.0")},
 		{Key: "ce_id", Value: []byte(hex.EncodeToString(sum[:16]))},
 		{Key: "ce_type", Value: []byte(typ)},

@@ -205,3 +205,57 @@ func TestConsumeStream(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The binary COPY stores each change as sent: key, op, payment id (or
+// NULL), status, the event's exact text and the commit time; a payment id
+// Postgres accepts in another spelling goes through INSERT.
+func TestCopyStoresTheChangeAsSent(t *testing.T) {
+	db := pgtest.NewPool(t)
+	c := newConsumer(t, db, kafkatest.NewCluster(t))
+	ctx := context.Background()
+	commit := time.Date(2026, 12, 1, 9, 0, 0, 123_000_000, time.UTC)
+	ev := func(table, row string, lsn int) *kgo.Record {
+		return &kgo.Record{Key: []byte(fmt.Sprintf(`{"k":%d}`, lsn)), Value: []byte(fmt.Sprintf(
+			`{"before":null,"after":%s,"source":{"table":%q,"lsn":%d,"ts_ms":%d},"op":"c"}`, row, table, lsn, commit.UnixMilli()))}
+	}
+	recs := []*kgo.Record{
+		ev("payments", `{"id":"01a22b54-7abf-79b7-b1b6-bd55c481e1fa","status":"PEND\u00c9ING \"x\""}`, 1),
+		ev("payment_attempts", `{"payment_id":"01A22B54-7ABF-79B7-B1B6-BD55C481E1FB","attempt":1}`, 2),
+		ev("payment_actions", `{"payment_id":"01a22b54-7abf-79b7-b1b6-bd55c481e1fc","new_status":"PENDING"}`, 3),
+		ev("other_table", `{"x":1}`, 4),
+	}
+	if err := c.write(ctx, c.decode(recs)); err != nil {
+		t.Fatal(err)
+	}
+	check := func(lsn int, id, status any) {
+		t.Helper()
+		var gotID, gotStatus *string
+		var key, op, event string
+		var at time.Time
+		if err := db.QueryRow(ctx, `SELECT payment_id::text, status, row_key, op, event::text, committed_at FROM audit_events WHERE lsn = $1`, lsn).
+			Scan(&gotID, &gotStatus, &key, &op, &event, &at); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(deref(gotID)) != fmt.Sprint(id) || fmt.Sprint(deref(gotStatus)) != fmt.Sprint(status) || key != string(recs[lsn-1].Key) ||
+			op != "c" || event != string(recs[lsn-1].Value) || !at.Equal(commit) {
+			t.Errorf("lsn %d: %v %v %s %s %s %s", lsn, deref(gotID), deref(gotStatus), key, op, event, at)
+		}
+	}
+	check(1, "01a22b54-7abf-79b7-b1b6-bd55c481e1fa", `PENDÉING "x"`)
+	check(2, "01a22b54-7abf-79b7-b1b6-bd55c481e1fb", nil)
+	check(3, "01a22b54-7abf-79b7-b1b6-bd55c481e1fc", "PENDING")
+	check(4, nil, nil)
+	// Another spelling of a uuid: Postgres parses it.
+	recs = append(recs, ev("payments", `{"id":"{01a22b547abf79b7b1b6bd55c481e1fd}","status":"PENDING"}`, 5))
+	if err := c.write(ctx, c.decode(recs[4:])); err != nil {
+		t.Fatal(err)
+	}
+	check(5, "01a22b54-7abf-79b7-b1b6-bd55c481e1fd", "PENDING")
+}
+
+func deref(p *string) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

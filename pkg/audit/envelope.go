@@ -11,13 +11,30 @@ import (
 // value (nothing is copied): decoding whole rows into maps cost more CPU
 // than the database insert of the event.
 type envelope struct {
-	Before, After *row
-	Op            string
-	Source        struct {
+	before, after       row
+	hasBefore, hasAfter bool
+	Op                  string
+	Source              struct {
 		Table string
 		LSN   int64
 		TsMs  int64
 	}
+}
+
+// Before is the row before the change (nil for none or null).
+func (e *envelope) Before() *row {
+	if e.hasBefore {
+		return &e.before
+	}
+	return nil
+}
+
+// After is the row after the change (nil for none or null).
+func (e *envelope) After() *row {
+	if e.hasAfter {
+		return &e.after
+	}
+	return nil
 }
 
 // row holds the raw JSON values (nil when absent) of the columns the audit
@@ -41,33 +58,56 @@ func str(raw []byte) *string {
 	return &s
 }
 
+// text is a valid string token's decoded bytes: the token's own bytes
+// between the quotes when nothing needs decoding.
+func text(raw []byte) []byte {
+	if !needsUnquote(raw) {
+		return raw[1 : len(raw)-1]
+	}
+	s, _ := unquote(raw)
+	return []byte(s)
+}
+
 // parseEnvelope reads a Debezium envelope. It accepts exactly the JSON that
 // encoding/json accepts (the fuzz test holds it to that) and fails, as
 // json.Unmarshal into the former struct did, when a field has the wrong type.
-func parseEnvelope(b []byte) (envelope, error) {
-	var e envelope
+func parseEnvelope(b []byte) (*envelope, error) {
+	e := &envelope{}
+	return e, e.parse(b)
+}
+
+// parse reads b into e (reset first), allocating nothing when b holds no
+// escaped strings.
+func (e *envelope) parse(b []byte) error {
+	*e = envelope{}
 	s := scanner{b: b}
 	if s.null() {
 		// json.Unmarshal of null into a struct leaves it as it was.
 		s.ws()
 		if s.i != len(s.b) {
-			return envelope{}, errSyntax
+			return errSyntax
 		}
-		return e, nil
+		return nil
 	}
 	err := s.object(func(key []byte) error {
 		switch string(key) {
 		case "before", "after":
-			dst := &e.After
+			r, has := &e.after, &e.hasAfter
 			if key[0] == 'b' {
-				dst = &e.Before
+				r, has = &e.before, &e.hasBefore
 			}
-			r, err := s.row(*dst)
-			*dst = r
-			return err
+			if s.null() {
+				*has = false
+				return nil
+			}
+			if !*has {
+				*r = row{} // a row after a null one starts afresh, as a new map would
+			}
+			*has = true
+			return s.row(r)
 		case "op":
 			v, err := s.stringOrNull()
-			e.Op = v
+			e.Op = intern(v)
 			return err
 		case "source":
 			if s.null() {
@@ -77,7 +117,7 @@ func parseEnvelope(b []byte) (envelope, error) {
 				switch string(key) {
 				case "table":
 					v, err := s.stringOrNull()
-					e.Source.Table = v
+					e.Source.Table = intern(v)
 					return err
 				case "lsn":
 					return s.int64OrNull(&e.Source.LSN)
@@ -92,13 +132,35 @@ func parseEnvelope(b []byte) (envelope, error) {
 		return err
 	})
 	if err != nil {
-		return envelope{}, err
+		return err
 	}
 	s.ws()
 	if s.i != len(s.b) {
-		return envelope{}, errSyntax
+		return errSyntax
 	}
-	return e, nil
+	return nil
+}
+
+// intern returns the constant for the values every envelope repeats (a
+// string converted from bytes is a new allocation each time).
+func intern(b []byte) string {
+	switch string(b) {
+	case "c":
+		return "c"
+	case "u":
+		return "u"
+	case "d":
+		return "d"
+	case "r":
+		return "r"
+	case "payments":
+		return "payments"
+	case "payment_attempts":
+		return "payment_attempts"
+	case "payment_actions":
+		return "payment_actions"
+	}
+	return string(b)
 }
 
 var (
@@ -137,16 +199,10 @@ func (s *scanner) null() bool {
 	return false
 }
 
-// row reads a row object (or null). A repeated key merges into the row
-// read before, as decoding into a map does.
-func (s *scanner) row(r *row) (*row, error) {
-	if s.null() {
-		return nil, nil
-	}
-	if r == nil {
-		r = &row{}
-	}
-	err := s.object(func(key []byte) error {
+// row reads a row object into r. A repeated key merges into the row read
+// before, as decoding into a map does.
+func (s *scanner) row(r *row) error {
+	return s.object(func(key []byte) error {
 		v, err := s.value()
 		if err != nil {
 			return err
@@ -179,7 +235,6 @@ func (s *scanner) row(r *row) (*row, error) {
 		}
 		return nil
 	})
-	return r, err
 }
 
 // object reads an object, calling fn for each key with the scanner at the
@@ -245,23 +300,20 @@ func (s *scanner) object(fn func(key []byte) error) error {
 	}
 }
 
-// stringOrNull reads a string ("" for null); another type is an error.
-func (s *scanner) stringOrNull() (string, error) {
+// stringOrNull reads a string (empty for null); another type is an error.
+// The bytes alias the input unless the string holds escapes.
+func (s *scanner) stringOrNull() ([]byte, error) {
 	if s.null() {
-		return "", nil
+		return nil, nil
 	}
 	raw, err := s.value()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if raw[0] != '"' {
-		return "", errType
+		return nil, errType
 	}
-	v, ok := unquote(raw)
-	if !ok {
-		return "", errSyntax
-	}
-	return v, nil
+	return text(raw), nil
 }
 
 // int64OrNull reads an integer into *v (unchanged for null).

@@ -97,7 +97,7 @@ func agree(b []byte) string {
 		name string
 		r    *row
 		m    map[string]any
-	}{{"before", got.Before, ref.Before}, {"after", got.After, ref.After}} {
+	}{{"before", got.Before(), ref.Before}, {"after", got.After(), ref.After}} {
 		if (side.r == nil) != (side.m == nil) {
 			return fmt.Sprintf("%s: nil %v, reference nil %v", side.name, side.r == nil, side.m == nil)
 		}
