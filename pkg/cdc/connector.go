@@ -166,6 +166,8 @@ func (c *Connector) Run(ctx context.Context) error {
 	var tx *txn
 	nextStatus := time.Now()
 	nextBeat := time.Now()
+	var recv deadlineCtx
+	defer recv.stop()
 	for {
 		select {
 		case err := <-fatal:
@@ -188,9 +190,7 @@ func (c *Connector) Run(ctx context.Context) error {
 			}
 			nextStatus = now.Add(c.cfg.StatusInterval)
 		}
-		rctx, cancel := context.WithDeadline(ctx, nextStatus)
-		msg, err := conn.ReceiveMessage(rctx)
-		cancel()
+		msg, err := conn.ReceiveMessage(recv.until(ctx, nextStatus))
 		if err != nil {
 			if pgconn.Timeout(err) || ctx.Err() != nil {
 				continue
@@ -230,6 +230,30 @@ func (c *Connector) Run(ctx context.Context) error {
 				}
 			}
 		}
+	}
+}
+
+// deadlineCtx is one deadline context per status interval, not one per
+// message: making one (a timer) for each of a spike's million messages
+// cost the connector more CPU than reading them.
+type deadlineCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	at     time.Time
+}
+
+func (d *deadlineCtx) until(parent context.Context, at time.Time) context.Context {
+	if d.ctx == nil || !d.at.Equal(at) {
+		d.stop()
+		d.ctx, d.cancel = context.WithDeadline(parent, at)
+		d.at = at
+	}
+	return d.ctx
+}
+
+func (d *deadlineCtx) stop() {
+	if d.cancel != nil {
+		d.cancel()
 	}
 }
 
