@@ -67,6 +67,18 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) error {
 	}
 }
 
+// exited logs the output of every process that has already exited (a
+// failed start: a port taken meanwhile, a bad flag), for a failing test.
+func (ps *procs) exited() {
+	for _, p := range ps.all {
+		select {
+		case <-p.done: // its output is complete: safe to read
+			ps.t.Logf("%s exited (%v):\n%s", p.name, p.err, tail(p.out.String()))
+		default:
+		}
+	}
+}
+
 func (ps *procs) stopAll() {
 	for _, p := range ps.all {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM) // a no-op for those already gone

@@ -112,6 +112,7 @@ func TestTracesAcrossBinaries(t *testing.T) {
 	ps.start("sweeper", "sweeper", "--http-addr", freeAddr(t), "--executors", ex, "--interval", "100ms")
 	for _, addr := range []string{apiGRPC, gw, ex} {
 		if out, err := exec.Command(filepath.Join(bin, "payctl"), "--api", addr, "health", "--wait", "30s").CombinedOutput(); err != nil {
+			ps.exited()
 			t.Fatalf("health %s: %v %s", addr, err, out)
 		}
 	}
