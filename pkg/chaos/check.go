@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
@@ -126,32 +127,16 @@ func (r *run) checkBooks(ctx context.Context, w *workload) {
 	if r.res.DoubleCharged > 0 {
 		r.violation("double charged: %v", rep.GetDoubleCharged())
 	}
-	charged := map[string]int64{}
-	rows, err := r.gwDB.Query(ctx, `SELECT reference, amount FROM gateway_charges WHERE NOT declined`)
+	charged, err := amounts(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges WHERE NOT declined`)
 	if err != nil {
 		r.violation("gateway ledger: %v", err)
 		return
 	}
-	for rows.Next() {
-		var ref string
-		var amount int64
-		_ = rows.Scan(&ref, &amount)
-		charged[ref] = amount
-	}
-	rows.Close()
-	completed := map[string]int64{}
-	rows, err = r.db.Query(ctx, `SELECT id::text, amount_minor FROM payments WHERE status = 'COMPLETED'`)
+	completed, err := amounts(ctx, r.db, `SELECT id::text, amount_minor FROM payments WHERE status = 'COMPLETED'`)
 	if err != nil {
 		r.violation("payments: %v", err)
 		return
 	}
-	for rows.Next() {
-		var id string
-		var amount int64
-		_ = rows.Scan(&id, &amount)
-		completed[id] = amount
-	}
-	rows.Close()
 	bad := 0
 	for id, amount := range completed {
 		if a, ok := charged[id]; !ok || a != amount {
@@ -365,4 +350,23 @@ func sameRow(got, want map[string]any) bool {
 		}
 	}
 	return true
+}
+
+// amounts reads (key, amount) rows into a map.
+func amounts(ctx context.Context, db *pgxpool.Pool, sql string) (map[string]int64, error) {
+	rows, err := db.Query(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var amount int64
+		if err := rows.Scan(&k, &amount); err != nil {
+			return nil, err
+		}
+		out[k] = amount
+	}
+	return out, rows.Err()
 }
