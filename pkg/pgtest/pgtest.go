@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paysched/paysched/pkg/freeport"
 	"github.com/paysched/paysched/pkg/migrate"
 )
 
@@ -75,7 +75,7 @@ func startCluster() (url, dir string, err error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return "", dir, err
 	}
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return "", dir, err
 	}
@@ -98,15 +98,6 @@ func stopCluster(dir string) {
 		}
 	}
 	_ = os.RemoveAll(dir)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // templateName changes whenever the migrations do, so a reused cluster never

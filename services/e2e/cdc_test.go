@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paysched/paysched/pkg/freeport"
 	"github.com/paysched/paysched/pkg/kafka"
 	"github.com/paysched/paysched/pkg/kafkatest"
 	"github.com/paysched/paysched/pkg/pgtest"
@@ -38,8 +40,9 @@ func TestCDCSurvivesKills(t *testing.T) {
 	startKafka := func() *proc {
 		return ps.start("kafka", "kafka", "--kafka-port", fmt.Sprint(port), "--kafka-data-dir", dataDir, "--http-addr", freeAddr(t))
 	}
+	cdcHTTP := freeAddr(t)
 	startCDC := func() *proc {
-		return ps.start("cdc", "cdc", "--kafka-brokers", brokers, "--http-addr", freeAddr(t), "--status-interval", "200ms", "--heartbeat-interval", "1s")
+		return ps.start("cdc", "cdc", "--kafka-brokers", brokers, "--http-addr", cdcHTTP, "--status-interval", "200ms", "--heartbeat-interval", "1s")
 	}
 	startAudit := func() *proc {
 		return ps.start("audit-consumer", "audit-consumer", "--kafka-brokers", brokers, "--http-addr", freeAddr(t))
@@ -54,17 +57,6 @@ func TestCDCSurvivesKills(t *testing.T) {
 	}
 	defer pool.Close()
 	ctx := context.Background()
-	// Wait for the slot, so every change below is captured.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		var n int
-		_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'paysched_cdc'`).Scan(&n)
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no replication slot")
-		}
-	}
 	store := schedule.NewStore(pool)
 	writes := 0
 	write := func(n int) {
@@ -77,6 +69,48 @@ func TestCDCSurvivesKills(t *testing.T) {
 			writes++
 		}
 	}
+	// cdc serves HTTP once its slot is made. Seeing the slot in
+	// pg_replication_slots is not enough: until its creation finishes the
+	// slot is ephemeral, and killing cdc then drops it (the CI run that lost
+	// 500 changes here did that).
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get("http://" + cdcHTTP + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("cdc never became healthy")
+		}
+	}
+	// And the pipeline is live once a first change reaches the audit log.
+	write(1)
+	waitAudited := func(want int, within time.Duration, each func()) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			each()
+			var audited int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE table_name = 'payments'`).Scan(&audited); err != nil {
+				t.Fatal(err)
+			}
+			if audited == want {
+				return
+			}
+			if audited > want {
+				t.Fatalf("audit log has %d rows for %d changes: duplicates got in", audited, want)
+			}
+			if time.Now().After(deadline) {
+				for _, p := range ps.all {
+					t.Logf("%s:\n%s", p.name, tail(p.out.String()))
+				}
+				t.Fatalf("audit log has %d of %d changes", audited, want)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitAudited(1, 60*time.Second, func() {})
 	write(200)
 	_ = cdcP.signal(t, syscall.SIGKILL)
 	write(200) // while cdc is down
@@ -107,27 +141,7 @@ func TestCDCSurvivesKills(t *testing.T) {
 	}
 
 	// Everything arrives: the audit log has one row per change.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		supervise()
-		var audited int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE table_name = 'payments'`).Scan(&audited); err != nil {
-			t.Fatal(err)
-		}
-		if audited == writes {
-			break
-		}
-		if audited > writes {
-			t.Fatalf("audit log has %d rows for %d changes: duplicates got in", audited, writes)
-		}
-		if time.Now().After(deadline) {
-			for _, p := range ps.all {
-				t.Logf("%s:\n%s", p.name, tail(p.out.String()))
-			}
-			t.Fatalf("audit log has %d of %d changes", audited, writes)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitAudited(writes, 90*time.Second, supervise)
 	// And Kafka holds every change (duplicates allowed, none missing).
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(kafka.TopicPayments), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -149,7 +163,9 @@ func TestCDCSurvivesKills(t *testing.T) {
 }
 
 func freePort(t *testing.T) int {
-	var port int
-	fmt.Sscanf(freeAddr(t)[len("127.0.0.1:"):], "%d", &port)
-	return port
+	p, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

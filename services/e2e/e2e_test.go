@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/paysched/paysched/pkg/auth"
+	"github.com/paysched/paysched/pkg/freeport"
 	"github.com/paysched/paysched/pkg/pgtest"
 )
 
@@ -34,13 +34,14 @@ func build(t *testing.T, pkgs ...string) string {
 	return dir
 }
 
+// freeAddr reserves an address for a server in another process (see
+// pkg/freeport: ports from the kernel's ephemeral range got taken meanwhile).
 func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 func TestBinariesEndToEnd(t *testing.T) {

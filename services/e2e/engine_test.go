@@ -27,9 +27,29 @@ import (
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	out  *output
 	done chan struct{} // closed when the process has exited
 	err  error
+}
+
+// output collects a process's stdout and stderr; a failing test may read
+// it while the process still writes.
+type output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+// String returns what the process has written so far.
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
 }
 
 type procs struct {
@@ -44,7 +64,7 @@ func (ps *procs) start(name, binary string, args ...string) *proc {
 	ps.t.Helper()
 	cmd := exec.Command(filepath.Join(ps.bin, binary), args...)
 	cmd.Env = append(os.Environ(), ps.env...)
-	p := &proc{name: name, cmd: cmd, out: &bytes.Buffer{}, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, out: &output{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		ps.t.Fatal(err)
@@ -164,7 +184,7 @@ func TestEngineProcessesSurviveKillsAndSIGTERM(t *testing.T) {
 	t.Logf("%s killed executor-1", time.Since(t0))
 	t1 := time.Now()
 	if err := sw.signal(t, syscall.SIGTERM); err != nil {
-		t.Fatalf("sweeper exit on SIGTERM: %v\n%s", err, sw.out)
+		t.Fatalf("sweeper exit on SIGTERM: %v\n%s", err, sw.out.String())
 	}
 	t.Logf("sweeper stopped in %s", time.Since(t1))
 	ps.start("executor-1b", "executor", execArgs(ex1)...)
@@ -205,7 +225,7 @@ func TestEngineProcessesSurviveKillsAndSIGTERM(t *testing.T) {
 	}
 	if os.Getenv("E2E_DUMP") != "" {
 		for _, p := range ps.all {
-			_ = os.WriteFile("/tmp/e2e-"+p.name+".log", p.out.Bytes(), 0o644)
+			_ = os.WriteFile("/tmp/e2e-"+p.name+".log", []byte(p.out.String()), 0o644)
 		}
 	}
 	t.Logf("%s all terminal", time.Since(t0))
