@@ -450,6 +450,13 @@ func (s *scanner) str() ([]byte, error) {
 	}
 	i := start + 1
 	for i < len(b) {
+		// Most bytes of most strings need no decision but this one.
+		for i < len(b) && plain[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
 		switch c := b[i]; {
 		case c == '"':
 			s.i = i + 1
@@ -482,6 +489,15 @@ func (s *scanner) str() ([]byte, error) {
 	}
 	return nil, errSyntax
 }
+
+// plain marks the bytes a string token may hold as they are: all but the
+// quote, the backslash and control characters.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
