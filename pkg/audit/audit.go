@@ -30,6 +30,8 @@ import (
 type Config struct {
 	Brokers []string
 	Group   string
+	// Compression is the notifications' batch codec; the zero value is none.
+	Compression kgo.CompressionCodec
 }
 
 // Consumer is the audit-consumer's loop.
@@ -50,6 +52,7 @@ type Consumer struct {
 func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*Consumer, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
+		kgo.WithLogger(kafka.ClientLogger(log)),
 		kgo.ConsumeTopics(kafka.TopicPayments, kafka.TopicAttempts, kafka.TopicActions),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		// Offsets are committed by hand, after the audit rows and the
@@ -61,6 +64,7 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 		kgo.FetchMaxPartitionBytes(2<<20),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(2*time.Millisecond),
+		kgo.ProducerBatchCompression(cfg.Compression),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)

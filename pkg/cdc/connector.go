@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paysched/paysched/pkg/kafka"
 )
 
 // Config configures the connector.
@@ -25,6 +27,7 @@ type Config struct {
 	Publication       string
 	Source            Source
 	Brokers           []string
+	Compression       kgo.CompressionCodec // batch codec (kafka.Compression); the zero value is none
 	HeartbeatTopic    string
 	StatusInterval    time.Duration // how often the acked LSN is reported
 	HeartbeatInterval time.Duration // heartbeat writes and events
@@ -54,8 +57,10 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 		// never duplicate or reorder within a partition.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(5*time.Millisecond),
+		kgo.WithLogger(kafka.ClientLogger(log)),
 		kgo.MaxBufferedRecords(200_000),
 		kgo.ProducerBatchMaxBytes(4<<20),
+		kgo.ProducerBatchCompression(cfg.Compression),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/paysched/paysched/pkg/audit"
+	"github.com/paysched/paysched/pkg/kafka"
 	"github.com/paysched/paysched/pkg/obs"
 	"github.com/paysched/paysched/pkg/svc"
 )
@@ -16,6 +17,7 @@ func main() {
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	group := fs.String("group", "paysched-audit", "consumer group")
+	compression := fs.String("kafka-compression", "snappy", "notifications' batch compression: none, gzip, snappy, lz4 or zstd")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
 	ctx, log, stop := svc.Boot("audit-consumer", fs)
 	defer stop()
@@ -24,8 +26,12 @@ func main() {
 		svc.Fatal(log, err)
 	}
 	defer pool.Close()
+	codec, err := kafka.Compression(*compression)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
 	reg := obs.Registry()
-	c, err := audit.New(audit.Config{Brokers: strings.Split(*brokers, ","), Group: *group}, pool, reg, log)
+	c, err := audit.New(audit.Config{Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec}, pool, reg, log)
 	if err != nil {
 		svc.Fatal(log, err)
 	}

@@ -24,6 +24,7 @@ func main() {
 	prefix := fs.String("topic-prefix", "paysched", "Debezium logical server name: topics are <prefix>.<schema>.<table>")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9400", "metrics and health listen address")
 	status := fs.Duration("status-interval", time.Second, "how often the acknowledged LSN is reported to Postgres")
+	compression := fs.String("kafka-compression", "snappy", "producer batch compression: none, gzip, snappy, lz4 or zstd")
 	beat := fs.Duration("heartbeat-interval", 10*time.Second, "heartbeat write and event interval")
 	ctx, log, stop := svc.Boot("cdc", fs)
 	defer stop()
@@ -36,9 +37,13 @@ func main() {
 	if err != nil {
 		svc.Fatal(log, err)
 	}
+	codec, err := kafka.Compression(*compression)
+	if err != nil {
+		svc.Fatal(log, err)
+	}
 	reg := obs.Registry()
 	c, err := cdc.New(cdc.Config{DatabaseURL: *dbURL, Slot: *slot, Publication: *pub,
-		Source: cdc.Source{Name: *prefix, DB: pcfg.Database}, Brokers: strings.Split(*brokers, ","),
+		Source: cdc.Source{Name: *prefix, DB: pcfg.Database}, Brokers: strings.Split(*brokers, ","), Compression: codec,
 		HeartbeatTopic: kafka.TopicHeartbeat, StatusInterval: *status, HeartbeatInterval: *beat}, pool, reg, log)
 	if err != nil {
 		svc.Fatal(log, err)
