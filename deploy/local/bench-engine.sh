@@ -36,10 +36,9 @@ for run in $(seq 1 "$RUNS"); do
     pids+=($kf $cd $au)
     cdcflags="--kafka-brokers 127.0.0.1:19092"
     pidlist="$pidlist,kafka=$kf,cdc=$cd,audit-consumer=$au"
-    for _ in $(seq 1 150); do
-      psql -Atq "$db" -c "SELECT 1 FROM pg_replication_slots WHERE slot_name = '"'"'paysched_cdc'"'"'" 2>/dev/null | grep -q 1 && break
-      sleep 0.2
-    done
+    # cdc serves HTTP once its slot exists for good (a slot still being
+    # created is listed in pg_replication_slots but may yet vanish).
+    "$ROOT/bin/payctl" health --http http://127.0.0.1:19400/healthz --wait 30s >/dev/null
   fi
   "$ROOT/bin/payctl" --api 127.0.0.1:19090 health --wait 30s >/dev/null
   "$ROOT/bin/payctl" --api 127.0.0.1:19100 health --wait 30s >/dev/null
