@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -358,15 +359,9 @@ func amounts(ctx context.Context, db *pgxpool.Pool, sql string) (map[string]int6
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	out := map[string]int64{}
-	for rows.Next() {
-		var k string
-		var amount int64
-		if err := rows.Scan(&k, &amount); err != nil {
-			return nil, err
-		}
-		out[k] = amount
-	}
-	return out, rows.Err()
+	var k string
+	var amount int64
+	_, err = pgx.ForEachRow(rows, []any{&k, &amount}, func() error { out[k] = amount; return nil })
+	return out, err
 }
