@@ -210,42 +210,58 @@ func peakRSS(pid int) int {
 	return -1
 }
 
-// cdcWatch consumes the payments change topic during the spike and records,
-// for each event, how long after its commit it could be read from Kafka.
-type cdcWatch struct {
-	cl   *kgo.Client
-	mu   sync.Mutex
-	lags []float64
-	done chan struct{}
+// topicTail reads a topic from its end in the background and hands each
+// record, with the time it was read, to fn until stopped.
+type topicTail struct {
+	cl     *kgo.Client
+	cancel context.CancelFunc
 }
 
-func watchCDC(ctx context.Context, brokers []string) (*cdcWatch, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("paysched.public.payments"),
+func tailTopic(ctx context.Context, brokers []string, topic string, fn func(r *kgo.Record, now time.Time)) (*topicTail, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
-	w := &cdcWatch{cl: cl, done: make(chan struct{})}
 	wctx, cancel := context.WithCancel(ctx)
-	go func() {
-		<-w.done
-		cancel()
-	}()
 	go func() {
 		for wctx.Err() == nil {
 			fs := cl.PollFetches(wctx)
 			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				// The commit time is source.ts_ms; find it without decoding the
-				// whole envelope (the watcher must not load the machine).
-				if ms, ok := sourceTsMs(r.Value); ok {
-					w.mu.Lock()
-					w.lags = append(w.lags, now.Sub(time.UnixMilli(ms)).Seconds())
-					w.mu.Unlock()
-				}
-			})
+			fs.EachRecord(func(r *kgo.Record) { fn(r, now) })
 		}
 	}()
+	return &topicTail{cl: cl, cancel: cancel}, nil
+}
+
+func (t *topicTail) stop() {
+	t.cancel()
+	t.cl.Close()
+}
+
+// cdcWatch consumes the payments change topic during the spike and records,
+// for each event, how long after its commit it could be read from Kafka.
+type cdcWatch struct {
+	*topicTail
+	mu   sync.Mutex
+	lags []float64
+}
+
+func watchCDC(ctx context.Context, brokers []string) (*cdcWatch, error) {
+	w := &cdcWatch{}
+	t, err := tailTopic(ctx, brokers, "paysched.public.payments", func(r *kgo.Record, now time.Time) {
+		// The commit time is source.ts_ms; find it without decoding the
+		// whole envelope (the watcher must not load the machine).
+		if ms, ok := sourceTsMs(r.Value); ok {
+			w.mu.Lock()
+			w.lags = append(w.lags, now.Sub(time.UnixMilli(ms)).Seconds())
+			w.mu.Unlock()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.topicTail = t
 	return w, nil
 }
 
@@ -278,54 +294,36 @@ func (w *cdcWatch) percentiles() (float64, float64) {
 	return s[len(s)/2], s[len(s)*99/100]
 }
 
-func (w *cdcWatch) stop() {
-	close(w.done)
-	w.cl.Close()
-}
-
 // noteWatch consumes the notifications published during the spike and
 // records when the last payment's terminal notification arrived.
 type noteWatch struct {
-	cl       *kgo.Client
+	*topicTail
 	mu       sync.Mutex
 	terminal map[string]bool
 	last     time.Time
-	done     chan struct{}
 }
 
 func watchNotes(ctx context.Context, brokers []string) (*noteWatch, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("paysched.notifications"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(100*time.Millisecond))
+	w := &noteWatch{terminal: map[string]bool{}}
+	t, err := tailTopic(ctx, brokers, "paysched.notifications", func(r *kgo.Record, now time.Time) {
+		for _, h := range r.Headers {
+			if h.Key == "ce_type" {
+				switch string(h.Value) {
+				case "paysched.payment.completed", "paysched.payment.failed", "paysched.payment.dead_lettered", "paysched.payment.cancelled":
+					w.mu.Lock()
+					if !w.terminal[string(r.Key)] {
+						w.terminal[string(r.Key)] = true
+						w.last = now
+					}
+					w.mu.Unlock()
+				}
+			}
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
-	w := &noteWatch{cl: cl, terminal: map[string]bool{}, done: make(chan struct{})}
-	wctx, cancel := context.WithCancel(ctx)
-	go func() {
-		<-w.done
-		cancel()
-	}()
-	go func() {
-		for wctx.Err() == nil {
-			fs := cl.PollFetches(wctx)
-			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				for _, h := range r.Headers {
-					if h.Key == "ce_type" {
-						switch string(h.Value) {
-						case "paysched.payment.completed", "paysched.payment.failed", "paysched.payment.dead_lettered", "paysched.payment.cancelled":
-							w.mu.Lock()
-							if !w.terminal[string(r.Key)] {
-								w.terminal[string(r.Key)] = true
-								w.last = now
-							}
-							w.mu.Unlock()
-						}
-					}
-				}
-			})
-		}
-	}()
+	w.topicTail = t
 	return w, nil
 }
 
@@ -344,9 +342,4 @@ func (w *noteWatch) waitAll(n int, deadline time.Time) (time.Time, bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func (w *noteWatch) stop() {
-	close(w.done)
-	w.cl.Close()
 }
