@@ -416,12 +416,7 @@ func (s *scanner) number() error {
 		return errSyntax
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = digits(b, i+1); i < 0 {
 			return errSyntax
 		}
 	}
@@ -430,16 +425,25 @@ func (s *scanner) number() error {
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = digits(b, i); i < 0 {
 			return errSyntax
 		}
 	}
 	s.i = i
 	return nil
+}
+
+// digits skips one or more digits from i and returns where they end, -1
+// when there is none.
+func digits(b []byte, i int) int {
+	d := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	if i == d {
+		return -1
+	}
+	return i
 }
 
 // str reads a string token and returns it with its quotes.
