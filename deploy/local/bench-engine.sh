@@ -4,7 +4,10 @@
 # ledger, zero latency), two executors, one sweeper, the reaper — and N
 # payments (default 200,000) all due in the same second. RUNS times
 # (default 3); each run ends with a `bench ...` line. CDC=1 adds kafka (kfake),
-# cdc and the audit-consumer, and reports CDC lag and audit catch-up.
+# cdc and the audit-consumer, and reports CDC lag and audit catch-up;
+# AUDIT_AFTER=1 with it starts the audit-consumer only once the spike is
+# executed (what capture alone costs the engine, and the audit log's catch-up
+# from a whole backlog).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export N=${N:-200000} RUNS=${RUNS:-3} CDC=${CDC:-} ROOT
@@ -32,7 +35,14 @@ for run in $(seq 1 "$RUNS"); do
     "$ROOT/bin/kafka" --kafka-port 19092 --kafka-data-dir "$logs/kafka-$run" --http-addr 127.0.0.1:19093 2>"$logs/kafka.log" & kf=$!
     sleep 1
     "$ROOT/bin/cdc" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19400 ${CDC_FLAGS:-} 2>"$logs/cdc.log" & cd=$!
-    "$ROOT/bin/audit-consumer" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 ${AUDIT_FLAGS:-} 2>"$logs/audit.log" & au=$!
+    audit=("$ROOT/bin/audit-consumer" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 ${AUDIT_FLAGS:-})
+    if [ "${AUDIT_AFTER:-}" = 1 ]; then
+      # Diagnosis: the capture path alone during the spike, the audit log
+      # written from its backlog once every payment is executed.
+      (while [ ! -e "$logs/drained-$run" ]; do sleep 0.5; done; exec "${audit[@]}") 2>"$logs/audit.log" & au=$!
+    else
+      "${audit[@]}" 2>"$logs/audit.log" & au=$!
+    fi
     pids+=($kf $cd $au)
     cdcflags="--kafka-brokers 127.0.0.1:19092"
     pidlist="$pidlist,kafka=$kf,cdc=$cd,audit-consumer=$au"
@@ -49,7 +59,10 @@ for run in $(seq 1 "$RUNS"); do
   if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then psql -q "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
   echo "== run $run of $RUNS: $N payments due in one second"
   "$ROOT/bin/paybench" --mode spike --n "$N" --api-grpc 127.0.0.1:19090 --database-url "$db" $cdcflags \
-    --pids "$pidlist,sweeper=$sw"
+    --pids "$pidlist,sweeper=$sw" | while IFS= read -r line; do
+      echo "$line"
+      case $line in *" open=0") touch "$logs/drained-$run" ;; esac
+    done
   if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then
     psql "$db" -c "SELECT calls, rows, round(total_exec_time::numeric) AS ms, round((total_exec_time/greatest(rows,1))::numeric*1000,1) AS us_per_row, left(regexp_replace(query, chr(10)||chr(124)||chr(32)||chr(43), chr(32), chr(103)), 90) AS q FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12"
   fi
