@@ -32,6 +32,9 @@ type Config struct {
 	Group   string
 	// Compression is the notifications' batch codec; the zero value is none.
 	Compression kgo.CompressionCodec
+	// WriteStreams is how many COPY streams write a batch at once (at
+	// least 1).
+	WriteStreams int
 }
 
 // Consumer is the audit-consumer's loop.
@@ -40,8 +43,8 @@ type Consumer struct {
 	cl    *kgo.Client
 	log   *slog.Logger
 	batch int // records per poll, so per audit write
-	// copyBuf is the write stage's COPY data, reused batch after batch.
-	copyBuf []byte
+	// copyBufs hold each write stream's COPY data, reused batch after batch.
+	copyBufs [][]byte
 	m       struct {
 		audited, notified prometheus.Counter
 		lag               prometheus.Histogram
@@ -69,7 +72,7 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	c := &Consumer{db: db, cl: cl, log: log, batch: 2000}
+	c := &Consumer{db: db, cl: cl, log: log, batch: 2000, copyBufs: make([][]byte, max(1, cfg.WriteStreams))}
 	c.m.audited = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_audit_events_total", Help: "Change events consumed into audit_events (duplicates included)."})
 	c.m.notified = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_notifications_total", Help: "Notifications published (redeliveries included)."})
 	c.m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "paysched_audit_lag_seconds", Help: "Commit to audit row.",
@@ -278,19 +281,24 @@ INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, even
 SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]::uuid[], $6::text[], $7::json[], $8::timestamptz[])
 ON CONFLICT (lsn, table_name, row_key) DO NOTHING`
 
-// write appends a batch's audit rows. COPY first: it is the cheapest way
-// in, but it cannot skip duplicates, so a batch holding a change already
-// written (a redelivery after a restart or a rebalance) fails as a whole
-// with a unique violation and is written again with INSERT ... ON
-// CONFLICT DO NOTHING. Either way every change is in audit_events once.
+// minStreamRows is the smallest share of a batch worth a stream of its own.
+const minStreamRows = 250
+
+// write appends a batch's audit rows, split over the write streams: one
+// COPY keeps one Postgres backend busy, and a backlog (after a spike or an
+// outage) drains as fast as the streams write. The order of rows within a
+// batch does not matter (each is keyed by its change), and the batch counts
+// as written only once every stream is done, so offsets still follow rows.
 func (c *Consumer) write(ctx context.Context, b *batch) error {
-	if len(b.rows) > 0 {
-		err := c.copy(ctx, b.rows)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-			err = c.insert(ctx, b.rows)
+	if n := min(len(c.copyBufs), (len(b.rows)+minStreamRows-1)/minStreamRows); n > 0 {
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			rows := b.rows[i*len(b.rows)/n : (i+1)*len(b.rows)/n]
+			wg.Go(func() { errs[i] = c.writeRows(ctx, &c.copyBufs[i], rows) })
 		}
-		if err != nil {
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("write audit events: %w", err)
 		}
 	}
@@ -301,21 +309,36 @@ func (c *Consumer) write(ctx context.Context, b *batch) error {
 	return nil
 }
 
-// copy writes rows with one COPY, encoded here: the rows are bytes the
-// consumer already holds, so pgx's per-value encoding would only cost.
-func (c *Consumer) copy(ctx context.Context, rows []auditRow) error {
+// writeRows writes rows on one stream. COPY first: it is the cheapest way
+// in, but it cannot skip duplicates, so rows holding a change already
+// written (a redelivery after a restart or a rebalance) fail as a whole
+// with a unique violation and are written again with INSERT ... ON
+// CONFLICT DO NOTHING. Either way every change is in audit_events once.
+func (c *Consumer) writeRows(ctx context.Context, buf *[]byte, rows []auditRow) error {
+	err := c.copy(ctx, buf, rows)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		err = c.insert(ctx, rows)
+	}
+	return err
+}
+
+// copy writes rows with one COPY, encoded here into buf: the rows are
+// bytes the consumer already holds, so pgx's per-value encoding would only
+// cost.
+func (c *Consumer) copy(ctx context.Context, buf *[]byte, rows []auditRow) error {
 	for i := range rows {
 		if rows[i].idState == idText {
 			return c.insert(ctx, rows) // Postgres parses non-canonical uuids
 		}
 	}
-	c.copyBuf = encodeCopy(c.copyBuf[:0], rows)
+	*buf = encodeCopy((*buf)[:0], rows)
 	conn, err := c.db.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
-	_, err = conn.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(c.copyBuf), copySQL)
+	_, err = conn.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(*buf), copySQL)
 	return err
 }
 

@@ -81,6 +81,37 @@ func TestWriteRedeliveredChangesOnce(t *testing.T) {
 	}
 }
 
+// A batch split over write streams: streams whose rows repeat changes
+// already written fall back on their own while the others COPY, and every
+// change is in the log once.
+func TestWriteStreamsSplitABatch(t *testing.T) {
+	db := pgtest.NewPool(t)
+	c, err := New(Config{Brokers: kafkatest.NewCluster(t), Group: "audit", WriteStreams: 3}, db, prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	var recs []*kgo.Record
+	for i := range 1200 {
+		recs = append(recs, change(1000+i, paymentUUID(i), "PENDING"))
+	}
+	// Rows 200..599 first: in the full batch below they fall in the first
+	// two of its three streams of 400.
+	if err := c.write(ctx, c.decode(recs[200:600])); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.write(ctx, c.decode(recs)); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, `SELECT count(*) FROM audit_events`); n != 1200 {
+		t.Fatalf("%d audit rows, want 1200", n)
+	}
+	if n := count(t, db, `SELECT count(DISTINCT lsn) FROM audit_events WHERE lsn BETWEEN 1000 AND 2199`); n != 1200 {
+		t.Fatalf("%d distinct changes, want 1200", n)
+	}
+}
+
 // Offsets are committed only behind written audit rows: when a write
 // fails, the consumer stops, and the failed change and everything after it
 // come again to the next member of the group.
@@ -178,6 +209,7 @@ func TestConsumeStream(t *testing.T) {
 	}
 	c := newConsumer(t, db, seeds)
 	c.batch = 300
+	c.copyBufs = make([][]byte, 2) // batches of 300 go out on two streams
 	errc := make(chan error, 1)
 	rctx, stop := context.WithCancel(ctx)
 	go func() { errc <- c.Run(rctx) }()

@@ -18,10 +18,11 @@ func main() {
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	group := fs.String("group", "paysched-audit", "consumer group")
 	compression := fs.String("kafka-compression", "snappy", "notifications' batch compression: none, gzip, snappy, lz4 or zstd")
+	streams := fs.Int("write-streams", 2, "COPY streams writing each batch of audit rows at once (a backlog drains that much faster)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
 	ctx, log, stop := svc.Boot("audit-consumer", fs)
 	defer stop()
-	pool, err := svc.Pool(ctx, *dbURL, 4)
+	pool, err := svc.Pool(ctx, *dbURL, max(4, *streams))
 	if err != nil {
 		svc.Fatal(log, err)
 	}
@@ -31,7 +32,7 @@ func main() {
 		svc.Fatal(log, err)
 	}
 	reg := obs.Registry()
-	c, err := audit.New(audit.Config{Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec}, pool, reg, log)
+	c, err := audit.New(audit.Config{Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec, WriteStreams: *streams}, pool, reg, log)
 	if err != nil {
 		svc.Fatal(log, err)
 	}
