@@ -18,7 +18,7 @@ func main() {
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	group := fs.String("group", "paysched-audit", "consumer group")
 	compression := fs.String("kafka-compression", "snappy", "notifications' batch compression: none, gzip, snappy, lz4 or zstd")
-	streams := fs.Int("write-streams", 2, "COPY streams writing each batch of audit rows at once (a backlog drains that much faster)")
+	streams := fs.Int("write-streams", 1, "COPY streams writing each batch of audit rows at once: more drain a backlog faster while Postgres has idle cores, and take CPU from the engine while it has none")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
 	ctx, log, stop := svc.Boot("audit-consumer", fs)
 	defer stop()
