@@ -45,7 +45,7 @@ type Consumer struct {
 	batch int // records per poll, so per audit write
 	// copyBufs hold each write stream's COPY data, reused batch after batch.
 	copyBufs [][]byte
-	m       struct {
+	m        struct {
 		audited, notified prometheus.Counter
 		lag               prometheus.Histogram
 	}
