@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/kafka"
 )
 
 // SpikeConfig describes the due-time spike benchmark.
@@ -265,7 +266,7 @@ type cdcWatch struct {
 
 func watchCDC(ctx context.Context, brokers []string) (*cdcWatch, error) {
 	w := &cdcWatch{}
-	t, err := tailTopic(ctx, brokers, "paysched.public.payments", []int32{0}, func(r *kgo.Record, now time.Time) {
+	t, err := tailTopic(ctx, brokers, kafka.TopicPayments, []int32{0}, func(r *kgo.Record, now time.Time) {
 		// The commit time is source.ts_ms; find it without decoding the
 		// whole envelope (the watcher must not load the machine).
 		if ms, ok := sourceTsMs(r.Value); ok {
@@ -321,7 +322,7 @@ type noteWatch struct {
 
 func watchNotes(ctx context.Context, brokers []string) (*noteWatch, error) {
 	w := &noteWatch{terminal: map[string]bool{}}
-	t, err := tailTopic(ctx, brokers, "paysched.notifications", nil, func(r *kgo.Record, now time.Time) {
+	t, err := tailTopic(ctx, brokers, kafka.TopicNotifications, nil, func(r *kgo.Record, now time.Time) {
 		for _, h := range r.Headers {
 			if h.Key == "ce_type" {
 				switch string(h.Value) {
