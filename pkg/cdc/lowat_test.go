@@ -1,0 +1,78 @@
+package cdc_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paysched/paysched/pkg/cdc"
+	"github.com/paysched/paysched/pkg/kafka"
+	"github.com/paysched/paysched/pkg/kafkatest"
+	"github.com/paysched/paysched/pkg/pgtest"
+	"github.com/paysched/paysched/pkg/schedule"
+)
+
+// TestQuietStreamIsReadPromptly: a lone change, far below the replication
+// socket's low-water mark, still reaches Kafka within a poll or so, not at
+// the next status report (10 s here).
+func TestQuietStreamIsReadPromptly(t *testing.T) {
+	db := pgtest.NewPool(t)
+	seeds := kafkatest.NewCluster(t, kafka.TopicPayments, kafka.TopicAttempts, kafka.TopicHeartbeat)
+	c, err := cdc.New(cdc.Config{DatabaseURL: db.Config().ConnString(), Slot: "quiet_slot", Publication: "paysched",
+		Source: cdc.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
+		HeartbeatTopic: kafka.TopicHeartbeat, StatusInterval: 10 * time.Second, HeartbeatInterval: time.Minute},
+		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.TopicPayments),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	store := schedule.NewStore(db)
+	// The connector is streaming once a first change comes through.
+	first := payment(time.Now().Add(time.Hour))
+	if _, err := store.Create(ctx, []schedule.NewPayment{first}); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(within time.Duration) {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(ctx, within)
+		defer pcancel()
+		for {
+			fs := cl.PollFetches(pctx)
+			if fs.NumRecords() > 0 {
+				return
+			}
+			if pctx.Err() != nil {
+				t.Fatalf("no event within %v", within)
+			}
+		}
+	}
+	wait(30 * time.Second)
+	for range 3 {
+		start := time.Now()
+		if _, err := store.Create(ctx, []schedule.NewPayment{payment(time.Now().Add(time.Hour))}); err != nil {
+			t.Fatal(err)
+		}
+		wait(5 * time.Second)
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("a lone change took %v to reach Kafka", d)
+		}
+	}
+}
