@@ -35,6 +35,9 @@ type Config struct {
 	// WriteStreams is how many COPY streams write a batch at once (at
 	// least 1).
 	WriteStreams int
+	// MaxDefer bounds how long a batch is held back while payments are
+	// overdue (see yield); zero never holds one back.
+	MaxDefer time.Duration
 }
 
 // Consumer is the audit-consumer's loop.
@@ -45,9 +48,13 @@ type Consumer struct {
 	batch int // records per poll, so per audit write
 	// copyBufs hold each write stream's COPY data, reused batch after batch.
 	copyBufs [][]byte
+	maxDefer time.Duration
+	// behind is engineBehind's last answer, taken at behindAt.
+	behind   bool
+	behindAt time.Time
 	m        struct {
-		audited, notified prometheus.Counter
-		lag               prometheus.Histogram
+		audited, notified, deferred prometheus.Counter
+		lag                         prometheus.Histogram
 	}
 }
 
@@ -72,12 +79,14 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	c := &Consumer{db: db, cl: cl, log: log, batch: 2000, copyBufs: make([][]byte, max(1, cfg.WriteStreams))}
+	c := &Consumer{db: db, cl: cl, log: log, batch: 2000, copyBufs: make([][]byte, max(1, cfg.WriteStreams)), maxDefer: cfg.MaxDefer}
 	c.m.audited = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_audit_events_total", Help: "Change events consumed into audit_events (duplicates included)."})
 	c.m.notified = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_notifications_total", Help: "Notifications published (redeliveries included)."})
 	c.m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "paysched_audit_lag_seconds", Help: "Commit to audit row.",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
-	reg.MustRegister(c.m.audited, c.m.notified, c.m.lag)
+	c.m.deferred = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_audit_deferred_seconds_total",
+		Help: "Time audit writes were held back while payments were overdue."})
+	reg.MustRegister(c.m.audited, c.m.notified, c.m.deferred, c.m.lag)
 	return c, nil
 }
 
@@ -102,6 +111,9 @@ func (c *Consumer) Run(parent context.Context) error {
 		defer wg.Done()
 		defer close(written)
 		for b := range decoded {
+			if err := c.yield(ctx, b); err != nil {
+				return
+			}
 			if err := c.write(ctx, b); err != nil {
 				cancel(err)
 				return
@@ -159,9 +171,10 @@ func (c *Consumer) poll(ctx context.Context, out chan<- *batch) {
 
 // batch is one poll's records on their way through the stages.
 type batch struct {
-	recs  []*kgo.Record
-	rows  []auditRow
-	notes []*kgo.Record
+	recs     []*kgo.Record
+	rows     []auditRow
+	notes    []*kgo.Record
+	oldestMs int64 // the earliest commit among rows
 }
 
 // auditRow is one change as audit_events stores it; byte fields alias the
@@ -227,6 +240,9 @@ func (c *Consumer) decode(recs []*kgo.Record) *batch {
 			ar.status, ar.hasState = text(st), true
 		}
 		b.rows = append(b.rows, ar)
+		if len(b.rows) == 1 || ar.commitMs < b.oldestMs {
+			b.oldestMs = ar.commitMs
+		}
 		if note := notification(&e); note != nil {
 			b.notes = append(b.notes, note)
 		}

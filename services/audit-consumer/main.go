@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"strings"
+	"time"
 
 	"github.com/paysched/paysched/pkg/audit"
 	"github.com/paysched/paysched/pkg/kafka"
@@ -18,7 +19,8 @@ func main() {
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	group := fs.String("group", "paysched-audit", "consumer group")
 	compression := fs.String("kafka-compression", "snappy", "notifications' batch compression: none, gzip, snappy, lz4 or zstd")
-	streams := fs.Int("write-streams", 1, "COPY streams writing each batch of audit rows at once: more drain a backlog faster while Postgres has idle cores, and take CPU from the engine while it has none")
+	streams := fs.Int("write-streams", 2, "COPY streams writing each batch of audit rows at once: more drain a backlog (a spike's, see --max-defer) faster while Postgres has idle cores")
+	maxDefer := fs.Duration("max-defer", 30*time.Second, "while payments are overdue (the engine is behind a due-time spike), hold audit writes and notifications back for up to this long after their change committed, so that Postgres spends its CPU on the payments; 0 never holds back")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
 	ctx, log, stop := svc.Boot("audit-consumer", fs)
 	defer stop()
@@ -32,7 +34,7 @@ func main() {
 		svc.Fatal(log, err)
 	}
 	reg := obs.Registry()
-	c, err := audit.New(audit.Config{Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec, WriteStreams: *streams}, pool, reg, log)
+	c, err := audit.New(audit.Config{Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec, WriteStreams: *streams, MaxDefer: *maxDefer}, pool, reg, log)
 	if err != nil {
 		svc.Fatal(log, err)
 	}
