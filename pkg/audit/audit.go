@@ -294,7 +294,7 @@ const copySQL = `COPY audit_events (lsn, table_name, row_key, op, payment_id, st
 // insertSQL appends audit rows; ON CONFLICT makes redelivery a no-op.
 const insertSQL = `
 INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]::uuid[], $6::text[], $7::json[], $8::timestamptz[])
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]::uuid[], $6::text[], $7::text[], $8::timestamptz[])
 ON CONFLICT (lsn, table_name, row_key) DO NOTHING`
 
 // minStreamRows is the smallest share of a batch worth a stream of its own.
@@ -365,7 +365,7 @@ const pgEpochMicros = 946_684_800_000_000
 // encodeCopy appends rows in COPY's binary format: a header, per row the
 // field count and each field's length (-1 for NULL) and bytes in the
 // types' binary forms (bigint and timestamptz big-endian, uuid 16 bytes,
-// text, char and json their text), and the trailer.
+// text and char their bytes), and the trailer.
 func encodeCopy(b []byte, rows []auditRow) []byte {
 	b = append(b, "PGCOPY\n\xff\r\n\x00"...)
 	b = binary.BigEndian.AppendUint32(b, 0) // flags

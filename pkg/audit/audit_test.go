@@ -76,7 +76,7 @@ func TestWriteRedeliveredChangesOnce(t *testing.T) {
 	if n := count(t, db, `SELECT count(*) FROM audit_events`); n != 6 {
 		t.Fatalf("%d audit rows, want 6", n)
 	}
-	if n := count(t, db, `SELECT count(*) FROM audit_events WHERE event->'after'->>'status' = 'PENDING' AND payment_id::text = row_key::json->>'id'`); n != 6 {
+	if n := count(t, db, `SELECT count(*) FROM audit_events WHERE event::json->'after'->>'status' = 'PENDING' AND payment_id::text = row_key::json->>'id'`); n != 6 {
 		t.Fatalf("%d rows with the event and its key, want 6", n)
 	}
 }

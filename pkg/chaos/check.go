@@ -165,8 +165,8 @@ func (r *run) checkBooks(ctx context.Context, w *workload) {
 func (r *run) checkAudit(ctx context.Context) {
 	const missingSQL = `SELECT count(*) FROM payment_attempts a WHERE NOT EXISTS (
 		SELECT 1 FROM audit_events e WHERE e.table_name = 'payment_attempts' AND e.payment_id = a.payment_id
-		  AND (e.event->'after'->>'attempt')::int = a.attempt
-		  AND (a.outcome IS NULL OR e.event->'after'->>'outcome' = a.outcome))`
+		  AND (e.event::json->'after'->>'attempt')::int = a.attempt
+		  AND (a.outcome IS NULL OR e.event::json->'after'->>'outcome' = a.outcome))`
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		missing := r.count(ctx, missingSQL)

@@ -62,7 +62,7 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 		var missing int
 		err := c.db.QueryRow(ctx, `SELECT count(*) FROM payment_attempts a WHERE NOT EXISTS (
 			SELECT 1 FROM audit_events e WHERE e.table_name = 'payment_attempts' AND e.payment_id = a.payment_id
-			  AND (e.event->'after'->>'attempt')::int = a.attempt AND e.event->'after'->>'outcome' IS NOT NULL)`).Scan(&missing)
+			  AND (e.event::json->'after'->>'attempt')::int = a.attempt AND e.event::json->'after'->>'outcome' IS NOT NULL)`).Scan(&missing)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 	for {
 		var n int
 		if err := c.db.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE table_name = 'payment_actions' AND payment_id = $1
-			AND event->'after'->>'actor' = 'admin:ops' AND event->'after'->>'prev_status' = 'FAILED' AND event->'after'->>'reason' = 'cdc check'`,
+			AND event::json->'after'->>'actor' = 'admin:ops' AND event::json->'after'->>'prev_status' = 'FAILED' AND event::json->'after'->>'reason' = 'cdc check'`,
 			ids[0]).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
