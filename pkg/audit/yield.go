@@ -31,16 +31,16 @@ func (c *Consumer) yield(ctx context.Context, b *batch) error {
 		return nil
 	}
 	until := time.UnixMilli(b.oldestMs).Add(c.maxDefer)
-	start := time.Now()
-	defer func() { c.m.deferred.Add(time.Since(start).Seconds()) }()
 	for time.Now().Before(until) && c.engineBehind(ctx) {
-		t := time.NewTimer(min(yieldCheckEvery, time.Until(until)))
+		wait := min(yieldCheckEvery, time.Until(until))
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		case <-t.C:
 		}
+		c.m.deferred.Add(wait.Seconds())
 	}
 	return nil
 }
