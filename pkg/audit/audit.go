@@ -103,7 +103,10 @@ func (c *Consumer) Close() { c.cl.Close() }
 func (c *Consumer) Run(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	decoded := make(chan *batch, 1)
+	// The poll stage runs up to four batches ahead: the client asks the
+	// broker for more only once the records it holds are taken, so a
+	// catch-up then overlaps that round trip with the writes.
+	decoded := make(chan *batch, 4)
 	written := make(chan *batch, 1)
 	var wg sync.WaitGroup
 	wg.Add(2)
