@@ -120,7 +120,8 @@ func TestTracesAcrossBinaries(t *testing.T) {
 	// A REST create inside the caller's trace.
 	const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	tok, _ := auth.Mint([]byte("e2e"), auth.DefaultIssuer, auth.DefaultAudience, "erin", false, time.Minute)
-	body := fmt.Sprintf(`{"payee":"gina","amount":990,"currency":"EUR","dueAt":%q}`, time.Now().Add(time.Second).UTC().Format(time.RFC3339))
+	// Whole seconds would cut up to a second off: nanoseconds, and 2 s of margin.
+	body := fmt.Sprintf(`{"payee":"gina","amount":990,"currency":"EUR","dueAt":%q}`, time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano))
 	req, _ := http.NewRequest("POST", "http://"+apiHTTP+"/v1/scheduled-payments", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/json")
