@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -91,6 +92,27 @@ func payment(due time.Time) schedule.NewPayment {
 		CreatedAt: time.Now(), IdempotencyKey: id.String(), RequestHash: []byte{1}, Response: []byte{1}}
 }
 
+// startConnector sets up and runs a connector on slot until the test ends;
+// the context it returns ends with it.
+func startConnector(t *testing.T, db *pgxpool.Pool, seeds []string, slot string, status, heartbeat time.Duration) context.Context {
+	t.Helper()
+	c, err := cdc.New(cdc.Config{DatabaseURL: db.Config().ConnString(), Slot: slot, Publication: "paysched",
+		Source: cdc.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
+		HeartbeatTopic: kafka.TopicHeartbeat, StatusInterval: status, HeartbeatInterval: heartbeat},
+		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; c.Close() })
+	return ctx
+}
+
 type event struct {
 	Before, After map[string]any
 	Op            string
@@ -104,24 +126,8 @@ type event struct {
 // payment in commit order, with whole rows before and after.
 func TestStreamsEveryChangeInOrder(t *testing.T) {
 	db := pgtest.NewPool(t)
-	url := db.Config().ConnString()
 	seeds := kafkatest.NewCluster(t, kafka.TopicPayments, kafka.TopicAttempts, kafka.TopicHeartbeat)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := cdc.New(cdc.Config{DatabaseURL: url, Slot: "test_slot", Publication: "paysched",
-		Source: cdc.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
-		HeartbeatTopic: kafka.TopicHeartbeat, StatusInterval: 200 * time.Millisecond, HeartbeatInterval: time.Second},
-		db, prometheus.NewRegistry(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := c.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := startConnector(t, db, seeds, "test_slot", 200*time.Millisecond, time.Second)
 
 	store := schedule.NewStore(db)
 	var items []schedule.NewPayment

@@ -2,15 +2,11 @@ package cdc_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/paysched/paysched/pkg/cdc"
 	"github.com/paysched/paysched/pkg/kafka"
 	"github.com/paysched/paysched/pkg/kafkatest"
 	"github.com/paysched/paysched/pkg/pgtest"
@@ -23,21 +19,7 @@ import (
 func TestQuietStreamIsReadPromptly(t *testing.T) {
 	db := pgtest.NewPool(t)
 	seeds := kafkatest.NewCluster(t, kafka.TopicPayments, kafka.TopicAttempts, kafka.TopicHeartbeat)
-	c, err := cdc.New(cdc.Config{DatabaseURL: db.Config().ConnString(), Slot: "quiet_slot", Publication: "paysched",
-		Source: cdc.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
-		HeartbeatTopic: kafka.TopicHeartbeat, StatusInterval: 10 * time.Second, HeartbeatInterval: time.Minute},
-		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := c.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := startConnector(t, db, seeds, "quiet_slot", 10*time.Second, time.Minute)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.TopicPayments),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
 	if err != nil {
