@@ -7,9 +7,10 @@ import (
 
 // overdueSQL asks whether the engine is behind: a payment due more than a
 // second ago that no sweeper has claimed yet. It reads the sweep's own
-// partial index (PENDING rows by run_at) and stops at the first row, so it
-// costs an index probe; "due_time <= now()" prunes the days not begun, as
-// the claim does.
+// partial index (PENDING rows by run_at) and stops at the first row: an
+// index probe, a few milliseconds during a spike while the index still
+// holds the rows just claimed. "due_time <= now()" prunes the days not
+// begun, as the claim does.
 const overdueSQL = `
 SELECT EXISTS (
     SELECT 1 FROM payments
