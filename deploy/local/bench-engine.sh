@@ -34,7 +34,13 @@ for run in $(seq 1 "$RUNS"); do
   if [ "$CDC" = 1 ]; then
     "$ROOT/bin/kafka" --kafka-port 19092 --kafka-data-dir "$logs/kafka-$run" --http-addr 127.0.0.1:19093 2>"$logs/kafka.log" & kf=$!
     sleep 1
-    "$ROOT/bin/cdc" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19400 ${CDC_FLAGS:-} 2>"$logs/cdc.log" & cd=$!
+    # cdc beside Postgres streams over its Unix socket (as in `make up`);
+    # CDC_TCP=1 over loopback TCP instead.
+    sock=$(cat "$PAYSCHED_PG_DIR/datadir") cdcdb=$db
+    if [ "${CDC_TCP:-}" != 1 ] && [ -S "$sock/.s.PGSQL.$PAYSCHED_PG_PORT" ]; then
+      cdcdb="postgres://postgres@/spike_$run?host=$sock&port=$PAYSCHED_PG_PORT&sslmode=disable"
+    fi
+    "$ROOT/bin/cdc" --database-url "$cdcdb" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19400 ${CDC_FLAGS:-} 2>"$logs/cdc.log" & cd=$!
     audit=("$ROOT/bin/audit-consumer" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 ${AUDIT_FLAGS:-})
     if [ "${AUDIT_AFTER:-}" = 1 ]; then
       # Diagnosis: the capture path alone during the spike, the audit log

@@ -95,8 +95,13 @@ func payment(due time.Time) schedule.NewPayment {
 // startConnector sets up and runs a connector on slot until the test ends;
 // the context it returns ends with it.
 func startConnector(t *testing.T, db *pgxpool.Pool, seeds []string, slot string, status, heartbeat time.Duration) context.Context {
+	return startConnectorAt(t, db, db.Config().ConnString(), seeds, slot, status, heartbeat)
+}
+
+// startConnectorAt streams from url (db's database, reached another way).
+func startConnectorAt(t *testing.T, db *pgxpool.Pool, url string, seeds []string, slot string, status, heartbeat time.Duration) context.Context {
 	t.Helper()
-	c, err := cdc.New(cdc.Config{DatabaseURL: db.Config().ConnString(), Slot: slot, Publication: "paysched",
+	c, err := cdc.New(cdc.Config{DatabaseURL: url, Slot: slot, Publication: "paysched",
 		Source: cdc.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
 		HeartbeatTopic: kafka.TopicHeartbeat, StatusInterval: status, HeartbeatInterval: heartbeat},
 		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))

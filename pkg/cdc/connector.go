@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -144,6 +145,16 @@ func (c *Connector) replConn(ctx context.Context) (*pgconn.PgConn, error) {
 	// the socket holds in one read.
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
 		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 1<<20), w)
+	}
+	// A Unix socket (a host that is a directory) is read paced, outside
+	// the netpoller (see pacedConn): the cheapest way for both sides when
+	// the connector runs beside Postgres.
+	tcp := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if network == "unix" {
+			return dialPaced(ctx, addr)
+		}
+		return tcp(ctx, network, addr)
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
