@@ -77,6 +77,21 @@ func (r *run) dbURL(name string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", r.cfg.PGPort, name)
 }
 
+// cdcURL is the cluster's Unix socket when there is one, as in the local
+// stack (see pkg/cdc's pacedConn), so the chaos kills and restarts cdc
+// and Postgres on that path.
+func (r *run) cdcURL() string {
+	data, err := os.ReadFile(filepath.Join(r.cfg.PGDir, "datadir"))
+	if err != nil {
+		return r.dbURL("paysched")
+	}
+	dir := strings.TrimSpace(string(data))
+	if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf(".s.PGSQL.%d", r.cfg.PGPort))); err != nil {
+		return r.dbURL("paysched")
+	}
+	return fmt.Sprintf("postgres://postgres@/paysched?host=%s&port=%d&sslmode=disable", dir, r.cfg.PGPort)
+}
+
 func (r *run) logf(format string, args ...any) {
 	fmt.Fprintf(r.cfg.Out, "chaos: "+format+"\n", args...)
 }
@@ -109,7 +124,7 @@ func (r *run) topology() {
 			"--webhook-url", "http://"+r.addr(420)+"/webhooks/gateway", "--webhook-secret", webhookSecret),
 		newProc(d, "reaper", "reaper", b("reaper"), env, "--http-addr", r.addr(210), "--interval", "1s",
 			"--orphan-after", "20s", "--max-retries", "5"),
-		newProc(d, "cdc", "cdc", b("cdc"), env, "--http-addr", r.addr(400), "--kafka-brokers", kafka,
+		newProc(d, "cdc", "cdc", b("cdc"), env, "--database-url", r.cdcURL(), "--http-addr", r.addr(400), "--kafka-brokers", kafka,
 			"--status-interval", "500ms", "--heartbeat-interval", "2s"),
 		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), env, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
 		newProc(d, "reconciler", "reconciler", b("reconciler"), env, "--http-addr", r.addr(420), "--gateway-addr", r.addr(300),
