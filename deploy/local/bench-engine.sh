@@ -36,10 +36,8 @@ for run in $(seq 1 "$RUNS"); do
     sleep 1
     # cdc beside Postgres streams over its Unix socket (as in `make up`);
     # CDC_TCP=1 over loopback TCP instead.
-    sock=$(cat "$PAYSCHED_PG_DIR/datadir") cdcdb=$db
-    if [ "${CDC_TCP:-}" != 1 ] && [ -S "$sock/.s.PGSQL.$PAYSCHED_PG_PORT" ]; then
-      cdcdb="postgres://postgres@/spike_$run?host=$sock&port=$PAYSCHED_PG_PORT&sslmode=disable"
-    fi
+    cdcdb=$db
+    [ "${CDC_TCP:-}" = 1 ] || cdcdb=$("$ROOT/deploy/local/pg.sh" socket-url "$PAYSCHED_PG_DIR" "$PAYSCHED_PG_PORT" "spike_$run")
     "$ROOT/bin/cdc" --database-url "$cdcdb" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19400 ${CDC_FLAGS:-} 2>"$logs/cdc.log" & cd=$!
     audit=("$ROOT/bin/audit-consumer" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 ${AUDIT_FLAGS:-})
     if [ "${AUDIT_AFTER:-}" = 1 ]; then

@@ -7,6 +7,9 @@
 #   pg.sh restart DIR PORT        pg_ctl restart -m fast (the chaos run)
 #   pg.sh datadir DIR             print where the cluster in DIR really lives
 #   pg.sh url PORT [DB]           print a connection URL
+#   pg.sh socket-url DIR PORT [DB] the same over the cluster's Unix socket (cdc
+#                                 beside Postgres, see pkg/cdc's pacedConn), or
+#                                 over TCP when that socket is not there
 #
 # PAYSCHED_PG_FAST=1 at first start turns fsync off (throwaway test clusters);
 # PAYSCHED_PG_STATS=1 loads pg_stat_statements (profiling).
@@ -121,6 +124,16 @@ restart() { # fast shutdown (clients disconnected, no waiting), then start again
 # Set on every start, so clusters made before this line get it too.
 LOCKS=1024
 
+socket_url() {
+  local sock
+  sock=$(datadir "$1")
+  if [ -S "$sock/.s.PGSQL.$2" ]; then
+    echo "postgres://postgres@/${3:-postgres}?host=$sock&port=$2&sslmode=disable"
+  else
+    echo "postgres://postgres@127.0.0.1:$2/${3:-postgres}?sslmode=disable"
+  fi
+}
+
 cmd=${1:-}
 case "$cmd" in
   install) install_server ;;
@@ -129,5 +142,6 @@ case "$cmd" in
   restart) restart "$2" "$3" ;;
   datadir) datadir "$2" ;;
   url) echo "postgres://postgres@127.0.0.1:$2/${3:-postgres}?sslmode=disable" ;;
-  *) echo "usage: pg.sh install|start DIR PORT|stop DIR|restart DIR PORT|datadir DIR|url PORT [DB]" >&2; exit 2 ;;
+  socket-url) socket_url "$2" "$3" "${4:-}" ;;
+  *) echo "usage: pg.sh install|start DIR PORT|stop DIR|restart DIR PORT|datadir DIR|url PORT [DB]|socket-url DIR PORT [DB]" >&2; exit 2 ;;
 esac

@@ -52,10 +52,7 @@ up() {
   start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR"
   # cdc streams over Postgres's Unix socket where it can (see pkg/cdc's
   # pacedConn: cheaper for the walsender than loopback TCP).
-  local sock cdc_url=$DB_URL
-  sock=$("$PG" datadir "$DATA/pg")
-  [ -S "$sock/.s.PGSQL.$PGPORT" ] && cdc_url="postgres://postgres@/paysched?host=$sock&port=$PGPORT&sslmode=disable"
-  start_service cdc --database-url "$cdc_url" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
+  start_service cdc --database-url "$("$PG" socket-url "$DATA/pg" "$PGPORT" paysched)" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service audit-consumer --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service reconciler --http-addr 127.0.0.1:9420 --webhook-secret "$WEBHOOK_SECRET" ${RECONCILER_FLAGS:-}
   start_service gateway-sim --gateway-database-url "postgres://postgres@127.0.0.1:$PGPORT/paysched_gateway?sslmode=disable" \

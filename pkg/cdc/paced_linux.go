@@ -2,7 +2,6 @@ package cdc
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -157,9 +156,6 @@ func (c *pacedConn) wait(deadline *atomic.Int64, pause time.Duration, op string)
 }
 
 func (c *pacedConn) opError(op string, err error) error {
-	if errors.Is(err, net.ErrClosed) {
-		return &net.OpError{Op: op, Net: "unix", Source: c.local, Addr: c.remote, Err: net.ErrClosed}
-	}
 	if errno, ok := err.(syscall.Errno); ok {
 		err = os.NewSyscallError(op, errno)
 	}

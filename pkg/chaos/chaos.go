@@ -78,18 +78,14 @@ func (r *run) dbURL(name string) string {
 }
 
 // cdcURL is the cluster's Unix socket when there is one, as in the local
-// stack (see pkg/cdc's pacedConn), so the chaos kills and restarts cdc
-// and Postgres on that path.
+// stack (pg.sh socket-url; see pkg/cdc's pacedConn), so the chaos kills and
+// restarts cdc and Postgres on that path.
 func (r *run) cdcURL() string {
-	data, err := os.ReadFile(filepath.Join(r.cfg.PGDir, "datadir"))
+	out, err := exec.Command(r.cfg.PGScript, "socket-url", r.cfg.PGDir, fmt.Sprint(r.cfg.PGPort), "paysched").Output()
 	if err != nil {
 		return r.dbURL("paysched")
 	}
-	dir := strings.TrimSpace(string(data))
-	if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf(".s.PGSQL.%d", r.cfg.PGPort))); err != nil {
-		return r.dbURL("paysched")
-	}
-	return fmt.Sprintf("postgres://postgres@/paysched?host=%s&port=%d&sslmode=disable", dir, r.cfg.PGPort)
+	return strings.TrimSpace(string(out))
 }
 
 func (r *run) logf(format string, args ...any) {
