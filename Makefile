@@ -20,13 +20,13 @@ help:
 
 build:
 	@mkdir -p bin
-	go build -o bin/ ./services/...
+	go build -o bin/ ./services/... ./tools/cmd/...
 
 up: build
 	@deploy/local/stack.sh up
 
 demo: up
-	@bin/payctl demo
+	@bin/demo
 
 down:
 	@deploy/local/stack.sh down
@@ -56,7 +56,7 @@ lint: tools
 
 FUZZTIME ?= 60s
 fuzz:
-	@deploy/local/with-pg.sh go test -run '^$$' -fuzz FuzzCreateREST -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./pkg/apiserver
+	@deploy/local/with-pg.sh go test -run '^$$' -fuzz FuzzCreateREST -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./pkg/api/server
 
 bench: bench-engine
 

@@ -23,8 +23,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/paysched/paysched/pkg/config"
-	"github.com/paysched/paysched/pkg/kafka"
+	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 var update = flag.Bool("update", false, "rewrite base/prometheusrule.yaml from ../prometheus/alerts.yml")
@@ -34,6 +34,7 @@ const (
 	ruleFile      = "base/prometheusrule.yaml"
 	dashboardFile = "../grafana/paysched.json"
 	servicesDir   = "../../services"
+	toolsDir      = "../../tools/cmd"
 	pkgDir        = "../../pkg"
 )
 
@@ -201,6 +202,10 @@ func flags(t *testing.T, name string) map[string]bool {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(servicesDir, name, "main.go"))
 	if errors.Is(err, fs.ErrNotExist) {
+		// Tools (gateway-sim) live apart from the product services.
+		b, err = os.ReadFile(filepath.Join(toolsDir, name, "main.go"))
+	}
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
@@ -211,7 +216,7 @@ func flags(t *testing.T, name string) map[string]bool {
 	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 		out[m[1]] = true
 	}
-	if bytes.Contains(b, []byte("svc.Boot(")) {
+	if bytes.Contains(b, []byte("svc.Boot(")) || bytes.Contains(b, []byte("svc.Main(")) {
 		out["pprof-addr"] = true
 	}
 	return out
@@ -563,11 +568,11 @@ func checkKafka(t *testing.T, docs []obj) {
 			t.Errorf("KafkaTopic %s does not name the cluster", str(k, "metadata", "name"))
 		}
 	}
-	for topic, n := range kafka.Partitions {
+	for topic, n := range kafka.Default.Partitions() {
 		if got, ok := topics[topic]; !ok {
 			t.Errorf("no KafkaTopic for %s", topic)
 		} else if got != int(n) {
-			t.Errorf("KafkaTopic %s has %d partitions, pkg/kafka says %d", topic, got, n)
+			t.Errorf("KafkaTopic %s has %d partitions, pkg/events/kafka says %d", topic, got, n)
 		}
 	}
 }

@@ -8,7 +8,7 @@
 #   pg.sh datadir DIR             print where the cluster in DIR really lives
 #   pg.sh url PORT [DB]           print a connection URL
 #   pg.sh socket-url DIR PORT [DB] the same over the cluster's Unix socket (cdc
-#                                 beside Postgres, see pkg/cdc's pacedConn), or
+#                                 beside Postgres, see pkg/events/cdc's pacedConn), or
 #                                 over TCP when that socket is not there
 #
 # PAYSCHED_PG_FAST=1 at first start turns fsync off (throwaway test clusters);

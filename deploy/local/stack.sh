@@ -50,7 +50,7 @@ up() {
     echo "migration failed; see .data/logs/migrate.log" >&2; tail -n 5 "$LOGS/migrate.log" >&2; exit 1; }
   start_service kafka --kafka-port "$KAFKA_PORT" --kafka-data-dir "$DATA/kafka"
   start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR"
-  # cdc streams over Postgres's Unix socket where it can (see pkg/cdc's
+  # cdc streams over Postgres's Unix socket where it can (see pkg/events/cdc's
   # pacedConn: cheaper for the walsender than loopback TCP).
   start_service cdc --database-url "$("$PG" socket-url "$DATA/pg" "$PGPORT" paysched)" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service audit-consumer --kafka-brokers "127.0.0.1:$KAFKA_PORT"
@@ -63,7 +63,7 @@ up() {
   start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 --backoff "$backoff" ${EXECUTOR_FLAGS:-}
   start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 --backoff "$backoff" ${EXECUTOR_FLAGS:-}
   start_service sweeper --executors 127.0.0.1:9100,127.0.0.1:9110 ${SWEEPER_FLAGS:-}
-  start_service reaper --max-retries 5 ${REAPER_FLAGS:-}
+  start_service reaper ${REAPER_FLAGS:-}
   if ! "$ROOT/bin/payctl" --api "$GRPC_ADDR" health --wait 30s >/dev/null; then
     echo "payments-api did not become healthy; last log lines:" >&2
     tail -n 20 "$LOGS/payments-api.log" >&2

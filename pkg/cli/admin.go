@@ -12,7 +12,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 )
 
-// Admin commands send --token, or mint a local token with the admin claim.
+// Admin commands send --token, or mint a local token with the admin store.
 
 func deadLettersCmd(g *globals) *cobra.Command {
 	var size int32
@@ -31,7 +31,7 @@ func deadLettersCmd(g *globals) *cobra.Command {
 			for {
 				resp, err := c.admin.ListDeadLetters(c.ctx, &payschedv1.ListDeadLettersRequest{PageSize: size, PageToken: tok})
 				if err != nil {
-					return rpcError(err)
+					return RPCError(err)
 				}
 				all.DeadLetters = append(all.DeadLetters, resp.GetDeadLetters()...)
 				if tok = resp.GetNextPageToken(); tok == "" {
@@ -91,7 +91,7 @@ func moveCmd(g *globals, use, short, noteHelp string,
 			defer c.close()
 			resp, p, err := call(c, args[0], note)
 			if err != nil {
-				return rpcError(err)
+				return RPCError(err)
 			}
 			return g.printPayments(resp, p)
 		},
@@ -115,7 +115,7 @@ func reconcileCmd(g *globals) *cobra.Command {
 			defer c.close()
 			resp, err := c.admin.TriggerReconciliationRun(c.ctx, &payschedv1.TriggerReconciliationRunRequest{Day: day})
 			if err != nil {
-				return rpcError(err)
+				return RPCError(err)
 			}
 			if g.json {
 				return printJSON(g.out, resp.GetRun())
@@ -142,7 +142,7 @@ func runsCmd(g *globals) *cobra.Command {
 			defer c.close()
 			resp, err := c.admin.ListReconciliationRuns(c.ctx, &payschedv1.ListReconciliationRunsRequest{Day: day, PageSize: size})
 			if err != nil {
-				return rpcError(err)
+				return RPCError(err)
 			}
 			if g.json {
 				return printJSON(g.out, resp)

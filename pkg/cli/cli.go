@@ -26,9 +26,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
-	"github.com/paysched/paysched/pkg/auth"
-	"github.com/paysched/paysched/pkg/config"
-	"github.com/paysched/paysched/pkg/jsoncodec"
+	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/api/jsoncodec"
+	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 type globals struct {
@@ -71,7 +71,7 @@ func New() *cobra.Command {
 	pf.StringVar(&g.audience, "jwt-audience", env("jwt-audience", auth.DefaultAudience), "token audience (env PAYSCHED_JWT_AUDIENCE)")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "per-call timeout")
-	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), demoCmd(g), eventsCmd(g),
+	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), eventsCmd(g),
 		deadLettersCmd(g), redriveCmd(g), resolveCmd(g), reconcileCmd(g), runsCmd(g))
 	return root
 }
@@ -172,7 +172,7 @@ func createCmd(g *globals) *cobra.Command {
 				Description: desc, Metadata: meta, RequestId: key,
 			})
 			if err != nil {
-				return rpcError(err)
+				return RPCError(err)
 			}
 			return g.printPayments(resp, resp.GetPayment())
 		},
@@ -201,7 +201,7 @@ func getCmd(g *globals) *cobra.Command {
 			defer c.close()
 			resp, err := c.payment.GetScheduledPayment(c.ctx, &payschedv1.GetScheduledPaymentRequest{PaymentId: args[0]})
 			if err != nil {
-				return rpcError(err)
+				return RPCError(err)
 			}
 			if g.json {
 				return printJSON(g.out, resp)
@@ -255,7 +255,7 @@ func listCmd(g *globals) *cobra.Command {
 					Status: st, Cursor: cursor, PageSize: size,
 				})
 				if err != nil {
-					return rpcError(err)
+					return RPCError(err)
 				}
 				ps, last = append(ps, resp.GetPayments()...), resp
 				if !all || resp.GetNextCursor() == "" {
@@ -296,7 +296,7 @@ func cancelCmd(g *globals) *cobra.Command {
 			defer c.close()
 			resp, err := c.payment.CancelScheduledPayment(c.ctx, &payschedv1.CancelScheduledPaymentRequest{PaymentId: args[0]})
 			if err != nil {
-				return rpcError(err)
+				return RPCError(err)
 			}
 			return g.printPayments(resp, resp.GetPayment())
 		},
@@ -406,7 +406,8 @@ func printJSONMap(w io.Writer, m map[string]any) error {
 }
 
 // rpcError turns a gRPC status into a readable CLI error.
-func rpcError(err error) error {
+// RPCError renders a gRPC error with its status details, for a person.
+func RPCError(err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/paysched/paysched/pkg/kafka"
+	"github.com/paysched/paysched/pkg/events/kafka"
 )
 
 // eventsCmd is an example consumer of the notification stream.
@@ -29,7 +29,7 @@ func eventsCmd(g *globals) *cobra.Command {
 				start = kgo.NewOffset().AtStart()
 			}
 			cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...),
-				kgo.ConsumeTopics(kafka.TopicNotifications), kgo.ConsumeResetOffset(start))
+				kgo.ConsumeTopics(kafka.Default.Notifications), kgo.ConsumeResetOffset(start))
 			if err != nil {
 				return err
 			}

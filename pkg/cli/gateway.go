@@ -36,7 +36,7 @@ func gatewayCmd(g *globals) *cobra.Command {
 			defer cancel()
 			r, err := cl.Report(ctx, &gatewayv1.ReportRequest{})
 			if err != nil {
-				return rpcError(err)
+				return RPCError(err)
 			}
 			doubles := r.GetDoubleCharged()
 			if doubles == nil {
@@ -72,7 +72,7 @@ func gatewayCmd(g *globals) *cobra.Command {
 			f.LatencyMinMs, f.LatencyMaxMs = latMin, latMax
 			r, err := cl.SetFaults(ctx, &gatewayv1.SetFaultsRequest{Faults: f})
 			if err != nil {
-				return rpcError(err)
+				return RPCError(err)
 			}
 			return printJSON(g.out, r.GetFaults())
 		},

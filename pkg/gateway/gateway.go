@@ -10,22 +10,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
-)
-
-// Outcome of one attempt, as stored in payment_attempts.outcome.
-type Outcome string
-
-// Outcomes.
-const (
-	Succeeded Outcome = "SUCCEEDED"
-	Declined  Outcome = "DECLINED"
-	Retryable Outcome = "RETRYABLE"
-	Ambiguous Outcome = "AMBIGUOUS"
+	"github.com/paysched/paysched/pkg/payment"
 )
 
 // Result is what an attempt learned.
 type Result struct {
-	Outcome Outcome
+	Outcome payment.AttemptOutcome
 	Ref     string // charge id
 	Error   string
 }
@@ -59,7 +49,7 @@ func (c *Charger) Charge(ctx context.Context, p Payment) Result {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.ResourceExhausted:
 		// The gateway refused before charging.
-		return Result{Outcome: Retryable, Error: status.Convert(err).Message()}
+		return Result{Outcome: payment.Retryable, Error: status.Convert(err).Message()}
 	}
 	first := "charge: " + status.Convert(err).Message()
 	pctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
@@ -69,15 +59,15 @@ func (c *Charger) Charge(ctx context.Context, p Payment) Result {
 	case perr == nil:
 		return fromCharge(got.GetCharge())
 	case status.Code(perr) == codes.NotFound:
-		return Result{Outcome: Retryable, Error: first + "; probe: not charged"}
+		return Result{Outcome: payment.Retryable, Error: first + "; probe: not charged"}
 	default:
-		return Result{Outcome: Ambiguous, Error: first + "; probe: " + status.Convert(perr).Message()}
+		return Result{Outcome: payment.Ambiguous, Error: first + "; probe: " + status.Convert(perr).Message()}
 	}
 }
 
 func fromCharge(ch *gatewayv1.Charge) Result {
 	if ch.GetStatus() == gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED {
-		return Result{Outcome: Declined, Ref: ch.GetChargeId(), Error: "declined: " + ch.GetDeclineReason()}
+		return Result{Outcome: payment.Declined, Ref: ch.GetChargeId(), Error: "declined: " + ch.GetDeclineReason()}
 	}
-	return Result{Outcome: Succeeded, Ref: ch.GetChargeId()}
+	return Result{Outcome: payment.Succeeded, Ref: ch.GetChargeId()}
 }

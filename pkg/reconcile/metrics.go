@@ -1,6 +1,11 @@
 package reconcile
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/store"
+)
 
 // Metrics are the reconciliation's Prometheus metrics. A nil *Metrics
 // records nothing.
@@ -44,8 +49,8 @@ func (m *Metrics) observe(r *Run) {
 	if m == nil {
 		return
 	}
-	m.runs.WithLabelValues(r.State).Inc()
-	if r.State != "SUCCEEDED" {
+	m.runs.WithLabelValues(string(r.State)).Inc()
+	if r.State != store.RunSucceeded {
 		return
 	}
 	m.charges.Add(float64(r.Charges))
@@ -56,9 +61,9 @@ func (m *Metrics) observe(r *Run) {
 	}
 }
 
-func (m *Metrics) resolvedTo(status string) {
+func (m *Metrics) resolvedTo(status payment.Status) {
 	if m != nil {
-		m.resolved.WithLabelValues(status).Inc()
+		m.resolved.WithLabelValues(string(status)).Inc()
 	}
 }
 

@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paysched/paysched/pkg/webhook"
+	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/store"
 )
 
 // Receiver is the gateway webhook endpoint. It verifies the signature and
@@ -121,18 +123,18 @@ func (rc *Receiver) apply(r *http.Request, e webhook.Event) (string, error) {
 		// Only rows no executor is working on: a PROCESSING payment gets its
 		// outcome from its executor (or, if that dies, from a retry with the
 		// same key). PENDING here means an earlier attempt was ambiguous.
-		m := Move{ID: id, From: []string{"PENDING", "DEAD_LETTERED"}, Actor: "gateway-webhook",
+		m := store.Move{ID: id, By: payment.Webhook, Actor: "gateway-webhook",
 			Action: "WEBHOOK", Amount: e.Data.Amount, Currency: e.Data.Currency}
 		switch e.Type {
 		case webhook.TypeSucceeded:
-			m.To, m.GatewayRef, m.Reason = "COMPLETED", e.Data.ChargeID, "webhook "+e.ID+": charge succeeded"
+			m.To, m.GatewayRef, m.Reason = payment.Completed, e.Data.ChargeID, "webhook "+e.ID+": charge succeeded"
 		case webhook.TypeDeclined:
-			m.To, m.LastError, m.Reason = "FAILED", "declined: "+e.Data.DeclineReason, "webhook "+e.ID+": charge declined"
+			m.To, m.LastError, m.Reason = payment.Failed, "declined: "+e.Data.DeclineReason, "webhook "+e.ID+": charge declined"
 		default:
 			return nil
 		}
-		switch _, err := Apply(ctx, tx, m); {
-		case errors.Is(err, ErrNotMoved):
+		switch _, err := store.Apply(ctx, tx, m); {
+		case errors.Is(err, store.ErrNotMoved):
 			return nil
 		case err != nil:
 			return err

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
-	"github.com/paysched/paysched/pkg/gatewaysim"
+	"github.com/paysched/paysched/pkg/gateway/webhook"
 	"github.com/paysched/paysched/pkg/reconcile"
-	"github.com/paysched/paysched/pkg/webhook"
+	"github.com/paysched/paysched/tools/gatewaysim"
 )
 
 func post(t *testing.T, url, sig string, body []byte) int {

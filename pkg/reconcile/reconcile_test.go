@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
-	"github.com/paysched/paysched/pkg/gatewaysim"
-	"github.com/paysched/paysched/pkg/pgtest"
 	"github.com/paysched/paysched/pkg/reconcile"
-	"github.com/paysched/paysched/pkg/schedule"
+	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/test/pgtest"
+	"github.com/paysched/paysched/tools/gatewaysim"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -63,7 +63,7 @@ func (e *env) payment(status, reason string, amount int64) uuid.UUID {
 	e.t.Helper()
 	id, _ := uuid.NewV7()
 	due := e.day.Add(time.Minute)
-	_, err := schedule.NewStore(e.db).Create(context.Background(), []schedule.NewPayment{{ID: id, Payer: "alice", Payee: "bob",
+	_, err := store.NewStore(e.db).Create(context.Background(), []store.NewPayment{{ID: id, Payer: "alice", Payee: "bob",
 		Amount: amount, Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: id.String(),
 		RequestHash: []byte{1}, Response: []byte{1}}})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/store"
 )
 
 // Item kinds a run records.
@@ -31,7 +32,7 @@ type Run struct {
 	ID          int64
 	Day         time.Time
 	TriggeredBy string
-	State       string
+	State       store.RunState
 	StartedAt   time.Time
 	FinishedAt  time.Time
 	// Charges: settled charges in the gateway's report for the day.
@@ -95,15 +96,15 @@ func (r *Runner) Run(ctx context.Context, day time.Time, by string) (*Run, error
 	}
 	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock(7420, $1::int)`, lockKey) //nolint:errcheck
 
-	run := &Run{Day: day, TriggeredBy: by, State: "RUNNING"}
+	run := &Run{Day: day, TriggeredBy: by, State: store.RunRunning}
 	if err := conn.QueryRow(ctx, `INSERT INTO reconciliation_runs (day, triggered_by) VALUES ($1, $2) RETURNING id, started_at`,
 		day, by).Scan(&run.ID, &run.StartedAt); err != nil {
 		return nil, fmt.Errorf("record run: %w", err)
 	}
 	runErr := r.run(ctx, conn.Conn(), run)
-	run.State = "SUCCEEDED"
+	run.State = store.RunSucceeded
 	if runErr != nil {
-		run.State, run.Error = "FAILED", runErr.Error()
+		run.State, run.Error = store.RunFailed, runErr.Error()
 		run.Items, run.Repaired, run.Mismatches, run.byKind = nil, 0, 0, nil
 	}
 	// The outcome is recorded even when ctx ended: a run never stays RUNNING.
@@ -111,7 +112,7 @@ func (r *Runner) Run(ctx context.Context, day time.Time, by string) (*Run, error
 	defer cancel()
 	if err := conn.QueryRow(fctx, `UPDATE reconciliation_runs SET state = $2, finished_at = now(), charges = $3, payments = $4,
 		repaired = $5, mismatches = $6, error = $7 WHERE id = $1 RETURNING finished_at`,
-		run.ID, run.State, run.Charges, run.Payments, run.Repaired, run.Mismatches, run.Error).Scan(&run.FinishedAt); err != nil {
+		run.ID, string(run.State), run.Charges, run.Payments, run.Repaired, run.Mismatches, run.Error).Scan(&run.FinishedAt); err != nil {
 		return nil, fmt.Errorf("finish run %d: %w", run.ID, err)
 	}
 	r.Metrics.observe(run)
@@ -142,15 +143,6 @@ const (
 	// joins below prune payments' partitions.
 	settleRangeSQL = `SELECT min(i.due_time), max(i.due_time) FROM settle s JOIN payment_index i ON i.id = s.ref_id`
 
-	// matched pairs each charged reference (its lowest charge id) with its
-	// payment, if any.
-	matchedSQL = `CREATE TEMP TABLE matched AS
-SELECT s.charge_id, s.reference, s.amount, s.currency, p.id AS pid, p.due_time, p.status, p.attempt,
-       p.amount_minor, p.currency AS pcurrency
-FROM (SELECT DISTINCT ON (reference) * FROM settle ORDER BY reference, charge_id) s
-LEFT JOIN payment_index i ON i.id = s.ref_id
-LEFT JOIN payments p ON p.id = i.id AND p.due_time = i.due_time AND p.due_time BETWEEN $1 AND $2`
-
 	duplicatesSQL = `
 INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
 SELECT $1, 'DUPLICATE_CHARGE', 'CRITICAL', min(ref_id::text)::uuid, reference, array_agg(charge_id ORDER BY charge_id),
@@ -167,46 +159,6 @@ INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference,
 SELECT $1, 'AMOUNT_MISMATCH', 'CRITICAL', pid, reference, ARRAY[charge_id],
        format('gateway %s %s, payment %s %s', amount, currency, amount_minor, pcurrency)
 FROM matched WHERE pid IS NOT NULL AND (amount <> amount_minor OR currency <> pcurrency)`
-
-	// repairSQL moves to COMPLETED every payment the gateway settled that
-	// the engine does not hold as COMPLETED.
-	//
-	// Why it is safe: each UPDATE is fenced on the (status, attempt) read in
-	// matched, inside this run's transaction; a payment that moved since
-	// (an executor recording its outcome, a claim) is left alone and found
-	// again by the next run. An executor's late write is fenced out by
-	// status = 'PROCESSING'. The action and the item are written by the
-	// same statement.
-	repairSQL = `
-WITH upd AS (
-    UPDATE payments p
-    SET status = 'COMPLETED', gateway_ref = m.charge_id, dead_letter_reason = NULL,
-        lease_until = NULL, lease_owner = NULL, updated_at = now()
-    FROM matched m
-    WHERE m.pid IS NOT NULL AND m.status <> 'COMPLETED' AND m.amount = m.amount_minor AND m.currency = m.pcurrency
-      AND p.id = m.pid AND p.due_time = m.due_time AND p.status = m.status AND p.attempt = m.attempt
-      AND p.due_time BETWEEN $3 AND $4
-    RETURNING p.id, m.status AS prev, m.charge_id, m.reference
-), act AS (
-    INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason, run_id)
-    SELECT id, 'reconciler', 'REPAIR', prev, 'COMPLETED', 'gateway settled charge ' || charge_id || ' on ' || $2, $1 FROM upd
-)
-INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
-SELECT $1, 'REPAIRED', CASE WHEN prev IN ('FAILED', 'CANCELLED') THEN 'CRITICAL' ELSE 'WARNING' END,
-       id, reference, ARRAY[charge_id], 'was ' || prev || ', gateway settled it: now COMPLETED'
-FROM upd`
-
-	// completedSQL is the engine's side: payments completed on the day,
-	// due within the lookback, that the day's report does not name.
-	completedSQL = `
-SELECT count(*) FROM payments p
-WHERE p.status = 'COMPLETED' AND p.due_time >= $1 AND p.due_time < $3
-  AND p.updated_at >= $2 AND p.updated_at < $3`
-	unsettledSQL = `
-SELECT p.id, p.amount_minor, p.currency FROM payments p
-WHERE p.status = 'COMPLETED' AND p.due_time >= $1 AND p.due_time < $3
-  AND p.updated_at >= $2 AND p.updated_at < $3
-  AND NOT EXISTS (SELECT 1 FROM settle s WHERE s.ref_id = p.id)`
 
 	itemSQL = `INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
@@ -230,7 +182,7 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, run *Run) error {
 			return fmt.Errorf("index report: %w", err)
 		}
 	}
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) (err error) {
 		var lo, hi *time.Time
 		if err := tx.QueryRow(ctx, settleRangeSQL).Scan(&lo, &hi); err != nil {
 			return fmt.Errorf("report range: %w", err)
@@ -240,20 +192,20 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, run *Run) error {
 			t := run.Day
 			lo, hi = &t, &t
 		}
-		if _, err := tx.Exec(ctx, matchedSQL, *lo, *hi); err != nil {
-			return fmt.Errorf("match report: %w", err)
+		if err := store.MatchSettled(ctx, tx, *lo, *hi); err != nil {
+			return err
 		}
 		for _, q := range []string{duplicatesSQL, unknownSQL, amountSQL} {
 			if _, err := tx.Exec(ctx, q, run.ID); err != nil {
 				return fmt.Errorf("record mismatches: %w", err)
 			}
 		}
-		if _, err := tx.Exec(ctx, repairSQL, run.ID, dayStr, *lo, *hi); err != nil {
-			return fmt.Errorf("repair: %w", err)
+		if err := store.RepairSettled(ctx, tx, run.ID, dayStr, *lo, *hi); err != nil {
+			return err
 		}
 		from, to := run.Day.AddDate(0, 0, -r.lookback()), run.Day.AddDate(0, 0, 1)
-		if err := tx.QueryRow(ctx, completedSQL, from, run.Day, to).Scan(&run.Payments); err != nil {
-			return fmt.Errorf("count completed: %w", err)
+		if run.Payments, err = store.CountCompleted(ctx, tx, from, run.Day, to); err != nil {
+			return err
 		}
 		if err := r.checkUnsettled(ctx, tx, run, from, to); err != nil {
 			return err
@@ -350,22 +302,9 @@ func (r *Runner) loadReport(ctx context.Context, conn *pgx.Conn, day string) (in
 // MISSING_AT_GATEWAY. An unanswered probe fails the run rather than report
 // a mismatch that may not exist.
 func (r *Runner) checkUnsettled(ctx context.Context, tx pgx.Tx, run *Run, from, to time.Time) error {
-	rows, err := tx.Query(ctx, unsettledSQL, from, run.Day, to)
+	cands, err := store.Unsettled(ctx, tx, from, run.Day, to)
 	if err != nil {
-		return fmt.Errorf("unsettled payments: %w", err)
-	}
-	type cand struct {
-		id       uuid.UUID
-		amount   int64
-		currency string
-	}
-	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
-		var c cand
-		err := row.Scan(&c.id, &c.amount, &c.currency)
-		return c, err
-	})
-	if err != nil {
-		return fmt.Errorf("unsettled payments: %w", err)
+		return err
 	}
 	var (
 		mu    sync.Mutex
@@ -379,7 +318,7 @@ func (r *Runner) checkUnsettled(ctx context.Context, tx pgx.Tx, run *Run, from, 
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			it, err := r.probeCompleted(ctx, c.id, c.amount, c.currency)
+			it, err := r.probeCompleted(ctx, c.ID, c.Amount, c.Currency)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && first == nil {
@@ -440,7 +379,7 @@ func (r *Runner) probeCompleted(ctx context.Context, id uuid.UUID, amount int64,
 // counts are always complete and reconciliation_items holds every item.
 const MaxItems = 1000
 
-func loadItems(ctx context.Context, db Execer, runID int64) ([]Item, error) {
+func loadItems(ctx context.Context, db store.DB, runID int64) ([]Item, error) {
 	rows, err := db.Query(ctx, `SELECT kind, severity, COALESCE(payment_id::text, ''), reference, charge_ids, detail
 		FROM reconciliation_items WHERE run_id = $1 ORDER BY severity = 'CRITICAL' DESC, kind, reference LIMIT $2`, runID, MaxItems)
 	if err != nil {
@@ -458,7 +397,7 @@ var ErrNoRun = errors.New("no such reconciliation run")
 
 // Runs lists runs, newest first, optionally of one day (zero: all), with
 // their items; before (0: from the newest) pages by run id.
-func Runs(ctx context.Context, db Execer, day time.Time, before int64, limit int) ([]*Run, error) {
+func Runs(ctx context.Context, db store.DB, day time.Time, before int64, limit int) ([]*Run, error) {
 	var dayArg any
 	if !day.IsZero() {
 		dayArg = Day(day)

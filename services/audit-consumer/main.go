@@ -3,14 +3,17 @@
 package main
 
 import (
+	"context"
 	"flag"
+	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/paysched/paysched/pkg/audit"
-	"github.com/paysched/paysched/pkg/kafka"
-	"github.com/paysched/paysched/pkg/obs"
-	"github.com/paysched/paysched/pkg/svc"
+	"github.com/paysched/paysched/pkg/events/audit"
+	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/platform/obs"
+	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
 func main() {
@@ -18,28 +21,35 @@ func main() {
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	group := fs.String("group", "paysched-audit", "consumer group")
+	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: topics are <prefix>.<schema>.<table>, notifications <prefix>.notifications")
 	compression := fs.String("kafka-compression", "snappy", "notifications' batch compression: none, gzip, snappy, lz4 or zstd")
 	streams := fs.Int("write-streams", 2, "COPY streams writing each batch of audit rows at once: more drain a backlog (a spike's, see --max-defer) faster while Postgres has idle cores")
 	maxDefer := fs.Duration("max-defer", 30*time.Second, "while payments are overdue (the engine is behind a due-time spike), hold audit writes and notifications back for up to this long after their change committed, so that Postgres spends its CPU on the payments; 0 never holds back")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
-	ctx, log, stop := svc.Boot("audit-consumer", fs)
-	defer stop()
-	pool, err := svc.Pool(ctx, *dbURL, max(4, *streams))
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	defer pool.Close()
-	codec, err := kafka.Compression(*compression)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	reg := obs.Registry()
-	c, err := audit.New(audit.Config{Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec, WriteStreams: *streams, MaxDefer: *maxDefer}, pool, reg, log)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	defer c.Close()
-	if err := (svc.Server{Name: "audit-consumer", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}).Run(ctx, c.Run); err != nil {
-		svc.Fatal(log, err)
-	}
+	svc.Main("audit-consumer", fs, func(ctx context.Context, log *slog.Logger) error {
+		codec, err := kafka.Compression(*compression)
+		if err != nil {
+			return fmt.Errorf("--kafka-compression: %w", err)
+		}
+		if *prefix == "" {
+			return fmt.Errorf("--topic-prefix must not be empty")
+		}
+		cfg := audit.Config{Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec, WriteStreams: *streams,
+			MaxDefer: *maxDefer, Topics: kafka.TopicsFor(*prefix)}
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		pool, err := svc.Pool(ctx, *dbURL, max(4, *streams))
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		reg := obs.Registry()
+		c, err := audit.New(cfg, pool, reg, log)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return svc.Server{Name: "audit-consumer", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}.Run(ctx, c.Run)
+	})
 }

@@ -3,16 +3,20 @@
 package main
 
 import (
+	"context"
 	"flag"
+	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/paysched/paysched/pkg/cdc"
-	"github.com/paysched/paysched/pkg/kafka"
-	"github.com/paysched/paysched/pkg/obs"
-	"github.com/paysched/paysched/pkg/svc"
+	"github.com/paysched/paysched/pkg/events/cdc"
+	"github.com/paysched/paysched/pkg/events/envelope"
+	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/platform/obs"
+	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
 func main() {
@@ -21,38 +25,40 @@ func main() {
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	slot := fs.String("slot", "paysched_cdc", "replication slot (permanent)")
 	pub := fs.String("publication", "paysched", "publication")
-	prefix := fs.String("topic-prefix", "paysched", "Debezium logical server name: topics are <prefix>.<schema>.<table>")
+	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "Debezium logical server name: topics are <prefix>.<schema>.<table>")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9400", "metrics and health listen address")
 	status := fs.Duration("status-interval", time.Second, "how often the acknowledged LSN is reported to Postgres")
 	compression := fs.String("kafka-compression", "snappy", "producer batch compression: none, gzip, snappy, lz4 or zstd")
 	beat := fs.Duration("heartbeat-interval", 10*time.Second, "heartbeat write and event interval")
-	ctx, log, stop := svc.Boot("cdc", fs)
-	defer stop()
-	pool, err := svc.Pool(ctx, *dbURL, 4)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	defer pool.Close()
-	pcfg, err := pgx.ParseConfig(*dbURL)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	codec, err := kafka.Compression(*compression)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	reg := obs.Registry()
-	c, err := cdc.New(cdc.Config{DatabaseURL: *dbURL, Slot: *slot, Publication: *pub,
-		Source: cdc.Source{Name: *prefix, DB: pcfg.Database}, Brokers: strings.Split(*brokers, ","), Compression: codec,
-		HeartbeatTopic: kafka.TopicHeartbeat, StatusInterval: *status, HeartbeatInterval: *beat}, pool, reg, log)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	defer c.Close()
-	if err := c.Setup(ctx); err != nil {
-		svc.Fatal(log, err)
-	}
-	if err := (svc.Server{Name: "cdc", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}).Run(ctx, c.Run); err != nil {
-		svc.Fatal(log, err)
-	}
+	svc.Main("cdc", fs, func(ctx context.Context, log *slog.Logger) error {
+		pcfg, err := pgx.ParseConfig(*dbURL)
+		if err != nil {
+			return fmt.Errorf("--database-url: %w", err)
+		}
+		codec, err := kafka.Compression(*compression)
+		if err != nil {
+			return fmt.Errorf("--kafka-compression: %w", err)
+		}
+		cfg := cdc.Config{DatabaseURL: *dbURL, Slot: *slot, Publication: *pub,
+			Source: envelope.Source{Name: *prefix, DB: pcfg.Database}, Brokers: strings.Split(*brokers, ","), Compression: codec,
+			HeartbeatTopic: kafka.TopicsFor(*prefix).Heartbeat, StatusInterval: *status, HeartbeatInterval: *beat}
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		pool, err := svc.Pool(ctx, *dbURL, 4)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		reg := obs.Registry()
+		c, err := cdc.New(cfg, pool, reg, log)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if err := c.Setup(ctx); err != nil {
+			return err
+		}
+		return svc.Server{Name: "cdc", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}.Run(ctx, c.Run)
+	})
 }

@@ -3,7 +3,10 @@
 package main
 
 import (
+	"context"
 	"flag"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"google.golang.org/grpc"
@@ -11,12 +14,12 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
-	"github.com/paysched/paysched/pkg/executor"
+	"github.com/paysched/paysched/pkg/engine/executor"
 	"github.com/paysched/paysched/pkg/gateway"
-	"github.com/paysched/paysched/pkg/obs"
-	"github.com/paysched/paysched/pkg/retry"
-	"github.com/paysched/paysched/pkg/svc"
-	"github.com/paysched/paysched/pkg/tracing"
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/obs"
+	"github.com/paysched/paysched/pkg/platform/svc"
+	"github.com/paysched/paysched/pkg/platform/tracing"
 )
 
 func main() {
@@ -28,38 +31,45 @@ func main() {
 	id := fs.String("id", obs.InstanceID("executor"), "executor id recorded in attempts")
 	maxBatches := fs.Int("max-batches", 4, "batches executed at once (more are refused)")
 	conc := fs.Int("concurrency", 128, "gateway calls in flight")
-	backoff := fs.String("backoff", retry.DefaultSchedule.String(), "retry delays; their count is the retry budget")
+	backoff := fs.String("backoff", payment.DefaultBackoff.String(), "retry delays; their count is the retry budget")
 	chargeTimeout := fs.Duration("charge-timeout", 5*time.Second, "deadline of one Charge call")
 	probeTimeout := fs.Duration("probe-timeout", 2*time.Second, "deadline of the GetCharge probe")
-	ctx, log, stop := svc.Boot("executor", fs)
-	defer stop()
-	sched, err := retry.Parse(*backoff)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	pool, err := svc.Pool(ctx, *dbURL, 16)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	defer pool.Close()
-	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithSharedWriteBuffer(true),
-		svc.FastReconnect(),
-		tracing.DialOption())
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	defer cc.Close()
-	reg := obs.Registry()
-	ex := executor.New(executor.Config{ID: *id, MaxBatches: *maxBatches, Concurrency: *conc, Backoff: sched}, pool,
-		&gateway.Charger{Client: gatewayv1.NewGatewayServiceClient(cc), ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout},
-		reg, log)
-	// A batch runs under its Execute RPC's context, so its statements and
-	// gateway calls are children of the RPC's span.
-	gs := grpc.NewServer(tracing.ServerOption())
-	internalv1.RegisterExecutorServiceServer(gs, ex)
-	// GracefulStop lets batches in flight finish and record their outcomes.
-	if err := (svc.Server{Name: "executor", Log: log, Registry: reg, GRPC: gs, GRPCAddr: *grpcAddr,
-		HTTPAddr: *httpAddr, Ready: pool.Ping, Grace: 60 * time.Second}).Run(ctx, nil); err != nil {
-		svc.Fatal(log, err)
-	}
+	svc.Main("executor", fs, func(ctx context.Context, log *slog.Logger) error {
+		sched, err := payment.ParseBackoff(*backoff)
+		if err != nil {
+			return fmt.Errorf("--backoff: %w", err)
+		}
+		if *chargeTimeout <= 0 || *probeTimeout <= 0 {
+			return fmt.Errorf("--charge-timeout and --probe-timeout must be positive")
+		}
+		reg := obs.Registry()
+		cfg := executor.Config{ID: *id, MaxBatches: *maxBatches, Concurrency: *conc, Backoff: sched}
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		pool, err := svc.Pool(ctx, *dbURL, 16)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithSharedWriteBuffer(true),
+			svc.FastReconnect(), tracing.DialOption())
+		if err != nil {
+			return fmt.Errorf("gateway client: %w", err)
+		}
+		defer cc.Close()
+		ex, err := executor.New(cfg, pool,
+			&gateway.Charger{Client: gatewayv1.NewGatewayServiceClient(cc), ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout},
+			reg, log)
+		if err != nil {
+			return err
+		}
+		// A batch runs under its Execute RPC's context, so its statements and
+		// gateway calls are children of the RPC's span.
+		gs := grpc.NewServer(tracing.ServerOption())
+		internalv1.RegisterExecutorServiceServer(gs, ex)
+		// GracefulStop lets batches in flight finish and record their outcomes.
+		return svc.Server{Name: "executor", Log: log, Registry: reg, GRPC: gs, GRPCAddr: *grpcAddr,
+			HTTPAddr: *httpAddr, Ready: pool.Ping, Grace: 60 * time.Second}.Run(ctx, nil)
+	})
 }

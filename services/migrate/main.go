@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/paysched/paysched/pkg/config"
-	"github.com/paysched/paysched/pkg/migrate"
-	"github.com/paysched/paysched/pkg/obs"
+	"github.com/paysched/paysched/pkg/platform/config"
+	"github.com/paysched/paysched/pkg/platform/obs"
+	"github.com/paysched/paysched/pkg/store/schema"
 )
 
 func main() {
@@ -35,7 +35,7 @@ func main() {
 
 func run(ctx context.Context, url string, create bool, info func(string, ...any)) error {
 	if create {
-		if err := migrate.CreateDatabase(ctx, url); err != nil {
+		if err := schema.CreateDatabase(ctx, url); err != nil {
 			return err
 		}
 	}
@@ -44,7 +44,7 @@ func run(ctx context.Context, url string, create bool, info func(string, ...any)
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(ctx)
-	applied, err := migrate.Up(ctx, conn)
+	applied, err := schema.Up(ctx, conn)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -16,9 +18,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
-	"github.com/paysched/paysched/pkg/obs"
+	"github.com/paysched/paysched/pkg/platform/obs"
+	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/reconcile"
-	"github.com/paysched/paysched/pkg/svc"
 )
 
 func main() {
@@ -32,45 +34,52 @@ func main() {
 	probeBackoff := fs.Duration("probe-backoff", 10*time.Second, "first delay after an unanswered probe (doubling, up to 1h)")
 	secret := fs.String("webhook-secret", "", "HMAC-SHA256 secret of the gateway webhooks (the receiver is off when empty)")
 	tolerance := fs.Duration("webhook-tolerance", 5*time.Minute, "accepted age of a webhook's signed timestamp")
-	ctx, log, stop := svc.Boot("reconciler", fs)
-	defer stop()
-	at, err := reconcile.ParseTimeOfDay(*runAt)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	pool, err := svc.Pool(ctx, *dbURL, 8)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	defer pool.Close()
-	cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), svc.FastReconnect(),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	defer cc.Close()
-	gw := gatewayv1.NewGatewayServiceClient(cc)
-	reg := obs.Registry()
-	m := reconcile.NewMetrics(reg)
-	runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}
-	resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
-	srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}
-	if *secret != "" {
-		srv.Handlers = map[string]http.Handler{"POST /webhooks/gateway": &reconcile.Receiver{
-			DB: pool, Secret: []byte(*secret), Tolerance: *tolerance, Metrics: m, Log: log}}
-	} else {
-		log.Warn("no --webhook-secret: gateway webhooks are not received")
-	}
-	work := func(ctx context.Context) error {
-		g, ctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return runner.Daily(ctx, at, *retry) })
-		g.Go(func() error { return resolver.Run(ctx) })
-		if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+	svc.Main("reconciler", fs, func(ctx context.Context, log *slog.Logger) error {
+		at, err := reconcile.ParseTimeOfDay(*runAt)
+		if err != nil {
+			return fmt.Errorf("--run-at: %w", err)
+		}
+		for name, d := range map[string]time.Duration{"--run-retry": *retry, "--probe-interval": *probeEvery,
+			"--probe-backoff": *probeBackoff, "--webhook-tolerance": *tolerance} {
+			if d <= 0 {
+				return fmt.Errorf("%s must be positive, got %s", name, d)
+			}
+		}
+		if *gwAddr == "" {
+			return errors.New("--gateway-addr must not be empty")
+		}
+		pool, err := svc.Pool(ctx, *dbURL, 8)
+		if err != nil {
 			return err
 		}
-		return nil
-	}
-	if err := srv.Run(ctx, work); err != nil {
-		svc.Fatal(log, err)
-	}
+		defer pool.Close()
+		cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), svc.FastReconnect(),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		if err != nil {
+			return fmt.Errorf("gateway client: %w", err)
+		}
+		defer cc.Close()
+		gw := gatewayv1.NewGatewayServiceClient(cc)
+		reg := obs.Registry()
+		m := reconcile.NewMetrics(reg)
+		runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}
+		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
+		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}
+		if *secret != "" {
+			srv.Handlers = map[string]http.Handler{"POST /webhooks/gateway": &reconcile.Receiver{
+				DB: pool, Secret: []byte(*secret), Tolerance: *tolerance, Metrics: m, Log: log}}
+		} else {
+			log.Warn("no --webhook-secret: gateway webhooks are not received")
+		}
+		work := func(ctx context.Context) error {
+			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return runner.Daily(ctx, at, *retry) })
+			g.Go(func() error { return resolver.Run(ctx) })
+			if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		}
+		return srv.Run(ctx, work)
+	})
 }

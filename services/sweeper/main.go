@@ -2,14 +2,16 @@
 package main
 
 import (
+	"context"
 	"flag"
+	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/paysched/paysched/pkg/claim"
-	"github.com/paysched/paysched/pkg/obs"
-	"github.com/paysched/paysched/pkg/svc"
-	"github.com/paysched/paysched/pkg/sweeper"
+	"github.com/paysched/paysched/pkg/engine/pacing"
+	"github.com/paysched/paysched/pkg/engine/sweeper"
+	"github.com/paysched/paysched/pkg/platform/obs"
+	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
 func main() {
@@ -26,25 +28,27 @@ func main() {
 	threshold := fs.Float64("breaker-threshold", 0.5, "share of failed attempts that opens the circuit breaker")
 	cooldown := fs.Duration("breaker-cooldown", 2*time.Second, "first open period of the breaker")
 	resolveEvery := fs.Duration("resolve-every", 15*time.Second, "how often the executors' name is resolved again (rollouts, autoscaling)")
-	ctx, log, stop := svc.Boot("sweeper", fs)
-	defer stop()
-	pool, err := svc.Pool(ctx, *dbURL, 8)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	defer pool.Close()
-	reg := obs.Registry()
-	// A tenth of a second of burst keeps every wall-clock second under the ceiling.
-	bucket := claim.Bucket{Name: "gateway", Rate: *ceiling, Burst: max(1, *ceiling/10)}
-	sw, err := sweeper.New(sweeper.Config{
-		ID: *id, Interval: *interval, Batch: *batch, Lease: *lease, Executors: strings.Split(*executors, ","),
-		Resolve: *resolveEvery, Slots: *slots, Bucket: bucket, Grace: 60 * time.Second,
-		Breaker: &sweeper.Breaker{Threshold: *threshold, MinSamples: 50, Cooldown: *cooldown, MaxCooldown: 30 * time.Second, ProbeSize: 10},
-	}, pool, reg, log)
-	if err != nil {
-		svc.Fatal(log, err)
-	}
-	if err := (svc.Server{Name: "sweeper", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}).Run(ctx, sw.Run); err != nil {
-		svc.Fatal(log, err)
-	}
+	svc.Main("sweeper", fs, func(ctx context.Context, log *slog.Logger) error {
+		// A tenth of a second of burst keeps every wall-clock second under the ceiling.
+		bucket := pacing.Bucket{Name: "gateway", Rate: *ceiling, Burst: max(1, *ceiling/10)}
+		cfg := sweeper.Config{
+			ID: *id, Interval: *interval, Batch: *batch, Lease: *lease, Executors: strings.Split(*executors, ","),
+			Resolve: *resolveEvery, Slots: *slots, Bucket: bucket, Grace: 60 * time.Second,
+			Breaker: &sweeper.Breaker{Threshold: *threshold, MinSamples: 50, Cooldown: *cooldown, MaxCooldown: 30 * time.Second, ProbeSize: 10},
+		}
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		pool, err := svc.Pool(ctx, *dbURL, 8)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		reg := obs.Registry()
+		sw, err := sweeper.New(cfg, pool, reg, log)
+		if err != nil {
+			return err
+		}
+		return svc.Server{Name: "sweeper", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}.Run(ctx, sw.Run)
+	})
 }

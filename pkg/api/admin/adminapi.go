@@ -1,0 +1,280 @@
+// Package adminapi implements paysched.v1.AdminService: dead letters
+// (list, re-drive, resolve) and reconciliation runs (list, trigger). Every
+// call requires the admin claim; every action goes through a fenced
+// transition that records who, when, what and the previous status.
+package admin
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/api/payments"
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/reconcile"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// Server implements AdminService.
+type Server struct {
+	payschedv1.UnimplementedAdminServiceServer
+	db     *pgxpool.Pool
+	store  *store.Store
+	runner *reconcile.Runner
+	log    *slog.Logger
+}
+
+// New returns the admin service. runner may be nil (no gateway configured):
+// triggering a run then answers FAILED_PRECONDITION.
+func New(db *pgxpool.Pool, runner *reconcile.Runner, log *slog.Logger) *Server {
+	return &Server{db: db, store: store.NewStore(db), runner: runner, log: log}
+}
+
+// admin returns the calling operator, or the error to answer.
+func admin(ctx context.Context) (string, error) {
+	p, ok := auth.FromContext(ctx)
+	if !ok || p.Actor == "" {
+		return "", auth.Unauthenticated("missing bearer token")
+	}
+	if !p.Admin {
+		return "", apierr.New(codes.PermissionDenied, apierr.ReasonPermissionDenied, "the admin claim is required", nil)
+	}
+	return p.Actor, nil
+}
+
+func invalid(field, desc string) error {
+	return apierr.Invalid(field+" is invalid", []apierr.Violation{{Field: field, Description: desc}})
+}
+
+func pageSize(n int32, def, maxN int) (int, error) {
+	switch {
+	case n == 0:
+		return def, nil
+	case n < 0 || int(n) > maxN:
+		return 0, invalid("pageSize", fmt.Sprintf("must be between 1 and %d", maxN))
+	}
+	return int(n), nil
+}
+
+// ListDeadLetters implements AdminService.
+func (s *Server) ListDeadLetters(ctx context.Context, req *payschedv1.ListDeadLettersRequest) (*payschedv1.ListDeadLettersResponse, error) {
+	if _, err := admin(ctx); err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize(), 50, 500)
+	if err != nil {
+		return nil, err
+	}
+	afterDue, afterID := time.Unix(0, 0).UTC(), uuid.Nil
+	if tok := req.GetPageToken(); tok != "" {
+		if afterDue, afterID, err = decodeDeadToken(tok); err != nil {
+			return nil, apierr.New(codes.InvalidArgument, apierr.ReasonInvalidCursor, "pageToken is not one this API issued", nil)
+		}
+	}
+	ds, err := s.store.DeadLetters(ctx, afterDue, afterID, size+1)
+	if err != nil {
+		return nil, s.internal("list dead letters", err)
+	}
+	out := &payschedv1.ListDeadLettersResponse{}
+	if len(ds) > size {
+		ds = ds[:size]
+		last := ds[size-1]
+		out.NextPageToken = encodeDeadToken(last.DueAt, last.ID)
+	}
+	for i := range ds {
+		out.DeadLetters = append(out.DeadLetters, &payschedv1.DeadLetter{
+			Payment: payments.ToProto(&ds[i].Payment), Reason: ds[i].Reason, Probes: ds[i].Probes})
+	}
+	return out, nil
+}
+
+// Dead-letter page tokens are plain (due time, id) positions: they reveal
+// nothing an admin cannot list anyway.
+func encodeDeadToken(due time.Time, id uuid.UUID) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(due.UnixMicro(), 10) + "|" + id.String()))
+}
+
+func decodeDeadToken(tok string) (time.Time, uuid.UUID, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return time.Time{}, uuid.Nil, err
+	}
+	us, id, ok := strings.Cut(string(b), "|")
+	if !ok {
+		return time.Time{}, uuid.Nil, errors.New("malformed")
+	}
+	n, err := strconv.ParseInt(us, 10, 64)
+	if err != nil {
+		return time.Time{}, uuid.Nil, err
+	}
+	u, err := uuid.Parse(id)
+	return time.UnixMicro(n).UTC(), u, err
+}
+
+func checkNote(note string, required bool) error {
+	switch {
+	case required && strings.TrimSpace(note) == "":
+		return invalid("note", "is required: say why")
+	case !utf8.ValidString(note) || utf8.RuneCountInString(note) > 500:
+		return invalid("note", "must be valid UTF-8, at most 500 characters")
+	}
+	return nil
+}
+
+// move applies one operator transition on a dead letter.
+func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired bool, m store.Move) (*payschedv1.ScheduledPayment, payschedv1.PaymentStatus, error) {
+	who, err := admin(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	id, err := apierr.ParseID("paymentId", paymentID)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := checkNote(note, noteRequired); err != nil {
+		return nil, 0, err
+	}
+	m.ID, m.By, m.Actor, m.Reason = id, payment.Operator, "admin:"+who, note
+	prev, err := store.Apply(ctx, s.db, m)
+	if errors.Is(err, store.ErrNotMoved) {
+		p, gerr := s.store.GetAny(ctx, id)
+		if errors.Is(gerr, store.ErrNotFound) {
+			return nil, 0, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
+		}
+		if gerr != nil {
+			return nil, 0, s.internal("read payment", gerr)
+		}
+		return nil, 0, apierr.New(codes.FailedPrecondition, "NOT_DEAD_LETTERED",
+			"only a DEAD_LETTERED payment can be re-driven or resolved; this one is "+string(p.Status),
+			map[string]string{"status": string(p.Status)})
+	}
+	if err != nil {
+		return nil, 0, s.internal("move payment", err)
+	}
+	p, err := s.store.GetAny(ctx, id)
+	if err != nil {
+		return nil, 0, s.internal("read payment", err)
+	}
+	s.log.Info("admin action", "actor", who, "action", m.Action, "payment", id, "from", prev, "to", m.To, "note", note)
+	return payments.ToProto(p), payments.StatusToProto(prev), nil
+}
+
+// RedrivePayment implements AdminService.
+func (s *Server) RedrivePayment(ctx context.Context, req *payschedv1.RedrivePaymentRequest) (*payschedv1.RedrivePaymentResponse, error) {
+	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), false,
+		store.Move{To: payment.Pending, Redrive: true, Action: "REDRIVE"})
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.RedrivePaymentResponse{Payment: p, PreviousStatus: prev}, nil
+}
+
+// ResolvePayment implements AdminService.
+func (s *Server) ResolvePayment(ctx context.Context, req *payschedv1.ResolvePaymentRequest) (*payschedv1.ResolvePaymentResponse, error) {
+	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), true,
+		store.Move{To: payment.Failed, Action: "RESOLVE", LastError: "resolved by an operator: " + req.GetNote()})
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.ResolvePaymentResponse{Payment: p, PreviousStatus: prev}, nil
+}
+
+// ListReconciliationRuns implements AdminService.
+func (s *Server) ListReconciliationRuns(ctx context.Context, req *payschedv1.ListReconciliationRunsRequest) (*payschedv1.ListReconciliationRunsResponse, error) {
+	if _, err := admin(ctx); err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize(), 20, 100)
+	if err != nil {
+		return nil, err
+	}
+	var day time.Time
+	if req.GetDay() != "" {
+		if day, err = time.Parse(time.DateOnly, req.GetDay()); err != nil {
+			return nil, invalid("day", "must be YYYY-MM-DD")
+		}
+	}
+	var before int64
+	if tok := req.GetPageToken(); tok != "" {
+		if before, err = strconv.ParseInt(tok, 10, 64); err != nil || before <= 0 {
+			return nil, apierr.New(codes.InvalidArgument, apierr.ReasonInvalidCursor, "pageToken is not one this API issued", nil)
+		}
+	}
+	runs, err := reconcile.Runs(ctx, s.db, day, before, size+1)
+	if err != nil {
+		return nil, s.internal("list runs", err)
+	}
+	out := &payschedv1.ListReconciliationRunsResponse{}
+	if len(runs) > size {
+		runs = runs[:size]
+		out.NextPageToken = strconv.FormatInt(runs[size-1].ID, 10)
+	}
+	for _, r := range runs {
+		out.Runs = append(out.Runs, RunToProto(r))
+	}
+	return out, nil
+}
+
+// TriggerReconciliationRun implements AdminService. It runs the day now
+// and answers when the run is recorded; a run that fails (the gateway is
+// unreachable) is returned too, with state FAILED and its error.
+func (s *Server) TriggerReconciliationRun(ctx context.Context, req *payschedv1.TriggerReconciliationRunRequest) (*payschedv1.TriggerReconciliationRunResponse, error) {
+	who, err := admin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	day := reconcile.Day(time.Now()).AddDate(0, 0, -1)
+	if req.GetDay() != "" {
+		if day, err = time.Parse(time.DateOnly, req.GetDay()); err != nil {
+			return nil, invalid("day", "must be YYYY-MM-DD")
+		}
+	}
+	if day.After(time.Now()) {
+		return nil, invalid("day", "must not be in the future")
+	}
+	if s.runner == nil {
+		return nil, apierr.New(codes.FailedPrecondition, "RECONCILER_NOT_CONFIGURED", "this payments-api has no gateway address to reconcile against", nil)
+	}
+	// The run outlives an impatient client: it is one transaction, and
+	// cutting it short would only waste it.
+	run, err := s.runner.Run(context.WithoutCancel(ctx), day, "admin:"+who)
+	if run == nil {
+		return nil, s.internal("reconcile", err)
+	}
+	return &payschedv1.TriggerReconciliationRunResponse{Run: RunToProto(run)}, nil
+}
+
+// RunToProto is the API form of a run.
+func RunToProto(r *reconcile.Run) *payschedv1.ReconciliationRun {
+	out := &payschedv1.ReconciliationRun{
+		RunId: r.ID, Day: r.Day.Format(time.DateOnly), TriggeredBy: r.TriggeredBy, State: string(r.State),
+		StartedAt: timestamppb.New(r.StartedAt), Charges: r.Charges, Payments: r.Payments,
+		Repaired: int32(r.Repaired), Mismatches: int32(r.Mismatches), Error: r.Error,
+	}
+	if !r.FinishedAt.IsZero() {
+		out.FinishedAt = timestamppb.New(r.FinishedAt)
+	}
+	for _, it := range r.Items {
+		out.Items = append(out.Items, &payschedv1.ReconciliationItem{Kind: it.Kind, Severity: it.Severity,
+			PaymentId: it.PaymentID, Reference: it.Reference, ChargeIds: it.ChargeIDs, Detail: it.Detail})
+	}
+	return out
+}
+
+func (s *Server) internal(op string, err error) error {
+	return apierr.FromFailure(s.log, "admin: "+op, err)
+}

@@ -1,0 +1,398 @@
+// Package paymentsapi implements paysched.v1.PaymentsService: the public
+// scheduling API. REST reaches the same handlers through grpc-gateway.
+package payments
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/api/cursor"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// Page sizes of List.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+// Response headers (gRPC metadata; REST maps them to HTTP).
+const (
+	// HeaderHTTPCode asks the REST gateway for an HTTP status (201 on create).
+	HeaderHTTPCode = "x-http-code"
+	// HeaderReplayed is "true" when a create answered from its stored response.
+	HeaderReplayed = "idempotent-replayed"
+	// MetadataIdempotencyKey is the gRPC metadata carrying the key
+	// (REST: the Idempotency-Key header).
+	MetadataIdempotencyKey = "idempotency-key"
+)
+
+// Server implements PaymentsService.
+type Server struct {
+	payschedv1.UnimplementedPaymentsServiceServer
+	store   *store.Store
+	single  *store.Batcher
+	rules   Rules
+	cursors *cursor.Signer
+	log     *slog.Logger
+	now     func() time.Time
+}
+
+// New returns a Server. Single creates go through batcher (group commit);
+// cursorSecret keys the list cursors.
+func New(st *store.Store, batcher *store.Batcher, rules Rules, cursorSecret []byte, log *slog.Logger) *Server {
+	return &Server{store: st, single: batcher, rules: rules, cursors: cursor.NewSigner(cursorSecret), log: log, now: time.Now}
+}
+
+// Violations returns what validation finds wrong with req, leaving req as
+// it is. The REST layer adds them to the body's decoding errors so that a
+// client sees every bad field at once.
+func (s *Server) Violations(req *payschedv1.CreateScheduledPaymentRequest) []apierr.Violation {
+	return s.rules.Normalize(proto.CloneOf(req), s.now())
+}
+
+func actor(ctx context.Context) (string, error) {
+	p, ok := auth.FromContext(ctx)
+	if !ok || p.Actor == "" {
+		return "", auth.Unauthenticated("missing bearer token")
+	}
+	return p.Actor, nil
+}
+
+// idempotencyKey takes the key from metadata or request_id; both may be
+// sent if they agree.
+func idempotencyKey(ctx context.Context, requestID string) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var fromMD string
+	if vals := md.Get(MetadataIdempotencyKey); len(vals) > 0 {
+		fromMD = vals[0]
+	}
+	key := fromMD
+	if key == "" {
+		key = requestID
+	} else if requestID != "" && requestID != fromMD {
+		return "", apierr.Invalid("the Idempotency-Key header and requestId disagree",
+			[]apierr.Violation{{Field: "requestId", Description: "must equal the Idempotency-Key header when both are sent"}})
+	}
+	if key == "" {
+		return "", apierr.New(codes.InvalidArgument, apierr.ReasonIdempotencyRequired,
+			"an idempotency key is required: send the Idempotency-Key header (gRPC: idempotency-key metadata or request_id)", nil)
+	}
+	if v := CheckKey(key); v != nil {
+		return "", apierr.Invalid("invalid idempotency key", []apierr.Violation{*v})
+	}
+	return key, nil
+}
+
+// fingerprint hashes a normalized request (its private copy, whose
+// request_id it clears: the key itself is not part of the body), so a
+// replay must carry the same body to be answered from the store.
+func fingerprint(req *payschedv1.CreateScheduledPaymentRequest) []byte {
+	req.RequestId = ""
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	h := sha256.Sum256(b)
+	return h[:]
+}
+
+// prepared is one create request after validation.
+type prepared struct {
+	key        string
+	hash       []byte
+	violations []apierr.Violation
+	item       store.NewPayment
+}
+
+func (s *Server) prepare(actorID, key string, req *payschedv1.CreateScheduledPaymentRequest, now time.Time) (prepared, error) {
+	req = proto.CloneOf(req)
+	vs := s.rules.Normalize(req, now)
+	pr := prepared{key: key, hash: fingerprint(req), violations: vs}
+	if len(vs) > 0 {
+		return pr, nil
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return pr, fmt.Errorf("new payment id: %w", err)
+	}
+	created := now.UTC().Truncate(time.Microsecond)
+	resp := &payschedv1.CreateScheduledPaymentResponse{Payment: &payschedv1.ScheduledPayment{
+		PaymentId:   id.String(),
+		Payer:       actorID,
+		Payee:       req.GetPayee(),
+		Amount:      req.GetAmount(),
+		Currency:    req.GetCurrency(),
+		DueAt:       req.GetDueAt(),
+		Status:      payschedv1.PaymentStatus_PENDING,
+		Description: req.GetDescription(),
+		Metadata:    req.GetMetadata(),
+		CreatedAt:   timestamppb.New(created),
+		UpdatedAt:   timestamppb.New(created),
+	}}
+	stored, err := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
+	if err != nil {
+		return pr, fmt.Errorf("encode stored response: %w", err)
+	}
+	pr.item = store.NewPayment{
+		ID: id, Payer: actorID, Payee: req.GetPayee(), Amount: req.GetAmount(), Currency: req.GetCurrency(),
+		DueAt: req.GetDueAt().AsTime(), Description: req.GetDescription(), Metadata: req.GetMetadata(),
+		CreatedAt: created, IdempotencyKey: key, RequestHash: pr.hash, Response: stored,
+	}
+	return pr, nil
+}
+
+// CreateScheduledPayment implements PaymentsService.
+func (s *Server) CreateScheduledPayment(ctx context.Context, req *payschedv1.CreateScheduledPaymentRequest) (*payschedv1.CreateScheduledPaymentResponse, error) {
+	actorID, err := actor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	key, err := idempotencyKey(ctx, req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
+	pr, err := s.prepare(actorID, key, req, s.now())
+	if err != nil {
+		return nil, s.internal("create", err)
+	}
+	var res store.CreateResult
+	if len(pr.violations) > 0 {
+		// A request that no longer validates (its dueAt has passed) may still
+		// be a replay of one that did: answer it from the store if so.
+		r, found, err := s.store.Replay(ctx, actorID, key, pr.hash)
+		if err != nil {
+			return nil, s.internal("create: replay lookup", err)
+		}
+		if !found {
+			return nil, apierr.Invalid("the request has invalid fields", pr.violations)
+		}
+		res = r
+	} else {
+		r, err := s.single.Create(ctx, pr.item)
+		if err != nil {
+			return nil, s.internal("create", err)
+		}
+		res = r
+	}
+	switch res.Kind {
+	case store.KeyReused:
+		return nil, keyReused(key)
+	case store.Replayed:
+		_ = grpc.SetHeader(ctx, metadata.Pairs(HeaderReplayed, "true"))
+	}
+	out := &payschedv1.CreateScheduledPaymentResponse{}
+	if err := proto.Unmarshal(res.Response, out); err != nil {
+		return nil, s.internal("create: decode stored response", err)
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(HeaderHTTPCode, "201"))
+	return out, nil
+}
+
+func keyReused(key string) error {
+	return apierr.New(codes.AlreadyExists, apierr.ReasonIdempotencyReused,
+		"this idempotency key was already used with a different request", map[string]string{"idempotencyKey": key})
+}
+
+// BatchCreateScheduledPayments implements PaymentsService.
+func (s *Server) BatchCreateScheduledPayments(ctx context.Context, req *payschedv1.BatchCreateScheduledPaymentsRequest) (*payschedv1.BatchCreateScheduledPaymentsResponse, error) {
+	actorID, err := actor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := len(req.GetItems())
+	if n == 0 || n > MaxBatchItems {
+		return nil, apierr.Invalid("a batch holds 1 to 1000 items",
+			[]apierr.Violation{{Field: "items", Description: fmt.Sprintf("must hold 1 to %d items, got %d", MaxBatchItems, n)}})
+	}
+	now := s.now()
+	results := make([]*payschedv1.BatchCreateResult, n)
+	var valid []store.NewPayment
+	var validIdx []int
+	var invalid []prepared
+	var invalidIdx []int
+	for i, item := range req.GetItems() {
+		results[i] = &payschedv1.BatchCreateResult{Index: int32(i)}
+		key := item.GetRequestId()
+		if key == "" {
+			reject(results[i], apierr.ReasonIdempotencyRequired, "requestId (the item's idempotency key) is required", nil)
+			continue
+		}
+		if v := CheckKey(key); v != nil {
+			reject(results[i], apierr.ReasonValidation, "invalid idempotency key",
+				[]apierr.Violation{{Field: "requestId", Description: v.Description}})
+			continue
+		}
+		pr, err := s.prepare(actorID, key, item, now)
+		if err != nil {
+			return nil, s.internal("batch create", err)
+		}
+		if len(pr.violations) > 0 {
+			invalid, invalidIdx = append(invalid, pr), append(invalidIdx, i)
+			continue
+		}
+		valid, validIdx = append(valid, pr.item), append(validIdx, i)
+	}
+	created, err := s.store.Create(ctx, valid)
+	if err != nil {
+		return nil, s.internal("batch create", err)
+	}
+	for j, r := range created {
+		s.fill(results[validIdx[j]], r, valid[j].IdempotencyKey)
+	}
+	for j, pr := range invalid {
+		r, found, err := s.store.Replay(ctx, actorID, pr.key, pr.hash)
+		if err != nil {
+			return nil, s.internal("batch create: replay lookup", err)
+		}
+		if !found {
+			reject(results[invalidIdx[j]], apierr.ReasonValidation, "the item has invalid fields", pr.violations)
+			continue
+		}
+		s.fill(results[invalidIdx[j]], r, pr.key)
+	}
+	return &payschedv1.BatchCreateScheduledPaymentsResponse{Results: results}, nil
+}
+
+func (s *Server) fill(out *payschedv1.BatchCreateResult, r store.CreateResult, key string) {
+	if r.Kind == store.KeyReused {
+		reject(out, apierr.ReasonIdempotencyReused, "idempotency key "+key+" was already used with a different request", nil)
+		return
+	}
+	resp := &payschedv1.CreateScheduledPaymentResponse{}
+	if err := proto.Unmarshal(r.Response, resp); err != nil {
+		s.log.Error("batch create: decode stored response", "err", err)
+		reject(out, apierr.ReasonInternal, "stored response unreadable", nil)
+		return
+	}
+	out.Payment = resp.GetPayment()
+	out.Outcome = payschedv1.BatchCreateResult_OUTCOME_CREATED
+	if r.Kind == store.Replayed {
+		out.Outcome = payschedv1.BatchCreateResult_OUTCOME_REPLAYED
+	}
+}
+
+func reject(out *payschedv1.BatchCreateResult, reason, msg string, vs []apierr.Violation) {
+	out.Outcome = payschedv1.BatchCreateResult_OUTCOME_REJECTED
+	out.Reason = reason
+	out.Message = msg
+	for _, v := range vs {
+		out.FieldViolations = append(out.FieldViolations, &payschedv1.FieldViolation{Field: v.Field, Description: v.Description})
+	}
+}
+
+// target is the caller and the payment a Get or Cancel names.
+func target(ctx context.Context, paymentID string) (string, uuid.UUID, error) {
+	actorID, err := actor(ctx)
+	if err != nil {
+		return "", uuid.Nil, err
+	}
+	id, err := apierr.ParseID("paymentId", paymentID)
+	return actorID, id, err
+}
+
+func notFound() error {
+	return apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
+}
+
+// GetScheduledPayment implements PaymentsService.
+func (s *Server) GetScheduledPayment(ctx context.Context, req *payschedv1.GetScheduledPaymentRequest) (*payschedv1.GetScheduledPaymentResponse, error) {
+	actorID, id, err := target(ctx, req.GetPaymentId())
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.store.Get(ctx, actorID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound()
+	}
+	if err != nil {
+		return nil, s.internal("get", err)
+	}
+	out := ToProto(p)
+	if out.Attempts == nil {
+		out.Attempts = []*payschedv1.PaymentAttempt{}
+	}
+	return &payschedv1.GetScheduledPaymentResponse{Payment: out}, nil
+}
+
+// ListScheduledPayments implements PaymentsService.
+func (s *Server) ListScheduledPayments(ctx context.Context, req *payschedv1.ListScheduledPaymentsRequest) (*payschedv1.ListScheduledPaymentsResponse, error) {
+	actorID, err := actor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	status, ok := statusFromProto(req.GetStatus())
+	if !ok {
+		return nil, apierr.Invalid("unknown status filter",
+			[]apierr.Violation{{Field: "status", Description: "must be one of PENDING, PROCESSING, COMPLETED, FAILED, CANCELLED, DEAD_LETTERED"}})
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, apierr.Invalid("pageSize must not be negative",
+			[]apierr.Violation{{Field: "pageSize", Description: "must be between 1 and 500 (0 means the default, 50)"}})
+	case size == 0:
+		size = DefaultPageSize
+	case size > MaxPageSize:
+		size = MaxPageSize
+	}
+	// The cursor is bound to the actor and the filter: reusing it elsewhere
+	// fails verification like a tampered one.
+	scope := actorID + "\x00" + string(status)
+	var before int64
+	if c := req.GetCursor(); c != "" {
+		before, err = s.cursors.Decode(c, scope)
+		if err != nil || before <= 0 {
+			return nil, apierr.New(codes.InvalidArgument, apierr.ReasonInvalidCursor,
+				"the cursor is invalid: pass back next_cursor unchanged, with the same filter", nil)
+		}
+	}
+	ps, err := s.store.List(ctx, actorID, status, before, size+1)
+	if err != nil {
+		return nil, s.internal("list", err)
+	}
+	out := &payschedv1.ListScheduledPaymentsResponse{Payments: []*payschedv1.ScheduledPayment{}}
+	if len(ps) > size {
+		ps = ps[:size]
+		out.NextCursor = s.cursors.Encode(ps[size-1].Seq, scope)
+	}
+	for i := range ps {
+		out.Payments = append(out.Payments, ToProto(&ps[i]))
+	}
+	return out, nil
+}
+
+// CancelScheduledPayment implements PaymentsService.
+func (s *Server) CancelScheduledPayment(ctx context.Context, req *payschedv1.CancelScheduledPaymentRequest) (*payschedv1.CancelScheduledPaymentResponse, error) {
+	actorID, id, err := target(ctx, req.GetPaymentId())
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.store.Cancel(ctx, actorID, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, notFound()
+	case errors.Is(err, store.ErrAlreadyProcessing):
+		return nil, apierr.New(codes.Aborted, apierr.ReasonAlreadyProcessing,
+			"the payment can no longer be cancelled: it is "+strings.ToLower(string(p.Status)),
+			map[string]string{"status": string(p.Status), "paymentId": id.String()})
+	case err != nil:
+		return nil, s.internal("cancel", err)
+	}
+	return &payschedv1.CancelScheduledPaymentResponse{Payment: ToProto(p)}, nil
+}
+
+// internal logs the cause of a failure of op and returns the client's error.
+func (s *Server) internal(op string, err error) error { return apierr.FromFailure(s.log, op, err) }

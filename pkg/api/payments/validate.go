@@ -1,0 +1,151 @@
+package payments
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/payment"
+)
+
+// Limits of a create request.
+const (
+	MaxPayeeLen       = 128
+	MaxDescriptionLen = 500
+	MaxMetadataKeys   = 20
+	MaxMetadataKeyLen = 40
+	MaxMetadataValLen = 500
+	MaxKeyLen         = 255
+	MaxBatchItems     = 1000
+)
+
+// Rules are the configurable limits of validation.
+type Rules struct {
+	// DefaultCurrency applies when a request names none.
+	DefaultCurrency string
+	// AmountCap is the largest amount accepted, in minor units.
+	AmountCap int64
+	// Horizon is how far ahead dueAt may be.
+	Horizon time.Duration
+}
+
+// Normalize fills defaults into req and returns every violation it finds,
+// field by field. now is the instant dueAt must be after. On return req has
+// its currency defaulted and dueAt truncated to the microsecond (the
+// database's precision), so that what is stored is what is answered.
+func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time.Time) []apierr.Violation {
+	var vs []apierr.Violation
+	bad := func(field, format string, args ...any) {
+		vs = append(vs, apierr.Violation{Field: field, Description: fmt.Sprintf(format, args...)})
+	}
+
+	switch n := utf8.RuneCountInString(req.GetPayee()); {
+	case strings.TrimSpace(req.GetPayee()) == "":
+		bad("payee", "must not be empty")
+	case n > MaxPayeeLen:
+		bad("payee", "must be at most %d characters, got %d", MaxPayeeLen, n)
+	case !printable(req.GetPayee(), false):
+		bad("payee", "must be valid UTF-8 without control characters")
+	}
+
+	switch a := req.GetAmount(); {
+	case a <= 0:
+		bad("amount", "must be greater than 0 (integer minor units)")
+	case a > r.AmountCap:
+		bad("amount", "must be at most %d minor units", r.AmountCap)
+	}
+
+	if req.GetCurrency() == "" {
+		req.Currency = r.DefaultCurrency
+	}
+	if !payment.Known(req.GetCurrency()) {
+		bad("currency", "must be an ISO 4217 code in upper case, e.g. USD")
+	}
+
+	switch {
+	case req.GetDueAt() == nil:
+		bad("dueAt", "is required")
+	case req.GetDueAt().CheckValid() != nil:
+		bad("dueAt", "must be a valid timestamp")
+	default:
+		due := req.GetDueAt().AsTime().Truncate(time.Microsecond)
+		req.DueAt = timestamppb.New(due)
+		if !due.After(now) {
+			bad("dueAt", "must be in the future")
+		} else if due.After(now.Add(r.Horizon)) {
+			bad("dueAt", "must be at most %s ahead", humanDuration(r.Horizon))
+		}
+	}
+
+	switch n := utf8.RuneCountInString(req.GetDescription()); {
+	case n > MaxDescriptionLen:
+		bad("description", "must be at most %d characters, got %d", MaxDescriptionLen, n)
+	case !printable(req.GetDescription(), true):
+		bad("description", "must be valid UTF-8 without control characters")
+	}
+
+	md := req.GetMetadata()
+	if len(md) > MaxMetadataKeys {
+		bad("metadata", "must have at most %d keys, got %d", MaxMetadataKeys, len(md))
+	}
+	for _, k := range sortedKeys(md) {
+		v := md[k]
+		switch n := utf8.RuneCountInString(k); {
+		case n == 0:
+			bad("metadata", "keys must not be empty")
+		case n > MaxMetadataKeyLen:
+			bad("metadata."+k, "key must be at most %d characters", MaxMetadataKeyLen)
+		case !printable(k, false):
+			bad("metadata", "keys must be valid UTF-8 without control characters")
+		}
+		if n := utf8.RuneCountInString(v); n > MaxMetadataValLen {
+			bad("metadata."+k, "value must be at most %d characters, got %d", MaxMetadataValLen, n)
+		} else if !printable(v, true) {
+			bad("metadata."+k, "value must be valid UTF-8 without control characters")
+		}
+	}
+	return vs
+}
+
+// CheckKey validates an idempotency key.
+func CheckKey(key string) *apierr.Violation {
+	if len(key) > MaxKeyLen {
+		return &apierr.Violation{Field: "idempotencyKey", Description: fmt.Sprintf("must be at most %d bytes", MaxKeyLen)}
+	}
+	for _, c := range key {
+		if c < 0x21 || c > 0x7e {
+			return &apierr.Violation{Field: "idempotencyKey", Description: "must be printable ASCII without spaces"}
+		}
+	}
+	return nil
+}
+
+// printable rejects invalid UTF-8 and control characters (NUL among them,
+// which Postgres text cannot store); multiline allows \n, \r and \t.
+func printable(s string, multiline bool) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if multiline && (c == '\n' || c == '\r' || c == '\t') {
+			continue
+		}
+		if unicode.IsControl(c) || c == utf8.RuneError {
+			return false
+		}
+	}
+	return true
+}
+
+func humanDuration(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
+	return d.String()
+}

@@ -1,0 +1,301 @@
+// Package restapi is the REST face of the API: grpc-gateway over the same
+// gRPC handlers, plus what HTTP needs on top: bearer authentication, body
+// limits and strict JSON checks that report every bad field, status codes
+// (201 on create), and the health, metrics and OpenAPI endpoints.
+package rest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/api/jsoncodec"
+	"github.com/paysched/paysched/pkg/api/payments"
+	"github.com/paysched/paysched/pkg/platform/obs"
+	"github.com/paysched/paysched/pkg/platform/tracing"
+)
+
+// Body limits.
+const (
+	MaxCreateBody = 64 << 10
+	MaxBatchBody  = 8 << 20
+)
+
+// bodyRule says how a POST route's body is checked before the gateway
+// decodes it.
+type bodyRule struct {
+	limit int64
+	msg   func() proto.Message
+}
+
+var bodies = map[string]bodyRule{
+	"/v1/scheduled-payments": {MaxCreateBody, func() proto.Message { return &payschedv1.CreateScheduledPaymentRequest{} }},
+	"/v1/scheduled-payments:batchCreate": {MaxBatchBody, func() proto.Message {
+		return &payschedv1.BatchCreateScheduledPaymentsRequest{}
+	}},
+}
+
+// httpStatusByReason overrides the gateway's code-to-status mapping where
+// HTTP has a more precise answer.
+var httpStatusByReason = map[string]int{
+	apierr.ReasonBodyTooLarge:     http.StatusRequestEntityTooLarge,
+	apierr.ReasonUnsupportedMedia: http.StatusUnsupportedMediaType,
+	"METHOD_NOT_ALLOWED":          http.StatusMethodNotAllowed,
+}
+
+// Options wires the REST handler.
+type Options struct {
+	Payments payschedv1.PaymentsServiceServer
+	// Admin, if set, serves /v1/admin/... (it checks the admin claim itself).
+	Admin payschedv1.AdminServiceServer
+	// CreateViolations validates a create body that failed to decode in
+	// part, so its other mistakes are reported too.
+	CreateViolations func(*payschedv1.CreateScheduledPaymentRequest) []apierr.Violation
+	Verifier         *auth.Verifier
+	// Admit, if set, runs after authentication on every API request and
+	// refuses it with its error (the per-actor rate limit).
+	Admit func(context.Context) error
+	// Ready reports whether the service can serve (the database answers).
+	Ready   func(context.Context) error
+	OpenAPI []byte
+	Metrics http.Handler
+	RPC     *obs.RPCMetrics
+	Log     *slog.Logger
+}
+
+// New returns the HTTP handler.
+func New(ctx context.Context, o Options) (http.Handler, error) {
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsoncodec.NewMarshaler()),
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
+		runtime.WithForwardResponseOption(statusFromMetadata),
+		runtime.WithErrorHandler(errorHandler),
+		runtime.WithRoutingErrorHandler(routingErrorHandler),
+		runtime.WithDisablePathLengthFallback(),
+	)
+	if err := payschedv1.RegisterPaymentsServiceHandlerServer(ctx, gw, o.Payments); err != nil {
+		return nil, err
+	}
+	if o.Admin != nil {
+		if err := payschedv1.RegisterAdminServiceHandlerServer(ctx, gw, o.Admin); err != nil {
+			return nil, err
+		}
+	}
+	api := &apiHandler{gw: gw, verifier: o.Verifier, admit: o.Admit, log: o.Log, createViolations: o.CreateViolations}
+
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", api)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if err := o.Ready(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"status":"unavailable"}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})
+	openapi := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(o.OpenAPI)
+	}
+	mux.HandleFunc("GET /openapi.json", openapi)
+	mux.HandleFunc("GET /v1/openapi.json", openapi)
+	mux.Handle("GET /metrics", o.Metrics)
+	// The gateway calls the handlers in process: this span per request is
+	// the parent of their statements.
+	h := tracing.HTTP(routeName, mux)
+	if o.RPC == nil {
+		return h, nil
+	}
+	return o.RPC.HTTP(routeName, h), nil
+}
+
+// routeName labels metrics without unbounded ids.
+func routeName(r *http.Request) string {
+	p := r.URL.Path
+	switch {
+	case strings.HasPrefix(p, "/v1/scheduled-payments/"):
+		return r.Method + " /v1/scheduled-payments/{id}"
+	case strings.HasPrefix(p, "/v1/admin/scheduled-payments/"):
+		return r.Method + " /v1/admin/scheduled-payments/{id}"
+	case p == "/v1/admin/dead-letters" || p == "/v1/admin/reconciliation-runs":
+		return r.Method + " " + p
+	case p == "/v1/scheduled-payments" || p == "/v1/scheduled-payments:batchCreate" ||
+		p == "/healthz" || p == "/metrics" || p == "/openapi.json":
+		return r.Method + " " + p
+	}
+	return r.Method + " other"
+}
+
+type apiHandler struct {
+	gw               *runtime.ServeMux
+	verifier         *auth.Verifier
+	admit            func(context.Context) error
+	log              *slog.Logger
+	createViolations func(*payschedv1.CreateScheduledPaymentRequest) []apierr.Violation
+}
+
+func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p, err := h.verifier.VerifyHeader(r.Header.Get("Authorization"))
+	if err != nil {
+		h.fail(w, r, auth.Unauthenticated("missing, invalid or expired bearer token"))
+		return
+	}
+	r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+	if h.admit != nil {
+		if err := h.admit(r.Context()); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
+	if r.Method == http.MethodPost {
+		if rule, ok := bodies[r.URL.Path]; ok {
+			raw, err := readBody(w, r, rule.limit)
+			if err != nil {
+				h.fail(w, r, err)
+				return
+			}
+			msg := rule.msg()
+			if vs := jsoncodec.Unmarshal(raw, msg); len(vs) > 0 {
+				h.fail(w, r, apierr.Invalid("the request body has invalid fields", h.merge(vs, msg)))
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(raw))
+		}
+	}
+	h.gw.ServeHTTP(w, r)
+}
+
+// merge adds the semantic violations of the fields that did decode.
+func (h *apiHandler) merge(vs []apierr.Violation, msg proto.Message) []apierr.Violation {
+	req, ok := msg.(*payschedv1.CreateScheduledPaymentRequest)
+	if !ok || h.createViolations == nil {
+		return vs
+	}
+	bad := map[string]bool{}
+	for _, v := range vs {
+		if v.Field == "body" {
+			return vs // not an object: nothing else is meaningful
+		}
+		bad[jsoncodec.TopField(v.Field)] = true
+	}
+	for _, v := range h.createViolations(req) {
+		if !bad[jsoncodec.TopField(v.Field)] {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+func (h *apiHandler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	_, m := runtime.MarshalerForRequest(h.gw, r)
+	errorHandler(r.Context(), h.gw, m, w, r, err)
+}
+
+// readBody enforces the content type and the size limit.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return nil, apierr.New(codes.InvalidArgument, apierr.ReasonUnsupportedMedia,
+				"send the body as Content-Type: application/json", nil)
+		}
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, apierr.New(codes.InvalidArgument, apierr.ReasonBodyTooLarge,
+			"the body is larger than "+strconv.FormatInt(limit, 10)+" bytes", nil)
+	}
+	if err != nil {
+		return nil, apierr.New(codes.InvalidArgument, apierr.ReasonInvalidArgument, "could not read the body", nil)
+	}
+	return raw, nil
+}
+
+func incomingHeader(key string) (string, bool) {
+	if strings.EqualFold(key, "Idempotency-Key") {
+		return payments.MetadataIdempotencyKey, true
+	}
+	return runtime.DefaultHeaderMatcher(key)
+}
+
+func outgoingHeader(key string) (string, bool) {
+	switch key {
+	case payments.HeaderHTTPCode:
+		return "", false
+	case payments.HeaderReplayed:
+		return "Idempotent-Replayed", true
+	}
+	return runtime.MetadataHeaderPrefix + key, true
+}
+
+// statusFromMetadata applies the HTTP status a handler asked for.
+func statusFromMetadata(ctx context.Context, w http.ResponseWriter, _ proto.Message) error {
+	md, ok := runtime.ServerMetadataFromContext(ctx)
+	if !ok {
+		return nil
+	}
+	if vals := md.HeaderMD.Get(payments.HeaderHTTPCode); len(vals) > 0 {
+		if code, err := strconv.Atoi(vals[0]); err == nil {
+			w.WriteHeader(code)
+		}
+	}
+	return nil
+}
+
+// errorHandler renders google.rpc.Status as JSON with the right HTTP status.
+func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	st := status.Convert(err)
+	if code, ok := httpStatusByReason[apierr.Reason(err)]; ok {
+		w = &forcedStatus{ResponseWriter: w, code: code}
+	}
+	if st.Code() == codes.Unauthenticated {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="paysched"`)
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			// Retry-After counts whole seconds: round up, never to 0.
+			secs := max(1, int64(math.Ceil(ri.GetRetryDelay().AsDuration().Seconds())))
+			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		}
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+func routingErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
+	var err error
+	switch code {
+	case http.StatusMethodNotAllowed:
+		err = apierr.New(codes.InvalidArgument, "METHOD_NOT_ALLOWED", r.Method+" is not allowed on "+r.URL.Path, nil)
+	case http.StatusNotFound:
+		err = apierr.New(codes.NotFound, apierr.ReasonNotFound, "no such route: "+r.URL.Path, nil)
+	default:
+		err = apierr.New(codes.InvalidArgument, apierr.ReasonInvalidArgument, http.StatusText(code), nil)
+	}
+	errorHandler(ctx, mux, m, w, r, err)
+}
+
+type forcedStatus struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *forcedStatus) WriteHeader(int) { w.ResponseWriter.WriteHeader(w.code) }

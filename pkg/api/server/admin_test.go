@@ -1,0 +1,219 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/tools/gatewaysim"
+)
+
+func adminToken(t testing.TB, actor string) string {
+	t.Helper()
+	tok, err := auth.Mint([]byte(testSecret), auth.DefaultIssuer, auth.DefaultAudience, actor, true, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// withGateway serves an in-memory gateway-sim and points the admin API at it.
+func withGateway(t *testing.T) (*gatewaysim.MemLedger, func(*server.Config)) {
+	ledger := gatewaysim.NewMemLedger()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	gatewayv1.RegisterGatewayServiceServer(gs, gatewaysim.New(ledger, nil))
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	return ledger, func(c *server.Config) { c.GatewayAddr = lis.Addr().String() }
+}
+
+// deadLetter makes a dead-lettered payment of payer.
+func (e *env) deadLetter(payer, reason string) uuid.UUID {
+	e.t.Helper()
+	id, _ := uuid.NewV7()
+	_, err := store.NewStore(e.db).Create(context.Background(), []store.NewPayment{{ID: id, Payer: payer, Payee: "bob",
+		Amount: 700, Currency: "EUR", DueAt: time.Now().Add(-time.Hour), CreatedAt: time.Now(), IdempotencyKey: id.String(),
+		RequestHash: []byte{1}, Response: []byte{1}}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.db.Exec(context.Background(), `UPDATE payments SET status = 'DEAD_LETTERED', dead_letter_reason = $2, attempt = 1, retries = 5 WHERE id = $1`, id, reason); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.db.Exec(context.Background(), `INSERT INTO payment_attempts (payment_id, attempt, started_at, finished_at, gateway_key, outcome, executor_id)
+		VALUES ($1::uuid, 1, now(), now(), $2, 'RETRYABLE', 'test')`, id, id.String()); err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+func TestAdminRequiresTheAdminClaim(t *testing.T) {
+	e := start(t)
+	id := e.deadLetter("alice", "RETRIES_EXHAUSTED")
+	user := token(t, "alice")
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/v1/admin/dead-letters", ""},
+		{"POST", "/v1/admin/scheduled-payments/" + id.String() + ":redrive", `{"note":"x"}`},
+		{"POST", "/v1/admin/scheduled-payments/" + id.String() + ":resolve", `{"note":"x"}`},
+		{"GET", "/v1/admin/reconciliation-runs", ""},
+		{"POST", "/v1/admin/reconciliation-runs", `{"day":"2026-01-01"}`},
+	} {
+		if got := e.do(r.method, r.path, user, nil, r.body); got.code != http.StatusForbidden || got.reason(t) != "PERMISSION_DENIED" {
+			t.Fatalf("%s %s as a non-admin: %d %s", r.method, r.path, got.code, got.body)
+		}
+		if got := e.do(r.method, r.path, "", nil, r.body); got.code != http.StatusUnauthorized {
+			t.Fatalf("%s %s without a token: %d", r.method, r.path, got.code)
+		}
+	}
+	admin := payschedv1.NewAdminServiceClient(e.cc)
+	ctx := authed(user)
+	for name, call := range map[string]func() error{
+		"ListDeadLetters": func() error { _, err := admin.ListDeadLetters(ctx, &payschedv1.ListDeadLettersRequest{}); return err },
+		"RedrivePayment": func() error {
+			_, err := admin.RedrivePayment(ctx, &payschedv1.RedrivePaymentRequest{PaymentId: id.String()})
+			return err
+		},
+		"ResolvePayment": func() error {
+			_, err := admin.ResolvePayment(ctx, &payschedv1.ResolvePaymentRequest{PaymentId: id.String(), Note: "x"})
+			return err
+		},
+		"ListReconciliationRuns": func() error {
+			_, err := admin.ListReconciliationRuns(ctx, &payschedv1.ListReconciliationRunsRequest{})
+			return err
+		},
+		"TriggerReconciliationRun": func() error {
+			_, err := admin.TriggerReconciliationRun(ctx, &payschedv1.TriggerReconciliationRunRequest{})
+			return err
+		},
+	} {
+		if code := status.Code(call()); code != codes.PermissionDenied {
+			t.Fatalf("%s as a non-admin: %s", name, code)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM payments WHERE id = $1 AND status = 'DEAD_LETTERED'`, id); n != 1 {
+		t.Fatal("a refused admin call moved the payment")
+	}
+	if n := e.count(`SELECT count(*) FROM payment_actions`); n != 0 {
+		t.Fatalf("refused calls wrote %d actions", n)
+	}
+}
+
+func TestAdminDeadLetterActionsAreAudited(t *testing.T) {
+	e := start(t)
+	a := e.deadLetter("alice", "RETRIES_EXHAUSTED")
+	b := e.deadLetter("carol", "AMBIGUOUS_UNRESOLVED")
+	ops := adminToken(t, "ops-jane")
+
+	got := e.do("GET", "/v1/admin/dead-letters?pageSize=1", ops, nil, "")
+	if got.code != 200 {
+		t.Fatalf("list: %d %s", got.code, got.body)
+	}
+	var page struct {
+		DeadLetters []struct {
+			Payment struct {
+				PaymentID string `json:"paymentId"`
+				Payer     string `json:"payer"`
+				Attempts  []any  `json:"attempts"`
+			} `json:"payment"`
+			Reason string `json:"reason"`
+		} `json:"deadLetters"`
+		NextPageToken string `json:"nextPageToken"`
+	}
+	if err := json.Unmarshal(got.body, &page); err != nil || len(page.DeadLetters) != 1 || page.NextPageToken == "" ||
+		page.DeadLetters[0].Payment.PaymentID != a.String() || page.DeadLetters[0].Reason != "RETRIES_EXHAUSTED" ||
+		len(page.DeadLetters[0].Payment.Attempts) != 1 {
+		t.Fatalf("first page: %s", got.body)
+	}
+	got = e.do("GET", "/v1/admin/dead-letters?pageSize=1&pageToken="+page.NextPageToken, ops, nil, "")
+	if err := json.Unmarshal(got.body, &page); err != nil || len(page.DeadLetters) != 1 || page.DeadLetters[0].Payment.PaymentID != b.String() ||
+		page.DeadLetters[0].Payment.Payer != "carol" {
+		t.Fatalf("second page: %s", got.body)
+	}
+	if got := e.do("GET", "/v1/admin/dead-letters?pageToken=garbage", ops, nil, ""); got.code != 400 {
+		t.Fatalf("bad page token: %d", got.code)
+	}
+
+	// Re-drive: PENDING, due now, fresh budget, same key.
+	got = e.do("POST", "/v1/admin/scheduled-payments/"+a.String()+":redrive", ops, nil, `{"note":"gateway fixed"}`)
+	if got.code != 200 || got.json(t)["previousStatus"] != "DEAD_LETTERED" {
+		t.Fatalf("redrive: %d %s", got.code, got.body)
+	}
+	if n := e.count(`SELECT count(*) FROM payments WHERE id = $1 AND status = 'PENDING' AND retries = 0 AND run_at <= now() AND dead_letter_reason IS NULL`, a); n != 1 {
+		t.Fatal("re-drive did not reset the payment")
+	}
+	// Resolve needs a note; then FAILED.
+	if got := e.do("POST", "/v1/admin/scheduled-payments/"+b.String()+":resolve", ops, nil, `{}`); got.code != 400 {
+		t.Fatalf("resolve without a note: %d", got.code)
+	}
+	if got := e.do("POST", "/v1/admin/scheduled-payments/"+b.String()+":resolve", ops, nil, `{"note":"refunded by hand"}`); got.code != 200 {
+		t.Fatalf("resolve: %d %s", got.code, got.body)
+	}
+	// Neither can be moved again: they are no longer dead letters.
+	for _, id := range []uuid.UUID{a, b} {
+		got := e.do("POST", "/v1/admin/scheduled-payments/"+id.String()+":redrive", ops, nil, `{}`)
+		if got.code != http.StatusBadRequest || got.reason(t) != "NOT_DEAD_LETTERED" {
+			t.Fatalf("second move: %d %s", got.code, got.body)
+		}
+	}
+	if got := e.do("POST", "/v1/admin/scheduled-payments/"+uuid.NewString()+":redrive", ops, nil, `{}`); got.code != 404 {
+		t.Fatalf("unknown payment: %d", got.code)
+	}
+	if got := e.do("POST", "/v1/admin/scheduled-payments/nope:redrive", ops, nil, `{}`); got.code != 400 {
+		t.Fatalf("bad id: %d", got.code)
+	}
+	// The audit trail: who, when, what, the previous status and why.
+	if n := e.count(`SELECT count(*) FROM payment_actions WHERE actor = 'admin:ops-jane' AND at > now() - interval '1 minute' AND (
+		(payment_id = $1 AND action = 'REDRIVE' AND prev_status = 'DEAD_LETTERED' AND new_status = 'PENDING' AND reason = 'gateway fixed') OR
+		(payment_id = $2 AND action = 'RESOLVE' AND prev_status = 'DEAD_LETTERED' AND new_status = 'FAILED' AND reason = 'refunded by hand'))`, a, b); n != 2 {
+		t.Fatalf("audited actions = %d, want 2", n)
+	}
+}
+
+func TestAdminTriggersAndListsRuns(t *testing.T) {
+	ledger, gw := withGateway(t)
+	e := start(t, gw)
+	id := e.deadLetter("alice", "AMBIGUOUS_UNRESOLVED")
+	day := time.Now().UTC()
+	if _, _, err := ledger.Record(context.Background(), &gatewaysim.Charge{ID: "ch_1", Key: id.String(), Reference: id.String(),
+		Amount: 700, Currency: "EUR", CreatedAt: day}); err != nil {
+		t.Fatal(err)
+	}
+	ops := adminToken(t, "ops")
+	if got := e.do("POST", "/v1/admin/reconciliation-runs", ops, nil, `{"day":"2999-01-01"}`); got.code != 400 {
+		t.Fatalf("future day: %d", got.code)
+	}
+	if got := e.do("POST", "/v1/admin/reconciliation-runs", ops, nil, `{"day":"yesterday"}`); got.code != 400 {
+		t.Fatalf("bad day: %d", got.code)
+	}
+	got := e.do("POST", "/v1/admin/reconciliation-runs", ops, nil, `{"day":"`+day.Format(time.DateOnly)+`"}`)
+	run := got.json(t)["run"].(map[string]any)
+	if got.code != 200 || run["state"] != "SUCCEEDED" || run["repaired"] != float64(1) || run["mismatches"] != float64(0) ||
+		run["triggeredBy"] != "admin:ops" {
+		t.Fatalf("trigger: %d %s", got.code, got.body)
+	}
+	if n := e.count(`SELECT count(*) FROM payments WHERE id = $1 AND status = 'COMPLETED' AND gateway_ref = 'ch_1'`, id); n != 1 {
+		t.Fatal("the run did not repair the payment")
+	}
+	got = e.do("GET", "/v1/admin/reconciliation-runs?day="+day.Format(time.DateOnly), ops, nil, "")
+	runs := got.json(t)["runs"].([]any)
+	if got.code != 200 || len(runs) != 1 || len(runs[0].(map[string]any)["items"].([]any)) != 1 {
+		t.Fatalf("list runs: %d %s", got.code, got.body)
+	}
+}

@@ -1,0 +1,110 @@
+package server_test
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/apierr"
+)
+
+func authed(tok string, kv ...string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), append([]string{"authorization", "Bearer " + tok}, kv...)...)
+}
+
+func TestGRPCCreateKeysAndErrors(t *testing.T) {
+	e := start(t)
+	c := payschedv1.NewPaymentsServiceClient(e.cc)
+	alice := token(t, "alice")
+	req := &payschedv1.CreateScheduledPaymentRequest{Payee: "bob", Amount: 700, DueAt: timestamppb.New(time.Now().Add(time.Hour))}
+
+	first, err := c.CreateScheduledPayment(authed(alice, "idempotency-key", "g1"), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.CreateScheduledPayment(authed(alice, "idempotency-key", "g1"), req)
+	if err != nil || !proto.Equal(first, again) {
+		t.Fatalf("replay over gRPC: %v %v", err, again)
+	}
+	withID := proto.CloneOf(req)
+	withID.RequestId = "g1"
+	viaID, err := c.CreateScheduledPayment(authed(alice), withID)
+	if err != nil || viaID.GetPayment().GetPaymentId() != first.GetPayment().GetPaymentId() {
+		t.Fatalf("request_id is the same key: %v %v", err, viaID)
+	}
+	_, err = c.CreateScheduledPayment(authed(alice, "idempotency-key", "other"), withID)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("disagreeing keys: %v", err)
+	}
+	_, err = c.CreateScheduledPayment(authed(alice), req)
+	if status.Code(err) != codes.InvalidArgument || apierr.Reason(err) != apierr.ReasonIdempotencyRequired {
+		t.Fatalf("no key: %v", err)
+	}
+	other := proto.CloneOf(req)
+	other.Amount = 701
+	_, err = c.CreateScheduledPayment(authed(alice, "idempotency-key", "g1"), other)
+	if status.Code(err) != codes.AlreadyExists || apierr.Reason(err) != apierr.ReasonIdempotencyReused {
+		t.Fatalf("reuse: %v", err)
+	}
+	bad := &payschedv1.CreateScheduledPaymentRequest{Payee: strings.Repeat("p", 129), Amount: -1, Currency: "ABC"}
+	_, err = c.CreateScheduledPayment(authed(alice, "idempotency-key", "g2"), bad)
+	got := map[string]bool{}
+	for _, v := range apierr.Violations(err) {
+		got[v.Field] = true
+	}
+	if status.Code(err) != codes.InvalidArgument || !got["payee"] || !got["amount"] || !got["currency"] || !got["dueAt"] {
+		t.Fatalf("invalid: %v %v", err, got)
+	}
+
+	id := first.GetPayment().GetPaymentId()
+	g, err := c.GetScheduledPayment(authed(alice), &payschedv1.GetScheduledPaymentRequest{PaymentId: id})
+	if err != nil || g.GetPayment().GetStatus() != payschedv1.PaymentStatus_PENDING {
+		t.Fatalf("get: %v %v", err, g)
+	}
+	_, err = c.GetScheduledPayment(authed(token(t, "mallory")), &payschedv1.GetScheduledPaymentRequest{PaymentId: id})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("mallory's get: %v", err)
+	}
+	cx, err := c.CancelScheduledPayment(authed(alice), &payschedv1.CancelScheduledPaymentRequest{PaymentId: id})
+	if err != nil || cx.GetPayment().GetStatus() != payschedv1.PaymentStatus_CANCELLED {
+		t.Fatalf("cancel: %v %v", err, cx)
+	}
+	l, err := c.ListScheduledPayments(authed(alice), &payschedv1.ListScheduledPaymentsRequest{Status: payschedv1.PaymentStatus_CANCELLED})
+	if err != nil || len(l.GetPayments()) != 1 {
+		t.Fatalf("list: %v %v", err, l)
+	}
+}
+
+func TestReflectionListsServices(t *testing.T) {
+	e := start(t)
+	stream, err := reflectionpb.NewServerReflectionClient(e.cc).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range r.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	sort.Strings(names)
+	want := "grpc.health.v1.Health grpc.reflection.v1.ServerReflection grpc.reflection.v1alpha.ServerReflection paysched.v1.AdminService paysched.v1.PaymentsService"
+	if strings.Join(names, " ") != want {
+		t.Fatalf("services %v", names)
+	}
+}

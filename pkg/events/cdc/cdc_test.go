@@ -1,0 +1,203 @@
+package cdc_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paysched/paysched/pkg/events/cdc"
+	"github.com/paysched/paysched/pkg/events/envelope"
+	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/test/kafkatest"
+	"github.com/paysched/paysched/test/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func tuple(vals ...string) *pglogrepl.TupleData {
+	t := &pglogrepl.TupleData{}
+	for _, v := range vals {
+		if v == "<null>" {
+			t.Columns = append(t.Columns, &pglogrepl.TupleDataColumn{DataType: 'n'})
+			continue
+		}
+		t.Columns = append(t.Columns, &pglogrepl.TupleDataColumn{DataType: 't', Data: []byte(v)})
+	}
+	t.ColumnNum = uint16(len(t.Columns))
+	return t
+}
+
+// TestGoldenEnvelopes pins one create and one update envelope of payments.
+func TestGoldenEnvelopes(t *testing.T) {
+	rel := &envelope.Relation{Schema: "public", Table: "payments", Columns: []envelope.Column{
+		{Name: "id", OID: 2950}, {Name: "payer", OID: 25}, {Name: "amount_minor", OID: 20}, {Name: "currency", OID: 1042},
+		{Name: "due_time", OID: 1184}, {Name: "status", OID: 25}, {Name: "attempt", OID: 23}, {Name: "gateway_ref", OID: 25},
+		{Name: "metadata", OID: 3802},
+	}}
+	id := "01a22b54-7abf-79b7-b1b6-bd55c481e1fa"
+	before := tuple(id, "alice", "1500", "USD", "2026-12-01 09:00:00+00", "PENDING", "0", "<null>", `{"k": "v"}`)
+	after := tuple(id, "alice", "1500", "USD", "2026-12-01 09:00:00+00", "PROCESSING", "1", "<null>", `{"k": "v"}`)
+	commit := time.Date(2026, 12, 1, 9, 0, 0, 123_000_000, time.UTC)
+	now := time.Date(2026, 12, 1, 9, 0, 0, 456_000_000, time.UTC)
+	src := envelope.Source{Name: "paysched", DB: "paysched"}
+	for name, ch := range map[string]cdc.Change{
+		"create": {Rel: rel, Op: "c", After: before, LSN: 24023128, TxID: 771, CommitTime: commit},
+		"update": {Rel: rel, Op: "u", Before: before, After: after, LSN: 24023400, TxID: 772, CommitTime: commit},
+	} {
+		key, err := cdc.Key(ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		val, err := cdc.Value(ch, src, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pretty map[string]any
+		if err := json.Unmarshal(val, &pretty); err != nil {
+			t.Fatalf("%s: envelope is not JSON: %v\n%s", name, err, val)
+		}
+		got := append(append(key, '\n'), val...)
+		path := "testdata/" + name + ".golden"
+		if *update {
+			if err := os.WriteFile(path, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s envelope changed:\n got %s\nwant %s", name, got, want)
+		}
+	}
+}
+
+func payment(due time.Time) store.NewPayment {
+	id, _ := uuid.NewV7()
+	return store.NewPayment{ID: id, Payer: "alice", Payee: "bob", Amount: 100, Currency: "USD", DueAt: due,
+		CreatedAt: time.Now(), IdempotencyKey: id.String(), RequestHash: []byte{1}, Response: []byte{1}}
+}
+
+// startConnector sets up and runs a connector on slot until the test ends;
+// the context it returns ends with it.
+func startConnector(t *testing.T, db *pgxpool.Pool, seeds []string, slot string, status, heartbeat time.Duration) context.Context {
+	return startConnectorAt(t, db, db.Config().ConnString(), seeds, slot, status, heartbeat)
+}
+
+// startConnectorAt streams from url (db's database, reached another way).
+func startConnectorAt(t *testing.T, db *pgxpool.Pool, url string, seeds []string, slot string, status, heartbeat time.Duration) context.Context {
+	t.Helper()
+	c, err := cdc.New(cdc.Config{DatabaseURL: url, Slot: slot, Publication: "paysched",
+		Source: envelope.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
+		HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: status, HeartbeatInterval: heartbeat},
+		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; c.Close() })
+	return ctx
+}
+
+type event struct {
+	Before, After map[string]any
+	Op            string
+	Source        struct {
+		Table string
+		LSN   uint64 `json:"lsn"`
+	}
+}
+
+// TestStreamsEveryChangeInOrder: creates and cancels reach Kafka, per
+// payment in commit order, with whole rows before and after.
+func TestStreamsEveryChangeInOrder(t *testing.T) {
+	db := pgtest.NewPool(t)
+	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Heartbeat)
+	ctx := startConnector(t, db, seeds, "test_slot", 200*time.Millisecond, time.Second)
+
+	st := store.NewStore(db)
+	var items []store.NewPayment
+	for range 100 {
+		items = append(items, payment(time.Now().Add(time.Hour)))
+	}
+	if _, err := st.Create(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items[:40] {
+		if _, err := st.Cancel(ctx, "alice", it.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Payments),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	perPayment := map[string][]event{}
+	total := 0
+	deadline := time.Now().Add(30 * time.Second)
+	for total < 140 && time.Now().Before(deadline) {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		fs := cl.PollFetches(pctx)
+		pcancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			var e event
+			if err := json.Unmarshal(r.Value, &e); err != nil {
+				t.Fatalf("bad envelope: %v %s", err, r.Value)
+			}
+			var key struct{ ID string }
+			_ = json.Unmarshal(r.Key, &key)
+			perPayment[key.ID] = append(perPayment[key.ID], e)
+			total++
+		})
+	}
+	if total != 140 {
+		t.Fatalf("got %d events, want 140 (100 creates, 40 cancels)", total)
+	}
+	for _, it := range items[:40] {
+		evs := perPayment[it.ID.String()]
+		if len(evs) != 2 || evs[0].Op != "c" || evs[1].Op != "u" || evs[1].Source.LSN <= evs[0].Source.LSN {
+			t.Fatalf("payment %s events out of order: %+v", it.ID, evs)
+		}
+		if evs[1].Before["status"] != "PENDING" || evs[1].After["status"] != "CANCELLED" || evs[0].After["amount_minor"] != float64(100) {
+			t.Fatalf("envelope content: %+v", evs[1])
+		}
+	}
+	// The slot moves: what Kafka acked is confirmed to Postgres.
+	time.Sleep(time.Second)
+	var confirmed string
+	if err := db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'test_slot'`).Scan(&confirmed); err != nil {
+		t.Fatal(err)
+	}
+	lsn, _ := pglogrepl.ParseLSN(confirmed)
+	var maxLSN uint64
+	for _, evs := range perPayment {
+		for _, e := range evs {
+			maxLSN = max(maxLSN, e.Source.LSN)
+		}
+	}
+	if uint64(lsn) < maxLSN {
+		t.Fatalf("slot confirmed %s, behind the last event %d", confirmed, maxLSN)
+	}
+}

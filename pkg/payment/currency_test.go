@@ -1,0 +1,16 @@
+package payment_test
+
+import (
+	"testing"
+
+	"github.com/paysched/paysched/pkg/payment"
+)
+
+func TestKnown(t *testing.T) {
+	for code, want := range map[string]bool{"USD": true, "EUR": true, "JPY": true, "KWD": true,
+		"usd": false, "XYZ": false, "": false, "US": false, "USDD": false, "XXX": false} {
+		if payment.Known(code) != want {
+			t.Errorf("Known(%q) = %v, want %v", code, !want, want)
+		}
+	}
+}

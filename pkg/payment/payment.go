@@ -1,0 +1,127 @@
+// Package payment is the payment's state machine: the statuses a payment
+// moves through, the outcomes of its gateway attempts, why one is parked as
+// a dead letter, who may move it from where to where (Moves), and the retry
+// budget. Every other package names these with the types here, never with
+// string literals; pkg/store holds the SQL that makes each move.
+package payment
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Status is a payment's state (docs/DESIGN.md, "State machine").
+type Status string
+
+// The statuses, spelled as stored and as the API's JSON reads them.
+const (
+	Pending      Status = "PENDING"
+	Processing   Status = "PROCESSING"
+	Completed    Status = "COMPLETED"
+	Failed       Status = "FAILED"
+	Cancelled    Status = "CANCELLED"
+	DeadLettered Status = "DEAD_LETTERED"
+)
+
+// Statuses lists every status, in the order of the state diagram.
+var Statuses = []Status{Pending, Processing, Completed, Failed, Cancelled, DeadLettered}
+
+// Valid reports whether s is one of Statuses.
+func (s Status) Valid() bool {
+	for _, v := range Statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminal reports whether the engine is done with a payment in s: only the
+// reconciler's repair moves it again (gateway truth wins).
+func (s Status) Terminal() bool { return s == Completed || s == Failed || s == Cancelled }
+
+// AtRest reports whether no engine process will move a payment in s on its
+// own: terminal, or parked as a dead letter for an operator or the
+// resolver. Notifications announce the moves into these statuses.
+func (s Status) AtRest() bool { return s.Terminal() || s == DeadLettered }
+
+// Open reports whether the engine still has work to do on a payment in s.
+func (s Status) Open() bool { return s == Pending || s == Processing }
+
+// AttemptOutcome is what one gateway attempt learned, as stored in
+// payment_attempts.outcome.
+type AttemptOutcome string
+
+// The attempt outcomes.
+const (
+	// Succeeded: the gateway charged it.
+	Succeeded AttemptOutcome = "SUCCEEDED"
+	// Declined: the gateway refused it for good.
+	Declined AttemptOutcome = "DECLINED"
+	// Retryable: the gateway did not charge it; try again later.
+	Retryable AttemptOutcome = "RETRYABLE"
+	// Ambiguous: no definitive answer; the gateway may have charged it.
+	Ambiguous AttemptOutcome = "AMBIGUOUS"
+	// Abandoned: the attempt's lease expired before its executor recorded
+	// an outcome.
+	Abandoned AttemptOutcome = "ABANDONED"
+)
+
+// Definitive reports whether the gateway's answer settles the payment.
+func (o AttemptOutcome) Definitive() bool { return o == Succeeded || o == Declined }
+
+// DeadReason says why a payment was dead-lettered.
+type DeadReason string
+
+// The dead-letter reasons.
+const (
+	// RetriesExhausted: every retry of the budget ended without a charge.
+	RetriesExhausted DeadReason = "RETRIES_EXHAUSTED"
+	// AmbiguousUnresolved: the budget ran out while the gateway may have
+	// charged it; the resolver keeps asking the gateway.
+	AmbiguousUnresolved DeadReason = "AMBIGUOUS_UNRESOLVED"
+)
+
+// Payment is one row of payments, as the API shows it.
+type Payment struct {
+	ID          uuid.UUID
+	Payer       string
+	Payee       string
+	Amount      int64
+	Currency    string
+	DueAt       time.Time
+	Status      Status
+	Description string
+	Metadata    map[string]string
+	Attempt     int32
+	GatewayRef  string
+	LastError   string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	// Attempts is filled by Get only.
+	Attempts []Attempt
+	// Seq orders an actor's payments for listing (newest has the highest).
+	Seq int64
+}
+
+// Attempt is one row of payment_attempts.
+type Attempt struct {
+	Attempt    int32
+	StartedAt  time.Time
+	FinishedAt *time.Time
+	// Outcome is empty while the attempt runs.
+	Outcome    AttemptOutcome
+	GatewayRef string
+	Error      string
+}
+
+// Names spells statuses as stored, for a query parameter
+// (status = ANY($1)).
+func Names(ss ...Status) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}

@@ -1,0 +1,55 @@
+package payment
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// DefaultBackoff is 1m, 5m, 30m, 2h, 12h: five retries, then dead letter.
+var DefaultBackoff = Backoff{time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 12 * time.Hour}
+
+// Backoff is the retry budget rule, the one place that decides it: the
+// waits before retry 1, 2, ...; its length is the budget. Only the
+// executor applies it (pkg/engine/executor); the reaper counts an expired
+// lease as a spent retry and leaves the decision to the next attempt.
+type Backoff []time.Duration
+
+// ParseBackoff reads "1m,5m,30m".
+func ParseBackoff(s string) (Backoff, error) {
+	var out Backoff
+	for _, part := range strings.Split(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("backoff %q: want positive durations separated by commas", s)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// String is the flag form.
+func (b Backoff) String() string {
+	parts := make([]string, len(b))
+	for i, d := range b {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// Exhausted says whether a payment that has already spent retries retries
+// may not retry again after this attempt fails.
+func (b Backoff) Exhausted(retries int32) bool { return int(retries) >= len(b) }
+
+// Spent says whether a claimed payment may not be attempted at all: expired
+// leases (the reaper counts each as a retry) spent the last of its budget.
+func (b Backoff) Spent(retries int32) bool { return int(retries) > len(b) }
+
+// Delay is the wait before the next retry, with ±20% jitter so a failed
+// spike does not come back as one spike.
+func (b Backoff) Delay(retries int32) time.Duration {
+	i := min(int(retries), len(b)-1)
+	d := b[i]
+	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
+}

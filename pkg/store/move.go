@@ -1,0 +1,110 @@
+package store
+
+// Moves made outside the execution path: the reconciler's repairs, the
+// gateway's webhooks, the resolver and operators. Each is recorded in
+// payment_actions with who, why and the previous status.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/payment"
+)
+
+// Move is one transition made outside the execution path.
+type Move struct {
+	ID uuid.UUID
+	// By is who moves it: the statuses it may leave are those
+	// payment.Moves lets By move to To; in any other status the move does
+	// not happen (ErrNotMoved).
+	By payment.Actor
+	To payment.Status
+	// Amount and Currency, when Amount > 0, must match the payment: gateway
+	// truth about another amount never moves a row.
+	Amount   int64
+	Currency string
+	// GatewayRef, when set, is recorded as the payment's charge.
+	GatewayRef string
+	// Redrive gives the payment a fresh retry budget, due now (same gateway
+	// key: the key is always the paymentId).
+	Redrive bool
+	// LastError replaces the payment's last error when set.
+	LastError string
+	// Who and why, for payment_actions.
+	Actor, Action, Reason string
+	RunID                 int64
+}
+
+// ErrNotMoved: the payment does not exist or is not in a status the move
+// may leave (someone else moved it first).
+var ErrNotMoved = errors.New("payment not in a status this move may leave")
+
+// moveSQL is every non-executor transition.
+//
+// Why it is safe: the row is locked and its (status, attempt) read in the
+// same statement that updates it, and the UPDATE is fenced on both. A claim
+// racing for a PENDING row either holds the lock first (this statement then
+// re-reads PROCESSING and matches nothing) or finds it locked and skips it
+// (SKIP LOCKED), then sees it no longer PENDING. An executor's late outcome
+// is fenced by status = 'PROCESSING' and finds the new status. The action
+// row is written by the same statement, so a move is never unaudited.
+const moveSQL = `
+WITH cur AS (
+    SELECT p.id, p.due_time, p.status, p.attempt FROM payments p
+    WHERE p.id = $1 AND p.due_time = $13
+      AND p.status = ANY($2::text[])
+      AND ($4::bigint = 0 OR (p.amount_minor = $4 AND p.currency = $5))
+    FOR UPDATE OF p
+), moved AS (
+    UPDATE payments p
+    SET status = $3,
+        gateway_ref = COALESCE(NULLIF($6, ''), p.gateway_ref),
+        retries = CASE WHEN $7 THEN 0 ELSE p.retries END,
+        probes = CASE WHEN $7 THEN 0 ELSE p.probes END,
+        run_at = CASE WHEN $7 THEN GREATEST(p.due_time, now()) ELSE p.run_at END,
+        dead_letter_reason = CASE WHEN $3 = 'DEAD_LETTERED' THEN p.dead_letter_reason END,
+        last_error = COALESCE(NULLIF($8, ''), p.last_error),
+        lease_until = NULL, lease_owner = NULL, updated_at = now()
+    FROM cur
+    WHERE p.id = cur.id AND p.due_time = cur.due_time AND p.status = cur.status AND p.attempt = cur.attempt
+    RETURNING cur.status AS prev
+)
+INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason, run_id)
+SELECT $1, $9, $10, prev, $3, $11, NULLIF($12, 0) FROM moved
+RETURNING prev_status`
+
+// Apply makes m and returns the status the payment left.
+func Apply(ctx context.Context, db DB, m Move) (payment.Status, error) {
+	var from []string
+	for _, s := range payment.From(m.To, m.By) {
+		from = append(from, string(s))
+	}
+	if len(from) == 0 {
+		return "", fmt.Errorf("move payment %s: %s may not move a payment to %s", m.ID, m.By, m.To)
+	}
+	// The partition key first (it never changes): with it as a parameter
+	// the move plans and locks one partition, not every day of the year.
+	var due time.Time
+	err := db.QueryRow(ctx, `SELECT due_time FROM payment_index WHERE id = $1`, m.ID).Scan(&due)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNotMoved
+	}
+	if err != nil {
+		return "", fmt.Errorf("find payment %s: %w", m.ID, err)
+	}
+	var prev payment.Status
+	err = db.QueryRow(ctx, moveSQL, m.ID, from, m.To, m.Amount, m.Currency, m.GatewayRef, m.Redrive,
+		m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due).Scan(&prev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNotMoved
+	}
+	if err != nil {
+		return "", fmt.Errorf("move payment %s to %s: %w", m.ID, m.To, err)
+	}
+	return prev, nil
+}

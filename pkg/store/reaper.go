@@ -1,0 +1,156 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// expireSQL takes back expired leases, a batch at a time.
+//
+// Why it is safe: rows are locked (SKIP LOCKED: an executor writing its
+// outcome right now wins, and the row is no longer PROCESSING after it) and
+// updated only while still PROCESSING, keeping the attempt number: a late
+// executor holding the old claim can write its attempt row but not the
+// payment, because the next claim increments attempt. The retry uses the
+// same gateway key, so a charge made before the crash is replayed, not
+// repeated. A lease expiry spends a retry only if the attempt was started;
+// whether the budget is spent is decided by the executor that claims it
+// next (payment.Backoff, the one rule).
+const expireSQL = `
+WITH expired AS (
+    SELECT p.id, p.due_time, p.attempt,
+           EXISTS (SELECT 1 FROM payment_attempts a WHERE a.payment_id = p.id AND a.attempt = p.attempt) AS started
+    FROM payments p
+    WHERE p.status = 'PROCESSING' AND p.lease_until < now()
+    ORDER BY p.lease_until
+    LIMIT $1
+    FOR UPDATE OF p SKIP LOCKED
+), moved AS (
+    UPDATE payments p
+    SET status = 'PENDING',
+        retries = p.retries + CASE WHEN e.started THEN 1 ELSE 0 END,
+        run_at = GREATEST(p.run_at, now()),
+        last_error = 'lease expired', lease_until = NULL, lease_owner = NULL, updated_at = now()
+    FROM expired e
+    WHERE p.id = e.id AND p.due_time = e.due_time AND p.status = 'PROCESSING' AND p.attempt = e.attempt
+    RETURNING p.id, p.attempt
+), abandoned AS (
+    UPDATE payment_attempts a SET finished_at = now(), outcome = 'ABANDONED', error = 'lease expired'
+    FROM moved m WHERE a.payment_id = m.id AND a.attempt = m.attempt AND a.finished_at IS NULL
+)
+SELECT count(*) FROM moved`
+
+// ExpireLeases takes back up to batch expired leases and says how many.
+func ExpireLeases(ctx context.Context, db DB, batch int) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, expireSQL, batch).Scan(&n); err != nil {
+		return 0, fmt.Errorf("expire leases: %w", err)
+	}
+	return n, nil
+}
+
+// orphanSQL closes attempt rows nobody will finish: their payment has moved
+// on from that attempt (the reaper took the lease back before the executor
+// wrote the row, and the executor then died). Every attempt ends with an
+// outcome in the audit trail. If the executor was only slow, its own
+// outcome still replaces ABANDONED when it arrives (see Record).
+const orphanSQL = `
+UPDATE payment_attempts a
+SET finished_at = now(), outcome = 'ABANDONED', error = 'orphaned: the claim was taken back before this attempt was recorded'
+WHERE a.finished_at IS NULL AND a.started_at < now() - $1::interval
+  AND NOT EXISTS (
+      SELECT 1 FROM payments p
+      WHERE p.id = a.payment_id AND p.status = 'PROCESSING' AND p.attempt = a.attempt
+        AND p.due_time = (SELECT due_time FROM payment_index i WHERE i.id = a.payment_id))`
+
+// CloseOrphans closes attempt rows started longer than after ago whose
+// payment has moved on, and says how many.
+func CloseOrphans(ctx context.Context, db DB, after time.Duration) (int64, error) {
+	tag, err := db.Exec(ctx, orphanSQL, after)
+	if err != nil {
+		return 0, fmt.Errorf("close orphaned attempts: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// OldestDueAge is how long the oldest due PENDING payment has waited (0
+// when none): the first entry of the sweep index, cheap enough for every
+// tick.
+func OldestDueAge(ctx context.Context, db DB) (time.Duration, error) {
+	var secs float64
+	err := db.QueryRow(ctx, `
+		SELECT COALESCE(EXTRACT(epoch FROM now() - min(run_at)), 0)
+		FROM payments WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now()`).Scan(&secs)
+	if err != nil {
+		return 0, fmt.Errorf("oldest due age: %w", err)
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
+// Overdue reports whether a payment due more than a second ago is still
+// unclaimed: the engine is behind. It reads the sweep's own partial index
+// and stops at the first row.
+func Overdue(ctx context.Context, db DB) (bool, error) {
+	var behind bool
+	err := db.QueryRow(ctx, `
+		SELECT EXISTS (
+		    SELECT 1 FROM payments
+		    WHERE status = 'PENDING' AND run_at <= now() - interval '1 second' AND due_time <= now())`).Scan(&behind)
+	if err != nil {
+		return false, fmt.Errorf("check for overdue payments: %w", err)
+	}
+	return behind, nil
+}
+
+// Counts are the schedule's sizes.
+type Counts struct {
+	// Backlog: due PENDING payments.
+	Backlog int64
+	// Processing: claimed payments.
+	Processing int64
+}
+
+// Count reads every due and every PROCESSING row: at a spike of a million
+// that takes ~250 ms of a database core, so callers space it out.
+func Count(ctx context.Context, db DB) (Counts, error) {
+	var c Counts
+	err := db.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM payments WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now()),
+		       (SELECT count(*) FROM payments WHERE status = 'PROCESSING')`).Scan(&c.Backlog, &c.Processing)
+	if err != nil {
+		return c, fmt.Errorf("count the schedule: %w", err)
+	}
+	return c, nil
+}
+
+// expireKeysSQL forgets the idempotency records of a batch of payment_index
+// rows after seq $1 created before $2, walking seq order (created_at grows
+// with seq, so no extra index). It returns how many were old and the
+// highest seq among them. The payment is kept; its key may be used again.
+const expireKeysSQL = `
+WITH batch AS (
+    SELECT seq, created_at FROM payment_index
+    WHERE seq > $1 ORDER BY seq LIMIT $3
+), old AS (
+    SELECT seq FROM batch WHERE created_at < $2
+), forgot AS (
+    UPDATE payment_index i SET idempotency_key = NULL, request_hash = NULL, response = NULL
+    FROM old o WHERE i.seq = o.seq AND i.idempotency_key IS NOT NULL
+)
+SELECT count(*), max(seq) FROM old`
+
+// ExpireKeys forgets up to batch idempotency records created before cutoff,
+// after the watermark seq from; it returns how many it looked at as old and
+// the new watermark (from when none).
+func ExpireKeys(ctx context.Context, db DB, from int64, cutoff time.Time, batch int) (int, int64, error) {
+	var n int
+	var top *int64
+	if err := db.QueryRow(ctx, expireKeysSQL, from, cutoff, batch).Scan(&n, &top); err != nil {
+		return 0, from, fmt.Errorf("expire keys: %w", err)
+	}
+	if top != nil {
+		from = *top
+	}
+	return n, from, nil
+}

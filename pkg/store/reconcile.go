@@ -1,0 +1,179 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// The reconciler's statements on payments. They run inside a run's
+// transaction, over the temporary table settle (the gateway's settlement
+// report of the day: charge_id, reference, ref_id, amount, currency) that
+// pkg/reconcile loads, and leave their pairing in the temporary table
+// matched for its mismatch queries.
+
+// matched pairs each charged reference (its lowest charge id) with its
+// payment, if any.
+const matchedSQL = `CREATE TEMP TABLE matched AS
+SELECT s.charge_id, s.reference, s.amount, s.currency, p.id AS pid, p.due_time, p.status, p.attempt,
+       p.amount_minor, p.currency AS pcurrency
+FROM (SELECT DISTINCT ON (reference) * FROM settle ORDER BY reference, charge_id) s
+LEFT JOIN payment_index i ON i.id = s.ref_id
+LEFT JOIN payments p ON p.id = i.id AND p.due_time = i.due_time AND p.due_time BETWEEN $1 AND $2`
+
+// repairSQL moves to COMPLETED every payment the gateway settled that
+// the engine does not hold as COMPLETED.
+//
+// Why it is safe: each UPDATE is fenced on the (status, attempt) read in
+// matched, inside this run's transaction; a payment that moved since
+// (an executor recording its outcome, a claim) is left alone and found
+// again by the next run. An executor's late write is fenced out by
+// status = 'PROCESSING'. The action and the item are written by the
+// same statement.
+const repairSQL = `
+WITH upd AS (
+    UPDATE payments p
+    SET status = 'COMPLETED', gateway_ref = m.charge_id, dead_letter_reason = NULL,
+        lease_until = NULL, lease_owner = NULL, updated_at = now()
+    FROM matched m
+    WHERE m.pid IS NOT NULL AND m.status <> 'COMPLETED' AND m.amount = m.amount_minor AND m.currency = m.pcurrency
+      AND p.id = m.pid AND p.due_time = m.due_time AND p.status = m.status AND p.attempt = m.attempt
+      AND p.due_time BETWEEN $3 AND $4
+    RETURNING p.id, m.status AS prev, m.charge_id, m.reference
+), act AS (
+    INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason, run_id)
+    SELECT id, 'reconciler', 'REPAIR', prev, 'COMPLETED', 'gateway settled charge ' || charge_id || ' on ' || $2, $1 FROM upd
+)
+INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
+SELECT $1, 'REPAIRED', CASE WHEN prev IN ('FAILED', 'CANCELLED') THEN 'CRITICAL' ELSE 'WARNING' END,
+       id, reference, ARRAY[charge_id], 'was ' || prev || ', gateway settled it: now COMPLETED'
+FROM upd`
+
+// completedSQL is the engine's side: payments completed on the day,
+// due within the lookback, that the day's report does not name.
+const completedSQL = `
+SELECT count(*) FROM payments p
+WHERE p.status = 'COMPLETED' AND p.due_time >= $1 AND p.due_time < $3
+  AND p.updated_at >= $2 AND p.updated_at < $3`
+
+const unsettledSQL = `
+SELECT p.id, p.amount_minor, p.currency FROM payments p
+WHERE p.status = 'COMPLETED' AND p.due_time >= $1 AND p.due_time < $3
+  AND p.updated_at >= $2 AND p.updated_at < $3
+  AND NOT EXISTS (SELECT 1 FROM settle s WHERE s.ref_id = p.id)`
+
+// MatchSettled pairs each settled charge with its payment (due between lo
+// and hi) into the temporary table matched.
+func MatchSettled(ctx context.Context, db DB, lo, hi time.Time) error {
+	if _, err := db.Exec(ctx, matchedSQL, lo, hi); err != nil {
+		return fmt.Errorf("match report: %w", err)
+	}
+	return nil
+}
+
+// RepairSettled moves to COMPLETED every matched payment the gateway
+// settled that is not COMPLETED, recording the action and the run's item.
+func RepairSettled(ctx context.Context, db DB, runID int64, day string, lo, hi time.Time) error {
+	if _, err := db.Exec(ctx, repairSQL, runID, day, lo, hi); err != nil {
+		return fmt.Errorf("repair: %w", err)
+	}
+	return nil
+}
+
+// CountCompleted counts payments due in [from, to) completed in [day, to).
+func CountCompleted(ctx context.Context, db DB, from, day, to time.Time) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, completedSQL, from, day, to).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count completed: %w", err)
+	}
+	return n, nil
+}
+
+// Completed is a COMPLETED payment the day's report does not name.
+type Completed struct {
+	ID       uuid.UUID
+	Amount   int64
+	Currency string
+}
+
+// Unsettled lists the payments CountCompleted counts that settle does not name.
+func Unsettled(ctx context.Context, db DB, from, day, to time.Time) ([]Completed, error) {
+	rows, err := db.Query(ctx, unsettledSQL, from, day, to)
+	if err != nil {
+		return nil, fmt.Errorf("unsettled payments: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Completed, error) {
+		var c Completed
+		err := row.Scan(&c.ID, &c.Amount, &c.Currency)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("unsettled payments: %w", err)
+	}
+	return out, nil
+}
+
+// Probe is an ambiguous dead letter whose next probe is due.
+type Probe struct {
+	ID       uuid.UUID
+	DueTime  time.Time
+	Amount   int64
+	Currency string
+	// Probes already made.
+	Probes int32
+}
+
+// dueProbesSQL finds ambiguous dead letters whose next probe is due. Dead
+// letters are always past due, so only partitions up to now are read.
+const dueProbesSQL = `
+SELECT id, due_time, amount_minor, currency, probes FROM payments
+WHERE status = 'DEAD_LETTERED' AND dead_letter_reason = 'AMBIGUOUS_UNRESOLVED'
+  AND due_time <= now() AND run_at <= now()
+ORDER BY run_at LIMIT $1`
+
+// DueProbes lists up to limit ambiguous dead letters to ask the gateway about.
+func DueProbes(ctx context.Context, db DB, limit int) ([]Probe, error) {
+	rows, err := db.Query(ctx, dueProbesSQL, limit)
+	if err != nil {
+		return nil, fmt.Errorf("due probes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Probe, error) {
+		var p Probe
+		err := row.Scan(&p.ID, &p.DueTime, &p.Amount, &p.Currency, &p.Probes)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("due probes: %w", err)
+	}
+	return out, nil
+}
+
+// postponeSQL schedules the next probe; fenced on the status and the probe
+// count so a payment moved meanwhile is left alone. run_at of a dead letter
+// is otherwise unused: it is when the next probe is due.
+const postponeSQL = `
+UPDATE payments SET probes = probes + 1, run_at = now() + make_interval(secs => $3), last_error = $4
+WHERE id = $1 AND due_time = $5
+  AND status = 'DEAD_LETTERED' AND probes = $2`
+
+// PostponeProbe records an unanswered probe and schedules the next one
+// after wait.
+func PostponeProbe(ctx context.Context, db DB, id uuid.UUID, due time.Time, probes int32, wait time.Duration, why string) error {
+	if _, err := db.Exec(ctx, postponeSQL, id, probes, wait.Seconds(), why, due); err != nil {
+		return fmt.Errorf("postpone probe of %s: %w", id, err)
+	}
+	return nil
+}
+
+// RunState is a reconciliation run's state, as reconciliation_runs stores it.
+type RunState string
+
+// The run states.
+const (
+	RunRunning   RunState = "RUNNING"
+	RunSucceeded RunState = "SUCCEEDED"
+	RunFailed    RunState = "FAILED"
+)

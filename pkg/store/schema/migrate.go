@@ -1,0 +1,111 @@
+// Package schema holds paysched's versioned SQL migrations, embedded in
+// every binary, and applies them (Up) and creates the database
+// (CreateDatabase). The runtime upkeep of partitions is pkg/store's.
+package schema
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed sql/*.sql
+var files embed.FS
+
+// Migration is one versioned SQL file.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// lockKey serializes concurrent migrators (several pods, several test
+// packages) on one database.
+const lockKey = 7_202_611_300
+
+// All returns the embedded migrations in version order.
+func All() ([]Migration, error) {
+	entries, err := fs.ReadDir(files, "sql")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		name := e.Name()
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %q: name must start with a version number and '_'", name)
+		}
+		b, err := files.ReadFile("sql/" + name)
+		if err != nil {
+			return nil, fmt.Errorf("read migration %q: %w", name, err)
+		}
+		out = append(out, Migration{Version: v, Name: name, SQL: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i := 1; i < len(out); i++ {
+		if out[i].Version == out[i-1].Version {
+			return nil, fmt.Errorf("migrations %q and %q share version %d", out[i-1].Name, out[i].Name, out[i].Version)
+		}
+	}
+	return out, nil
+}
+
+// Up applies every migration not yet recorded in schema_migrations, each in
+// its own transaction, under an advisory lock. It returns the names applied.
+func Up(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	migs, err := All()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKey); err != nil {
+		return nil, fmt.Errorf("migrate: take lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lockKey) //nolint:errcheck // released with the session anyway
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version integer PRIMARY KEY,
+		name text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
+	}
+	applied := map[int]bool{}
+	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("migrate: scan version: %w", err)
+		}
+		applied[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
+	}
+	var done []string
+	for _, m := range migs {
+		if applied[m.Version] {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return done, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
+		}
+		done = append(done, m.Name)
+	}
+	return done, nil
+}

@@ -1,0 +1,265 @@
+// Package enginetest runs the engine's real components together — Postgres,
+// gateway-sim, executors and sweepers over real gRPC, the reaper — and
+// checks money outcomes scenario by scenario.
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
+	"github.com/paysched/paysched/pkg/engine/executor"
+	"github.com/paysched/paysched/pkg/engine/pacing"
+	"github.com/paysched/paysched/pkg/engine/reaper"
+	"github.com/paysched/paysched/pkg/engine/sweeper"
+	"github.com/paysched/paysched/pkg/gateway"
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/test/pgtest"
+	"github.com/paysched/paysched/tools/gatewaysim"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type opts struct {
+	executors int
+	sweepers  int
+	backoff   payment.Backoff
+	lease     time.Duration
+	faults    *gatewayv1.Faults
+	chargeTO  time.Duration
+	batch     int
+	ceiling   float64
+	wrapExec  func(i int, real internalv1.ExecutorServiceServer) internalv1.ExecutorServiceServer
+	noReaper  bool
+}
+
+type cluster struct {
+	t       *testing.T
+	db      *pgxpool.Pool
+	sim     *gatewaysim.Server
+	simAddr string
+	admin   gatewayv1.GatewayAdminServiceClient
+	execs   []string
+	cancel  []context.CancelFunc
+	wg      sync.WaitGroup
+	o       opts
+}
+
+func serve(t *testing.T, register func(*grpc.Server)) (string, *grpc.Server) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	return lis.Addr().String(), gs
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func newCluster(t *testing.T, o opts) *cluster {
+	t.Helper()
+	if o.executors == 0 {
+		o.executors = 1
+	}
+	if o.backoff == nil {
+		o.backoff = payment.Backoff{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond}
+	}
+	if o.lease == 0 {
+		o.lease = 30 * time.Second
+	}
+	if o.chargeTO == 0 {
+		o.chargeTO = 2 * time.Second
+	}
+	if o.batch == 0 {
+		o.batch = 100
+	}
+	c := &cluster{t: t, db: pgtest.NewPool(t), o: o}
+	c.sim = gatewaysim.New(gatewaysim.NewMemLedger(), o.faults)
+	c.simAddr, _ = serve(t, func(gs *grpc.Server) {
+		gatewayv1.RegisterGatewayServiceServer(gs, c.sim)
+		gatewayv1.RegisterGatewayAdminServiceServer(gs, c.sim)
+	})
+	c.admin = gatewayv1.NewGatewayAdminServiceClient(dial(t, c.simAddr))
+	gw := gatewayv1.NewGatewayServiceClient(dial(t, c.simAddr))
+	for i := range o.executors {
+		ex, err := executor.New(executor.Config{ID: fmt.Sprint("executor-", i), MaxBatches: 4, Concurrency: 64, Backoff: o.backoff},
+			c.db, &gateway.Charger{Client: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: time.Second},
+			prometheus.NewRegistry(), quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var srv internalv1.ExecutorServiceServer = ex
+		if o.wrapExec != nil {
+			srv = o.wrapExec(i, ex)
+		}
+		addr, _ := serve(t, func(gs *grpc.Server) { internalv1.RegisterExecutorServiceServer(gs, srv) })
+		c.execs = append(c.execs, addr)
+	}
+	for i := range max(o.sweepers, 1) {
+		c.startSweeper(fmt.Sprint("sweeper-", i))
+	}
+	if !o.noReaper {
+		r, err := reaper.New(reaper.Config{Interval: 100 * time.Millisecond,
+			Horizon: 30 * 24 * time.Hour, KeyTTL: time.Hour, Batch: 500}, c.db, prometheus.NewRegistry(), quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		c.cancel = append(c.cancel, cancel)
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); _ = r.Run(ctx) }()
+	}
+	t.Cleanup(c.stop)
+	return c
+}
+
+// startSweeper runs one more sweeper; the returned func stops it (SIGTERM).
+func (c *cluster) startSweeper(id string) context.CancelFunc {
+	sw, err := sweeper.New(sweeper.Config{ID: id, Interval: 50 * time.Millisecond, Batch: c.o.batch, Lease: c.o.lease,
+		Executors: c.execs, Slots: 2, Grace: 10 * time.Second,
+		Bucket:  pacing.Bucket{Name: "gateway", Rate: c.o.ceiling, Burst: max(1, c.o.ceiling/10)},
+		Breaker: &sweeper.Breaker{Threshold: 0.5, MinSamples: 50, Cooldown: 300 * time.Millisecond, MaxCooldown: 2 * time.Second, ProbeSize: 10},
+	}, c.db, prometheus.NewRegistry(), quiet)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = append(c.cancel, cancel)
+	done := make(chan struct{})
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); defer close(done); _ = sw.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+func (c *cluster) stop() {
+	for _, cancel := range c.cancel {
+		cancel()
+	}
+	c.wg.Wait()
+}
+
+// schedule creates n payments due at `due` for payee (index appended when n > 1).
+func (c *cluster) schedule(n int, payee string, due time.Time) []uuid.UUID {
+	c.t.Helper()
+	st := store.NewStore(c.db)
+	var ids []uuid.UUID
+	for start := 0; start < n; start += 1000 {
+		var items []store.NewPayment
+		for i := start; i < min(n, start+1000); i++ {
+			id, _ := uuid.NewV7()
+			p := payee
+			if n > 1 {
+				p = fmt.Sprint(payee, i)
+			}
+			items = append(items, store.NewPayment{ID: id, Payer: "alice", Payee: p, Amount: int64(100 + i),
+				Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: id.String(),
+				RequestHash: []byte{1}, Response: []byte{1}})
+			ids = append(ids, id)
+		}
+		if _, err := st.Create(context.Background(), items); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+func (c *cluster) status(id uuid.UUID) (string, string) {
+	var st string
+	var reason *string
+	if err := c.db.QueryRow(context.Background(), `SELECT status, dead_letter_reason FROM payments WHERE id = $1`, id).Scan(&st, &reason); err != nil {
+		c.t.Fatal(err)
+	}
+	if reason == nil {
+		return st, ""
+	}
+	return st, *reason
+}
+
+// waitTerminal waits until no payment is PENDING or PROCESSING.
+func (c *cluster) waitTerminal(timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var open int
+		if err := c.db.QueryRow(context.Background(),
+			`SELECT count(*) FROM payments WHERE status IN ('PENDING', 'PROCESSING')`).Scan(&open); err != nil {
+			c.t.Fatal(err)
+		}
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%d payments still open after %s", open, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *cluster) report() *gatewayv1.ReportResponse {
+	c.t.Helper()
+	r, err := c.admin.Report(context.Background(), &gatewayv1.ReportRequest{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return r
+}
+
+func (c *cluster) setFaults(f *gatewayv1.Faults) {
+	c.t.Helper()
+	if _, err := c.admin.SetFaults(context.Background(), &gatewayv1.SetFaultsRequest{Faults: f}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+type attempt struct {
+	n       int32
+	outcome string
+	key     string
+	err     string
+}
+
+func (c *cluster) attempts(id uuid.UUID) []attempt {
+	c.t.Helper()
+	rows, err := c.db.Query(context.Background(),
+		`SELECT attempt, COALESCE(outcome, ''), gateway_key, COALESCE(error, '') FROM payment_attempts WHERE payment_id = $1 ORDER BY attempt`, id)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []attempt
+	for rows.Next() {
+		var a attempt
+		if err := rows.Scan(&a.n, &a.outcome, &a.key, &a.err); err != nil {
+			c.t.Fatal(err)
+		}
+		out = append(out, a)
+	}
+	return out
+}

@@ -1,0 +1,94 @@
+// Package layout_test keeps the house rules of the repository true: product
+// services link no tool or test code, only pkg/store writes the payment
+// tables, and only pkg/payment and pkg/store spell statuses as strings.
+package layout_test
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/paysched/paysched"
+
+// root is the repository root, two levels up from this package.
+var root = filepath.Join("..", "..")
+
+func TestProductServicesLinkNoToolsOrTests(t *testing.T) {
+	entries, err := os.ReadDir(filepath.Join(root, "services"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./services/"+e.Name())
+		cmd.Dir = root
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", e.Name(), err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.HasPrefix(dep, module+"/tools/") || strings.HasPrefix(dep, module+"/test/") ||
+				strings.Contains(dep, "/kfake") {
+				t.Errorf("services/%s links %s", e.Name(), dep)
+			}
+		}
+	}
+}
+
+// goFiles calls f for every non-test Go file under dirs.
+func goFiles(t *testing.T, dirs []string, f func(path string, src []byte)) {
+	t.Helper()
+	for _, dir := range dirs {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			f(filepath.ToSlash(rel), src)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var writes = regexp.MustCompile(`(?i)\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM|COPY)\s+(payments|payment_attempts|payment_actions)\b`)
+
+func TestOnlyTheStoreWritesPayments(t *testing.T) {
+	goFiles(t, []string{"pkg", "services"}, func(path string, src []byte) {
+		if strings.HasPrefix(path, "pkg/store/") {
+			return
+		}
+		for _, m := range writes.FindAll(src, -1) {
+			t.Errorf("%s writes a payment table (%s): that statement belongs in pkg/store", path, m)
+		}
+	})
+}
+
+var statusLiteral = regexp.MustCompile(`["'](PENDING|PROCESSING|COMPLETED|FAILED|CANCELLED|DEAD_LETTERED|SUCCEEDED|DECLINED|RETRYABLE|AMBIGUOUS|ABANDONED|RETRIES_EXHAUSTED|AMBIGUOUS_UNRESOLVED)["']`)
+
+func TestStatusesAreTyped(t *testing.T) {
+	goFiles(t, []string{"pkg", "services", "tools"}, func(path string, src []byte) {
+		if strings.HasPrefix(path, "pkg/payment/") || strings.HasPrefix(path, "pkg/store/") {
+			return
+		}
+		for i, line := range bytes.Split(src, []byte("\n")) {
+			if m := statusLiteral.Find(line); m != nil {
+				t.Errorf("%s:%d: status literal %s: use the pkg/payment constants", path, i+1, m)
+			}
+		}
+	})
+}

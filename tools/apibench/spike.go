@@ -1,0 +1,346 @@
+package apibench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/events/envelope"
+	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/payment"
+)
+
+// SpikeConfig describes the due-time spike benchmark.
+type SpikeConfig struct {
+	Config
+	N           int
+	Lead        time.Duration // how far ahead the shared due time is set
+	DatabaseURL string
+	Pids        map[string]int // process name -> pid, for peak RSS
+	Timeout     time.Duration
+	// KafkaBrokers, when set, measures CDC: commit to the event seen on
+	// Kafka, and how long the audit log takes to catch up.
+	KafkaBrokers []string
+}
+
+// SpikeResult is what the spike measured.
+type SpikeResult struct {
+	N                               int
+	ExecutedPerS                    float64
+	LatP50, LatP99, LatMax, DrainS  float64
+	RSSMB                           map[string]int
+	MaxRSSMB                        int
+	Completed, Failed, Dead, Others int
+	CDC                             bool
+	CDCLagP50, CDCLagP99            float64
+	AuditCatchupS                   float64
+}
+
+// Spike schedules N payments all due in the same second through the API
+// (batchCreate), waits until every one is terminal, and measures lateness
+// (due time to first attempt) and the time to drain.
+func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeResult, error) {
+	clients, closeAll, err := dialPool(cfg.Config, 4)
+	if err != nil {
+		return SpikeResult{}, err
+	}
+	defer closeAll()
+	due := time.Now().Add(cfg.Lead).Truncate(time.Second)
+	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cfg.Token)
+	sem := make(chan struct{}, 8)
+	errc := make(chan error, cfg.N/cfg.BatchSize+1)
+	for start := 0; start < cfg.N; start += cfg.BatchSize {
+		sem <- struct{}{}
+		go func(start int) {
+			defer func() { <-sem }()
+			n := min(cfg.BatchSize, cfg.N-start)
+			items := make([]*payschedv1.CreateScheduledPaymentRequest, n)
+			for j := range items {
+				items[j] = &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", start+j), Amount: int64(100 + j),
+					Currency: "USD", DueAt: timestamppb.New(due), RequestId: fmt.Sprintf("%s-s-%d", cfg.RunID, start+j)}
+			}
+			_, err := clients[start/cfg.BatchSize%len(clients)].BatchCreateScheduledPayments(actx,
+				&payschedv1.BatchCreateScheduledPaymentsRequest{Items: items})
+			errc <- err
+		}(start)
+	}
+	for range cap(sem) {
+		sem <- struct{}{}
+	}
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			return SpikeResult{}, fmt.Errorf("schedule: %w", err)
+		}
+	}
+	if time.Now().After(due) {
+		return SpikeResult{}, fmt.Errorf("scheduling took longer than the lead (%s): raise --lead", cfg.Lead)
+	}
+	progress(fmt.Sprintf("scheduled %d payments due at %s (in %.1fs)", cfg.N, due.Format(time.RFC3339), time.Until(due).Seconds()))
+	var lagWatch *cdcWatch
+	var notes *noteWatch
+	if len(cfg.KafkaBrokers) > 0 {
+		lagWatch, err = watchCDC(ctx, cfg.KafkaBrokers)
+		if err != nil {
+			return SpikeResult{}, err
+		}
+		defer lagWatch.stop()
+		if notes, err = watchNotes(ctx, cfg.KafkaBrokers); err != nil {
+			return SpikeResult{}, err
+		}
+		defer notes.stop()
+	}
+	db, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return SpikeResult{}, err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(cfg.Timeout)
+	time.Sleep(time.Until(due)) // nothing is open to watch before
+	for {
+		var open int
+		t0 := time.Now()
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM payments WHERE status = ANY($1)`, payment.Names(payment.Pending, payment.Processing)).Scan(&open); err != nil {
+			return SpikeResult{}, err
+		}
+		took := time.Since(t0)
+		if time.Now().After(due) {
+			progress(fmt.Sprintf("t+%5.1fs open=%d", time.Since(due).Seconds(), open))
+		}
+		if open == 0 && time.Now().After(due) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return SpikeResult{}, fmt.Errorf("%d payments still open after %s", open, cfg.Timeout)
+		}
+		// The count reads every open row (~0.4 s of a database core at a
+		// million): polled every second it slowed the spike it measured.
+		// A tenth of the time at most; the figures come from the rows
+		// themselves, not from when this loop noticed the end.
+		time.Sleep(max(time.Second, 10*took))
+	}
+	r := SpikeResult{N: cfg.N, RSSMB: map[string]int{}}
+	// The audit catch-up first: the measuring queries below read every
+	// payment and attempt (seconds of CPU on parallel workers) and would
+	// compete with the very catch-up being timed.
+	if lagWatch != nil {
+		r.CDC = true
+		var lastFinish time.Time
+		if err := db.QueryRow(ctx, `SELECT max(finished_at) FROM payment_attempts`).Scan(&lastFinish); err != nil {
+			return r, err
+		}
+		// The audit consumer publishes a payment's terminal notification
+		// only after writing its audit row, so the moment the last one
+		// arrives bounds the catch-up from above; the database then
+		// confirms it. (Polling count(DISTINCT payment_id) over the whole
+		// log instead took up to 2 s of CPU per call, with parallel
+		// workers, competing with the consumer it measured.)
+		caughtUp, ok := notes.waitAll(cfg.N, deadline)
+		atRest := payment.Names(payment.Completed, payment.Failed, payment.DeadLettered, payment.Cancelled)
+		for {
+			var n int
+			if err := db.QueryRow(ctx, `SELECT count(DISTINCT payment_id) FROM audit_events WHERE table_name = 'payments'
+				AND status = ANY($1)`, atRest).Scan(&n); err != nil {
+				return r, err
+			}
+			if n >= cfg.N {
+				if !ok {
+					caughtUp = time.Now()
+				}
+				r.AuditCatchupS = max(0, caughtUp.Sub(lastFinish).Seconds())
+				break
+			}
+			// Not every notification came (or the log disagrees): poll.
+			ok = false
+			if time.Now().After(deadline) {
+				return r, fmt.Errorf("audit log has %d of %d terminal payments", n, cfg.N)
+			}
+			time.Sleep(time.Second)
+		}
+		time.Sleep(time.Second) // the last events reach the watcher
+		r.CDCLagP50, r.CDCLagP99 = lagWatch.percentiles()
+	}
+	err = db.QueryRow(ctx, `
+		WITH first AS (
+			SELECT p.id, p.due_time, min(a.started_at) AS started, max(a.finished_at) AS finished
+			FROM payments p JOIN payment_attempts a ON a.payment_id = p.id GROUP BY p.id, p.due_time)
+		SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM started - due_time)),
+		       percentile_cont(0.99) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM started - due_time)),
+		       max(EXTRACT(epoch FROM started - due_time)),
+		       EXTRACT(epoch FROM max(finished) - min(due_time))
+		FROM first`).Scan(&r.LatP50, &r.LatP99, &r.LatMax, &r.DrainS)
+	if err != nil {
+		return r, fmt.Errorf("measure: %w", err)
+	}
+	err = db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = $1), count(*) FILTER (WHERE status = $2),
+		count(*) FILTER (WHERE status = $3), count(*) FILTER (WHERE status NOT IN ($1, $2, $3))
+		FROM payments`, string(payment.Completed), string(payment.Failed), string(payment.DeadLettered)).Scan(&r.Completed, &r.Failed, &r.Dead, &r.Others)
+	if err != nil {
+		return r, err
+	}
+	r.ExecutedPerS = float64(cfg.N) / r.DrainS
+	for name, pid := range cfg.Pids {
+		mb := peakRSS(pid)
+		r.RSSMB[name] = mb
+		r.MaxRSSMB = max(r.MaxRSSMB, mb)
+	}
+	return r, nil
+}
+
+// peakRSS reads VmHWM (peak resident set) of a live process, in MiB.
+func peakRSS(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				kb, _ := strconv.Atoi(f[1])
+				return kb / 1024
+			}
+		}
+	}
+	return -1
+}
+
+// topicTail reads a topic from its end in the background and hands each
+// record, with the time it was read, to fn until stopped.
+type topicTail struct {
+	cl     *kgo.Client
+	cancel context.CancelFunc
+}
+
+// tailTopic starts a topicTail of topic, or of only the given partitions.
+func tailTopic(ctx context.Context, brokers []string, topic string, partitions []int32, fn func(r *kgo.Record, now time.Time)) (*topicTail, error) {
+	consume := kgo.ConsumeTopics(topic)
+	if len(partitions) > 0 {
+		offsets := map[int32]kgo.Offset{}
+		for _, p := range partitions {
+			offsets[p] = kgo.NewOffset().AtEnd()
+		}
+		consume = kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), consume,
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	go func() {
+		for wctx.Err() == nil {
+			fs := cl.PollFetches(wctx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) { fn(r, now) })
+		}
+	}()
+	return &topicTail{cl: cl, cancel: cancel}, nil
+}
+
+func (t *topicTail) stop() {
+	t.cancel()
+	t.cl.Close()
+}
+
+// cdcWatch consumes the payments change topic during the spike and records,
+// for each event, how long after its commit it could be read from Kafka. It
+// reads one partition: keys spread payments evenly over partitions and the
+// connector produces to all of them in commit order, so a sixth of the events
+// is a fair sample (over 60,000 at the default spike) for a sixth of the
+// watcher's load on the machine it measures.
+type cdcWatch struct {
+	*topicTail
+	mu   sync.Mutex
+	lags []float64
+}
+
+func watchCDC(ctx context.Context, brokers []string) (*cdcWatch, error) {
+	w := &cdcWatch{}
+	t, err := tailTopic(ctx, brokers, kafka.Default.Payments, []int32{0}, func(r *kgo.Record, now time.Time) {
+		// The commit time is source.ts_ms; find it without decoding the
+		// whole envelope (the watcher must not load the machine).
+		if ms, ok := envelope.SourceTsMs(r.Value); ok {
+			w.mu.Lock()
+			w.lags = append(w.lags, now.Sub(time.UnixMilli(ms)).Seconds())
+			w.mu.Unlock()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.topicTail = t
+	return w, nil
+}
+
+func (w *cdcWatch) percentiles() (float64, float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.lags) == 0 {
+		return -1, -1
+	}
+	s := append([]float64(nil), w.lags...)
+	sort.Float64s(s)
+	return s[len(s)/2], s[len(s)*99/100]
+}
+
+// noteWatch consumes the notifications published during the spike and
+// records when the last payment's terminal notification arrived.
+type noteWatch struct {
+	*topicTail
+	mu       sync.Mutex
+	terminal map[string]bool
+	last     time.Time
+}
+
+func watchNotes(ctx context.Context, brokers []string) (*noteWatch, error) {
+	w := &noteWatch{terminal: map[string]bool{}}
+	t, err := tailTopic(ctx, brokers, kafka.Default.Notifications, nil, func(r *kgo.Record, now time.Time) {
+		for _, h := range r.Headers {
+			if h.Key == "ce_type" {
+				switch string(h.Value) {
+				case "paysched.payment.completed", "paysched.payment.failed", "paysched.payment.dead_lettered", "paysched.payment.cancelled":
+					w.mu.Lock()
+					if !w.terminal[string(r.Key)] {
+						w.terminal[string(r.Key)] = true
+						w.last = now
+					}
+					w.mu.Unlock()
+				}
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.topicTail = t
+	return w, nil
+}
+
+// waitAll waits until n payments had a terminal notification and returns
+// when the last one arrived; false if the deadline passed first.
+func (w *noteWatch) waitAll(n int, deadline time.Time) (time.Time, bool) {
+	for {
+		w.mu.Lock()
+		got, last := len(w.terminal), w.last
+		w.mu.Unlock()
+		if got >= n {
+			return last, true
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,365 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/platform/svc"
+)
+
+// Config bounds and places a chaos run.
+type Config struct {
+	Bin      string // directory holding the service binaries
+	Dir      string // logs and the kafka data directory
+	PGScript string // deploy/local/pg.sh
+	PGDir    string // the cluster's directory for pg.sh
+	PGPort   int
+	Base     int // ports: Base+80.. (see ports)
+	// Payments fall due evenly over Spread, starting Lead from now.
+	Payments     int
+	Spread, Lead time.Duration
+	// A kill -9 every KillMin..KillMax.
+	KillMin, KillMax time.Duration
+	// Settle bounds the wait, after the chaos, for every payment to end.
+	Settle time.Duration
+	Out    io.Writer
+}
+
+// Result is what the last line reports.
+type Result struct {
+	Payments, Kills, DoubleCharged, Stuck, LostEvents, Violations int
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("chaos payments=%d kills=%d double_charged=%d stuck=%d lost_events=%d violations=%d",
+		r.Payments, r.Kills, r.DoubleCharged, r.Stuck, r.LostEvents, r.Violations)
+}
+
+const webhookSecret = "chaos-webhook-secret"
+
+type run struct {
+	cfg   Config
+	procs []*proc
+	db    *pgxpool.Pool
+	gwDB  *pgxpool.Pool
+	api   payschedv1.PaymentsServiceClient
+	admin payschedv1.AdminServiceClient
+	gwAdm gatewayv1.GatewayAdminServiceClient
+	conns []*grpc.ClientConn
+
+	mu       sync.Mutex
+	events   []string       // what the driver did, in order
+	kills    map[string]int // kill -9 per process
+	findings []string
+	res      Result
+}
+
+func (r *run) addr(off int) string { return fmt.Sprintf("127.0.0.1:%d", r.cfg.Base+off) }
+
+func (r *run) dbURL(name string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", r.cfg.PGPort, name)
+}
+
+// cdcURL is the cluster's Unix socket when there is one, as in the local
+// stack (pg.sh socket-url; see pkg/events/cdc's pacedConn), so the chaos kills and
+// restarts cdc and Postgres on that path.
+func (r *run) cdcURL() string {
+	out, err := exec.Command(r.cfg.PGScript, "socket-url", r.cfg.PGDir, fmt.Sprint(r.cfg.PGPort), "paysched").Output()
+	if err != nil {
+		return r.dbURL("paysched")
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func (r *run) logf(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Out, "chaos: "+format+"\n", args...)
+}
+
+// violation records a failed invariant.
+func (r *run) violation(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Violations++
+	r.findings = append(r.findings, "VIOLATION: "+fmt.Sprintf(format, args...))
+}
+
+// topology is the full local stack: 2 sweepers, 3 executors, the reaper,
+// cdc, the audit-consumer, the reconciler, and gateway-sim with its
+// Postgres ledger and the issue's faults.
+func (r *run) topology() {
+	b := func(n string) string { return filepath.Join(r.cfg.Bin, n) }
+	env := []string{"PAYSCHED_DATABASE_URL=" + r.dbURL("paysched")}
+	d := r.cfg.Dir
+	kafka := r.addr(92)
+	execs := []string{r.addr(100), r.addr(110), r.addr(120)}
+	r.procs = []*proc{
+		newProc(d, "kafka", "kafka", b("kafka"), env, "--kafka-port", fmt.Sprint(r.cfg.Base+92),
+			"--kafka-data-dir", filepath.Join(d, "kafka"), "--http-addr", r.addr(93)),
+		newProc(d, "payments-api", "payments-api", b("payments-api"), env, "--http-addr", r.addr(80), "--grpc-addr", r.addr(90),
+			"--gateway-addr", r.addr(300)),
+		newProc(d, "gateway-sim", "gateway-sim", b("gateway-sim"), env, "--grpc-addr", r.addr(300), "--http-addr", r.addr(301),
+			"--gateway-database-url", r.dbURL("paysched_gateway"), "--latency-min-ms", "5", "--latency-max-ms", "50",
+			"--unavailable-rate", "0.05", "--timeout-after-commit-rate", "0.02", "--decline-rate", "0.01",
+			"--webhook-url", "http://"+r.addr(420)+"/webhooks/gateway", "--webhook-secret", webhookSecret),
+		newProc(d, "reaper", "reaper", b("reaper"), env, "--http-addr", r.addr(210), "--interval", "1s",
+			"--orphan-after", "20s"),
+		newProc(d, "cdc", "cdc", b("cdc"), env, "--database-url", r.cdcURL(), "--http-addr", r.addr(400), "--kafka-brokers", kafka,
+			"--status-interval", "500ms", "--heartbeat-interval", "2s"),
+		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), env, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
+		newProc(d, "reconciler", "reconciler", b("reconciler"), env, "--http-addr", r.addr(420), "--gateway-addr", r.addr(300),
+			"--webhook-secret", webhookSecret, "--probe-interval", "1s", "--probe-backoff", "1s"),
+	}
+	for i, a := range execs {
+		r.procs = append(r.procs, newProc(d, fmt.Sprint("executor-", i+1), "executor", b("executor"), env,
+			"--grpc-addr", a, "--http-addr", r.addr(101+10*i), "--gateway-addr", r.addr(300),
+			"--backoff", "1s,2s,4s,8s,16s", "--charge-timeout", "2s", "--probe-timeout", "1s"))
+	}
+	for i := range 2 {
+		r.procs = append(r.procs, newProc(d, fmt.Sprint("sweeper-", i+1), "sweeper", b("sweeper"), env,
+			"--http-addr", r.addr(200+i), "--executors", strings.Join(execs, ","), "--lease", "10s", "--interval", "250ms"))
+	}
+}
+
+func (r *run) proc(name string) *proc {
+	for _, p := range r.procs {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Run executes a chaos run and returns its result; err is for a run that
+// could not be carried out at all (not for violations).
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	r := &run{cfg: cfg, kills: map[string]int{}}
+	r.res.Payments = cfg.Payments
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return r.res, err
+	}
+	migrate := exec.CommandContext(ctx, filepath.Join(cfg.Bin, "migrate"), "--database-url", r.dbURL("paysched"))
+	if out, err := migrate.CombinedOutput(); err != nil {
+		return r.res, fmt.Errorf("migrate: %w: %s", err, out)
+	}
+	r.topology()
+	for _, p := range r.procs {
+		if err := p.start(); err != nil {
+			return r.res, err
+		}
+	}
+	defer r.stopAll()
+	if err := r.connect(ctx); err != nil {
+		return r.res, err
+	}
+	defer r.close()
+
+	w := newWorkload(r)
+	t0 := time.Now().Add(cfg.Lead)
+	if err := w.create(ctx, t0); err != nil {
+		return r.res, err
+	}
+	end := t0.Add(cfg.Spread).Add(5 * time.Second)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); w.cancels(ctx) }()
+	go func() { defer wg.Done(); r.disrupt(ctx, t0, end) }()
+	wg.Wait()
+	r.logf("chaos over: %s", strings.Join(r.events, ", "))
+	// Whatever is down comes back before the checks (a real cluster heals).
+	for _, p := range r.procs {
+		p.mu.Lock()
+		down := p.stopped
+		p.mu.Unlock()
+		if down {
+			_ = p.start()
+		}
+	}
+	r.check(ctx, w, t0)
+	for _, f := range r.findings {
+		fmt.Fprintln(cfg.Out, f)
+	}
+	return r.res, nil
+}
+
+func (r *run) connect(ctx context.Context) error {
+	var err error
+	if r.db, err = pgxpool.New(ctx, r.dbURL("paysched")); err != nil {
+		return err
+	}
+	dial := func(a string) (*grpc.ClientConn, error) {
+		// A client of a service that keeps being killed: reconnect within a
+		// second (gRPC's default backoff grows to two minutes).
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)), svc.FastReconnect())
+		if err == nil {
+			r.conns = append(r.conns, cc)
+		}
+		return cc, err
+	}
+	apiConn, err := dial(r.addr(90))
+	if err != nil {
+		return err
+	}
+	gwConn, err := dial(r.addr(300))
+	if err != nil {
+		return err
+	}
+	r.api, r.admin = payschedv1.NewPaymentsServiceClient(apiConn), payschedv1.NewAdminServiceClient(apiConn)
+	r.gwAdm = gatewayv1.NewGatewayAdminServiceClient(gwConn)
+	// gateway-sim creates its database on start: wait for it.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err = r.gwAdm.Report(ctx, &gatewayv1.ReportRequest{}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gateway-sim never answered: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.gwDB, err = pgxpool.New(ctx, r.dbURL("paysched_gateway"))
+	return err
+}
+
+func (r *run) close() {
+	for _, cc := range r.conns {
+		cc.Close()
+	}
+	if r.db != nil {
+		r.db.Close()
+	}
+	if r.gwDB != nil {
+		r.gwDB.Close()
+	}
+}
+
+func (r *run) stopAll() {
+	// Sweepers first, then the rest, like `make down`.
+	order := append([]*proc{}, r.procs...)
+	sort.SliceStable(order, func(i, j int) bool { return order[i].tier == "sweeper" && order[j].tier != "sweeper" })
+	for _, p := range order {
+		p.signal(syscall.SIGTERM, 20*time.Second)
+	}
+}
+
+func (r *run) event(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, fmt.Sprintf(format, args...)+fmt.Sprintf(" @%s", time.Now().UTC().Format("15:04:05")))
+}
+
+// disrupt is the chaos driver: a kill -9 of a random service every
+// KillMin..KillMax, and once each a Postgres restart, a Kafka restart and a
+// SIGTERM of the whole executor tier, spread over the due window.
+func (r *run) disrupt(ctx context.Context, t0, end time.Time) {
+	span := end.Sub(t0)
+	special := []struct {
+		at time.Time
+		do func()
+	}{
+		{t0.Add(span / 4), r.sigtermTier},
+		{t0.Add(span * 2 / 5), r.restartPostgres},
+		{t0.Add(span * 3 / 5), r.restartKafka},
+	}
+	var victims []*proc
+	for _, p := range r.procs {
+		if p.tier != "kafka" {
+			victims = append(victims, p)
+		}
+	}
+	next := time.Now().Add(r.pause())
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if len(special) > 0 && !time.Now().Before(special[0].at) {
+			special[0].do()
+			special = special[1:]
+			continue
+		}
+		if !time.Now().Before(next) {
+			p := victims[rand.IntN(len(victims))]
+			if err := p.kill9(time.Duration(200+rand.IntN(1300)) * time.Millisecond); err != nil {
+				r.violation("restart %s: %v", p.name, err)
+			}
+			r.mu.Lock()
+			r.kills[p.name]++
+			r.res.Kills++
+			r.mu.Unlock()
+			r.event("kill -9 %s", p.name)
+			next = time.Now().Add(r.pause())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, s := range special { // a short run still gets each once
+		s.do()
+	}
+}
+
+func (r *run) pause() time.Duration {
+	return r.cfg.KillMin + time.Duration(rand.Int64N(int64(r.cfg.KillMax-r.cfg.KillMin)+1))
+}
+
+func (r *run) sigtermTier() {
+	var tier []*proc
+	for _, p := range r.procs {
+		if p.tier == "executor" {
+			tier = append(tier, p)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, p := range tier {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.signal(syscall.SIGTERM, 60*time.Second) }()
+	}
+	wg.Wait()
+	time.Sleep(time.Second)
+	for _, p := range tier {
+		if err := p.start(); err != nil {
+			r.violation("restart %s: %v", p.name, err)
+		}
+	}
+	r.mu.Lock()
+	r.res.Kills += len(tier)
+	r.mu.Unlock()
+	r.event("SIGTERM executor tier (%d)", len(tier))
+}
+
+func (r *run) restartPostgres() {
+	out, err := exec.Command(r.cfg.PGScript, "restart", r.cfg.PGDir, fmt.Sprint(r.cfg.PGPort)).CombinedOutput()
+	if err != nil {
+		r.violation("postgres restart failed: %v: %s", err, out)
+		return
+	}
+	r.mu.Lock()
+	r.res.Kills++
+	r.mu.Unlock()
+	r.event("postgres restart (pg_ctl restart -m fast)")
+}
+
+func (r *run) restartKafka() {
+	if err := r.proc("kafka").kill9(time.Second); err != nil {
+		r.violation("restart kafka: %v", err)
+	}
+	r.mu.Lock()
+	r.res.Kills++
+	r.mu.Unlock()
+	r.event("kafka restart (data kept)")
+}
+
+// errStop ends a retry loop for good.
+var errStop = errors.New("stop retrying")

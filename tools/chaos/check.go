@@ -1,0 +1,358 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/events/envelope"
+	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/reconcile"
+)
+
+// check waits for the system to settle, reconciles, and verifies every
+// invariant, filling r.res.
+func (r *run) check(ctx context.Context, w *workload, t0 time.Time) {
+	r.settle(ctx)
+	r.reconcile(ctx, w, t0)
+	r.checkStatuses(ctx)
+	r.checkBooks(ctx, w)
+	r.checkAudit(ctx)
+	r.checkStream(ctx)
+}
+
+// count runs a count query, retrying through a restarting database.
+func (r *run) count(ctx context.Context, sql string, args ...any) int {
+	var n int
+	var err error
+	for try := 0; try < 30; try++ {
+		if err = r.db.QueryRow(ctx, sql, args...).Scan(&n); err == nil {
+			return n
+		}
+		time.Sleep(time.Second)
+	}
+	r.violation("query %q: %v", sql, err)
+	return -1
+}
+
+// settle waits until no payment is PENDING or PROCESSING and no attempt is
+// unfinished (the reaper closes orphans), bounded by cfg.Settle.
+func (r *run) settle(ctx context.Context) {
+	start := time.Now()
+	for {
+		open := r.count(ctx, `SELECT count(*) FROM payments WHERE status = ANY($1)`, payment.Names(payment.Pending, payment.Processing))
+		unfinished := r.count(ctx, `SELECT count(*) FROM payment_attempts WHERE finished_at IS NULL`)
+		if open == 0 && unfinished == 0 {
+			r.logf("settled %.0fs after the chaos", time.Since(start).Seconds())
+			return
+		}
+		if time.Since(start) > r.cfg.Settle {
+			r.logf("not settled after %s: %d open payments, %d unfinished attempts", r.cfg.Settle, open, unfinished)
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// reconcile runs the reconciliation of every day the run touched, as an
+// operator would after an incident: charges whose payment is not COMPLETED
+// are repaired from gateway truth, anything else is a finding.
+func (r *run) reconcile(ctx context.Context, w *workload, t0 time.Time) {
+	for day := reconcile.Day(t0.Add(-r.cfg.Lead)); !day.After(time.Now()); day = day.AddDate(0, 0, 1) {
+		var resp *payschedv1.TriggerReconciliationRunResponse
+		err := retry(ctx, time.Now().Add(time.Minute), func(c context.Context) error {
+			var err error
+			c, cancel := context.WithTimeout(c, 2*time.Minute)
+			defer cancel()
+			resp, err = r.admin.TriggerReconciliationRun(w.admin(c), &payschedv1.TriggerReconciliationRunRequest{Day: day.Format(time.DateOnly)})
+			return err
+		})
+		if err != nil {
+			r.violation("reconciliation of %s: %v", day.Format(time.DateOnly), err)
+			continue
+		}
+		run := resp.GetRun()
+		r.logf("reconciliation %s: %s, %d charges, %d repaired, %d mismatches", run.GetDay(), run.GetState(),
+			run.GetCharges(), run.GetRepaired(), run.GetMismatches())
+		for _, it := range run.GetItems() {
+			if it.GetKind() != reconcile.KindRepaired {
+				r.violation("reconciliation: %s %s payment=%s %s", it.GetSeverity(), it.GetKind(), it.GetPaymentId(), it.GetDetail())
+			}
+		}
+	}
+}
+
+// checkStatuses: every payment terminal, or dead-lettered with a reason.
+func (r *run) checkStatuses(ctx context.Context) {
+	rows, err := r.db.Query(ctx, `SELECT status, count(*) FROM payments GROUP BY 1 ORDER BY 1`)
+	if err != nil {
+		r.violation("statuses: %v", err)
+		return
+	}
+	var parts []string
+	for rows.Next() {
+		var s string
+		var n int
+		_ = rows.Scan(&s, &n)
+		parts = append(parts, fmt.Sprintf("%s=%d", s, n))
+	}
+	rows.Close()
+	r.logf("final statuses: %s", strings.Join(parts, " "))
+	r.res.Stuck = r.count(ctx, `SELECT count(*) FROM payments WHERE status = ANY($1)
+		OR (status = $2 AND dead_letter_reason IS NULL)`, payment.Names(payment.Pending, payment.Processing), string(payment.DeadLettered))
+	if r.res.Stuck > 0 {
+		r.violation("%d payments stuck (not terminal, not dead-lettered with a reason)", r.res.Stuck)
+	}
+	if n := r.count(ctx, `SELECT count(*) FROM payments`); n != r.cfg.Payments {
+		r.violation("%d payments exist, %d were scheduled", n, r.cfg.Payments)
+	}
+}
+
+// checkBooks: the gateway's ledger against the payments, per payment.
+func (r *run) checkBooks(ctx context.Context, w *workload) {
+	rep, err := r.gwAdm.Report(ctx, &gatewayv1.ReportRequest{})
+	if err != nil {
+		r.violation("gateway report: %v", err)
+		return
+	}
+	r.res.DoubleCharged = len(rep.GetDoubleCharged())
+	if r.res.DoubleCharged > 0 {
+		r.violation("double charged: %v", rep.GetDoubleCharged())
+	}
+	charged, err := amounts(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges WHERE NOT declined`)
+	if err != nil {
+		r.violation("gateway ledger: %v", err)
+		return
+	}
+	completed, err := amounts(ctx, r.db, `SELECT id::text, amount_minor FROM payments WHERE status = $1`, string(payment.Completed))
+	if err != nil {
+		r.violation("payments: %v", err)
+		return
+	}
+	bad := 0
+	for id, amount := range completed {
+		if a, ok := charged[id]; !ok || a != amount {
+			bad++
+		}
+	}
+	for id := range charged {
+		if _, ok := completed[id]; !ok {
+			bad++
+		}
+	}
+	r.logf("books: %d gateway charges, %d COMPLETED payments, %d differ", len(charged), len(completed), bad)
+	if bad > 0 {
+		r.violation("gateway charges (%d) != COMPLETED payments (%d): %d differ", len(charged), len(completed), bad)
+	}
+	for id := range w.cancelled {
+		if _, ok := charged[id]; ok {
+			r.violation("payment %s was cancelled (200) and charged", id)
+		}
+	}
+}
+
+// checkAudit: every attempt has its audit rows (its start, and its outcome
+// once finished), waiting for the pipeline to catch up.
+func (r *run) checkAudit(ctx context.Context) {
+	const missingSQL = `SELECT count(*) FROM payment_attempts a WHERE NOT EXISTS (
+		SELECT 1 FROM audit_events e WHERE e.table_name = 'payment_attempts' AND e.payment_id = a.payment_id
+		  AND (e.event::json->'after'->>'attempt')::int = a.attempt
+		  AND (a.outcome IS NULL OR e.event::json->'after'->>'outcome' = a.outcome))`
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		missing := r.count(ctx, missingSQL)
+		if missing == 0 {
+			r.logf("audit: every attempt and its outcome is in audit_events (%d rows)", r.count(ctx, `SELECT count(*) FROM audit_events`))
+			return
+		}
+		if time.Now().After(deadline) {
+			r.violation("%d attempts lack their audit rows", missing)
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// checkStream reads back every change event and notification: per row, the
+// events (deduplicated by LSN) must form an unbroken chain (each before
+// image is the previous after image) from its creation to the row as it is
+// now; per payment and terminal type, one notification ce_id per transition.
+func (r *run) checkStream(ctx context.Context) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.addr(92)), kgo.ConsumeTopics(kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Notifications),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20))
+	if err != nil {
+		r.violation("kafka: %v", err)
+		return
+	}
+	defer cl.Close()
+	type key struct{ topic, key string }
+	events := map[key]map[int64]envelope.Full{}
+	notes := map[string]map[string]bool{} // payment|type -> ce_ids
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	kafka.Drain(dctx, cl, nil, func(rec *kgo.Record) {
+		if rec.Topic == kafka.Default.Notifications {
+			var id, typ string
+			for _, h := range rec.Headers {
+				switch h.Key {
+				case "ce_id":
+					id = string(h.Value)
+				case "ce_type":
+					typ = string(h.Value)
+				}
+			}
+			k := string(rec.Key) + "|" + typ
+			if notes[k] == nil {
+				notes[k] = map[string]bool{}
+			}
+			notes[k][id] = true
+			return
+		}
+		e, err := envelope.DecodeFull(rec.Value)
+		if err != nil {
+			r.violation("undecodable event at %s/%d/%d", rec.Topic, rec.Partition, rec.Offset)
+			return
+		}
+		k := key{rec.Topic, string(rec.Key)}
+		if events[k] == nil {
+			events[k] = map[int64]envelope.Full{}
+		}
+		events[k][e.Source.LSN] = e // a redelivery has the same LSN
+	})
+	now, err := r.currentRows(ctx)
+	if err != nil {
+		r.violation("current rows: %v", err)
+		return
+	}
+	lost := 0
+	transitions := map[string]int{} // payment|type -> distinct transitions
+	for k, byLSN := range events {
+		lsns := make([]int64, 0, len(byLSN))
+		for l := range byLSN {
+			lsns = append(lsns, l)
+		}
+		sort.Slice(lsns, func(i, j int) bool { return lsns[i] < lsns[j] })
+		first := byLSN[lsns[0]]
+		if first.Op != "c" {
+			lost++ // its creation never arrived
+		}
+		for i := 1; i < len(lsns); i++ {
+			prev, cur := byLSN[lsns[i-1]], byLSN[lsns[i]]
+			if !sameRow(prev.After, cur.Before) {
+				lost++ // a change between them is missing
+			}
+		}
+		last := byLSN[lsns[len(lsns)-1]]
+		if want, ok := now[k.topic+"|"+k.key]; !ok || !sameRow(last.After, want) {
+			lost++ // the row changed after its last event
+		}
+		delete(now, k.topic+"|"+k.key)
+		if k.topic == kafka.Default.Payments {
+			for _, l := range lsns {
+				e := byLSN[l]
+				st, _ := e.After["status"].(string)
+				id, _ := e.After["id"].(string)
+				switch {
+				case e.Op == "c":
+					transitions[id+"|paysched.payment.created"]++
+				case payment.Status(st).AtRest() && (e.Before == nil || e.Before["status"] != st):
+					transitions[id+"|paysched.payment."+strings.ToLower(st)]++
+				}
+			}
+		}
+	}
+	lost += len(now) // rows with no event at all
+	r.res.LostEvents = lost
+	if lost > 0 {
+		r.violation("%d row changes missing from Kafka (%d rows never seen)", lost, len(now))
+	}
+	wrong := 0
+	for k, n := range transitions {
+		if len(notes[k]) != n {
+			wrong++
+		}
+		delete(notes, k)
+	}
+	wrong += len(notes)
+	r.logf("stream: %d rows' changes read back, %d notification kinds per payment checked", len(events), len(transitions))
+	if wrong > 0 {
+		r.violation("%d (payment, type) pairs without exactly one notification per transition", wrong)
+	}
+}
+
+// currentRows renders every captured row as the connector does (through
+// to_jsonb, so numbers and strings compare by value), keyed like the events.
+func (r *run) currentRows(ctx context.Context) (map[string]map[string]any, error) {
+	out := map[string]map[string]any{}
+	for _, q := range []struct{ topic, sql string }{
+		{kafka.Default.Payments, `SELECT jsonb_build_object('id', id)::text, jsonb_build_object('status', status, 'attempt', attempt, 'retries', retries)::text FROM payments`},
+		{kafka.Default.Attempts, `SELECT jsonb_build_object('payment_id', payment_id, 'attempt', attempt)::text, jsonb_build_object('outcome', outcome, 'attempt', attempt)::text FROM payment_attempts`},
+	} {
+		rows, err := r.db.Query(ctx, q.sql)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var k, v string
+			if err := rows.Scan(&k, &v); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			var m map[string]any
+			_ = json.Unmarshal([]byte(v), &m)
+			out[q.topic+"|"+canonicalKey(k)] = m
+		}
+		rows.Close()
+	}
+	return out, nil
+}
+
+// canonicalKey re-encodes a JSON key the way the connector writes it
+// (fields in table order, no spaces).
+func canonicalKey(k string) string {
+	var m map[string]any
+	_ = json.Unmarshal([]byte(k), &m)
+	if id, ok := m["id"]; ok {
+		return fmt.Sprintf(`{"id":%q}`, id)
+	}
+	return fmt.Sprintf(`{"payment_id":%q,"attempt":%v}`, m["payment_id"], m["attempt"])
+}
+
+// sameRow compares want's fields with got's (want may be a subset).
+func sameRow(got, want map[string]any) bool {
+	if got == nil || want == nil {
+		return got == nil && want == nil
+	}
+	for k, v := range want {
+		a, _ := json.Marshal(got[k])
+		b, _ := json.Marshal(v)
+		if !bytes.Equal(a, b) {
+			return false
+		}
+	}
+	return true
+}
+
+// amounts reads (key, amount) rows into a map.
+func amounts(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) (map[string]int64, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	var k string
+	var amount int64
+	_, err = pgx.ForEachRow(rows, []any{&k, &amount}, func() error { out[k] = amount; return nil })
+	return out, err
+}

@@ -1,0 +1,223 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/auth"
+)
+
+// Every 50th payment is created by two concurrent single creates with one
+// idempotency key; every 20th (offset 3) gets a cancel racing its store.
+const (
+	dupEvery    = 50
+	cancelEvery = 20
+)
+
+type workload struct {
+	r     *run
+	actor string
+	ctx   func(context.Context) context.Context
+	admin func(context.Context) context.Context
+
+	ids  []string // paymentId by index
+	dues []time.Time
+
+	mu        sync.Mutex
+	cancelled map[string]bool // cancels answered 200 CANCELLED
+	late      int             // cancels answered ALREADY_PROCESSING
+	lost      int             // cancels that never got an answer
+	lostErr   error           // the last such error
+	lostDue   []time.Time     // their due times
+	dups      int
+}
+
+func newWorkload(r *run) *workload {
+	w := &workload{r: r, actor: "chaos", cancelled: map[string]bool{}}
+	tok, _ := auth.Mint([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAudience, w.actor, false, 2*time.Hour)
+	adm, _ := auth.Mint([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAudience, "chaos-ops", true, 2*time.Hour)
+	w.ctx = func(c context.Context) context.Context {
+		return metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+tok)
+	}
+	w.admin = func(c context.Context) context.Context {
+		return metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+adm)
+	}
+	return w
+}
+
+// transient: the API (or its database) was down; the same request again
+// is safe (idempotency key, idempotent cancel).
+func transient(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Unknown, codes.Canceled, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}
+
+// retry calls f until it succeeds, fails for good, or the deadline passes.
+func retry(ctx context.Context, until time.Time, f func(context.Context) error) error {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := f(cctx)
+		cancel()
+		if err == nil || !transient(err) || time.Now().After(until) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(100+rand.IntN(200)) * time.Millisecond)
+	}
+}
+
+func (w *workload) request(i int, t0 time.Time) *payschedv1.CreateScheduledPaymentRequest {
+	due := t0.Add(time.Duration(i) * w.r.cfg.Spread / time.Duration(w.r.cfg.Payments))
+	payee := fmt.Sprintf("merchant-%03d", i%200)
+	return &payschedv1.CreateScheduledPaymentRequest{Payee: payee, Amount: int64(100 + i%5000), Currency: "USD",
+		DueAt: timestamppb.New(due), RequestId: fmt.Sprintf("chaos-%d-%s", i, uuid.NewString())}
+}
+
+// create schedules every payment through the API, retrying through its
+// crashes with the same idempotency keys.
+func (w *workload) create(ctx context.Context, t0 time.Time) error {
+	n := w.r.cfg.Payments
+	w.ids, w.dues = make([]string, n), make([]time.Time, n)
+	reqs := make([]*payschedv1.CreateScheduledPaymentRequest, n)
+	for i := range n {
+		reqs[i] = w.request(i, t0)
+		w.dues[i] = reqs[i].GetDueAt().AsTime()
+	}
+	until := time.Now().Add(2 * time.Minute)
+	var batch []int
+	flush := func() error {
+		items := make([]*payschedv1.CreateScheduledPaymentRequest, len(batch))
+		for k, i := range batch {
+			items[k] = reqs[i]
+		}
+		return retry(ctx, until, func(c context.Context) error {
+			resp, err := w.r.api.BatchCreateScheduledPayments(w.ctx(c), &payschedv1.BatchCreateScheduledPaymentsRequest{Items: items})
+			if err != nil {
+				return err
+			}
+			for k, res := range resp.GetResults() {
+				if res.GetPayment().GetPaymentId() == "" {
+					return fmt.Errorf("item %d rejected: %s %s", k, res.GetReason(), res.GetMessage())
+				}
+				w.ids[batch[k]] = res.GetPayment().GetPaymentId()
+			}
+			return nil
+		})
+	}
+	var dupIdx []int
+	for i := range n {
+		if i%dupEvery == 0 {
+			dupIdx = append(dupIdx, i)
+			continue
+		}
+		batch = append(batch, i)
+		if len(batch) == 500 {
+			if err := flush(); err != nil {
+				return fmt.Errorf("schedule: %w", err)
+			}
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		if err := flush(); err != nil {
+			return fmt.Errorf("schedule: %w", err)
+		}
+	}
+	// Duplicate creates: two concurrent single creates per key must name
+	// one payment.
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, i := range dupIdx {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var got [2]string
+			var inner sync.WaitGroup
+			for k := range 2 {
+				inner.Add(1)
+				go func() {
+					defer inner.Done()
+					err := retry(ctx, until, func(c context.Context) error {
+						resp, err := w.r.api.CreateScheduledPayment(w.ctx(c), reqs[i])
+						if err == nil {
+							got[k] = resp.GetPayment().GetPaymentId()
+						}
+						return err
+					})
+					if err != nil {
+						w.r.violation("duplicate create %d failed: %v", i, err)
+					}
+				}()
+			}
+			inner.Wait()
+			if got[0] != got[1] || got[0] == "" {
+				w.r.violation("two creates with one idempotency key made %q and %q", got[0], got[1])
+			}
+			w.ids[i] = got[0]
+		}()
+	}
+	wg.Wait()
+	w.dups = len(dupIdx)
+	w.r.logf("scheduled %d payments (%d by two concurrent creates with one key), due %s..%s",
+		n, len(dupIdx), t0.UTC().Format("15:04:05"), t0.Add(w.r.cfg.Spread).UTC().Format("15:04:05"))
+	return nil
+}
+
+// cancels sends a cancel shortly before each chosen payment's due time, so
+// that it races the claim, and records what the API answered.
+func (w *workload) cancels(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i, id := range w.ids {
+		if i%cancelEvery != 3 || id == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// From 300 ms before the due time to 700 ms after: some win,
+			// some find the payment claimed.
+			at := w.dues[i].Add(time.Duration(rand.IntN(1000)-300) * time.Millisecond)
+			time.Sleep(time.Until(at))
+			var st payschedv1.PaymentStatus
+			err := retry(ctx, at.Add(15*time.Second), func(c context.Context) error {
+				resp, err := w.r.api.CancelScheduledPayment(w.ctx(c), &payschedv1.CancelScheduledPaymentRequest{PaymentId: id})
+				st = resp.GetPayment().GetStatus()
+				return err
+			})
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			switch {
+			case err == nil && st == payschedv1.PaymentStatus_CANCELLED:
+				w.cancelled[id] = true
+			case status.Code(err) == codes.Aborted || status.Code(err) == codes.FailedPrecondition:
+				w.late++
+			default:
+				w.lost++
+				w.lostErr = err
+				w.lostDue = append(w.lostDue, w.dues[i])
+			}
+		}()
+	}
+	wg.Wait()
+	w.r.logf("cancels: %d answered CANCELLED, %d too late (ALREADY_PROCESSING), %d unanswered (last error: %v)",
+		len(w.cancelled), w.late, w.lost, w.lostErr)
+	if len(w.lostDue) > 0 {
+		sort.Slice(w.lostDue, func(a, b int) bool { return w.lostDue[a].Before(w.lostDue[b]) })
+		w.r.logf("unanswered cancels were due %s..%s", w.lostDue[0].UTC().Format("15:04:05.0"),
+			w.lostDue[len(w.lostDue)-1].UTC().Format("15:04:05.0"))
+	}
+}

@@ -1,0 +1,77 @@
+// Command gateway-sim stands in for the payment gateway: gateway.v1 with an
+// exact idempotent ledger (Postgres, or memory for benchmarks) and fault
+// injection set by flags and changed at runtime through GatewayAdminService.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"runtime"
+
+	"google.golang.org/grpc"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/platform/obs"
+	"github.com/paysched/paysched/pkg/platform/svc"
+	"github.com/paysched/paysched/pkg/platform/tracing"
+	"github.com/paysched/paysched/pkg/store/schema"
+	"github.com/paysched/paysched/tools/gatewaysim"
+)
+
+func main() {
+	fs := flag.NewFlagSet("gateway-sim", flag.ExitOnError)
+	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9300", "gRPC listen address")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9301", "metrics and health listen address")
+	ledger := fs.String("ledger", "postgres", "ledger: postgres (durable) or memory (benchmarks)")
+	dbURL := fs.String("gateway-database-url", "postgres://postgres@127.0.0.1:55432/paysched_gateway?sslmode=disable", "gateway-sim's own database (created if missing)")
+	f := &gatewayv1.Faults{}
+	latMin := fs.Int("latency-min-ms", 0, "added latency, lower bound")
+	latMax := fs.Int("latency-max-ms", 0, "added latency, upper bound")
+	fs.Float64Var(&f.DeclineRate, "decline-rate", 0, "fraction of charges declined")
+	fs.Float64Var(&f.UnavailableRate, "unavailable-rate", 0, "fraction of calls answered UNAVAILABLE")
+	fs.Float64Var(&f.TimeoutAfterCommitRate, "timeout-after-commit-rate", 0, "fraction of charges recorded whose answer is lost")
+	fs.Float64Var(&f.RateCeiling, "rate-ceiling", 0, "charges per second before RESOURCE_EXHAUSTED (0: none)")
+	fs.BoolVar(&f.Outage, "outage", false, "answer every call UNAVAILABLE")
+	hookURL := fs.String("webhook-url", "", "deliver charge-outcome webhooks here (off when empty)")
+	hookSecret := fs.String("webhook-secret", "", "HMAC-SHA256 secret signing the webhooks")
+	svc.Main("gateway-sim", fs, func(ctx context.Context, log *slog.Logger) error {
+		f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
+		var l gatewaysim.Ledger
+		switch *ledger {
+		case "memory":
+			l = gatewaysim.NewMemLedger()
+		case "postgres":
+			if err := schema.CreateDatabase(ctx, *dbURL); err != nil {
+				return err
+			}
+			pool, err := svc.Pool(ctx, *dbURL, 32)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if l, err = gatewaysim.NewPGLedger(ctx, pool); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("--ledger %q: want postgres or memory", *ledger)
+		}
+		sim := gatewaysim.New(l, f)
+		if *hookURL != "" {
+			if *hookSecret == "" {
+				return fmt.Errorf("--webhook-url needs --webhook-secret")
+			}
+			sender := &webhook.Sender{URL: *hookURL, Secret: []byte(*hookSecret), Log: log}
+			sender.Start(ctx, 4)
+			sim.OnCharge = func(c *gatewaysim.Charge) { sender.Enqueue(gatewaysim.Event(c)) }
+		}
+		gs := grpc.NewServer(grpc.SharedWriteBuffer(true), grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())),
+			tracing.ServerOption())
+		gatewayv1.RegisterGatewayServiceServer(gs, sim)
+		gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)
+		return svc.Server{Name: "gateway-sim", Log: log, Registry: obs.Registry(), GRPC: gs, Reflection: true,
+			GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr}.Run(ctx, nil)
+	})
+}

@@ -1,0 +1,139 @@
+// Command paybench is the API benchmark behind `make bench-api`: it drives a
+// running payments-api with concurrent REST, gRPC and batch clients and
+// prints payments/s and latency percentiles, ending with one `bench` line.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/platform/config"
+	"github.com/paysched/paysched/tools/apibench"
+	"github.com/paysched/paysched/tools/reconbench"
+)
+
+func main() {
+	fs := flag.NewFlagSet("paybench", flag.ExitOnError)
+	httpBase := fs.String("api-http", "http://127.0.0.1:8080", "payments-api REST base URL")
+	grpcAddr := fs.String("api-grpc", "127.0.0.1:9090", "payments-api gRPC address")
+	secret := fs.String("jwt-secret", auth.DevSecret, "HS256 secret to mint the bench token")
+	conc := fs.Int("concurrency", 64, "concurrent clients for single creates")
+	batchConc := fs.Int("batch-concurrency", 8, "concurrent clients for batchCreate")
+	dur := fs.Duration("duration", 10*time.Second, "length of each phase")
+	batch := fs.Int("batch-size", 1000, "items per batchCreate")
+	mode := fs.String("mode", "api", "api: create throughput; spike: N payments due in one second, executed by the engine; recon: reconcile a day of N attempts")
+	runs := fs.Int("runs", 3, "recon: reconciliations of the seeded day")
+	n := fs.Int("n", 200_000, "spike: payments")
+	lead := fs.Duration("lead", 0, "spike: due time from now (default: enough to schedule N)")
+	dbURL := fs.String("database-url", "", "spike: the schedule's database, to measure")
+	pids := fs.String("pids", "", "spike: name=pid,... of the processes whose peak RSS to report")
+	timeout := fs.Duration("timeout", 15*time.Minute, "spike: give up after this")
+	kafkaBrokers := fs.String("kafka-brokers", "", "spike: measure CDC lag and audit catch-up through these brokers")
+	if err := config.Parse(fs, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		os.Exit(2)
+	}
+	tok, err := auth.Mint([]byte(*secret), auth.DefaultIssuer, auth.DefaultAudience, "bench", false, time.Hour)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		os.Exit(1)
+	}
+	cfg := apibench.Config{HTTPBase: *httpBase, GRPCAddr: *grpcAddr, Token: tok, Concurrency: *conc,
+		Duration: *dur, BatchSize: *batch, RunID: fmt.Sprint(time.Now().UnixNano())}
+	if *mode == "recon" {
+		os.Exit(recon(*dbURL, *n, *runs))
+	}
+	if *mode == "spike" {
+		os.Exit(spike(cfg, *n, *lead, *dbURL, *pids, *timeout, *kafkaBrokers))
+	}
+	rest := apibench.REST(cfg)
+	fmt.Println(rest)
+	grpcRes, err := apibench.GRPC(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		os.Exit(1)
+	}
+	fmt.Println(grpcRes)
+	batchRes, err := apibench.Batch(cfg, *batchConc)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		os.Exit(1)
+	}
+	fmt.Println(batchRes)
+	fmt.Printf("bench rest_creates_per_s=%.0f rest_p50_ms=%.2f rest_p99_ms=%.2f grpc_creates_per_s=%.0f grpc_p50_ms=%.2f grpc_p99_ms=%.2f batch_payments_per_s=%.0f errors=%d\n",
+		rest.PerSecond(), ms(rest.P50), ms(rest.P99), grpcRes.PerSecond(), ms(grpcRes.P50), ms(grpcRes.P99),
+		batchRes.PerSecond(), rest.Errors+grpcRes.Errors+batchRes.Errors)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids string, timeout time.Duration, brokers string) int {
+	if lead == 0 {
+		lead = 5*time.Second + time.Duration(n/15_000)*time.Second
+	}
+	procs := map[string]int{}
+	for _, kv := range strings.Split(pids, ",") {
+		if name, pid, ok := strings.Cut(kv, "="); ok {
+			if p, err := strconv.Atoi(pid); err == nil {
+				procs[name] = p
+			}
+		}
+	}
+	sc := apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL, Pids: procs, Timeout: timeout}
+	if brokers != "" {
+		sc.KafkaBrokers = strings.Split(brokers, ",")
+	}
+	r, err := apibench.Spike(context.Background(), sc, func(s string) { fmt.Println(s) })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	fmt.Printf("payments=%d completed=%d failed=%d dead_lettered=%d other=%d\n", r.N, r.Completed, r.Failed, r.Dead, r.Others)
+	fmt.Printf("executed/s=%.0f drain=%.1fs lateness p50=%.2fs p99=%.2fs max=%.2fs\n", r.ExecutedPerS, r.DrainS, r.LatP50, r.LatP99, r.LatMax)
+	names := make([]string, 0, len(r.RSSMB))
+	for k := range r.RSSMB {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Printf("peak RSS %-14s %4d MB\n", k, r.RSSMB[k])
+	}
+	last := fmt.Sprintf("bench executed_per_s=%.0f lateness_p50_s=%.2f lateness_p99_s=%.2f lateness_max_s=%.2f drain_s=%.1f max_rss_mb=%d",
+		r.ExecutedPerS, r.LatP50, r.LatP99, r.LatMax, r.DrainS, r.MaxRSSMB)
+	if r.CDC {
+		fmt.Printf("cdc lag (commit -> event readable on Kafka) p50=%.2fs p99=%.2fs; audit log caught up %.1fs after the last execution\n",
+			r.CDCLagP50, r.CDCLagP99, r.AuditCatchupS)
+		last += fmt.Sprintf(" cdc_lag_p99_s=%.2f audit_catchup_s=%.1f", r.CDCLagP99, r.AuditCatchupS)
+	}
+	fmt.Println(last)
+	return 0
+}
+
+func recon(dbURL string, n, runs int) int {
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	defer db.Close()
+	res, err := reconbench.Run(ctx, db, n, runs, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	med := reconbench.Median(res)
+	last := res[len(res)-1].Run
+	fmt.Printf("bench recon_attempts=%d recon_seconds=%.2f rows_per_s=%.0f repaired_first_run=%d mismatches=%d\n",
+		n, med.Seconds(), float64(last.Charges)/med.Seconds(), res[0].Run.Repaired, last.Mismatches)
+	return 0
+}

@@ -1,0 +1,226 @@
+package gatewaysim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/payment"
+)
+
+// DeclinePrefix: a payee starting with it is always declined.
+const DeclinePrefix = "decline-"
+
+// Server implements gateway.v1's GatewayService and GatewayAdminService.
+type Server struct {
+	gatewayv1.UnimplementedGatewayServiceServer
+	gatewayv1.UnimplementedGatewayAdminServiceServer
+	ledger Ledger
+	faults atomic.Pointer[gatewayv1.Faults]
+	// OnCharge, when set, is told of every new charge (webhooks); it must not block.
+	OnCharge func(*Charge)
+
+	epoch int64        // start time: charge ids stay unique across restarts
+	seq   atomic.Int64 // charge id sequence
+
+	mu          sync.Mutex
+	second      int64 // the wall-clock second being counted
+	inSecond    int64 // charges accepted in it
+	maxInSecond int64
+	rateLimited atomic.Int64
+}
+
+// New returns a Server over ledger with faults f.
+func New(ledger Ledger, f *gatewayv1.Faults) *Server {
+	s := &Server{ledger: ledger, epoch: time.Now().UnixNano()}
+	if f == nil {
+		f = &gatewayv1.Faults{}
+	}
+	s.faults.Store(f)
+	return s
+}
+
+func (s *Server) pause(ctx context.Context, f *gatewayv1.Faults) {
+	lo, hi := f.GetLatencyMinMs(), f.GetLatencyMaxMs()
+	if hi <= 0 {
+		return
+	}
+	d := time.Duration(lo) * time.Millisecond
+	if hi > lo {
+		d += time.Duration(rand.Int64N(int64(hi-lo)+1)) * time.Millisecond
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
+// admit applies the rate ceiling: a fixed window per wall-clock second.
+func (s *Server) admit(ceiling float64) bool {
+	now := time.Now().Unix()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now != s.second {
+		s.second, s.inSecond = now, 0
+	}
+	if ceiling > 0 && float64(s.inSecond) >= ceiling {
+		return false
+	}
+	s.inSecond++
+	if s.inSecond > s.maxInSecond {
+		s.maxInSecond = s.inSecond
+	}
+	return true
+}
+
+func chance(p float64) bool { return p > 0 && rand.Float64() < p }
+
+// Charge implements GatewayService.
+func (s *Server) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.ChargeResponse, error) {
+	f := s.faults.Load()
+	s.pause(ctx, f)
+	if ctx.Err() != nil {
+		// The caller gave up before the gateway got to it: nothing charged.
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if req.GetIdempotencyKey() == "" || req.GetAmount() <= 0 || req.GetCurrency() == "" {
+		return nil, status.Error(codes.InvalidArgument, "idempotency_key, a positive amount and currency are required")
+	}
+	if f.GetOutage() || chance(f.GetUnavailableRate()) {
+		return nil, status.Error(codes.Unavailable, "gateway unavailable")
+	}
+	if !s.admit(f.GetRateCeiling()) {
+		s.rateLimited.Add(1)
+		return nil, status.Error(codes.ResourceExhausted, "rate ceiling reached")
+	}
+	c := &Charge{
+		ID: fmt.Sprintf("ch_%x_%d", s.epoch, s.seq.Add(1)), Key: req.GetIdempotencyKey(), Reference: req.GetReference(),
+		Amount: req.GetAmount(), Currency: req.GetCurrency(), Payer: req.GetPayer(), Payee: req.GetPayee(),
+		CreatedAt: time.Now().UTC(),
+	}
+	switch {
+	case strings.HasPrefix(c.Payee, DeclinePrefix):
+		c.Declined, c.DeclineReason = true, "payee_blocked"
+	case chance(f.GetDeclineRate()):
+		c.Declined, c.DeclineReason = true, "insufficient_funds"
+	}
+	stored, isNew, err := s.ledger.Record(ctx, c)
+	if errors.Is(err, ErrMismatch) {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if isNew && s.OnCharge != nil {
+		s.OnCharge(stored)
+	}
+	if chance(f.GetTimeoutAfterCommitRate()) {
+		return nil, status.Error(codes.DeadlineExceeded, "gateway timed out (the charge was recorded)")
+	}
+	return &gatewayv1.ChargeResponse{Charge: toProto(stored)}, nil
+}
+
+// GetCharge implements GatewayService.
+func (s *Server) GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest) (*gatewayv1.GetChargeResponse, error) {
+	// Latency is injected on Charge only, so a probe can answer while charges time out.
+	if s.faults.Load().GetOutage() {
+		return nil, status.Error(codes.Unavailable, "gateway unavailable")
+	}
+	c, err := s.ledger.Get(ctx, req.GetIdempotencyKey())
+	if errors.Is(err, ErrNotFound) {
+		return nil, status.Error(codes.NotFound, "no charge under this key")
+	}
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &gatewayv1.GetChargeResponse{Charge: toProto(c)}, nil
+}
+
+// ListSettlements implements GatewayService.
+func (s *Server) ListSettlements(ctx context.Context, req *gatewayv1.ListSettlementsRequest) (*gatewayv1.ListSettlementsResponse, error) {
+	day, err := time.Parse(time.DateOnly, req.GetDay())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, "day must be YYYY-MM-DD")
+	}
+	size := int(req.GetPageSize())
+	if size <= 0 {
+		size = 1000
+	}
+	size = min(size, 10000)
+	cs, next, err := s.ledger.Settled(ctx, day, req.GetPageToken(), size)
+	if errors.Is(err, ErrBadPage) {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	out := &gatewayv1.ListSettlementsResponse{NextPageToken: next}
+	for _, c := range cs {
+		out.Charges = append(out.Charges, toProto(c))
+	}
+	return out, nil
+}
+
+// SetFaults implements GatewayAdminService.
+func (s *Server) SetFaults(_ context.Context, req *gatewayv1.SetFaultsRequest) (*gatewayv1.SetFaultsResponse, error) {
+	f := proto.CloneOf(req.GetFaults())
+	if f == nil {
+		f = &gatewayv1.Faults{}
+	}
+	s.faults.Store(f)
+	return &gatewayv1.SetFaultsResponse{Faults: f}, nil
+}
+
+// GetFaults implements GatewayAdminService.
+func (s *Server) GetFaults(context.Context, *gatewayv1.GetFaultsRequest) (*gatewayv1.GetFaultsResponse, error) {
+	return &gatewayv1.GetFaultsResponse{Faults: s.faults.Load()}, nil
+}
+
+// Report implements GatewayAdminService.
+func (s *Server) Report(ctx context.Context, _ *gatewayv1.ReportRequest) (*gatewayv1.ReportResponse, error) {
+	total, ok, doubles, err := s.ledger.Counts(ctx)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	s.mu.Lock()
+	maxPS := s.maxInSecond
+	s.mu.Unlock()
+	return &gatewayv1.ReportResponse{Charges: total, Succeeded: ok, DoubleCharged: doubles,
+		RateLimited: s.rateLimited.Load(), MaxChargesPerSecond: maxPS}, nil
+}
+
+func toProto(c *Charge) *gatewayv1.Charge {
+	st := gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED
+	if c.Declined {
+		st = gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED
+	}
+	return &gatewayv1.Charge{
+		ChargeId: c.ID, IdempotencyKey: c.Key, Reference: c.Reference, Amount: c.Amount, Currency: c.Currency,
+		Payer: c.Payer, Payee: c.Payee, Status: st, DeclineReason: c.DeclineReason, CreatedAt: timestamppb.New(c.CreatedAt),
+	}
+}
+
+// Event is the webhook event reporting c's outcome; its id is derived from
+// the charge, so every delivery of one outcome carries the same id.
+func Event(c *Charge) webhook.Event {
+	typ, st := webhook.TypeSucceeded, payment.Succeeded
+	if c.Declined {
+		typ, st = webhook.TypeDeclined, payment.Declined
+	}
+	return webhook.Event{ID: "evt_" + c.ID, Type: typ, Created: c.CreatedAt.Unix(), Data: webhook.Charge{
+		ChargeID: c.ID, IdempotencyKey: c.Key, Reference: c.Reference, Amount: c.Amount, Currency: c.Currency,
+		Status: string(st), DeclineReason: c.DeclineReason, CreatedAt: c.CreatedAt,
+	}}
+}

@@ -1,0 +1,150 @@
+package gatewaysim_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/test/pgtest"
+	"github.com/paysched/paysched/tools/gatewaysim"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func ledgers(t *testing.T) map[string]func() gatewaysim.Ledger {
+	return map[string]func() gatewaysim.Ledger{
+		"memory": func() gatewaysim.Ledger { return gatewaysim.NewMemLedger() },
+		"postgres": func() gatewaysim.Ledger {
+			l, err := gatewaysim.NewPGLedger(context.Background(), pgtest.NewPool(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+	}
+}
+
+func charge(key string, amount int64) *gatewayv1.ChargeRequest {
+	return &gatewayv1.ChargeRequest{IdempotencyKey: key, Amount: amount, Currency: "USD", Payer: "a", Payee: "b", Reference: key}
+}
+
+func TestIdempotencyIsExact(t *testing.T) {
+	for name, mk := range ledgers(t) {
+		t.Run(name, func(t *testing.T) {
+			s := gatewaysim.New(mk(), nil)
+			ctx := context.Background()
+			// 50 concurrent calls with one key: one charge, the same answer.
+			var wg sync.WaitGroup
+			got := make([]*gatewayv1.ChargeResponse, 50)
+			errs := make([]error, 50)
+			for i := range got {
+				wg.Add(1)
+				go func() { defer wg.Done(); got[i], errs[i] = s.Charge(ctx, charge("k1", 100)) }()
+			}
+			wg.Wait()
+			for i := range got {
+				if errs[i] != nil || !proto.Equal(got[i].GetCharge(), got[0].GetCharge()) {
+					t.Fatalf("call %d: %v %v", i, errs[i], got[i])
+				}
+			}
+			if _, err := s.Charge(ctx, charge("k1", 101)); status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("same key, other amount: %v", err)
+			}
+			g, err := s.GetCharge(ctx, &gatewayv1.GetChargeRequest{IdempotencyKey: "k1"})
+			if err != nil || g.GetCharge().GetChargeId() != got[0].GetCharge().GetChargeId() {
+				t.Fatalf("get: %v %v", err, g)
+			}
+			if _, err := s.GetCharge(ctx, &gatewayv1.GetChargeRequest{IdempotencyKey: "nope"}); status.Code(err) != codes.NotFound {
+				t.Fatalf("unknown key: %v", err)
+			}
+			r, err := s.Report(ctx, &gatewayv1.ReportRequest{})
+			if err != nil || r.GetCharges() != 1 || len(r.GetDoubleCharged()) != 0 {
+				t.Fatalf("report %v %v", r, err)
+			}
+			// Two keys for one reference is what the report exists to catch.
+			second := charge("k2", 100)
+			second.Reference = "k1"
+			if _, err := s.Charge(ctx, second); err != nil {
+				t.Fatal(err)
+			}
+			r, _ = s.Report(ctx, &gatewayv1.ReportRequest{})
+			if len(r.GetDoubleCharged()) != 1 || r.GetDoubleCharged()[0] != "k1" {
+				t.Fatalf("double charge not reported: %v", r)
+			}
+			day := time.Now().UTC().Format(time.DateOnly)
+			page, err := s.ListSettlements(ctx, &gatewayv1.ListSettlementsRequest{Day: day, PageSize: 1})
+			if err != nil || len(page.GetCharges()) != 1 || page.GetNextPageToken() == "" {
+				t.Fatalf("settlements page 1: %v %v", err, page)
+			}
+			page, err = s.ListSettlements(ctx, &gatewayv1.ListSettlementsRequest{Day: day, PageSize: 1, PageToken: page.GetNextPageToken()})
+			if err != nil || len(page.GetCharges()) != 1 || page.GetNextPageToken() != "" {
+				t.Fatalf("settlements page 2: %v %v", err, page)
+			}
+		})
+	}
+}
+
+func TestFaults(t *testing.T) {
+	s := gatewaysim.New(gatewaysim.NewMemLedger(), nil)
+	ctx := context.Background()
+	set := func(f *gatewayv1.Faults) {
+		if _, err := s.SetFaults(ctx, &gatewayv1.SetFaultsRequest{Faults: f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := s.Charge(ctx, charge("d", 1))
+	if err != nil || r.GetCharge().GetStatus() != gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED {
+		t.Fatal(err, r)
+	}
+	dec := charge("decline-1", 1)
+	dec.Payee = "decline-bob"
+	if r, err := s.Charge(ctx, dec); err != nil || r.GetCharge().GetStatus() != gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED {
+		t.Fatalf("decline by rule: %v %v", err, r)
+	}
+	set(&gatewayv1.Faults{Outage: true})
+	if _, err := s.Charge(ctx, charge("o", 1)); status.Code(err) != codes.Unavailable {
+		t.Fatalf("outage: %v", err)
+	}
+	set(&gatewayv1.Faults{UnavailableRate: 1})
+	if _, err := s.Charge(ctx, charge("u", 1)); status.Code(err) != codes.Unavailable {
+		t.Fatalf("unavailable: %v", err)
+	}
+	set(&gatewayv1.Faults{TimeoutAfterCommitRate: 1})
+	if _, err := s.Charge(ctx, charge("t", 1)); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("timeout after commit: %v", err)
+	}
+	if _, err := s.GetCharge(ctx, &gatewayv1.GetChargeRequest{IdempotencyKey: "t"}); err != nil {
+		t.Fatalf("the lost answer's charge must exist: %v", err)
+	}
+	set(&gatewayv1.Faults{DeclineRate: 1})
+	if r, _ := s.Charge(ctx, charge("r", 1)); r.GetCharge().GetStatus() != gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED {
+		t.Fatal("decline rate 1 did not decline")
+	}
+	set(&gatewayv1.Faults{RateCeiling: 5})
+	exhausted := 0
+	for i := range 10 {
+		if _, err := s.Charge(ctx, charge(fmt.Sprint("c", i), 1)); status.Code(err) == codes.ResourceExhausted {
+			exhausted++
+		}
+	}
+	if exhausted == 0 {
+		t.Fatal("the rate ceiling never refused")
+	}
+	set(&gatewayv1.Faults{LatencyMinMs: 30, LatencyMaxMs: 30})
+	t0 := time.Now()
+	_, _ = s.Charge(ctx, charge("l", 1))
+	if time.Since(t0) < 30*time.Millisecond {
+		t.Fatal("latency not applied")
+	}
+	f, _ := s.GetFaults(ctx, &gatewayv1.GetFaultsRequest{})
+	if f.GetFaults().GetLatencyMaxMs() != 30 {
+		t.Fatalf("faults %v", f)
+	}
+}
