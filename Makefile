@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools:$(PATH)
 
-.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full chaos clean
+.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady chaos clean
 
 help:
 	@echo "make up         build and start the local stack (Postgres, payments-api and the engine)"
@@ -17,6 +17,7 @@ help:
 	@echo "make chaos      kill -9, restarts and SIGTERMs while 20,000 payments fall due; check every invariant (SHORT=1: CI variant)"
 	@echo "make bench-full 1,000,000 payments due in one second, every process running, cdc and audit included"
 	@echo "make bench-recon reconcile a day of N=1000000 attempts against the gateway's report"
+	@echo "make bench-steady RATE=1000 payments due every second for STEADY_FOR=120s, full stack with CDC and gateway faults"
 
 build:
 	@mkdir -p bin
@@ -68,6 +69,9 @@ bench-api: build
 
 bench-full: build
 	@N=$(or $(N),1000000) CDC=1 deploy/local/bench-engine.sh
+
+bench-steady: build
+	@deploy/local/bench-steady.sh
 
 chaos: build
 	@deploy/local/chaos.sh

@@ -31,6 +31,7 @@ for run in $(seq 1 "$RUNS"); do
   pids=($api $gw $ex1 $ex2 $rp)
   cdcflags=""
   pidlist="payments-api=$api,gateway-sim=$gw,executor-1=$ex1,executor-2=$ex2,reaper=$rp"
+  loglist="payments-api=$logs/api.log,gateway-sim=$logs/gw.log,executor-1=$logs/ex1.log,executor-2=$logs/ex2.log,reaper=$logs/reaper.log,sweeper=$logs/sweeper.log"
   if [ "$CDC" = 1 ]; then
     "$ROOT/bin/kafka" --kafka-port 19092 --kafka-data-dir "$logs/kafka-$run" --http-addr 127.0.0.1:19093 2>"$logs/kafka.log" & kf=$!
     sleep 1
@@ -50,6 +51,7 @@ for run in $(seq 1 "$RUNS"); do
     pids+=($kf $cd $au)
     cdcflags="--kafka-brokers 127.0.0.1:19092"
     pidlist="$pidlist,kafka=$kf,cdc=$cd,audit-consumer=$au"
+    loglist="$loglist,kafka=$logs/kafka.log,cdc=$logs/cdc.log,audit-consumer=$logs/audit.log"
     # cdc serves HTTP once its slot exists for good (a slot still being
     # created is listed in pg_replication_slots but may yet vanish).
     "$ROOT/bin/payctl" health --http http://127.0.0.1:19400/healthz --wait 30s >/dev/null
@@ -63,7 +65,7 @@ for run in $(seq 1 "$RUNS"); do
   if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then psql -q "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
   echo "== run $run of $RUNS: $N payments due in one second"
   "$ROOT/bin/paybench" --mode spike --n "$N" --api-grpc 127.0.0.1:19090 --database-url "$db" $cdcflags \
-    --pids "$pidlist,sweeper=$sw" | while IFS= read -r line; do
+    --pids "$pidlist,sweeper=$sw" --logs "$loglist" | while IFS= read -r line; do
       echo "$line"
       case $line in *" open=0") touch "$logs/drained-$run" ;; esac
     done

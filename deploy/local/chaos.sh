@@ -2,7 +2,9 @@
 # `make chaos`: a private durable Postgres (with-pg.sh; the run restarts it
 # once through pg.sh), then bin/chaos drives the full topology under fire
 # and checks the invariants. SHORT=1 is the CI variant (2,000 payments over
-# 45 s). Extra flags for bin/chaos go in CHAOS_FLAGS; KEEP=1 keeps the logs.
+# 45 s). Extra flags for bin/chaos go in CHAOS_FLAGS; KEEP=1 keeps the logs
+# (a failed run always keeps them, and prints each violation with the rows
+# involved).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export ROOT SHORT=${SHORT:-} KEEP=${KEEP:-} CHAOS_FLAGS=${CHAOS_FLAGS:-}
@@ -21,6 +23,7 @@ if [ $rc -ne 0 ]; then
   echo "--- last log lines of each service ---" >&2
   for f in "$run"/*.log; do echo "== $(basename "$f")" >&2; tail -n 5 "$f" >&2; done
 fi
-if [ "$KEEP" = 1 ]; then echo "chaos: logs kept in $run" >&2; else rm -rf "$run"; fi
+# A failed run keeps its directory (logs, kafka data) for the post-mortem.
+if [ "$KEEP" = 1 ] || [ $rc -ne 0 ]; then echo "chaos: logs kept in $run" >&2; else rm -rf "$run"; fi
 exit $rc
 '

@@ -1,9 +1,12 @@
 // Package gateway is the engine's side of the gateway contract: it charges
-// with key = paymentId and turns every answer into one of four outcomes.
+// with key = paymentId, asks before it charges again (Probe), and reads
+// every answer strictly: only a charge that names this payment's key,
+// amount and currency with an explicit status settles anything.
 package gateway
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -18,9 +21,21 @@ type Result struct {
 	Outcome payment.AttemptOutcome
 	Ref     string // charge id
 	Error   string
+	// Uncertain: the request may have reached the gateway and no
+	// definitive answer came back, so the payment may be charged. The next
+	// attempt must ask first, and a cancel must be refused until then.
+	Uncertain bool
+	// Mismatch: the gateway answered with a charge for another key, amount
+	// or currency. Never a success; it needs a human.
+	Mismatch bool
+	// Found is set by Probe: the gateway holds a charge under the key.
+	Found bool
+	// Unhealthy: the gateway was unavailable, rate limited or silent (the
+	// sweeper's circuit breaker counts it).
+	Unhealthy bool
 }
 
-// Payment is what a charge needs.
+// Payment is what a charge needs, as the payment row holds it.
 type Payment struct {
 	ID                     string
 	Payer, Payee, Currency string
@@ -34,9 +49,20 @@ type Charger struct {
 	ProbeTimeout  time.Duration
 }
 
-// Charge charges p with key = p.ID. An ambiguous answer is probed with
-// GetCharge at once: a definitive answer settles it; NOT_FOUND means it was
-// not charged (retry later with the same key); no answer stays ambiguous.
+// Deadline is the longest a charge, with its probe, may take.
+func (c *Charger) Deadline(probeFirst bool) time.Duration {
+	d := c.ChargeTimeout + c.ProbeTimeout
+	if probeFirst {
+		d += c.ProbeTimeout
+	}
+	return d
+}
+
+// Charge charges p with key = p.ID. A transport error or a gateway error
+// after the request may have been sent is probed with GetCharge at once: a
+// strict answer settles it; NOT_FOUND means not charged yet (retry later,
+// same key, still asking first: the request may still be in flight); no
+// answer stays ambiguous.
 func (c *Charger) Charge(ctx context.Context, p Payment) Result {
 	cctx, cancel := context.WithTimeout(ctx, c.ChargeTimeout)
 	resp, err := c.Client.Charge(cctx, &gatewayv1.ChargeRequest{
@@ -44,30 +70,79 @@ func (c *Charger) Charge(ctx context.Context, p Payment) Result {
 	})
 	cancel()
 	if err == nil {
-		return fromCharge(resp.GetCharge())
+		return Read(resp.GetCharge(), p)
 	}
+	msg := status.Convert(err).Message()
 	switch status.Code(err) {
-	case codes.Unavailable, codes.ResourceExhausted:
-		// The gateway refused before charging.
-		return Result{Outcome: payment.Retryable, Error: status.Convert(err).Message()}
+	case codes.ResourceExhausted:
+		// The gateway's rate limit (or a local limit before sending): the
+		// gateway refused it, nothing was charged.
+		return Result{Outcome: payment.Retryable, Error: "rate limited: " + msg, Unhealthy: true}
+	case codes.FailedPrecondition:
+		// The key names a charge with other parameters: that charge is not
+		// this payment's, and charging again would not help.
+		return Result{Outcome: payment.KeyConflict, Error: "key conflict: " + msg}
 	}
-	first := "charge: " + status.Convert(err).Message()
+	// UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, ...: gRPC answers
+	// these also when the connection dropped after the request was sent.
+	first := "charge: " + msg
+	r := c.Probe(ctx, p)
+	r.Uncertain = true
+	switch {
+	case r.Found:
+		r.Error = first + "; probe: " + r.Error
+		r.Uncertain = r.Outcome != payment.Succeeded && r.Outcome != payment.Declined
+		return r
+	case r.Outcome == payment.Retryable:
+		r.Error = first + "; probe: not charged yet"
+	default:
+		r.Error = first + "; probe: " + r.Error
+	}
+	r.Unhealthy = true
+	return r
+}
+
+// Probe asks the gateway whether it holds a charge under p's key. Found
+// with a strict Read of the charge; NOT_FOUND: Retryable, not Found; no
+// answer: Ambiguous.
+func (c *Charger) Probe(ctx context.Context, p Payment) Result {
 	pctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
 	defer cancel()
-	got, perr := c.Client.GetCharge(pctx, &gatewayv1.GetChargeRequest{IdempotencyKey: p.ID})
+	got, err := c.Client.GetCharge(pctx, &gatewayv1.GetChargeRequest{IdempotencyKey: p.ID})
 	switch {
-	case perr == nil:
-		return fromCharge(got.GetCharge())
-	case status.Code(perr) == codes.NotFound:
-		return Result{Outcome: payment.Retryable, Error: first + "; probe: not charged"}
+	case err == nil:
+		r := Read(got.GetCharge(), p)
+		r.Found = got.GetCharge() != nil
+		return r
+	case status.Code(err) == codes.NotFound:
+		return Result{Outcome: payment.Retryable, Error: "no charge under the key"}
 	default:
-		return Result{Outcome: payment.Ambiguous, Error: first + "; probe: " + status.Convert(perr).Message()}
+		return Result{Outcome: payment.Ambiguous, Error: "probe: " + status.Convert(err).Message(), Uncertain: true, Unhealthy: true}
 	}
 }
 
-func fromCharge(ch *gatewayv1.Charge) Result {
-	if ch.GetStatus() == gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED {
-		return Result{Outcome: payment.Declined, Ref: ch.GetChargeId(), Error: "declined: " + ch.GetDeclineReason()}
+// Read maps a charge the gateway returned for p to an outcome, strictly:
+// a charge that is missing, names another key, amount or currency, or has
+// a status this code does not know is ambiguous, never a success.
+func Read(ch *gatewayv1.Charge, p Payment) Result {
+	if ch == nil {
+		return Result{Outcome: payment.Ambiguous, Error: "gateway answered without a charge", Uncertain: true}
 	}
-	return Result{Outcome: payment.Succeeded, Ref: ch.GetChargeId()}
+	if ch.GetIdempotencyKey() != p.ID || ch.GetAmount() != p.Amount || ch.GetCurrency() != p.Currency {
+		return Result{Outcome: payment.Ambiguous, Ref: ch.GetChargeId(), Uncertain: true, Mismatch: true,
+			Error: fmt.Sprintf("gateway answered charge %s for key %q, %d %s; the payment is %q, %d %s",
+				ch.GetChargeId(), ch.GetIdempotencyKey(), ch.GetAmount(), ch.GetCurrency(), p.ID, p.Amount, p.Currency)}
+	}
+	switch ch.GetStatus() {
+	case gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED:
+		return Result{Outcome: payment.Succeeded, Ref: ch.GetChargeId()}
+	case gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED:
+		return Result{Outcome: payment.Declined, Ref: ch.GetChargeId(), Error: "declined: " + ch.GetDeclineReason()}
+	case gatewayv1.ChargeStatus_CHARGE_STATUS_UNSPECIFIED:
+		return Result{Outcome: payment.Ambiguous, Ref: ch.GetChargeId(), Uncertain: true,
+			Error: "gateway answered charge " + ch.GetChargeId() + " without a status"}
+	default:
+		return Result{Outcome: payment.Ambiguous, Ref: ch.GetChargeId(), Uncertain: true,
+			Error: fmt.Sprintf("gateway answered charge %s with unknown status %d", ch.GetChargeId(), ch.GetStatus())}
+	}
 }

@@ -14,11 +14,14 @@ type Actor string
 const (
 	// Client: the payer, through payments-api (cancel).
 	Client Actor = "client"
-	// Sweeper: claims due payments and releases claims it never dispatched.
+	// Sweeper: claims due payments and releases claims an executor
+	// refused untouched.
 	Sweeper Actor = "sweeper"
-	// Executor: records what the gateway answered, fenced by the attempt.
+	// Executor: records what the gateway answered, fenced by the attempt,
+	// and releases claims it decided not to start (lease too short).
 	Executor Actor = "executor"
-	// Reaper: takes back claims whose lease expired.
+	// Reaper: takes back claims whose lease expired; the next attempt asks
+	// the gateway before it charges again.
 	Reaper Actor = "reaper"
 	// Reconciler: repairs a payment the gateway's settlement report says
 	// was charged (the daily run).
@@ -51,6 +54,7 @@ var Moves = []Move{
 	{Processing, Completed, Executor, "succeeded"},
 	{Processing, Failed, Executor, "declined"},
 	{Processing, Pending, Executor, "retry"},
+	{Processing, Pending, Executor, "release"},
 	{Processing, DeadLettered, Executor, "dead-letter"},
 	{Processing, Pending, Reaper, "expire"},
 	{Pending, Completed, Reconciler, "repair"},

@@ -64,8 +64,12 @@ const (
 	// Ambiguous: no definitive answer; the gateway may have charged it.
 	Ambiguous AttemptOutcome = "AMBIGUOUS"
 	// Abandoned: the attempt's lease expired before its executor recorded
-	// an outcome.
+	// an outcome; it may have reached the gateway.
 	Abandoned AttemptOutcome = "ABANDONED"
+	// KeyConflict: the gateway holds a different charge under the
+	// payment's key (FAILED_PRECONDITION). Never a success: an operator
+	// must look.
+	KeyConflict AttemptOutcome = "KEY_CONFLICT"
 )
 
 // Definitive reports whether the gateway's answer settles the payment.
@@ -81,6 +85,9 @@ const (
 	// AmbiguousUnresolved: the budget ran out while the gateway may have
 	// charged it; the resolver keeps asking the gateway.
 	AmbiguousUnresolved DeadReason = "AMBIGUOUS_UNRESOLVED"
+	// KeyConflicted: the gateway answered that the payment's key names a
+	// charge with other parameters.
+	KeyConflicted DeadReason = "KEY_CONFLICT"
 )
 
 // Payment is one row of payments, as the API shows it.

@@ -2,16 +2,15 @@ package reconcile
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -75,35 +74,33 @@ func (r *Resolver) Once(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	settled := 0
+	charger := &gateway.Charger{Client: r.Gateway, ProbeTimeout: 5 * time.Second}
 	for _, d := range ds {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := r.Gateway.GetCharge(pctx, &gatewayv1.GetChargeRequest{IdempotencyKey: d.ID.String()})
-		cancel()
+		// Read strictly: only a charge naming this payment's key, amount
+		// and currency with an explicit status settles it.
+		res := charger.Probe(ctx, gateway.Payment{ID: d.ID.String(), Amount: d.Amount, Currency: d.Currency})
 		m := store.Move{ID: d.ID, By: payment.Resolver, Actor: "reconciler", Action: "RESOLVE_AMBIGUOUS"}
 		switch {
-		case status.Code(err) == codes.NotFound:
+		case !res.Found && res.Outcome == payment.Retryable:
+			// The next attempt still asks first (the move sets probe_first).
 			m.To, m.Redrive, m.Reason = payment.Pending, true, "the gateway has no charge under its key: retried with the same key"
-		case err != nil:
-			if err := r.postpone(ctx, d.ID, d.DueTime, d.Probes, err); err != nil {
+		case res.Found && res.Outcome == payment.Succeeded:
+			m.To, m.GatewayRef, m.Amount, m.Currency = payment.Completed, res.Ref, d.Amount, d.Currency
+			m.Reason = "the gateway settled charge " + res.Ref
+		case res.Found && res.Outcome == payment.Declined:
+			m.To, m.LastError = payment.Failed, res.Error
+			m.Reason = "the gateway declined charge " + res.Ref
+		default:
+			// No answer, an unknown status, or a charge that is not this
+			// payment's: ask again later (a mismatch is the daily run's to report).
+			if err := r.postpone(ctx, d.ID, d.DueTime, d.Probes, errors.New(res.Error)); err != nil {
 				return settled, err
 			}
 			continue
-		case resp.GetCharge().GetStatus() == gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED:
-			c := resp.GetCharge()
-			m.To, m.GatewayRef, m.Amount, m.Currency = payment.Completed, c.GetChargeId(), c.GetAmount(), c.GetCurrency()
-			m.Reason = "the gateway settled charge " + c.GetChargeId()
-		default:
-			c := resp.GetCharge()
-			m.To, m.LastError = payment.Failed, "declined: "+c.GetDeclineReason()
-			m.Reason = "the gateway declined charge " + c.GetChargeId()
 		}
 		if _, err := store.Apply(ctx, r.DB, m); err != nil {
 			if err == store.ErrNotMoved {
-				// Moved meanwhile (an operator, a webhook), or the gateway
-				// charged another amount: the daily run reports that one.
-				if m.Amount > 0 {
-					_ = r.postpone(ctx, d.ID, d.DueTime, d.Probes, fmt.Errorf("gateway charge does not match the payment's amount"))
-				}
+				// Moved meanwhile (an operator, a webhook).
 				continue
 			}
 			return settled, err

@@ -12,17 +12,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Claimed is one payment a sweeper now holds under a lease.
+// Claimed is one payment a sweeper now holds under a lease: the row's key
+// and its fencing token. What a charge needs the executor reads from the
+// row itself (Load), so a forged or stale request cannot change it.
 type Claimed struct {
-	ID       uuid.UUID
-	DueTime  time.Time
-	RunAt    time.Time
-	Attempt  int32
-	Retries  int32
-	Payer    string
-	Payee    string
-	Amount   int64
-	Currency string
+	ID      uuid.UUID
+	DueTime time.Time
+	RunAt   time.Time
+	Attempt int32
 }
 
 // claimSQL claims up to $3 due rows for owner $1 with lease $2.
@@ -53,33 +50,34 @@ SET status = 'PROCESSING', lease_until = now() + $2::interval, lease_owner = $1,
 WHERE p.id = ANY (ARRAY(SELECT id FROM due))
   AND p.due_time >= (SELECT min(due_time) FROM due) AND p.due_time <= now()
   AND p.status = 'PENDING'
-RETURNING p.id, p.due_time, p.run_at, p.attempt, p.retries, p.payer, p.payee, p.amount_minor, p.currency`
+RETURNING p.id, p.due_time, p.run_at, p.attempt`
 
-// releaseSQL hands claims that no executor started back to PENDING.
+// releaseSQL hands claims back to PENDING. It serves two callers: the
+// sweeper, for a batch an executor refused untouched (RESOURCE_EXHAUSTED or
+// ABORTED before any progress), and the executor, for an item it decided
+// not to start (its lease would end before the call's deadline).
 //
-// Why it is safe: a claim is released only while it is still ours at that
-// attempt (status, attempt and lease_owner all match) and no attempt row
-// exists, i.e. no executor began it. The attempt number stays incremented,
-// so a late executor holding the old token is still fenced out; retries is
-// untouched, so releasing costs no budget. Were an executor to start it
-// anyway, the gateway key (the paymentId) would still make it one charge.
+// Why it is safe: no attempt of this claim reached the gateway, by the
+// callers' contract: a claim is started only by the one executor the
+// sweeper gave it to, and that executor either refused the whole batch
+// before reading it or is the caller itself. The statement is fenced on
+// (status, attempt, lease owner), so a claim the reaper took back or
+// another process moved is left alone. The attempt number stays
+// incremented, so a late holder of the old token is still fenced out;
+// retries and probe_first are untouched, so a release costs no budget and
+// forgets no doubt. A sweeper that cannot tell whether its request reached
+// the executor (a transport error) does not release: the lease expires and
+// the next attempt asks the gateway first.
 const releaseSQL = `
 UPDATE payments p
 SET status = 'PENDING', lease_until = NULL, lease_owner = NULL, updated_at = now()
 FROM unnest($1::uuid[], $2::timestamptz[], $3::int[]) AS u(id, due_time, attempt)
 WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING'
   AND p.attempt = u.attempt AND p.lease_owner = $4
-  AND p.id = ANY ($1::uuid[]) AND p.due_time >= $5 AND p.due_time <= $6 -- an index path, no partition scan
-  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.payment_id = u.id AND a.attempt = u.attempt)`
+  AND p.id = ANY ($1::uuid[]) AND p.due_time >= $5 AND p.due_time <= $6 -- an index path, no partition scan`
 
-// releaseOwnerSQL releases every unstarted claim of an owner (shutdown).
-const releaseOwnerSQL = `
-UPDATE payments p
-SET status = 'PENDING', lease_until = NULL, lease_owner = NULL, updated_at = now()
-WHERE p.status = 'PROCESSING' AND p.lease_owner = $1
-  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.payment_id = p.id AND a.attempt = p.attempt)`
-
-// Release returns undispatched claims to PENDING and says how many.
+// Release returns claims no attempt started to PENDING (see releaseSQL for
+// who may call it) and says how many.
 func Release(ctx context.Context, db DB, owner string, cs []Claimed) (int64, error) {
 	ids := make([][16]byte, len(cs))
 	dues := make([]time.Time, len(cs))
@@ -111,15 +109,6 @@ func DueSpan(dues []time.Time) (time.Time, time.Time) {
 	return lo, hi
 }
 
-// ReleaseOwner returns every unstarted claim held by owner to PENDING.
-func ReleaseOwner(ctx context.Context, db DB, owner string) (int64, error) {
-	tag, err := db.Exec(ctx, releaseOwnerSQL, owner)
-	if err != nil {
-		return 0, fmt.Errorf("release claims of %s: %w", owner, err)
-	}
-	return tag.RowsAffected(), nil
-}
-
 // Claim claims up to limit due payments for owner, each leased for lease.
 func Claim(ctx context.Context, db DB, owner string, lease time.Duration, limit int) ([]Claimed, error) {
 	rows, err := db.Query(ctx, claimSQL, owner, lease, limit)
@@ -128,7 +117,7 @@ func Claim(ctx context.Context, db DB, owner string, lease time.Duration, limit 
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 		var c Claimed
-		err := r.Scan(&c.ID, &c.DueTime, &c.RunAt, &c.Attempt, &c.Retries, &c.Payer, &c.Payee, &c.Amount, &c.Currency)
+		err := r.Scan(&c.ID, &c.DueTime, &c.RunAt, &c.Attempt)
 		return c, err
 	})
 	if err != nil {

@@ -52,7 +52,10 @@ var ErrNotMoved = errors.New("payment not in a status this move may leave")
 // re-reads PROCESSING and matches nothing) or finds it locked and skips it
 // (SKIP LOCKED), then sees it no longer PENDING. An executor's late outcome
 // is fenced by status = 'PROCESSING' and finds the new status. The action
-// row is written by the same statement, so a move is never unaudited.
+// row is written by the same statement, so a move is never unaudited. A
+// move back to PENDING (re-drive, a resolver's "not charged") sets
+// probe_first: a dead letter may have reached the gateway, so the next
+// attempt asks it before charging, whatever the mover saw earlier.
 const moveSQL = `
 WITH cur AS (
     SELECT p.id, p.due_time, p.status, p.attempt FROM payments p
@@ -67,6 +70,7 @@ WITH cur AS (
         retries = CASE WHEN $7 THEN 0 ELSE p.retries END,
         probes = CASE WHEN $7 THEN 0 ELSE p.probes END,
         run_at = CASE WHEN $7 THEN GREATEST(p.due_time, now()) ELSE p.run_at END,
+        probe_first = ($3 = 'PENDING'),
         dead_letter_reason = CASE WHEN $3 = 'DEAD_LETTERED' THEN p.dead_letter_reason END,
         last_error = COALESCE(NULLIF($8, ''), p.last_error),
         lease_until = NULL, lease_owner = NULL, updated_at = now()

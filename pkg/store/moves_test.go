@@ -130,7 +130,7 @@ func TestStoreMovesAreInTheTable(t *testing.T) {
 	for _, s := range payment.Statuses {
 		from = s
 		func() {
-			// Sweeper: claim, release, release of an owner's claims.
+			// Sweeper: claim, and release of a batch an executor refused.
 			seed(s, false)
 			claimed, err := store.Claim(ctx, db, "sweeper-1", time.Minute, 10)
 			if err != nil {
@@ -141,16 +141,6 @@ func TestStoreMovesAreInTheTable(t *testing.T) {
 				t.Fatal(err)
 			}
 			expect(payment.Sweeper, "Release")
-			cleanup()
-			seed(s, false)
-			if _, err := store.Claim(ctx, db, "sweeper-2", time.Minute, 10); err != nil {
-				t.Fatal(err)
-			}
-			log.take() // the claim was checked above
-			if _, err := store.ReleaseOwner(ctx, db, "sweeper-2"); err != nil {
-				t.Fatal(err)
-			}
-			expect(payment.Sweeper, "ReleaseOwner")
 			cleanup()
 
 			// Client: cancel.
@@ -164,26 +154,34 @@ func TestStoreMovesAreInTheTable(t *testing.T) {
 				{Outcome: payment.Succeeded, Status: payment.Completed, Ref: "ch_1"},
 				{Outcome: payment.Declined, Status: payment.Failed},
 				{Outcome: payment.Retryable, Status: payment.Pending, NewRetries: 1, RunAt: time.Now()},
+				{Outcome: payment.Ambiguous, Status: payment.Pending, NewRetries: 1, ProbeFirst: true},
+				{Status: payment.Pending}, // a release: no call was made
 				{Outcome: payment.Ambiguous, Status: payment.DeadLettered, DeadReason: payment.AmbiguousUnresolved},
+				{Outcome: payment.KeyConflict, Status: payment.DeadLettered, DeadReason: payment.KeyConflicted},
 			} {
-				id, due := seed(s, true)
+				id, due := seed(s, false)
 				tr.Item = store.Item{ID: id, DueTime: due, Attempt: 1}
-				if _, err := store.Record(ctx, db, []store.Transition{tr}); err != nil {
+				if _, err := store.Complete(ctx, db, "executor-1", []store.Transition{tr}); err != nil {
 					t.Fatal(err)
 				}
-				expect(payment.Executor, "Record "+string(tr.Outcome))
+				expect(payment.Executor, "Complete "+string(tr.Outcome))
 				cleanup()
 			}
+			// The executor refuses to make a move the table does not list.
+			id, due := seed(s, false)
+			if _, err := store.Complete(ctx, db, "executor-1", []store.Transition{{Item: store.Item{ID: id, DueTime: due, Attempt: 1},
+				Status: payment.Cancelled}}); err == nil {
+				t.Errorf("Complete moved a payment to CANCELLED as the executor")
+			}
+			cleanup()
 
-			// Reaper: lease expiry, started and not.
-			for _, started := range []bool{false, true} {
-				seed(s, started)
-				if _, err := store.ExpireLeases(ctx, db, 100); err != nil {
-					t.Fatal(err)
-				}
-				expect(payment.Reaper, fmt.Sprint("ExpireLeases started=", started))
-				cleanup()
+			// Reaper: lease expiry.
+			seed(s, false)
+			if _, err := store.ExpireLeases(ctx, db, 100); err != nil {
+				t.Fatal(err)
 			}
+			expect(payment.Reaper, "ExpireLeases")
+			cleanup()
 
 			// Reconciler: the daily run's repair of a settled charge.
 			id, d := seed(s, true)

@@ -1,169 +1,197 @@
 package store
 
-// What an executor learned: the attempt rows, and the payment transitions
-// fenced by the attempt number. Both are batched: one statement per step
-// for a whole claimed batch.
+// The executor's two statements: Load reads what a claimed batch must
+// charge from the rows themselves, and Complete writes what the attempts
+// learned: each attempt row once, with its outcome, and the payment's
+// transition fenced by the attempt number, in one statement for many
+// payments (the executor's completer batches across Execute calls).
 
 import (
-	"github.com/paysched/paysched/pkg/payment"
-
 	"context"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paysched/paysched/pkg/payment"
 )
 
-// Item is one claimed payment as the executor received it.
+// Item is one claimed payment as the executor received it: the row's key
+// and the fencing token.
 type Item struct {
 	ID      uuid.UUID
 	DueTime time.Time
 	Attempt int32
-	Retries int32
 }
 
-// startSQL records the start of each attempt, only for claims that are
-// still current (PROCESSING at that attempt): a stale batch sent to a slow
-// executor is never charged by it. The attempt row's existence is also what
-// tells a sweeper that a claim was started and must not be released.
-const startSQL = `
-INSERT INTO payment_attempts (payment_id, attempt, started_at, gateway_key, executor_id)
-SELECT u.id, u.attempt, now(), u.id::text, $4
+// Work is a claimed payment as its row holds it, at the claim's attempt.
+type Work struct {
+	Item
+	Retries    int32
+	ProbeFirst bool
+	Payer      string
+	Payee      string
+	Amount     int64
+	Currency   string
+	// LeaseLeft is how long the claim's lease still ran when it was read
+	// (by the database's clock).
+	LeaseLeft time.Duration
+}
+
+// loadSQL reads the rows of a batch that are still PROCESSING at the
+// claimed attempt. A row another process moved, or an item the sweeper
+// never claimed at that attempt, is not returned: the executor does not
+// touch it. The charge's parameters come from here, never from the request.
+const loadSQL = `
+SELECT p.id, p.due_time, p.attempt, p.retries, p.probe_first, p.payer, p.payee, p.amount_minor, p.currency,
+       EXTRACT(epoch FROM p.lease_until - clock_timestamp())::float8
 FROM unnest($1::uuid[], $2::timestamptz[], $3::int[]) AS u(id, due_time, attempt)
 JOIN payments p ON p.id = u.id AND p.due_time = u.due_time
-WHERE p.status = 'PROCESSING' AND p.attempt = u.attempt
-ON CONFLICT (payment_id, attempt) DO NOTHING
-RETURNING payment_id`
+WHERE p.status = 'PROCESSING' AND p.attempt = u.attempt AND p.lease_until IS NOT NULL
+  AND p.id = ANY ($1::uuid[]) AND p.due_time >= $4 AND p.due_time <= $5 -- an index path, no partition scan`
 
-// Start writes attempt rows and returns the items that may be charged.
-func Start(ctx context.Context, db *pgxpool.Pool, executor string, items []Item) ([]Item, error) {
-	ids, dues, attempts := columns(items)
-	rows, err := db.Query(ctx, startSQL, ids, dues, attempts, executor)
-	if err != nil {
-		return nil, fmt.Errorf("start attempts: %w", err)
+// Load reads the claimed rows of items that are still current.
+func Load(ctx context.Context, db DB, items []Item) ([]Work, error) {
+	if len(items) == 0 {
+		return nil, nil
 	}
-	started, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return nil, fmt.Errorf("start attempts: %w", err)
-	}
-	ok := make(map[uuid.UUID]bool, len(started))
-	for _, id := range started {
-		ok[id] = true
-	}
-	out := make([]Item, 0, len(started))
-	for _, it := range items {
-		if ok[it.ID] {
-			out = append(out, it)
-		}
-	}
-	return out, nil
-}
-
-func columns(items []Item) ([][16]byte, []time.Time, []int32) {
 	ids := make([][16]byte, len(items))
 	dues := make([]time.Time, len(items))
 	attempts := make([]int32, len(items))
 	for i, it := range items {
 		ids[i], dues[i], attempts[i] = it.ID, it.DueTime, it.Attempt
 	}
-	return ids, dues, attempts
+	lo, hi := DueSpan(dues)
+	rows, err := db.Query(ctx, loadSQL, ids, dues, attempts, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("load batch: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Work, error) {
+		var w Work
+		var left float64
+		err := r.Scan(&w.ID, &w.DueTime, &w.Attempt, &w.Retries, &w.ProbeFirst, &w.Payer, &w.Payee, &w.Amount, &w.Currency, &left)
+		w.LeaseLeft = time.Duration(left * float64(time.Second))
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load batch: %w", err)
+	}
+	return out, nil
 }
 
-// Transition is the decided fate of one attempt.
+// Transition is the executor's decision for one claimed payment.
 type Transition struct {
 	Item
-	// Outcome for the attempt row (empty: the attempt never started).
-	Outcome payment.AttemptOutcome
-	Ref     string
-	Error   string
-	// Status is the payment's next status: COMPLETED, FAILED, PENDING or DEAD_LETTERED.
+	// Outcome is what the attempt learned; empty for a release (no call
+	// was made, so no attempt row is written).
+	Outcome   payment.AttemptOutcome
+	StartedAt time.Time
+	Ref       string
+	Error     string
+	// Status is the payment's next status.
 	Status payment.Status
-	// RunAt is the next run time when PENDING.
-	RunAt time.Time
-	// NewRetries is the retry budget spent after this attempt.
+	// RunAt, when set, is the next attempt's time (a retry's backoff).
+	RunAt      time.Time
 	NewRetries int32
-	// DeadReason says why, when dead-lettered.
 	DeadReason payment.DeadReason
+	// ProbeFirst: the next attempt must ask the gateway before charging.
+	ProbeFirst bool
 }
 
-// finishSQL closes attempt rows. It is not fenced: a zombie's attempt row is
-// its own, and recording what it saw is the audit trail — even over the
-// ABANDONED the reaper wrote while it was slow.
-const finishSQL = `
-UPDATE payment_attempts a
-SET finished_at = now(), outcome = u.outcome, gateway_ref = NULLIF(u.ref, ''), error = NULLIF(u.err, '')
-FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[]) AS u(id, attempt, outcome, ref, err)
-WHERE a.payment_id = u.id AND a.attempt = u.attempt AND (a.finished_at IS NULL OR a.outcome = 'ABANDONED')`
-
-// transitionSQL moves each payment out of PROCESSING.
+// completeSQL applies a batch of transitions and writes their attempt rows.
 //
-// Why it is safe: the WHERE clause is the fence. It matches only a row that
-// is still PROCESSING at the attempt this executor was given; if the lease
-// expired and the reaper or another sweeper moved on, attempt has changed
-// (or the status has) and the late write changes nothing. One statement per
-// batch, never read-then-write.
-const transitionSQL = `
-UPDATE payments p
-SET status = u.status,
-    run_at = GREATEST(p.due_time, COALESCE(u.run_at, p.run_at)),
-    retries = u.retries,
-    gateway_ref = COALESCE(NULLIF(u.ref, ''), p.gateway_ref),
-    last_error = NULLIF(u.err, ''),
-    dead_letter_reason = NULLIF(u.dead, ''),
-    lease_until = NULL, lease_owner = NULL, updated_at = now()
-FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::text[], $5::timestamptz[], $6::int[],
-            $7::text[], $8::text[], $9::text[])
-     AS u(id, due_time, attempt, status, run_at, retries, ref, err, dead)
-WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING' AND p.attempt = u.attempt`
+// Why it is safe: each payment is updated only while it is PROCESSING at
+// the attempt the executor was given (the fencing token); if the reaper
+// took the lease back or another process moved it, the update matches
+// nothing and the payment keeps its newer state (probe_first is set by
+// whoever took it back, so the next attempt asks the gateway). The attempt
+// row is written whether or not the transition applied: it is the record
+// of what the gateway said to this attempt. A row the reaper wrote as
+// ABANDONED is replaced by the real outcome; any other existing row wins
+// (a retried statement changes nothing). Both writes are one statement:
+// there is no moment where one exists without the other.
+const completeSQL = `
+WITH u AS (
+    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::text[], $5::timestamptz[], $6::int[],
+                         $7::text[], $8::text[], $9::text[], $10::bool[], $11::text[], $12::timestamptz[])
+        AS u(id, due_time, attempt, status, run_at, retries, ref, err, dead, probe_first, outcome, started_at)
+), moved AS (
+    UPDATE payments p
+    SET status = u.status,
+        run_at = GREATEST(p.due_time, COALESCE(u.run_at, p.run_at)),
+        retries = u.retries,
+        probe_first = u.probe_first,
+        gateway_ref = COALESCE(NULLIF(u.ref, ''), p.gateway_ref),
+        last_error = COALESCE(NULLIF(u.err, ''), CASE WHEN u.outcome = '' THEN p.last_error END),
+        dead_letter_reason = NULLIF(u.dead, ''),
+        lease_until = NULL, lease_owner = NULL, updated_at = now()
+    FROM u
+    WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING' AND p.attempt = u.attempt
+      AND p.id = ANY ($1::uuid[]) AND p.due_time >= $14 AND p.due_time <= $15 -- an index path, no partition scan
+    RETURNING p.id, p.attempt
+), attempts AS (
+    INSERT INTO payment_attempts AS a (payment_id, attempt, started_at, finished_at, gateway_key, outcome, gateway_ref, error, executor_id)
+    SELECT u.id, u.attempt, u.started_at, now(), u.id::text, u.outcome, NULLIF(u.ref, ''), NULLIF(u.err, ''), $13
+    FROM u WHERE u.outcome <> ''
+    ON CONFLICT (payment_id, attempt) DO UPDATE
+    SET finished_at = excluded.finished_at, outcome = excluded.outcome, gateway_ref = excluded.gateway_ref,
+        error = excluded.error, executor_id = excluded.executor_id
+    WHERE a.outcome = 'ABANDONED'
+)
+SELECT id, attempt FROM moved`
 
-// Record writes a batch of transitions in one transaction and returns how
-// many were applied (the rest were fenced out).
-func Record(ctx context.Context, db *pgxpool.Pool, ts []Transition) (int, error) {
-	for _, t := range ts {
-		// The executor moves only what the state machine lets it move.
-		if !payment.Allowed(payment.Processing, t.Status, payment.Executor) {
-			return 0, fmt.Errorf("record %s: the executor may not move a payment to %q", t.ID, t.Status)
-		}
-	}
+// Applied identifies a transition that was written.
+type Applied struct {
+	ID      uuid.UUID
+	Attempt int32
+}
+
+// Complete writes ts as executor, returning the transitions that applied
+// (the others were fenced out). Every transition must be one the state
+// machine lets the executor make.
+func Complete(ctx context.Context, db DB, executor string, ts []Transition) (map[Applied]bool, error) {
 	n := len(ts)
+	if n == 0 {
+		return map[Applied]bool{}, nil
+	}
 	ids := make([][16]byte, n)
 	dues := make([]time.Time, n)
-	attempts := make([]int32, n)
-	outcomes, refs, errs, statuses, deads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts, retries := make([]int32, n), make([]int32, n)
+	statuses, refs, errs, deads, outcomes := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	runAts := make([]*time.Time, n)
-	retries := make([]int32, n)
+	starts := make([]time.Time, n)
+	probes := make([]bool, n)
 	for i, t := range ts {
-		ids[i], dues[i], attempts[i] = t.ID, t.DueTime, t.Attempt
-		outcomes[i], refs[i], errs[i], statuses[i], deads[i] = string(t.Outcome), t.Ref, t.Error, string(t.Status), string(t.DeadReason)
+		if !payment.Allowed(payment.Processing, t.Status, payment.Executor) {
+			return nil, fmt.Errorf("complete %s: the executor may not move a payment to %q", t.ID, t.Status)
+		}
+		ids[i], dues[i], attempts[i], retries[i] = t.ID, t.DueTime, t.Attempt, t.NewRetries
+		statuses[i], refs[i], errs[i], deads[i], outcomes[i] = string(t.Status), t.Ref, t.Error, string(t.DeadReason), string(t.Outcome)
 		if !t.RunAt.IsZero() {
 			r := t.RunAt
 			runAts[i] = &r
 		}
-		retries[i] = t.NewRetries
+		starts[i] = t.StartedAt
+		if starts[i].IsZero() {
+			starts[i] = time.Now()
+		}
+		probes[i] = t.ProbeFirst
 	}
-	// Both statements in one round trip and one transaction.
-	b := &pgx.Batch{}
-	b.Queue(finishSQL, ids, attempts, outcomes, refs, errs)
-	b.Queue(transitionSQL, ids, dues, attempts, statuses, runAts, retries, refs, errs, deads)
-	applied := 0
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		br := tx.SendBatch(ctx, b)
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
-		}
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return err
-		}
-		applied = int(tag.RowsAffected())
-		return br.Close()
+	lo, hi := DueSpan(dues)
+	rows, err := db.Query(ctx, completeSQL, ids, dues, attempts, statuses, runAts, retries, refs, errs, deads, probes,
+		outcomes, starts, executor, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("complete attempts: %w", err)
+	}
+	applied := make(map[Applied]bool, n)
+	var a Applied
+	_, err = pgx.ForEachRow(rows, []any{&a.ID, &a.Attempt}, func() error {
+		applied[a] = true
+		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("record outcomes: %w", err)
+		return nil, fmt.Errorf("complete attempts: %w", err)
 	}
 	return applied, nil
 }

@@ -370,18 +370,17 @@ func (s *Store) List(ctx context.Context, payer string, status payment.Status, b
 // by, and on its next sweep the row is no longer PENDING. There is no
 // read-then-write window in between.
 //
-// A PENDING payment whose earlier attempt has no definitive outcome
-// (AMBIGUOUS, ABANDONED, or unfinished) may already be charged: cancelling
-// it would tell the payer "not charged" when the gateway may say otherwise,
-// so it answers ALREADY_PROCESSING. While PENDING no new attempt row can
-// appear (an attempt starts only on a PROCESSING row), so the check cannot
-// race with one.
+// A PENDING payment with probe_first set may already be charged (an
+// earlier attempt's lease expired, or the gateway gave no definitive
+// answer): cancelling it would tell the payer "not charged" when the
+// gateway may say otherwise, so it answers ALREADY_PROCESSING until an
+// attempt has asked the gateway. The flag is a column of the row this
+// UPDATE locks and re-checks, so it cannot race with the claim, an
+// executor's outcome or the reaper: all of them change the same row.
 const cancelSQL = `
 UPDATE payments p SET status = 'CANCELLED', lease_until = NULL, lease_owner = NULL, updated_at = now()
-WHERE p.id = $1 AND p.payer = $2 AND p.status = 'PENDING'
+WHERE p.id = $1 AND p.payer = $2 AND p.status = 'PENDING' AND NOT p.probe_first
   AND p.due_time = $3
-  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.payment_id = $1
-                  AND (a.outcome IS NULL OR a.outcome IN ('AMBIGUOUS', 'ABANDONED')))
 RETURNING ` + paymentCols
 
 // Cancel moves payer's payment from PENDING to CANCELLED. A payment already
@@ -410,7 +409,9 @@ func (s *Store) Cancel(ctx context.Context, payer string, id uuid.UUID) (*paymen
 			return p, nil
 		case p.Status == payment.Pending && try < 2:
 			// The UPDATE missed it while a claim held it, and the claim has
-			// since released it (undispatchable batch): try the CAS again.
+			// since been released (an executor refused it untouched), or it
+			// is waiting for a probe (probe_first): try the CAS again, then
+			// answer ALREADY_PROCESSING.
 			continue
 		default:
 			return p, ErrAlreadyProcessing

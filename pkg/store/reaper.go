@@ -6,21 +6,23 @@ import (
 	"time"
 )
 
-// expireSQL takes back expired leases, a batch at a time.
+// expireSQL takes back claims whose lease expired: each goes back to
+// PENDING with probe_first set and one retry spent, and its attempt is
+// recorded as ABANDONED.
 //
-// Why it is safe: rows are locked (SKIP LOCKED: an executor writing its
-// outcome right now wins, and the row is no longer PROCESSING after it) and
-// updated only while still PROCESSING, keeping the attempt number: a late
-// executor holding the old claim can write its attempt row but not the
-// payment, because the next claim increments attempt. The retry uses the
-// same gateway key, so a charge made before the crash is replayed, not
-// repeated. A lease expiry spends a retry only if the attempt was started;
-// whether the budget is spent is decided by the executor that claims it
-// next (payment.Backoff, the one rule).
+// Why it is safe: every claim is dispatched to an executor, so an expired
+// one may have reached the gateway. The next attempt therefore asks the
+// gateway (GetCharge) before it charges again, and a cancel is refused
+// while probe_first is set. The retry budget is not judged here: the
+// executor alone applies payment.Backoff when it next claims the payment
+// (a spent budget is dead-lettered after the probe, as RETRIES_EXHAUSTED
+// only when the gateway says it was not charged). The update is fenced on
+// (status, attempt) of the rows locked here, so a late executor outcome
+// either lands first (and this skips the row) or is fenced out. An
+// executor's real outcome later replaces the ABANDONED row.
 const expireSQL = `
 WITH expired AS (
-    SELECT p.id, p.due_time, p.attempt,
-           EXISTS (SELECT 1 FROM payment_attempts a WHERE a.payment_id = p.id AND a.attempt = p.attempt) AS started
+    SELECT p.id, p.due_time, p.attempt
     FROM payments p
     WHERE p.status = 'PROCESSING' AND p.lease_until < now()
     ORDER BY p.lease_until
@@ -28,16 +30,18 @@ WITH expired AS (
     FOR UPDATE OF p SKIP LOCKED
 ), moved AS (
     UPDATE payments p
-    SET status = 'PENDING',
-        retries = p.retries + CASE WHEN e.started THEN 1 ELSE 0 END,
+    SET status = 'PENDING', retries = p.retries + 1, probe_first = true,
         run_at = GREATEST(p.run_at, now()),
-        last_error = 'lease expired', lease_until = NULL, lease_owner = NULL, updated_at = now()
+        last_error = 'lease expired: the attempt may have reached the gateway',
+        lease_until = NULL, lease_owner = NULL, updated_at = now()
     FROM expired e
     WHERE p.id = e.id AND p.due_time = e.due_time AND p.status = 'PROCESSING' AND p.attempt = e.attempt
     RETURNING p.id, p.attempt
 ), abandoned AS (
-    UPDATE payment_attempts a SET finished_at = now(), outcome = 'ABANDONED', error = 'lease expired'
-    FROM moved m WHERE a.payment_id = m.id AND a.attempt = m.attempt AND a.finished_at IS NULL
+    INSERT INTO payment_attempts (payment_id, attempt, started_at, finished_at, gateway_key, outcome, error)
+    SELECT m.id, m.attempt, now(), now(), m.id::text, 'ABANDONED', 'lease expired'
+    FROM moved m
+    ON CONFLICT (payment_id, attempt) DO NOTHING
 )
 SELECT count(*) FROM moved`
 
@@ -48,30 +52,6 @@ func ExpireLeases(ctx context.Context, db DB, batch int) (int, error) {
 		return 0, fmt.Errorf("expire leases: %w", err)
 	}
 	return n, nil
-}
-
-// orphanSQL closes attempt rows nobody will finish: their payment has moved
-// on from that attempt (the reaper took the lease back before the executor
-// wrote the row, and the executor then died). Every attempt ends with an
-// outcome in the audit trail. If the executor was only slow, its own
-// outcome still replaces ABANDONED when it arrives (see Record).
-const orphanSQL = `
-UPDATE payment_attempts a
-SET finished_at = now(), outcome = 'ABANDONED', error = 'orphaned: the claim was taken back before this attempt was recorded'
-WHERE a.finished_at IS NULL AND a.started_at < now() - $1::interval
-  AND NOT EXISTS (
-      SELECT 1 FROM payments p
-      WHERE p.id = a.payment_id AND p.status = 'PROCESSING' AND p.attempt = a.attempt
-        AND p.due_time = (SELECT due_time FROM payment_index i WHERE i.id = a.payment_id))`
-
-// CloseOrphans closes attempt rows started longer than after ago whose
-// payment has moved on, and says how many.
-func CloseOrphans(ctx context.Context, db DB, after time.Duration) (int64, error) {
-	tag, err := db.Exec(ctx, orphanSQL, after)
-	if err != nil {
-		return 0, fmt.Errorf("close orphaned attempts: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }
 
 // OldestDueAge is how long the oldest due PENDING payment has waited (0

@@ -230,6 +230,27 @@ func TestCancelIsIdempotentAndScoped(t *testing.T) {
 	}
 }
 
+// TestCancelRefusedWhileAChargeMayLand: a PENDING payment that an earlier
+// attempt may have charged (probe_first: its lease expired, or the gateway
+// gave no definitive answer) cannot be cancelled until an attempt has asked
+// the gateway: a 200 would promise "not charged".
+func TestCancelRefusedWhileAChargeMayLand(t *testing.T) {
+	db := pgtest.NewPool(t)
+	st := store.NewStore(db)
+	ctx := context.Background()
+	p := newPayment("k", time.Now().Add(time.Hour), 100)
+	if _, err := st.Create(ctx, as("alice", p)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE payments SET probe_first = true, attempt = 1, retries = 1 WHERE id = $1`, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Cancel(ctx, "alice", p.ID)
+	if !errors.Is(err, store.ErrAlreadyProcessing) || got.Status != payment.Pending {
+		t.Fatalf("cancel of a payment that may be charged: %v %+v, want ALREADY_PROCESSING", err, got)
+	}
+}
+
 // TestListIsStableUnderConcurrentInserts pages through an actor's payments
 // while another goroutine keeps inserting: no row may repeat, and every row
 // that existed before paging began must be seen.

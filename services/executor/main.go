@@ -1,5 +1,6 @@
-// Command executor serves ExecutorService: it charges claimed batches
-// through the gateway and records every outcome, fenced by attempt.
+// Command executor serves ExecutorService: it charges claimed payments
+// through the gateway, asking first when an earlier attempt may have
+// charged, and records every outcome, fenced by attempt.
 package main
 
 import (
@@ -29,11 +30,12 @@ func main() {
 	httpAddr := fs.String("http-addr", "127.0.0.1:9101", "metrics and health listen address")
 	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "gateway gRPC address")
 	id := fs.String("id", obs.InstanceID("executor"), "executor id recorded in attempts")
-	maxBatches := fs.Int("max-batches", 4, "batches executed at once (more are refused)")
+	maxInFlight := fs.Int("max-in-flight", 4000, "payments held at once across batches (a batch beyond it is refused untouched)")
 	conc := fs.Int("concurrency", 128, "gateway calls in flight")
 	backoff := fs.String("backoff", payment.DefaultBackoff.String(), "retry delays; their count is the retry budget")
 	chargeTimeout := fs.Duration("charge-timeout", 5*time.Second, "deadline of one Charge call")
 	probeTimeout := fs.Duration("probe-timeout", 2*time.Second, "deadline of the GetCharge probe")
+	margin := fs.Duration("lease-margin", 2*time.Second, "a call starts only if its deadline falls this long before its claim's lease ends")
 	svc.Main("executor", fs, func(ctx context.Context, log *slog.Logger) error {
 		sched, err := payment.ParseBackoff(*backoff)
 		if err != nil {
@@ -43,7 +45,7 @@ func main() {
 			return fmt.Errorf("--charge-timeout and --probe-timeout must be positive")
 		}
 		reg := obs.Registry()
-		cfg := executor.Config{ID: *id, MaxBatches: *maxBatches, Concurrency: *conc, Backoff: sched}
+		cfg := executor.Config{ID: *id, MaxInFlight: *maxInFlight, Concurrency: *conc, Backoff: sched, LeaseMargin: *margin}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
@@ -64,11 +66,12 @@ func main() {
 		if err != nil {
 			return err
 		}
-		// A batch runs under its Execute RPC's context, so its statements and
+		// A batch runs under its Execute RPC's context, so its read and
 		// gateway calls are children of the RPC's span.
 		gs := grpc.NewServer(tracing.ServerOption())
 		internalv1.RegisterExecutorServiceServer(gs, ex)
 		// GracefulStop lets batches in flight finish and record their outcomes.
+		// No reflection: only sweepers call an executor.
 		return svc.Server{Name: "executor", Log: log, Registry: reg, GRPC: gs, GRPCAddr: *grpcAddr,
 			HTTPAddr: *httpAddr, Ready: pool.Ping, Grace: 60 * time.Second}.Run(ctx, nil)
 	})

@@ -1,6 +1,6 @@
-// Command reaper takes back expired leases, closes orphaned attempts, keeps
-// partitions ahead, forgets old idempotency keys and exports the schedule's
-// health gauges.
+// Command reaper takes back expired leases (the next attempt asks the
+// gateway first), keeps partitions ahead, forgets old idempotency keys and
+// exports the schedule's health gauges.
 package main
 
 import (
@@ -22,9 +22,8 @@ func main() {
 	horizon := fs.Duration("horizon", 365*24*time.Hour, "keep partitions this far ahead")
 	retention := fs.Duration("retention", 0, "drop partitions older than this (0: keep)")
 	keyTTL := fs.Duration("idempotency-key-ttl", 7*24*time.Hour, "forget idempotency keys after this")
-	orphan := fs.Duration("orphan-after", 5*time.Minute, "close unfinished attempts whose claim was taken back this long ago (> lease + gateway timeouts)")
 	svc.Main("reaper", fs, func(ctx context.Context, log *slog.Logger) error {
-		cfg := reaper.Config{Interval: *interval, Horizon: *horizon, Retention: *retention, KeyTTL: *keyTTL, Batch: 1000, OrphanAfter: *orphan}
+		cfg := reaper.Config{Interval: *interval, Horizon: *horizon, Retention: *retention, KeyTTL: *keyTTL, Batch: 1000}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}

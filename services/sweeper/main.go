@@ -20,7 +20,7 @@ func main() {
 	httpAddr := fs.String("http-addr", "127.0.0.1:9200", "metrics and health listen address")
 	id := fs.String("id", obs.InstanceID("sweeper"), "lease owner id")
 	executors := fs.String("executors", "127.0.0.1:9100,127.0.0.1:9110", "executor addresses, or a DNS name:port resolving to all of them")
-	interval := fs.Duration("interval", time.Second, "poll interval when nothing is due")
+	interval := fs.Duration("interval", 100*time.Millisecond, "poll interval when nothing more is due (an idle claim is one index probe; it bounds the lateness of a lone payment)")
 	batch := fs.Int("batch", 500, "rows per claim")
 	lease := fs.Duration("lease", 2*time.Minute, "lease per claim")
 	slots := fs.Int("slots", 2, "batches in flight per executor")

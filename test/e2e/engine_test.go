@@ -138,13 +138,14 @@ func TestEngineProcessesSurviveKillsAndSIGTERM(t *testing.T) {
 	ps.start("gateway-sim", "gateway-sim", "--ledger", "memory", "--grpc-addr", gw, "--http-addr", freeAddr(t),
 		"--latency-min-ms", "5", "--latency-max-ms", "30", "--timeout-after-commit-rate", "0.05")
 	execArgs := func(addr string) []string {
-		return []string{"--grpc-addr", addr, "--http-addr", freeAddr(t), "--gateway-addr", gw, "--backoff", "200ms,200ms,200ms,200ms,200ms"}
+		return []string{"--grpc-addr", addr, "--http-addr", freeAddr(t), "--gateway-addr", gw, "--backoff", "200ms,200ms,200ms,200ms,200ms",
+			"--charge-timeout", "500ms", "--probe-timeout", "300ms", "--lease-margin", "200ms"}
 	}
 	e1 := ps.start("executor-1", "executor", execArgs(ex1)...)
 	ps.start("executor-2", "executor", execArgs(ex2)...)
 	sweeperArgs := []string{"--http-addr", freeAddr(t), "--executors", ex1 + "," + ex2, "--lease", "2s", "--batch", "50", "--interval", "100ms"}
 	sw := ps.start("sweeper", "sweeper", sweeperArgs...)
-	ps.start("reaper", "reaper", "--http-addr", freeAddr(t), "--interval", "200ms", "--orphan-after", "3s")
+	ps.start("reaper", "reaper", "--http-addr", freeAddr(t), "--interval", "200ms")
 	for _, addr := range []string{apiGRPC, gw, ex1, ex2} {
 		if out, err := exec.Command(filepath.Join(bin, "payctl"), "--api", addr, "health", "--wait", "30s").CombinedOutput(); err != nil {
 			t.Fatalf("health %s: %v %s", addr, err, out)

@@ -205,8 +205,10 @@ func TestTracesAcrossBinaries(t *testing.T) {
 			stmts++
 		}
 	}
-	if stmts < 2 { // the attempt's start and its outcome
-		t.Errorf("%d statements under the executor's Execute span, want at least 2:\n%s", stmts, col.dump())
+	// The batch's read; its outcomes are written by the completers, many
+	// batches per statement, outside any one batch's span.
+	if stmts < 1 {
+		t.Errorf("%d statements under the executor's Execute span, want at least 1:\n%s", stmts, col.dump())
 	}
 	// Health checks are not traced.
 	if got := col.find("gateway-sim", "grpc.health.v1.Health/*", ""); len(got) > 0 {

@@ -43,6 +43,7 @@ type opts struct {
 	lease     time.Duration
 	faults    *gatewayv1.Faults
 	chargeTO  time.Duration
+	probeTO   time.Duration
 	batch     int
 	ceiling   float64
 	wrapExec  func(i int, real internalv1.ExecutorServiceServer) internalv1.ExecutorServiceServer
@@ -97,6 +98,9 @@ func newCluster(t *testing.T, o opts) *cluster {
 	if o.chargeTO == 0 {
 		o.chargeTO = 2 * time.Second
 	}
+	if o.probeTO == 0 {
+		o.probeTO = time.Second
+	}
 	if o.batch == 0 {
 		o.batch = 100
 	}
@@ -109,8 +113,9 @@ func newCluster(t *testing.T, o opts) *cluster {
 	c.admin = gatewayv1.NewGatewayAdminServiceClient(dial(t, c.simAddr))
 	gw := gatewayv1.NewGatewayServiceClient(dial(t, c.simAddr))
 	for i := range o.executors {
-		ex, err := executor.New(executor.Config{ID: fmt.Sprint("executor-", i), MaxBatches: 4, Concurrency: 64, Backoff: o.backoff},
-			c.db, &gateway.Charger{Client: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: time.Second},
+		ex, err := executor.New(executor.Config{ID: fmt.Sprint("executor-", i), MaxInFlight: 2000, Concurrency: 64, Backoff: o.backoff,
+			LeaseMargin: 100 * time.Millisecond},
+			c.db, &gateway.Charger{Client: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: o.probeTO},
 			prometheus.NewRegistry(), quiet)
 		if err != nil {
 			t.Fatal(err)
@@ -138,6 +143,11 @@ func newCluster(t *testing.T, o opts) *cluster {
 	}
 	t.Cleanup(c.stop)
 	return c
+}
+
+// charger is a gateway client of the cluster's simulator.
+func (c *cluster) charger() *gateway.Charger {
+	return &gateway.Charger{Client: gatewayv1.NewGatewayServiceClient(dial(c.t, c.simAddr)), ChargeTimeout: c.o.chargeTO, ProbeTimeout: c.o.probeTO}
 }
 
 // startSweeper runs one more sweeper; the returned func stops it (SIGTERM).

@@ -13,6 +13,7 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
+	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -92,12 +93,17 @@ func TestDeclineFailsWithoutRetry(t *testing.T) {
 	}
 }
 
+// An outage longer than the budget: every call answers UNAVAILABLE, which
+// gRPC also answers when a connection drops after the request was sent, and
+// the probes go unanswered too. The gateway may have charged, so the dead
+// letter is AMBIGUOUS_UNRESOLVED (the resolver keeps asking), never
+// RETRIES_EXHAUSTED.
 func TestOutageLongerThanBudgetDeadLetters(t *testing.T) {
 	c := newCluster(t, opts{faults: &gatewayv1.Faults{Outage: true}})
 	id := c.schedule(1, "bob", soon())[0]
 	c.waitTerminal(20 * time.Second)
 	st, reason := c.status(id)
-	if st != "DEAD_LETTERED" || reason != "RETRIES_EXHAUSTED" {
+	if st != "DEAD_LETTERED" || reason != "AMBIGUOUS_UNRESOLVED" {
 		t.Fatalf("status %s reason %s", st, reason)
 	}
 	if as := c.attempts(id); len(as) != 4 { // 1 + 3 retries
@@ -108,8 +114,9 @@ func TestOutageLongerThanBudgetDeadLetters(t *testing.T) {
 	}
 }
 
-// crashOnce charges like an executor the first time, then "dies" before
-// recording anything; later batches go to the real executor.
+// crashOnce charges like an executor the first time (with the row's
+// values), then "dies" before recording anything; later batches go to the
+// real executor.
 type crashOnce struct {
 	internalv1.UnimplementedExecutorServiceServer
 	real    internalv1.ExecutorServiceServer
@@ -117,35 +124,42 @@ type crashOnce struct {
 	crashed atomic.Bool
 }
 
-func (x *crashOnce) Execute(ctx context.Context, req *internalv1.ExecuteRequest) (*internalv1.ExecuteResponse, error) {
+func (x *crashOnce) Execute(req *internalv1.ExecuteRequest, stream internalv1.ExecutorService_ExecuteServer) error {
 	if x.crashed.Swap(true) {
-		return x.real.Execute(ctx, req)
+		return x.real.Execute(req, stream)
 	}
+	ctx := stream.Context()
 	var items []store.Item
 	for _, w := range req.GetItems() {
 		items = append(items, store.Item{ID: uuid.MustParse(w.GetPaymentId()), DueTime: w.GetDueTime().AsTime(), Attempt: w.GetAttempt()})
 	}
-	if _, err := store.Start(ctx, x.c.db, "doomed", items); err != nil {
-		return nil, err
+	works, err := store.Load(ctx, x.c.db, items)
+	if err != nil {
+		return err
 	}
 	gw := gatewayv1.NewGatewayServiceClient(dial(x.c.t, x.c.simAddr))
-	for _, w := range req.GetItems() {
-		if _, err := gw.Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: w.GetPaymentId(), Amount: w.GetAmount(),
-			Currency: w.GetCurrency(), Payer: w.GetPayer(), Payee: w.GetPayee(), Reference: w.GetPaymentId()}); err != nil {
-			return nil, err
+	for _, w := range works {
+		if _, err := gw.Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: w.ID.String(), Amount: w.Amount,
+			Currency: w.Currency, Payer: w.Payer, Payee: w.Payee, Reference: w.ID.String()}); err != nil {
+			return err
 		}
 	}
-	return nil, status.Error(codes.Unavailable, "executor killed")
+	return status.Error(codes.Unavailable, "executor killed")
 }
 
 // The executor charges, then dies before recording: the lease expires, the
-// retry uses the same key, the gateway replays, and there is one charge.
+// reaper sets probe_first, and the next attempt asks the gateway before
+// charging. The gateway here forgets keys at once (a PSP forgets them
+// after a while: Stripe after 24 h), so a re-charge without that probe
+// would be a second charge.
 func TestExecutorKilledAfterCharge(t *testing.T) {
 	x := &crashOnce{}
-	c := newCluster(t, opts{lease: 700 * time.Millisecond, wrapExec: func(_ int, real internalv1.ExecutorServiceServer) internalv1.ExecutorServiceServer {
-		x.real = real
-		return x
-	}})
+	c := newCluster(t, opts{lease: 1500 * time.Millisecond, chargeTO: 300 * time.Millisecond, probeTO: 300 * time.Millisecond,
+		faults: &gatewayv1.Faults{KeyRetentionMs: 1},
+		wrapExec: func(_ int, real internalv1.ExecutorServiceServer) internalv1.ExecutorServiceServer {
+			x.real = real
+			return x
+		}})
 	x.c = c
 	id := c.schedule(1, "bob", soon())[0]
 	c.waitTerminal(20 * time.Second)
@@ -174,9 +188,6 @@ func TestZombieWriteIsFenced(t *testing.T) {
 		t.Fatalf("claim: %v %v", err, first)
 	}
 	it := store.Item{ID: id, DueTime: first[0].DueTime, Attempt: first[0].Attempt}
-	if started, err := store.Start(ctx, c.db, "zombie", []store.Item{it}); err != nil || len(started) != 1 {
-		t.Fatalf("start: %v %v", err, started)
-	}
 	// The lease runs out; the row goes back to PENDING and is claimed again.
 	time.Sleep(10 * time.Millisecond)
 	if _, err := c.db.Exec(ctx, `UPDATE payments SET status = 'PENDING', lease_until = NULL WHERE id = $1`, id); err != nil {
@@ -186,9 +197,9 @@ func TestZombieWriteIsFenced(t *testing.T) {
 	if err != nil || len(second) != 1 || second[0].Attempt != first[0].Attempt+1 {
 		t.Fatalf("reclaim: %v %v", err, second)
 	}
-	applied, err := store.Record(ctx, c.db, []store.Transition{{Item: it, Outcome: "SUCCEEDED", Ref: "ch_zombie", Status: "COMPLETED"}})
-	if err != nil || applied != 0 {
-		t.Fatalf("zombie write applied=%d err=%v, want 0", applied, err)
+	applied, err := store.Complete(ctx, c.db, "zombie", []store.Transition{{Item: it, Outcome: payment.Succeeded, Ref: "ch_zombie", Status: payment.Completed}})
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("zombie write applied=%v err=%v, want none", applied, err)
 	}
 	var st, ref string
 	var att int32
@@ -203,10 +214,10 @@ func TestZombieWriteIsFenced(t *testing.T) {
 	}
 }
 
-// A sweeper stopped mid-run (SIGTERM) loses nothing: batches in flight
-// finish, unstarted claims go back to PENDING at once, and another sweeper
-// completes the rest with one charge each.
-func TestSweeperShutdownReleasesClaims(t *testing.T) {
+// A sweeper stopped mid-run (SIGTERM) loses nothing: it waits for the
+// batches in flight, whose outcomes are recorded, so it holds no claim when
+// it exits, and another sweeper completes the rest with one charge each.
+func TestSweeperShutdownLosesNothing(t *testing.T) {
 	c := newCluster(t, opts{sweepers: 0, executors: 2, batch: 50, faults: &gatewayv1.Faults{LatencyMinMs: 20, LatencyMaxMs: 40}})
 	c.stop()
 	ids := c.schedule(600, "bob", soon())

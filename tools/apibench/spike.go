@@ -27,8 +27,10 @@ type SpikeConfig struct {
 	N           int
 	Lead        time.Duration // how far ahead the shared due time is set
 	DatabaseURL string
-	Pids        map[string]int // process name -> pid, for peak RSS
-	Timeout     time.Duration
+	Pids        map[string]int // process name -> pid, for peak RSS and CPU
+	// Logs name each process's log, quoted when it exits early.
+	Logs    map[string]string
+	Timeout time.Duration
 	// KafkaBrokers, when set, measures CDC: commit to the event seen on
 	// Kafka, and how long the audit log takes to catch up.
 	KafkaBrokers []string
@@ -45,12 +47,17 @@ type SpikeResult struct {
 	CDC                             bool
 	CDCLagP50, CDCLagP99            float64
 	AuditCatchupS                   float64
+	// CPUus is CPU µs per payment by process (postgres: all its
+	// processes), from the due time to the drain.
+	CPUus map[string]float64
 }
 
 // Spike schedules N payments all due in the same second through the API
 // (batchCreate), waits until every one is terminal, and measures lateness
 // (due time to first attempt) and the time to drain.
 func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeResult, error) {
+	dog := watch(cfg.Pids, cfg.Logs)
+	defer dog.close()
 	clients, closeAll, err := dialPool(cfg.Config, 4)
 	if err != nil {
 		return SpikeResult{}, err
@@ -108,7 +115,12 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 	defer db.Close()
 	deadline := time.Now().Add(cfg.Timeout)
 	time.Sleep(time.Until(due)) // nothing is open to watch before
+	cpu := newCPUMeter(cfg.Pids)
+	var used map[string]time.Duration
 	for {
+		if err := dog.failed(); err != nil {
+			return SpikeResult{}, err
+		}
 		var open int
 		t0 := time.Now()
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM payments WHERE status = ANY($1)`, payment.Names(payment.Pending, payment.Processing)).Scan(&open); err != nil {
@@ -119,6 +131,7 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 			progress(fmt.Sprintf("t+%5.1fs open=%d", time.Since(due).Seconds(), open))
 		}
 		if open == 0 && time.Now().After(due) {
+			used = cpu.since()
 			break
 		}
 		if time.Now().After(deadline) {
@@ -130,7 +143,10 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		// themselves, not from when this loop noticed the end.
 		time.Sleep(max(time.Second, 10*took))
 	}
-	r := SpikeResult{N: cfg.N, RSSMB: map[string]int{}}
+	r := SpikeResult{N: cfg.N, RSSMB: map[string]int{}, CPUus: map[string]float64{}}
+	for name, d := range used {
+		r.CPUus[name] = float64(d.Microseconds()) / float64(cfg.N)
+	}
 	// The audit catch-up first: the measuring queries below read every
 	// payment and attempt (seconds of CPU on parallel workers) and would
 	// compete with the very catch-up being timed.
@@ -146,7 +162,7 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		// confirms it. (Polling count(DISTINCT payment_id) over the whole
 		// log instead took up to 2 s of CPU per call, with parallel
 		// workers, competing with the consumer it measured.)
-		caughtUp, ok := notes.waitAll(cfg.N, deadline)
+		caughtUp, ok := notes.waitAll(cfg.N, deadline, dog.failed)
 		atRest := payment.Names(payment.Completed, payment.Failed, payment.DeadLettered, payment.Cancelled)
 		for {
 			var n int
@@ -163,6 +179,9 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 			}
 			// Not every notification came (or the log disagrees): poll.
 			ok = false
+			if err := dog.failed(); err != nil {
+				return r, err
+			}
 			if time.Now().After(deadline) {
 				return r, fmt.Errorf("audit log has %d of %d terminal payments", n, cfg.N)
 			}
@@ -330,8 +349,11 @@ func watchNotes(ctx context.Context, brokers []string) (*noteWatch, error) {
 
 // waitAll waits until n payments had a terminal notification and returns
 // when the last one arrived; false if the deadline passed first.
-func (w *noteWatch) waitAll(n int, deadline time.Time) (time.Time, bool) {
+func (w *noteWatch) waitAll(n int, deadline time.Time, failed func() error) (time.Time, bool) {
 	for {
+		if failed() != nil {
+			return time.Time{}, false
+		}
 		w.mu.Lock()
 		got, last := len(w.terminal), w.last
 		w.mu.Unlock()

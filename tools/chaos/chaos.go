@@ -117,9 +117,13 @@ func (r *run) topology() {
 		newProc(d, "gateway-sim", "gateway-sim", b("gateway-sim"), env, "--grpc-addr", r.addr(300), "--http-addr", r.addr(301),
 			"--gateway-database-url", r.dbURL("paysched_gateway"), "--latency-min-ms", "5", "--latency-max-ms", "50",
 			"--unavailable-rate", "0.05", "--timeout-after-commit-rate", "0.02", "--decline-rate", "0.01",
+			// Harsher than a polite simulator: answers lost to a dropped
+			// connection after the charge, and keys forgotten after 30 s
+			// (a real PSP forgets them too), so any re-charge that does not
+			// ask first shows up as a double charge.
+			"--unavailable-after-commit-rate", "0.02", "--key-retention", "30s",
 			"--webhook-url", "http://"+r.addr(420)+"/webhooks/gateway", "--webhook-secret", webhookSecret),
-		newProc(d, "reaper", "reaper", b("reaper"), env, "--http-addr", r.addr(210), "--interval", "1s",
-			"--orphan-after", "20s"),
+		newProc(d, "reaper", "reaper", b("reaper"), env, "--http-addr", r.addr(210), "--interval", "1s"),
 		newProc(d, "cdc", "cdc", b("cdc"), env, "--database-url", r.cdcURL(), "--http-addr", r.addr(400), "--kafka-brokers", kafka,
 			"--status-interval", "500ms", "--heartbeat-interval", "2s"),
 		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), env, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
@@ -177,8 +181,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	end := t0.Add(cfg.Spread).Add(5 * time.Second)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); w.cancels(ctx) }()
+	go func() { defer wg.Done(); w.redrives(ctx, end) }()
 	go func() { defer wg.Done(); r.disrupt(ctx, t0, end) }()
 	wg.Wait()
 	r.logf("chaos over: %s", strings.Join(r.events, ", "))
@@ -192,6 +197,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	r.check(ctx, w, t0)
+	for _, p := range r.procs {
+		p.mu.Lock()
+		n, last := p.restarts, p.lastExit
+		p.mu.Unlock()
+		if n > 0 {
+			r.logf("%s exited on its own %d times (last: %s); last lines of %s:\n%s", p.name, n, last, p.log, tail(p.log, 8))
+		}
+		if strings.Contains(tail(p.log, 400), "panic:") {
+			r.violation("%s panicked; see %s:\n%s", p.name, p.log, tail(p.log, 20))
+		}
+	}
 	for _, f := range r.findings {
 		fmt.Fprintln(cfg.Out, f)
 	}
@@ -363,3 +379,16 @@ func (r *run) restartKafka() {
 
 // errStop ends a retry loop for good.
 var errStop = errors.New("stop retrying")
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

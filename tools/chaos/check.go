@@ -127,9 +127,6 @@ func (r *run) checkBooks(ctx context.Context, w *workload) {
 		return
 	}
 	r.res.DoubleCharged = len(rep.GetDoubleCharged())
-	if r.res.DoubleCharged > 0 {
-		r.violation("double charged: %v", rep.GetDoubleCharged())
-	}
 	charged, err := amounts(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges WHERE NOT declined`)
 	if err != nil {
 		r.violation("gateway ledger: %v", err)
@@ -140,24 +137,32 @@ func (r *run) checkBooks(ctx context.Context, w *workload) {
 		r.violation("payments: %v", err)
 		return
 	}
-	bad := 0
+	var differ []string
 	for id, amount := range completed {
 		if a, ok := charged[id]; !ok || a != amount {
-			bad++
+			differ = append(differ, id)
 		}
 	}
 	for id := range charged {
 		if _, ok := completed[id]; !ok {
-			bad++
+			differ = append(differ, id)
 		}
 	}
-	r.logf("books: %d gateway charges, %d COMPLETED payments, %d differ", len(charged), len(completed), bad)
-	if bad > 0 {
-		r.violation("gateway charges (%d) != COMPLETED payments (%d): %d differ", len(charged), len(completed), bad)
+	sort.Strings(differ)
+	r.logf("books: %d gateway charges, %d COMPLETED payments, %d differ", len(charged), len(completed), len(differ))
+	for i, id := range differ {
+		if i == 20 {
+			r.violation("... and %d more payments whose books differ", len(differ)-20)
+			break
+		}
+		r.violation("books differ for payment %s:\n%s", id, r.rows(ctx, id))
+	}
+	for _, id := range rep.GetDoubleCharged() {
+		r.violation("double charged payment %s:\n%s", id, r.rows(ctx, id))
 	}
 	for id := range w.cancelled {
 		if _, ok := charged[id]; ok {
-			r.violation("payment %s was cancelled (200) and charged", id)
+			r.violation("payment %s was cancelled (200) and charged:\n%s", id, r.rows(ctx, id))
 		}
 	}
 }
@@ -355,4 +360,30 @@ func amounts(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) (ma
 	var amount int64
 	_, err = pgx.ForEachRow(rows, []any{&k, &amount}, func() error { out[k] = amount; return nil })
 	return out, err
+}
+
+// rows renders what the databases hold about payment id: its row, its
+// attempts, its actions and the gateway's charges, for a violation report.
+func (r *run) rows(ctx context.Context, id string) string {
+	var b strings.Builder
+	dump := func(db *pgxpool.Pool, title, sql string) {
+		rows, err := db.Query(ctx, sql, id)
+		if err != nil {
+			fmt.Fprintf(&b, "  %s: %v\n", title, err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err == nil {
+				fmt.Fprintf(&b, "  %s: %s\n", title, line)
+			}
+		}
+	}
+	dump(r.db, "payment", `SELECT row_to_json(p)::text FROM (SELECT id, status, attempt, retries, probe_first, dead_letter_reason,
+		gateway_ref, last_error, due_time, run_at, updated_at FROM payments WHERE id = $1::uuid) p`)
+	dump(r.db, "attempt", `SELECT row_to_json(a)::text FROM payment_attempts a WHERE payment_id = $1::uuid ORDER BY attempt`)
+	dump(r.db, "action", `SELECT row_to_json(a)::text FROM payment_actions a WHERE payment_id = $1::uuid ORDER BY id`)
+	dump(r.gwDB, "gateway", `SELECT row_to_json(c)::text FROM gateway_charges c WHERE reference = $1 ORDER BY created_at`)
+	return b.String()
 }

@@ -27,8 +27,9 @@ type proc struct {
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	exited   chan struct{}
-	stopped  bool // by the driver: do not restart
-	restarts int  // exits the driver did not cause
+	stopped  bool   // by the driver: do not restart
+	restarts int    // exits the driver did not cause
+	lastExit string // how the last of them ended
 }
 
 func (p *proc) start() error {
@@ -53,13 +54,14 @@ func (p *proc) startLocked() error {
 	exited := make(chan struct{})
 	p.cmd, p.exited, p.stopped = cmd, exited, false
 	go func() {
-		_ = cmd.Wait()
+		werr := cmd.Wait()
 		f.Close()
 		close(exited)
 		p.mu.Lock()
 		restart := !p.stopped && p.cmd == cmd
 		if restart {
 			p.restarts++
+			p.lastExit = fmt.Sprint(werr)
 		}
 		p.mu.Unlock()
 		if restart {

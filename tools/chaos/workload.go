@@ -41,6 +41,8 @@ type workload struct {
 	lostErr   error           // the last such error
 	lostDue   []time.Time     // their due times
 	dups      int
+	redriven  int // dead letters re-driven during the run
+	refused   int // re-drives refused because the gateway holds a charge
 }
 
 func newWorkload(r *run) *workload {
@@ -220,4 +222,35 @@ func (w *workload) cancels(ctx context.Context) {
 		w.r.logf("unanswered cancels were due %s..%s", w.lostDue[0].UTC().Format("15:04:05.0"),
 			w.lostDue[len(w.lostDue)-1].UTC().Format("15:04:05.0"))
 	}
+}
+
+// redrives re-drives every dead letter every few seconds during the run,
+// as an impatient operator would. With the gateway forgetting keys after
+// --key-retention, a re-drive that charged without asking first would
+// double-charge; the API asks the gateway, and refuses a charged one.
+func (w *workload) redrives(ctx context.Context, end time.Time) {
+	for time.Now().Before(end) && ctx.Err() == nil {
+		time.Sleep(3 * time.Second)
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := w.r.admin.ListDeadLetters(w.admin(c), &payschedv1.ListDeadLettersRequest{PageSize: 100})
+		cancel()
+		if err != nil {
+			continue // the API may be down (kill -9): next round
+		}
+		for _, d := range resp.GetDeadLetters() {
+			c, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := w.r.admin.RedrivePayment(w.admin(c), &payschedv1.RedrivePaymentRequest{
+				PaymentId: d.GetPayment().GetPaymentId(), Note: "chaos: re-drive during the run"})
+			cancel()
+			w.mu.Lock()
+			switch {
+			case err == nil:
+				w.redriven++
+			case status.Code(err) == codes.FailedPrecondition:
+				w.refused++
+			}
+			w.mu.Unlock()
+		}
+	}
+	w.r.logf("re-drives during the run: %d re-driven, %d refused (charged, or no longer dead)", w.redriven, w.refused)
 }

@@ -123,13 +123,30 @@ func (s *Server) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gat
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	if keep := time.Duration(f.GetKeyRetentionMs()) * time.Millisecond; !isNew && keep > 0 && time.Since(stored.CreatedAt) > keep {
+		// Like a real PSP, the gateway has forgotten the key: the same
+		// request is a new charge (a double charge, unless the engine asked
+		// first). The new charge is filed under a key of its own, so
+		// GetCharge of the payment's key still finds the first.
+		c.Key = req.GetIdempotencyKey() + "~" + c.ID
+		if stored, isNew, err = s.ledger.Record(ctx, c); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
 	if isNew && s.OnCharge != nil {
 		s.OnCharge(stored)
 	}
 	if chance(f.GetTimeoutAfterCommitRate()) {
 		return nil, status.Error(codes.DeadlineExceeded, "gateway timed out (the charge was recorded)")
 	}
-	return &gatewayv1.ChargeResponse{Charge: toProto(stored)}, nil
+	if chance(f.GetUnavailableAfterCommitRate()) {
+		// The ambiguous transport fault: what a client sees when the
+		// connection drops after the request was sent.
+		return nil, status.Error(codes.Unavailable, "connection reset (the charge was recorded)")
+	}
+	ch := toProto(stored)
+	ch.IdempotencyKey = req.GetIdempotencyKey() // also for a charge filed under a forgotten key
+	return &gatewayv1.ChargeResponse{Charge: ch}, nil
 }
 
 // GetCharge implements GatewayService.

@@ -566,9 +566,17 @@ type Faults struct {
 	// Charges per second accepted; above it RESOURCE_EXHAUSTED. 0: no ceiling.
 	RateCeiling float64 `protobuf:"fixed64,6,opt,name=rate_ceiling,json=rateCeiling,proto3" json:"rate_ceiling,omitempty"`
 	// Every call answers UNAVAILABLE.
-	Outage        bool `protobuf:"varint,7,opt,name=outage,proto3" json:"outage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Outage bool `protobuf:"varint,7,opt,name=outage,proto3" json:"outage,omitempty"`
+	// Fraction of charges recorded whose answer is then UNAVAILABLE, as when
+	// a connection drops after the request was sent: the ambiguous transport
+	// fault.
+	UnavailableAfterCommitRate float64 `protobuf:"fixed64,8,opt,name=unavailable_after_commit_rate,json=unavailableAfterCommitRate,proto3" json:"unavailable_after_commit_rate,omitempty"`
+	// How long idempotency keys are remembered, in milliseconds (0: forever).
+	// Like a real PSP's (Stripe: 24 h), a charge with a key older than this
+	// is a new charge. GetCharge still finds the first charge of a key.
+	KeyRetentionMs int64 `protobuf:"varint,9,opt,name=key_retention_ms,json=keyRetentionMs,proto3" json:"key_retention_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Faults) Reset() {
@@ -648,6 +656,20 @@ func (x *Faults) GetOutage() bool {
 		return x.Outage
 	}
 	return false
+}
+
+func (x *Faults) GetUnavailableAfterCommitRate() float64 {
+	if x != nil {
+		return x.UnavailableAfterCommitRate
+	}
+	return 0
+}
+
+func (x *Faults) GetKeyRetentionMs() int64 {
+	if x != nil {
+		return x.KeyRetentionMs
+	}
+	return 0
 }
 
 // SetFaultsRequest replaces the faults.
@@ -983,7 +1005,7 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"o\n" +
 	"\x17ListSettlementsResponse\x12,\n" +
 	"\acharges\x18\x01 \x03(\v2\x12.gateway.v1.ChargeR\acharges\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x98\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x85\x03\n" +
 	"\x06Faults\x12$\n" +
 	"\x0elatency_min_ms\x18\x01 \x01(\x05R\flatencyMinMs\x12$\n" +
 	"\x0elatency_max_ms\x18\x02 \x01(\x05R\flatencyMaxMs\x12!\n" +
@@ -991,7 +1013,9 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x10unavailable_rate\x18\x04 \x01(\x01R\x0funavailableRate\x129\n" +
 	"\x19timeout_after_commit_rate\x18\x05 \x01(\x01R\x16timeoutAfterCommitRate\x12!\n" +
 	"\frate_ceiling\x18\x06 \x01(\x01R\vrateCeiling\x12\x16\n" +
-	"\x06outage\x18\a \x01(\bR\x06outage\">\n" +
+	"\x06outage\x18\a \x01(\bR\x06outage\x12A\n" +
+	"\x1dunavailable_after_commit_rate\x18\b \x01(\x01R\x1aunavailableAfterCommitRate\x12(\n" +
+	"\x10key_retention_ms\x18\t \x01(\x03R\x0ekeyRetentionMs\">\n" +
 	"\x10SetFaultsRequest\x12*\n" +
 	"\x06faults\x18\x01 \x01(\v2\x12.gateway.v1.FaultsR\x06faults\"?\n" +
 	"\x11SetFaultsResponse\x12*\n" +

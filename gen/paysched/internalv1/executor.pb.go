@@ -22,7 +22,83 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// WorkItem is one claimed payment.
+// Result is what became of one payment of the batch.
+type Result int32
+
+const (
+	// Not set.
+	Result_RESULT_UNSPECIFIED Result = 0
+	// Charged: COMPLETED.
+	Result_RESULT_SUCCEEDED Result = 1
+	// Declined: FAILED.
+	Result_RESULT_DECLINED Result = 2
+	// Not charged or not known yet: PENDING again, after a backoff.
+	Result_RESULT_RETRY Result = 3
+	// Moved to DEAD_LETTERED.
+	Result_RESULT_DEAD_LETTERED Result = 4
+	// Not applied: the attempt was no longer current (another process
+	// moved the payment), or the payment was not claimed at that attempt.
+	Result_RESULT_FENCED Result = 5
+	// Not started: its lease would have ended before the call's deadline.
+	// PENDING again, due now.
+	Result_RESULT_RELEASED Result = 6
+	// The outcome could not be written; the lease will expire and the next
+	// attempt asks the gateway first.
+	Result_RESULT_UNRECORDED Result = 7
+)
+
+// Enum value maps for Result.
+var (
+	Result_name = map[int32]string{
+		0: "RESULT_UNSPECIFIED",
+		1: "RESULT_SUCCEEDED",
+		2: "RESULT_DECLINED",
+		3: "RESULT_RETRY",
+		4: "RESULT_DEAD_LETTERED",
+		5: "RESULT_FENCED",
+		6: "RESULT_RELEASED",
+		7: "RESULT_UNRECORDED",
+	}
+	Result_value = map[string]int32{
+		"RESULT_UNSPECIFIED":   0,
+		"RESULT_SUCCEEDED":     1,
+		"RESULT_DECLINED":      2,
+		"RESULT_RETRY":         3,
+		"RESULT_DEAD_LETTERED": 4,
+		"RESULT_FENCED":        5,
+		"RESULT_RELEASED":      6,
+		"RESULT_UNRECORDED":    7,
+	}
+)
+
+func (x Result) Enum() *Result {
+	p := new(Result)
+	*p = x
+	return p
+}
+
+func (x Result) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Result) Descriptor() protoreflect.EnumDescriptor {
+	return file_paysched_internal_v1_executor_proto_enumTypes[0].Descriptor()
+}
+
+func (Result) Type() protoreflect.EnumType {
+	return &file_paysched_internal_v1_executor_proto_enumTypes[0]
+}
+
+func (x Result) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Result.Descriptor instead.
+func (Result) EnumDescriptor() ([]byte, []int) {
+	return file_paysched_internal_v1_executor_proto_rawDescGZIP(), []int{0}
+}
+
+// WorkItem is one claimed payment: the row's key and the fencing token.
 type WorkItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Payment id (UUID).
@@ -30,17 +106,7 @@ type WorkItem struct {
 	// Partition key.
 	DueTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=due_time,json=dueTime,proto3" json:"due_time,omitempty"`
 	// The fencing token stamped by the claim.
-	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// Retries already spent.
-	Retries int32 `protobuf:"varint,4,opt,name=retries,proto3" json:"retries,omitempty"`
-	// Who pays.
-	Payer string `protobuf:"bytes,5,opt,name=payer,proto3" json:"payer,omitempty"`
-	// Who is paid.
-	Payee string `protobuf:"bytes,6,opt,name=payee,proto3" json:"payee,omitempty"`
-	// Minor units.
-	Amount int64 `protobuf:"varint,7,opt,name=amount,proto3" json:"amount,omitempty"`
-	// ISO 4217.
-	Currency      string `protobuf:"bytes,8,opt,name=currency,proto3" json:"currency,omitempty"`
+	Attempt       int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -94,41 +160,6 @@ func (x *WorkItem) GetAttempt() int32 {
 		return x.Attempt
 	}
 	return 0
-}
-
-func (x *WorkItem) GetRetries() int32 {
-	if x != nil {
-		return x.Retries
-	}
-	return 0
-}
-
-func (x *WorkItem) GetPayer() string {
-	if x != nil {
-		return x.Payer
-	}
-	return ""
-}
-
-func (x *WorkItem) GetPayee() string {
-	if x != nil {
-		return x.Payee
-	}
-	return ""
-}
-
-func (x *WorkItem) GetAmount() int64 {
-	if x != nil {
-		return x.Amount
-	}
-	return 0
-}
-
-func (x *WorkItem) GetCurrency() string {
-	if x != nil {
-		return x.Currency
-	}
-	return ""
 }
 
 // ExecuteRequest is one claimed batch.
@@ -186,28 +217,83 @@ func (x *ExecuteRequest) GetItems() []*WorkItem {
 	return nil
 }
 
-// ExecuteResponse counts what happened, for the sweeper's circuit breaker.
+// Outcome is one payment's result.
+type Outcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Payment id (UUID).
+	PaymentId string `protobuf:"bytes,1,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// What became of it.
+	Result Result `protobuf:"varint,2,opt,name=result,proto3,enum=paysched.internal.v1.Result" json:"result,omitempty"`
+	// Whether the gateway was healthy for this call (for the sweeper's
+	// circuit breaker): false for unavailable, rate limited or no answer.
+	GatewayOk     bool `protobuf:"varint,3,opt,name=gateway_ok,json=gatewayOk,proto3" json:"gateway_ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Outcome) Reset() {
+	*x = Outcome{}
+	mi := &file_paysched_internal_v1_executor_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Outcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Outcome) ProtoMessage() {}
+
+func (x *Outcome) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_internal_v1_executor_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
+func (*Outcome) Descriptor() ([]byte, []int) {
+	return file_paysched_internal_v1_executor_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Outcome) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *Outcome) GetResult() Result {
+	if x != nil {
+		return x.Result
+	}
+	return Result_RESULT_UNSPECIFIED
+}
+
+func (x *Outcome) GetGatewayOk() bool {
+	if x != nil {
+		return x.GatewayOk
+	}
+	return false
+}
+
+// ExecuteResponse carries outcomes as they are recorded.
 type ExecuteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Charged: COMPLETED.
-	Succeeded int32 `protobuf:"varint,1,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
-	// Declined: FAILED.
-	Declined int32 `protobuf:"varint,2,opt,name=declined,proto3" json:"declined,omitempty"`
-	// Not charged (unavailable, rate limited): retried later.
-	Retryable int32 `protobuf:"varint,3,opt,name=retryable,proto3" json:"retryable,omitempty"`
-	// No definitive answer: retried later with the same key.
-	Ambiguous int32 `protobuf:"varint,4,opt,name=ambiguous,proto3" json:"ambiguous,omitempty"`
-	// Outcomes not written because the attempt was no longer current (zombie).
-	Fenced int32 `protobuf:"varint,5,opt,name=fenced,proto3" json:"fenced,omitempty"`
-	// Items moved to DEAD_LETTERED.
-	DeadLettered  int32 `protobuf:"varint,6,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	// Outcomes written since the last message.
+	Outcomes      []*Outcome `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_paysched_internal_v1_executor_proto_msgTypes[2]
+	mi := &file_paysched_internal_v1_executor_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +305,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_internal_v1_executor_proto_msgTypes[2]
+	mi := &file_paysched_internal_v1_executor_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,79 +318,49 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_internal_v1_executor_proto_rawDescGZIP(), []int{2}
+	return file_paysched_internal_v1_executor_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *ExecuteResponse) GetSucceeded() int32 {
+func (x *ExecuteResponse) GetOutcomes() []*Outcome {
 	if x != nil {
-		return x.Succeeded
+		return x.Outcomes
 	}
-	return 0
-}
-
-func (x *ExecuteResponse) GetDeclined() int32 {
-	if x != nil {
-		return x.Declined
-	}
-	return 0
-}
-
-func (x *ExecuteResponse) GetRetryable() int32 {
-	if x != nil {
-		return x.Retryable
-	}
-	return 0
-}
-
-func (x *ExecuteResponse) GetAmbiguous() int32 {
-	if x != nil {
-		return x.Ambiguous
-	}
-	return 0
-}
-
-func (x *ExecuteResponse) GetFenced() int32 {
-	if x != nil {
-		return x.Fenced
-	}
-	return 0
-}
-
-func (x *ExecuteResponse) GetDeadLettered() int32 {
-	if x != nil {
-		return x.DeadLettered
-	}
-	return 0
+	return nil
 }
 
 var File_paysched_internal_v1_executor_proto protoreflect.FileDescriptor
 
 const file_paysched_internal_v1_executor_proto_rawDesc = "" +
 	"\n" +
-	"#paysched/internal/v1/executor.proto\x12\x14paysched.internal.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x01\n" +
+	"#paysched/internal/v1/executor.proto\x12\x14paysched.internal.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"z\n" +
 	"\bWorkItem\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x125\n" +
 	"\bdue_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\adueTime\x12\x18\n" +
-	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x18\n" +
-	"\aretries\x18\x04 \x01(\x05R\aretries\x12\x14\n" +
-	"\x05payer\x18\x05 \x01(\tR\x05payer\x12\x14\n" +
-	"\x05payee\x18\x06 \x01(\tR\x05payee\x12\x16\n" +
-	"\x06amount\x18\a \x01(\x03R\x06amount\x12\x1a\n" +
-	"\bcurrency\x18\b \x01(\tR\bcurrency\"e\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\"e\n" +
 	"\x0eExecuteRequest\x12\x1d\n" +
 	"\n" +
 	"sweeper_id\x18\x01 \x01(\tR\tsweeperId\x124\n" +
-	"\x05items\x18\x02 \x03(\v2\x1e.paysched.internal.v1.WorkItemR\x05items\"\xc4\x01\n" +
-	"\x0fExecuteResponse\x12\x1c\n" +
-	"\tsucceeded\x18\x01 \x01(\x05R\tsucceeded\x12\x1a\n" +
-	"\bdeclined\x18\x02 \x01(\x05R\bdeclined\x12\x1c\n" +
-	"\tretryable\x18\x03 \x01(\x05R\tretryable\x12\x1c\n" +
-	"\tambiguous\x18\x04 \x01(\x05R\tambiguous\x12\x16\n" +
-	"\x06fenced\x18\x05 \x01(\x05R\x06fenced\x12#\n" +
-	"\rdead_lettered\x18\x06 \x01(\x05R\fdeadLettered2i\n" +
-	"\x0fExecutorService\x12V\n" +
-	"\aExecute\x12$.paysched.internal.v1.ExecuteRequest\x1a%.paysched.internal.v1.ExecuteResponseBAZ?github.com/paysched/paysched/gen/paysched/internalv1;internalv1b\x06proto3"
+	"\x05items\x18\x02 \x03(\v2\x1e.paysched.internal.v1.WorkItemR\x05items\"}\n" +
+	"\aOutcome\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x01 \x01(\tR\tpaymentId\x124\n" +
+	"\x06result\x18\x02 \x01(\x0e2\x1c.paysched.internal.v1.ResultR\x06result\x12\x1d\n" +
+	"\n" +
+	"gateway_ok\x18\x03 \x01(\bR\tgatewayOk\"L\n" +
+	"\x0fExecuteResponse\x129\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x1d.paysched.internal.v1.OutcomeR\boutcomes*\xb6\x01\n" +
+	"\x06Result\x12\x16\n" +
+	"\x12RESULT_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10RESULT_SUCCEEDED\x10\x01\x12\x13\n" +
+	"\x0fRESULT_DECLINED\x10\x02\x12\x10\n" +
+	"\fRESULT_RETRY\x10\x03\x12\x18\n" +
+	"\x14RESULT_DEAD_LETTERED\x10\x04\x12\x11\n" +
+	"\rRESULT_FENCED\x10\x05\x12\x13\n" +
+	"\x0fRESULT_RELEASED\x10\x06\x12\x15\n" +
+	"\x11RESULT_UNRECORDED\x10\a2k\n" +
+	"\x0fExecutorService\x12X\n" +
+	"\aExecute\x12$.paysched.internal.v1.ExecuteRequest\x1a%.paysched.internal.v1.ExecuteResponse0\x01BAZ?github.com/paysched/paysched/gen/paysched/internalv1;internalv1b\x06proto3"
 
 var (
 	file_paysched_internal_v1_executor_proto_rawDescOnce sync.Once
@@ -318,23 +374,28 @@ func file_paysched_internal_v1_executor_proto_rawDescGZIP() []byte {
 	return file_paysched_internal_v1_executor_proto_rawDescData
 }
 
-var file_paysched_internal_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_paysched_internal_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_paysched_internal_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_paysched_internal_v1_executor_proto_goTypes = []any{
-	(*WorkItem)(nil),              // 0: paysched.internal.v1.WorkItem
-	(*ExecuteRequest)(nil),        // 1: paysched.internal.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),       // 2: paysched.internal.v1.ExecuteResponse
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(Result)(0),                   // 0: paysched.internal.v1.Result
+	(*WorkItem)(nil),              // 1: paysched.internal.v1.WorkItem
+	(*ExecuteRequest)(nil),        // 2: paysched.internal.v1.ExecuteRequest
+	(*Outcome)(nil),               // 3: paysched.internal.v1.Outcome
+	(*ExecuteResponse)(nil),       // 4: paysched.internal.v1.ExecuteResponse
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_paysched_internal_v1_executor_proto_depIdxs = []int32{
-	3, // 0: paysched.internal.v1.WorkItem.due_time:type_name -> google.protobuf.Timestamp
-	0, // 1: paysched.internal.v1.ExecuteRequest.items:type_name -> paysched.internal.v1.WorkItem
-	1, // 2: paysched.internal.v1.ExecutorService.Execute:input_type -> paysched.internal.v1.ExecuteRequest
-	2, // 3: paysched.internal.v1.ExecutorService.Execute:output_type -> paysched.internal.v1.ExecuteResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	5, // 0: paysched.internal.v1.WorkItem.due_time:type_name -> google.protobuf.Timestamp
+	1, // 1: paysched.internal.v1.ExecuteRequest.items:type_name -> paysched.internal.v1.WorkItem
+	0, // 2: paysched.internal.v1.Outcome.result:type_name -> paysched.internal.v1.Result
+	3, // 3: paysched.internal.v1.ExecuteResponse.outcomes:type_name -> paysched.internal.v1.Outcome
+	2, // 4: paysched.internal.v1.ExecutorService.Execute:input_type -> paysched.internal.v1.ExecuteRequest
+	4, // 5: paysched.internal.v1.ExecutorService.Execute:output_type -> paysched.internal.v1.ExecuteResponse
+	5, // [5:6] is the sub-list for method output_type
+	4, // [4:5] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_paysched_internal_v1_executor_proto_init() }
@@ -347,13 +408,14 @@ func file_paysched_internal_v1_executor_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_internal_v1_executor_proto_rawDesc), len(file_paysched_internal_v1_executor_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   3,
+			NumEnums:      1,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_paysched_internal_v1_executor_proto_goTypes,
 		DependencyIndexes: file_paysched_internal_v1_executor_proto_depIdxs,
+		EnumInfos:         file_paysched_internal_v1_executor_proto_enumTypes,
 		MessageInfos:      file_paysched_internal_v1_executor_proto_msgTypes,
 	}.Build()
 	File_paysched_internal_v1_executor_proto = out.File

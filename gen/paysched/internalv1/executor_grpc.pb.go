@@ -29,10 +29,15 @@ const (
 // ExecutorService runs claimed payments: sweeper -> executor, inside the
 // cluster only.
 type ExecutorServiceClient interface {
-	// Execute charges a claimed batch and records every outcome, fenced by
-	// each item's attempt number, before it answers. An executor at capacity
-	// answers RESOURCE_EXHAUSTED without touching the batch.
-	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error)
+	// Execute charges a claimed batch and streams each payment's recorded
+	// outcome as soon as it is written, so a slow charge holds only itself.
+	// The executor reads what it charges (payer, payee, amount, currency)
+	// from the payment row of that attempt, never from the request.
+	//
+	// Before it has sent any progress, an executor that did not touch the
+	// batch answers RESOURCE_EXHAUSTED (at capacity) or ABORTED (it could
+	// not read the batch): only then may the sweeper release the claims.
+	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteResponse], error)
 }
 
 type executorServiceClient struct {
@@ -43,15 +48,24 @@ func NewExecutorServiceClient(cc grpc.ClientConnInterface) ExecutorServiceClient
 	return &executorServiceClient{cc}
 }
 
-func (c *executorServiceClient) Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error) {
+func (c *executorServiceClient) Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ExecuteResponse)
-	err := c.cc.Invoke(ctx, ExecutorService_Execute_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[0], ExecutorService_Execute_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[ExecuteRequest, ExecuteResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_ExecuteClient = grpc.ServerStreamingClient[ExecuteResponse]
 
 // ExecutorServiceServer is the server API for ExecutorService service.
 // All implementations must embed UnimplementedExecutorServiceServer
@@ -60,10 +74,15 @@ func (c *executorServiceClient) Execute(ctx context.Context, in *ExecuteRequest,
 // ExecutorService runs claimed payments: sweeper -> executor, inside the
 // cluster only.
 type ExecutorServiceServer interface {
-	// Execute charges a claimed batch and records every outcome, fenced by
-	// each item's attempt number, before it answers. An executor at capacity
-	// answers RESOURCE_EXHAUSTED without touching the batch.
-	Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error)
+	// Execute charges a claimed batch and streams each payment's recorded
+	// outcome as soon as it is written, so a slow charge holds only itself.
+	// The executor reads what it charges (payer, payee, amount, currency)
+	// from the payment row of that attempt, never from the request.
+	//
+	// Before it has sent any progress, an executor that did not touch the
+	// batch answers RESOURCE_EXHAUSTED (at capacity) or ABORTED (it could
+	// not read the batch): only then may the sweeper release the claims.
+	Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error
 	mustEmbedUnimplementedExecutorServiceServer()
 }
 
@@ -74,8 +93,8 @@ type ExecutorServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedExecutorServiceServer struct{}
 
-func (UnimplementedExecutorServiceServer) Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Execute not implemented")
+func (UnimplementedExecutorServiceServer) Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error {
+	return status.Error(codes.Unimplemented, "method Execute not implemented")
 }
 func (UnimplementedExecutorServiceServer) mustEmbedUnimplementedExecutorServiceServer() {}
 func (UnimplementedExecutorServiceServer) testEmbeddedByValue()                         {}
@@ -98,23 +117,16 @@ func RegisterExecutorServiceServer(s grpc.ServiceRegistrar, srv ExecutorServiceS
 	s.RegisterService(&ExecutorService_ServiceDesc, srv)
 }
 
-func _ExecutorService_Execute_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ExecuteRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _ExecutorService_Execute_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExecuteRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(ExecutorServiceServer).Execute(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: ExecutorService_Execute_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ExecutorServiceServer).Execute(ctx, req.(*ExecuteRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(ExecutorServiceServer).Execute(m, &grpc.GenericServerStream[ExecuteRequest, ExecuteResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_ExecuteServer = grpc.ServerStreamingServer[ExecuteResponse]
 
 // ExecutorService_ServiceDesc is the grpc.ServiceDesc for ExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
@@ -122,12 +134,13 @@ func _ExecutorService_Execute_Handler(srv interface{}, ctx context.Context, dec 
 var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "paysched.internal.v1.ExecutorService",
 	HandlerType: (*ExecutorServiceServer)(nil),
-	Methods: []grpc.MethodDesc{
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
 		{
-			MethodName: "Execute",
-			Handler:    _ExecutorService_Execute_Handler,
+			StreamName:    "Execute",
+			Handler:       _ExecutorService_Execute_Handler,
+			ServerStreams: true,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
 	Metadata: "paysched/internal/v1/executor.proto",
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/payments"
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/reconcile"
 	"github.com/paysched/paysched/pkg/store"
@@ -35,13 +36,21 @@ type Server struct {
 	db     *pgxpool.Pool
 	store  *store.Store
 	runner *reconcile.Runner
+	prober Prober
 	log    *slog.Logger
 }
 
-// New returns the admin service. runner may be nil (no gateway configured):
-// triggering a run then answers FAILED_PRECONDITION.
-func New(db *pgxpool.Pool, runner *reconcile.Runner, log *slog.Logger) *Server {
-	return &Server{db: db, store: store.NewStore(db), runner: runner, log: log}
+// Prober asks the gateway whether it holds a charge for a payment
+// (gateway.Charger).
+type Prober interface {
+	Probe(ctx context.Context, p gateway.Payment) gateway.Result
+}
+
+// New returns the admin service. runner and prober may be nil (no gateway
+// configured): triggering a run, re-driving and resolving then answer
+// FAILED_PRECONDITION, for each must ask the gateway first.
+func New(db *pgxpool.Pool, runner *reconcile.Runner, prober Prober, log *slog.Logger) *Server {
+	return &Server{db: db, store: store.NewStore(db), runner: runner, prober: prober, log: log}
 }
 
 // admin returns the calling operator, or the error to answer.
@@ -148,6 +157,9 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 	if err := checkNote(note, noteRequired); err != nil {
 		return nil, 0, err
 	}
+	if err := s.askGateway(ctx, id); err != nil {
+		return nil, 0, err
+	}
 	m.ID, m.By, m.Actor, m.Reason = id, payment.Operator, "admin:"+who, note
 	prev, err := store.Apply(ctx, s.db, m)
 	if errors.Is(err, store.ErrNotMoved) {
@@ -171,6 +183,46 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 	}
 	s.log.Info("admin action", "actor", who, "action", m.Action, "payment", id, "from", prev, "to", m.To, "note", note)
 	return payments.ToProto(p), payments.StatusToProto(prev), nil
+}
+
+// askGateway is the probe before an operator's move: a dead letter may have
+// been charged (its answer lost, its lease expired), and the gateway may
+// have forgotten the key (Stripe: after 24 h), so a re-drive could charge
+// twice and a resolve to FAILED could contradict the books. Only a gateway
+// that answers "no charge" or "declined" lets the move through. Nothing
+// charges a DEAD_LETTERED payment meanwhile, and a re-drive still sets
+// probe_first, so the executor asks again before it charges.
+func (s *Server) askGateway(ctx context.Context, id uuid.UUID) error {
+	p, err := s.store.GetAny(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
+	}
+	if err != nil {
+		return s.internal("read payment", err)
+	}
+	if p.Status != payment.DeadLettered {
+		return apierr.New(codes.FailedPrecondition, "NOT_DEAD_LETTERED",
+			"only a DEAD_LETTERED payment can be re-driven or resolved; this one is "+string(p.Status),
+			map[string]string{"status": string(p.Status)})
+	}
+	if s.prober == nil {
+		return apierr.New(codes.FailedPrecondition, "GATEWAY_NOT_CONFIGURED",
+			"a dead letter is re-driven or resolved only after asking the gateway whether it was charged, and this payments-api has no --gateway-addr", nil)
+	}
+	r := s.prober.Probe(ctx, gateway.Payment{ID: id.String(), Payer: p.Payer, Payee: p.Payee, Currency: p.Currency, Amount: p.Amount})
+	switch {
+	case r.Found && r.Outcome == payment.Succeeded:
+		return apierr.New(codes.FailedPrecondition, "ALREADY_CHARGED",
+			"the gateway holds charge "+r.Ref+" for this payment: it was charged, so it is not re-driven or resolved (the reconciler completes it)",
+			map[string]string{"chargeId": r.Ref})
+	case r.Mismatch:
+		return apierr.New(codes.FailedPrecondition, "GATEWAY_MISMATCH", r.Error, map[string]string{"chargeId": r.Ref})
+	case r.Found && r.Outcome == payment.Declined, !r.Found && r.Outcome == payment.Retryable:
+		return nil
+	default:
+		return apierr.New(codes.Unavailable, "GATEWAY_UNAVAILABLE",
+			"could not learn from the gateway whether this payment was charged; try again: "+r.Error, nil)
+	}
 }
 
 // RedrivePayment implements AdminService.

@@ -116,7 +116,9 @@ func TestAdminRequiresTheAdminClaim(t *testing.T) {
 }
 
 func TestAdminDeadLetterActionsAreAudited(t *testing.T) {
-	e := start(t)
+	// Re-drive and resolve ask the gateway first: one that holds no charge.
+	_, gw := withGateway(t)
+	e := start(t, gw)
 	a := e.deadLetter("alice", "RETRIES_EXHAUSTED")
 	b := e.deadLetter("carol", "AMBIGUOUS_UNRESOLVED")
 	ops := adminToken(t, "ops-jane")

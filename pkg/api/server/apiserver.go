@@ -26,6 +26,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/rest"
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
@@ -92,8 +93,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.CreateWorkers <= 0 {
 		cfg.CreateWorkers = 8
 	}
-	// svc.Pool: the same pool settings as every service (custom plans, traced).
-	pool, err := svc.Pool(ctx, cfg.DatabaseURL, int(cfg.DBMaxConns))
+	// Its statements name one payment's due time: custom plans keep one
+	// partition (svc.CustomPlans).
+	pool, err := svc.Pool(ctx, cfg.DatabaseURL, int(cfg.DBMaxConns), svc.CustomPlans)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +124,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	)
 	payschedv1.RegisterPaymentsServiceServer(gs, pay)
 	var runner *reconcile.Runner
+	var prober admin.Prober
 	var gwConn *grpc.ClientConn
 	if cfg.GatewayAddr != "" {
 		// Settlement pages are large: up to 10,000 charges each.
@@ -131,9 +134,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			pool.Close()
 			return nil, fmt.Errorf("gateway client: %w", err)
 		}
-		runner = &reconcile.Runner{DB: pool, Gateway: gatewayv1.NewGatewayServiceClient(gwConn), Metrics: reconcile.NewMetrics(reg), Log: log}
+		gw := gatewayv1.NewGatewayServiceClient(gwConn)
+		runner = &reconcile.Runner{DB: pool, Gateway: gw, Metrics: reconcile.NewMetrics(reg), Log: log}
+		prober = &gateway.Charger{Client: gw, ProbeTimeout: 5 * time.Second}
 	}
-	adm := admin.New(pool, runner, log)
+	adm := admin.New(pool, runner, prober, log)
 	payschedv1.RegisterAdminServiceServer(gs, adm)
 	ready := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -1,6 +1,16 @@
-// Package executor runs claimed batches: it starts each attempt (fenced),
-// charges the gateway with key = paymentId under bounded concurrency, and
-// records every outcome in one fenced batch before answering the sweeper.
+// Package executor runs claimed payments. For each Execute it reads the
+// claimed rows (the charge's parameters come from there, never from the
+// request), hands each payment to a pool of gateway callers, and a few
+// completers write the outcomes of many payments per statement, across
+// batches. Each outcome is streamed back to the sweeper as soon as it is
+// written, so a slow charge holds only itself.
+//
+// The money rules it keeps (docs/DESIGN.md, "The executor"):
+//   - it charges only rows still PROCESSING at the claimed attempt;
+//   - it never starts a call whose deadline falls after the claim's lease;
+//   - a payment an earlier attempt may have charged (probe_first) is asked
+//     about (GetCharge) before it is charged again;
+//   - gateway answers are read strictly (pkg/gateway.Read).
 package executor
 
 import (
@@ -8,11 +18,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,15 +32,24 @@ import (
 	"github.com/paysched/paysched/pkg/store"
 )
 
-// Config sizes an executor.
+// Config is an executor's configuration.
 type Config struct {
 	ID string
-	// MaxBatches is how many batches run at once; beyond it Execute answers
-	// RESOURCE_EXHAUSTED and the sweeper releases the store.
-	MaxBatches int
-	// Concurrency bounds gateway calls in flight across all batches.
+	// MaxInFlight bounds the payments held at once across batches; a batch
+	// beyond it is refused untouched (RESOURCE_EXHAUSTED) and the sweeper
+	// releases it.
+	MaxInFlight int
+	// Concurrency bounds gateway calls in flight.
 	Concurrency int
-	Backoff     payment.Backoff
+	// Backoff is the retry schedule; its length is the retry budget.
+	Backoff payment.Backoff
+	// Completers is how many completion statements run at once (default 2).
+	Completers int
+	// CompleteBatch bounds the outcomes written per statement (default 1000).
+	CompleteBatch int
+	// LeaseMargin is kept between a call's deadline and the end of its
+	// claim's lease, for clock skew and the outcome write (default 2s).
+	LeaseMargin time.Duration
 }
 
 // Validate reports the first configuration error.
@@ -39,11 +57,13 @@ func (c Config) Validate() error {
 	switch {
 	case c.ID == "":
 		return errors.New("--id must not be empty")
-	case c.MaxBatches < 1:
-		return fmt.Errorf("--max-batches must be at least 1, got %d", c.MaxBatches)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("--max-in-flight must be at least 1, got %d", c.MaxInFlight)
 	case c.Concurrency < 1:
-		// Zero workers would take every batch and never charge it.
+		// Zero callers would take every batch and never charge it.
 		return fmt.Errorf("--concurrency must be at least 1, got %d", c.Concurrency)
+	case c.Completers < 0 || c.CompleteBatch < 0 || c.LeaseMargin < 0:
+		return errors.New("completers, complete batch and lease margin must not be negative")
 	}
 	return nil
 }
@@ -51,172 +71,313 @@ func (c Config) Validate() error {
 // Server implements ExecutorService.
 type Server struct {
 	internalv1.UnimplementedExecutorServiceServer
-	cfg     Config
-	db      *pgxpool.Pool
-	charger *gateway.Charger
-	log     *slog.Logger
-	batches chan struct{}
-	jobs    chan job
-	m       metrics
+	cfg      Config
+	db       store.DB
+	charger  *gateway.Charger
+	log      *slog.Logger
+	inflight atomic.Int64
+	jobs     chan *task
+	done     chan *task
+	m        metrics
 }
 
-// job is one gateway call for a worker of the pool.
-type job struct {
-	ctx  context.Context
-	p    gateway.Payment
-	out  *gateway.Result
-	done *sync.WaitGroup
+// task is one claimed payment on its way through the executor.
+type task struct {
+	ctx    context.Context
+	w      store.Work
+	readAt time.Time // local time the lease was read
+	out    chan<- *internalv1.Outcome
+	tr     store.Transition
+	result internalv1.Result
+	// gatewayOK feeds the sweeper's breaker.
+	gatewayOK bool
 }
 
 type metrics struct {
-	outcomes *prometheus.CounterVec
-	latency  prometheus.Histogram
-	fenced   prometheus.Counter
-	dead     prometheus.Counter
+	outcomes   *prometheus.CounterVec
+	latency    prometheus.Histogram
+	fenced     prometheus.Counter
+	dead       prometheus.Counter
+	released   prometheus.Counter
+	mismatches prometheus.Counter
+	unrecorded prometheus.Counter
+	flush      prometheus.Histogram
 }
 
 // New returns an executor.
-func New(cfg Config, db *pgxpool.Pool, charger *gateway.Charger, reg prometheus.Registerer, log *slog.Logger) (*Server, error) {
+func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Registerer, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("executor config: %w", err)
 	}
-	s := &Server{cfg: cfg, db: db, charger: charger, log: log,
-		batches: make(chan struct{}, cfg.MaxBatches), jobs: make(chan job)}
-	// A fixed pool of callers bounds gateway concurrency; long-lived
-	// goroutines keep their grown stacks instead of regrowing one per call.
-	for range cfg.Concurrency {
-		go s.worker()
+	if cfg.Completers == 0 {
+		cfg.Completers = 2
 	}
+	if cfg.CompleteBatch == 0 {
+		cfg.CompleteBatch = 1000
+	}
+	if cfg.LeaseMargin == 0 {
+		cfg.LeaseMargin = 2 * time.Second
+	}
+	s := &Server{cfg: cfg, db: db, charger: charger, log: log,
+		// Buffered to MaxInFlight: admission already bounds what is queued,
+		// so handing work on never blocks.
+		jobs: make(chan *task, cfg.MaxInFlight), done: make(chan *task, cfg.MaxInFlight)}
 	s.m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "paysched_gateway_outcomes_total", Help: "Gateway attempts by outcome."}, []string{"outcome"})
 	s.m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "paysched_gateway_latency_seconds", Help: "Gateway charge latency, probe included.",
+		Name: "paysched_gateway_latency_seconds", Help: "Gateway call latency per payment, probes included.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 10)})
 	s.m.fenced = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "paysched_executor_fenced_total", Help: "Outcomes not applied: the attempt was no longer current."})
-	// Same name as the reaper's: together they count every arrival in the
-	// dead-letter queue (the executor's: budget spent or ambiguity unresolved).
+	// Same name as before: it counts every arrival in the dead-letter queue.
 	s.m.dead = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "paysched_dead_letters_total", Help: "Payments dead-lettered by this executor (outcomes decided; a fenced one is rare)."})
-	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced, s.m.dead)
+		Name: "paysched_dead_letters_total", Help: "Payments dead-lettered by this executor."})
+	s.m.released = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_released_total", Help: "Claims not started: the lease would have ended before the call's deadline."})
+	s.m.mismatches = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_gateway_mismatches_total", Help: "Gateway answers naming another key, amount or currency than the payment's (alert: never a success)."})
+	s.m.unrecorded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_unrecorded_total", Help: "Outcomes that could not be written (the lease expires; the next attempt probes)."})
+	s.m.flush = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "paysched_executor_complete_batch_size", Help: "Outcomes written per completion statement.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
+	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced, s.m.dead, s.m.released, s.m.mismatches, s.m.unrecorded, s.m.flush)
+	// Fixed pools: callers bound gateway concurrency, and long-lived
+	// goroutines keep their grown stacks instead of regrowing one per call.
+	for range cfg.Concurrency {
+		go s.caller()
+	}
+	for range cfg.Completers {
+		go s.completer()
+	}
 	return s, nil
 }
 
 // Execute implements ExecutorService.
-func (s *Server) Execute(ctx context.Context, req *internalv1.ExecuteRequest) (*internalv1.ExecuteResponse, error) {
-	select {
-	case s.batches <- struct{}{}:
-		defer func() { <-s.batches }()
-	default:
-		return nil, status.Error(codes.ResourceExhausted, "executor at capacity")
-	}
+func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.ExecutorService_ExecuteServer) error {
 	items := make([]store.Item, 0, len(req.GetItems()))
-	pay := make(map[uuid.UUID]*internalv1.WorkItem, len(req.GetItems()))
+	seen := make(map[uuid.UUID]bool, len(req.GetItems()))
 	for _, w := range req.GetItems() {
 		id, err := uuid.Parse(w.GetPaymentId())
 		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "payment id %q", w.GetPaymentId())
+			return status.Errorf(codes.InvalidArgument, "payment id %q", w.GetPaymentId())
 		}
-		items = append(items, store.Item{ID: id, DueTime: w.GetDueTime().AsTime(), Attempt: w.GetAttempt(), Retries: w.GetRetries()})
-		pay[id] = w
+		if seen[id] {
+			// One claim is one attempt: a payment twice in a batch is a bug
+			// or a forgery, and nothing of the batch is started.
+			return status.Errorf(codes.InvalidArgument, "payment %s appears twice in the batch", id)
+		}
+		seen[id] = true
+		items = append(items, store.Item{ID: id, DueTime: w.GetDueTime().AsTime(), Attempt: w.GetAttempt()})
+	}
+	n := int64(len(items))
+	if n == 0 {
+		return nil
+	}
+	if s.inflight.Add(n) > int64(s.cfg.MaxInFlight) {
+		s.inflight.Add(-n)
+		return status.Error(codes.ResourceExhausted, "executor at capacity")
 	}
 	// The work must finish even if the sweeper goes away: outcomes are
-	// money's record. It is bounded by the gateway timeouts.
-	wctx := context.WithoutCancel(ctx)
-	// A payment whose budget expired leases spent is not charged again:
-	// it is dead-lettered with the batch's outcomes.
-	var ts []store.Transition
-	live := items[:0]
-	for _, it := range items {
-		if s.cfg.Backoff.Spent(it.Retries) {
-			ts = append(ts, store.Transition{Item: it, Status: payment.DeadLettered, DeadReason: payment.RetriesExhausted,
-				NewRetries: it.Retries, Error: "lease expired: retry budget spent"})
+	// money's record. Each call is bounded by the gateway timeouts.
+	ctx := context.WithoutCancel(stream.Context())
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	works, err := store.Load(lctx, s.db, items)
+	cancel()
+	if err != nil {
+		s.inflight.Add(-n)
+		s.log.Error("load batch", "err", err, "items", n)
+		// Nothing was started: the sweeper may release the claims.
+		return status.Error(codes.Aborted, "could not read the batch; nothing was started")
+	}
+	readAt := time.Now()
+	out := make(chan *internalv1.Outcome, n)
+	loaded := make(map[store.Item]bool, len(works))
+	for _, w := range works {
+		loaded[store.Item{ID: w.ID, Attempt: w.Attempt}] = true
+		t := &task{ctx: ctx, w: w, readAt: readAt, out: out, gatewayOK: true}
+		if s.cfg.Backoff.Spent(w.Retries) && !w.ProbeFirst {
+			// Spent by expired leases whose attempts were all settled as
+			// not charged: nothing to ask, nothing more to try.
+			t.tr = store.Transition{Item: w.Item, Status: payment.DeadLettered, DeadReason: payment.RetriesExhausted,
+				NewRetries: w.Retries, Error: "retry budget spent"}
+			t.result = internalv1.Result_RESULT_DEAD_LETTERED
+			s.done <- t
 			continue
 		}
-		live = append(live, it)
+		s.jobs <- t
 	}
-	resp := &internalv1.ExecuteResponse{DeadLettered: int32(len(ts))}
-	started, err := store.Start(wctx, s.db, s.cfg.ID, live)
-	if err != nil {
-		s.log.Error("start attempts", "err", err)
-		return nil, status.Error(codes.Unavailable, "could not start attempts")
-	}
-	resp.Fenced = int32(len(live) - len(started))
-	results := make([]gateway.Result, len(started))
-	var wg sync.WaitGroup
-	wg.Add(len(started))
-	for i, it := range started {
-		w := pay[it.ID]
-		s.jobs <- job{ctx: wctx, out: &results[i], done: &wg, p: gateway.Payment{ID: w.GetPaymentId(),
-			Payer: w.GetPayer(), Payee: w.GetPayee(), Currency: w.GetCurrency(), Amount: w.GetAmount()}}
-	}
-	wg.Wait()
-	now := time.Now()
-	for i, it := range started {
-		r := results[i]
-		s.m.outcomes.WithLabelValues(string(r.Outcome)).Inc()
-		t := s.decide(it, r, now)
-		ts = append(ts, t)
-		switch r.Outcome {
-		case payment.Succeeded:
-			resp.Succeeded++
-		case payment.Declined:
-			resp.Declined++
-		case payment.Retryable:
-			resp.Retryable++
-		case payment.Ambiguous:
-			resp.Ambiguous++
-		}
-		if t.Status == payment.DeadLettered {
-			resp.DeadLettered++
+	for _, it := range items {
+		if !loaded[store.Item{ID: it.ID, Attempt: it.Attempt}] {
+			// Not PROCESSING at that attempt: another process has it.
+			s.m.fenced.Inc()
+			s.inflight.Add(-1)
+			out <- &internalv1.Outcome{PaymentId: it.ID.String(), Result: internalv1.Result_RESULT_FENCED, GatewayOk: true}
 		}
 	}
-	if len(ts) > 0 {
-		applied, err := store.Record(wctx, s.db, ts)
-		if err != nil {
-			// Leases expire and the reaper retries with the same key.
-			s.log.Error("record outcomes", "err", err, "items", len(ts))
-			return nil, status.Error(codes.Internal, "could not record outcomes")
+	var sendErr error
+	msg := &internalv1.ExecuteResponse{}
+	for got := int64(0); got < n; {
+		msg.Outcomes = append(msg.Outcomes[:0], <-out)
+		got++
+	drain:
+		for got < n {
+			select {
+			case o := <-out:
+				msg.Outcomes = append(msg.Outcomes, o)
+				got++
+			default:
+				break drain
+			}
 		}
-		s.m.dead.Add(float64(resp.DeadLettered))
-		if f := len(ts) - applied; f > 0 {
-			resp.Fenced += int32(f)
-			s.m.fenced.Add(float64(f))
-			s.log.Warn("late outcomes fenced out", "count", f)
+		if sendErr == nil {
+			// After a send error the sweeper is gone; the rest of the batch
+			// still finishes and is recorded (out is buffered for all of it).
+			sendErr = stream.Send(msg)
 		}
 	}
-	return resp, nil
+	return sendErr
 }
 
-func (s *Server) worker() {
-	for j := range s.jobs {
-		t0 := time.Now()
-		*j.out = s.charger.Charge(j.ctx, j.p)
-		s.m.latency.Observe(time.Since(t0).Seconds())
-		j.done.Done()
+// caller makes the gateway calls of one task at a time.
+func (s *Server) caller() {
+	for t := range s.jobs {
+		s.call(t)
+		s.done <- t
+	}
+}
+
+// call decides one task: release it, probe it, charge it.
+func (s *Server) call(t *task) {
+	w := t.w
+	// Lease discipline: never start a call that could outlive the claim.
+	need := s.charger.Deadline(w.ProbeFirst) + s.cfg.LeaseMargin
+	if time.Now().Add(need).After(t.readAt.Add(w.LeaseLeft)) {
+		s.m.released.Inc()
+		t.tr = store.Transition{Item: w.Item, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: w.ProbeFirst}
+		t.result = internalv1.Result_RESULT_RELEASED
+		return
+	}
+	p := gateway.Payment{ID: w.ID.String(), Payer: w.Payer, Payee: w.Payee, Currency: w.Currency, Amount: w.Amount}
+	start := time.Now()
+	var r gateway.Result
+	if w.ProbeFirst {
+		// An earlier attempt may have charged it: ask before charging again,
+		// for the gateway may have forgotten the key (Stripe: after 24 h).
+		r = s.charger.Probe(t.ctx, p)
+		if !r.Found && r.Outcome == payment.Retryable {
+			if s.cfg.Backoff.Spent(w.Retries) {
+				r.Error = "retry budget spent; the gateway holds no charge"
+			} else {
+				r = s.charger.Charge(t.ctx, p)
+			}
+		}
+	} else {
+		r = s.charger.Charge(t.ctx, p)
+	}
+	s.m.latency.Observe(time.Since(start).Seconds())
+	s.m.outcomes.WithLabelValues(string(r.Outcome)).Inc()
+	t.gatewayOK = !r.Unhealthy
+	t.tr = s.decide(w, r, time.Now())
+	t.tr.StartedAt = start
+	switch t.tr.Status {
+	case payment.Completed:
+		t.result = internalv1.Result_RESULT_SUCCEEDED
+	case payment.Failed:
+		t.result = internalv1.Result_RESULT_DECLINED
+	case payment.DeadLettered:
+		t.result = internalv1.Result_RESULT_DEAD_LETTERED
+	default:
+		t.result = internalv1.Result_RESULT_RETRY
 	}
 }
 
 // decide maps an attempt's result to the payment's next state.
-func (s *Server) decide(it store.Item, r gateway.Result, now time.Time) store.Transition {
-	t := store.Transition{Item: it, Outcome: r.Outcome, Ref: r.Ref, Error: r.Error, NewRetries: it.Retries}
-	switch r.Outcome {
-	case payment.Succeeded:
+func (s *Server) decide(w store.Work, r gateway.Result, now time.Time) store.Transition {
+	t := store.Transition{Item: w.Item, Outcome: r.Outcome, Ref: r.Ref, Error: r.Error, NewRetries: w.Retries}
+	switch {
+	case r.Outcome == payment.Succeeded:
 		t.Status, t.Error = payment.Completed, ""
-	case payment.Declined:
+	case r.Outcome == payment.Declined:
 		t.Status = payment.Failed
-	default:
-		if s.cfg.Backoff.Exhausted(it.Retries) {
-			t.Status = payment.DeadLettered
-			t.DeadReason = payment.RetriesExhausted
-			if r.Outcome == payment.Ambiguous {
-				t.DeadReason = payment.AmbiguousUnresolved
-			}
-		} else {
-			t.Status = payment.Pending
-			t.RunAt = now.Add(s.cfg.Backoff.Delay(it.Retries))
-			t.NewRetries = it.Retries + 1
+	case r.Outcome == payment.KeyConflict:
+		t.Status, t.DeadReason = payment.DeadLettered, payment.KeyConflicted
+	case r.Mismatch:
+		// The gateway speaks of another charge: never a success, and
+		// retrying will not make it this payment's. A human looks.
+		s.m.mismatches.Inc()
+		s.log.Error("gateway answered a charge that is not this payment's", "payment", w.ID, "err", r.Error)
+		t.Status, t.DeadReason, t.ProbeFirst = payment.DeadLettered, payment.AmbiguousUnresolved, true
+	case s.cfg.Backoff.Spent(w.Retries) || s.cfg.Backoff.Exhausted(w.Retries):
+		t.Status, t.DeadReason, t.ProbeFirst = payment.DeadLettered, payment.RetriesExhausted, r.Uncertain
+		if r.Uncertain {
+			t.DeadReason = payment.AmbiguousUnresolved
 		}
+	default:
+		t.Status = payment.Pending
+		t.RunAt = now.Add(s.cfg.Backoff.Delay(w.Retries))
+		t.NewRetries = w.Retries + 1
+		t.ProbeFirst = r.Uncertain
 	}
 	return t
+}
+
+// completer writes outcomes of many payments per statement: it takes what
+// is ready (up to CompleteBatch) and writes it while the next ones gather.
+func (s *Server) completer() {
+	buf := make([]*task, 0, s.cfg.CompleteBatch)
+	for t := range s.done {
+		buf = append(buf[:0], t)
+	gather:
+		for len(buf) < s.cfg.CompleteBatch {
+			select {
+			case t := <-s.done:
+				buf = append(buf, t)
+			default:
+				break gather
+			}
+		}
+		s.flush(buf)
+	}
+}
+
+// flush writes ts, retrying briefly, and reports each outcome.
+func (s *Server) flush(ts []*task) {
+	trs := make([]store.Transition, len(ts))
+	for i, t := range ts {
+		trs[i] = t.tr
+	}
+	s.m.flush.Observe(float64(len(ts)))
+	var applied map[store.Applied]bool
+	var err error
+	for try, wait := 0, 100*time.Millisecond; try < 4; try, wait = try+1, wait*3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		applied, err = store.Complete(ctx, s.db, s.cfg.ID, trs)
+		cancel()
+		if err == nil {
+			break
+		}
+		s.log.Warn("complete attempts; retrying", "err", err, "items", len(ts), "try", try)
+		time.Sleep(wait)
+	}
+	for _, t := range ts {
+		res := t.result
+		switch {
+		case err != nil:
+			// The leases expire; the reaper sets probe_first, so the next
+			// attempt asks the gateway what this one did.
+			res = internalv1.Result_RESULT_UNRECORDED
+			s.m.unrecorded.Inc()
+		case !applied[store.Applied{ID: t.w.ID, Attempt: t.w.Attempt}]:
+			res = internalv1.Result_RESULT_FENCED
+			s.m.fenced.Inc()
+		case t.tr.Status == payment.DeadLettered:
+			s.m.dead.Inc()
+		}
+		s.inflight.Add(-1)
+		t.out <- &internalv1.Outcome{PaymentId: t.w.ID.String(), Result: res, GatewayOk: t.gatewayOK}
+	}
+	if err != nil {
+		s.log.Error("outcomes not recorded; their leases will expire and the next attempts probe", "err", err, "items", len(ts))
+	}
 }

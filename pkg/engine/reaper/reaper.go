@@ -1,5 +1,5 @@
-// Package reaper keeps the schedule healthy: it takes back expired leases,
-// dead-letters what has spent its budget, keeps partitions ahead (and drops
+// Package reaper keeps the schedule healthy: it takes back expired leases
+// (the next attempt asks the gateway first), keeps partitions ahead (and drops
 // old ones if configured), forgets old idempotency keys, and publishes the
 // schedule's health gauges.
 package reaper
@@ -27,11 +27,6 @@ type Config struct {
 	KeyTTL time.Duration
 	// Batch bounds rows per statement.
 	Batch int
-	// OrphanAfter is how old an unfinished attempt of a payment no longer
-	// PROCESSING at that attempt must be before it is closed as ABANDONED.
-	// It must exceed the lease plus the gateway timeouts, so that a live but
-	// slow executor records its own outcome first (0: 5 minutes).
-	OrphanAfter time.Duration
 }
 
 // Validate reports the first configuration error.
@@ -47,8 +42,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--idempotency-key-ttl must be positive, got %s", c.KeyTTL)
 	case c.Batch < 1:
 		return fmt.Errorf("batch must be at least 1, got %d", c.Batch)
-	case c.OrphanAfter < 0:
-		return fmt.Errorf("--orphan-after must not be negative, got %s", c.OrphanAfter)
 	}
 	return nil
 }
@@ -73,9 +66,6 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("reaper config: %w", err)
 	}
-	if cfg.OrphanAfter <= 0 {
-		cfg.OrphanAfter = 5 * time.Minute
-	}
 	r := &Reaper{cfg: cfg, db: db, log: log}
 	r.m.oldest = prometheus.NewGauge(prometheus.GaugeOpts{Name: "oldest_due_pending_age_seconds", Help: "Age of the oldest due PENDING payment (0 when none)."})
 	r.m.backlog = prometheus.NewGauge(prometheus.GaugeOpts{Name: "backlog", Help: "Due PENDING payments."})
@@ -95,9 +85,6 @@ func (r *Reaper) Run(ctx context.Context) error {
 	for {
 		if _, err := r.ExpireLeases(ctx); err != nil && ctx.Err() == nil {
 			r.log.Error("expire leases", "err", err)
-		}
-		if _, err := r.CloseOrphans(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error("close orphaned attempts", "err", err)
 		}
 		if err := r.gauges(ctx); err != nil && ctx.Err() == nil {
 			r.log.Error("gauges", "err", err)
@@ -151,15 +138,6 @@ func (r *Reaper) ExpireLeases(ctx context.Context) (int, error) {
 			return total, nil
 		}
 	}
-}
-
-// CloseOrphans closes orphaned attempt rows and returns how many.
-func (r *Reaper) CloseOrphans(ctx context.Context) (int64, error) {
-	n, err := store.CloseOrphans(ctx, r.db, r.cfg.OrphanAfter)
-	if n > 0 {
-		r.log.Warn("closed orphaned attempts", "count", n)
-	}
-	return n, err
 }
 
 func (r *Reaper) gauges(ctx context.Context) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paysched/paysched/pkg/engine/reaper"
+	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/pgtest"
 )
@@ -20,8 +21,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func newReaper(t *testing.T, db *pgxpool.Pool) *reaper.Reaper {
 	t.Helper()
-	r, err := reaper.New(reaper.Config{Interval: time.Second, Horizon: 24 * time.Hour, KeyTTL: time.Hour, Batch: 2,
-		OrphanAfter: time.Minute},
+	r, err := reaper.New(reaper.Config{Interval: time.Second, Horizon: 24 * time.Hour, KeyTTL: time.Hour, Batch: 2},
 		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -29,8 +29,8 @@ func newReaper(t *testing.T, db *pgxpool.Pool) *reaper.Reaper {
 	return r
 }
 
-// processing writes a PROCESSING payment whose lease has expired.
-func processing(t *testing.T, db *pgxpool.Pool, retries int, started bool) uuid.UUID {
+// processing writes a PROCESSING payment at attempt 3 whose lease has expired.
+func processing(t *testing.T, db *pgxpool.Pool, retries int, recorded bool) uuid.UUID {
 	t.Helper()
 	id, _ := uuid.NewV7()
 	ctx := context.Background()
@@ -40,50 +40,52 @@ func processing(t *testing.T, db *pgxpool.Pool, retries int, started bool) uuid.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if started {
-		if _, err := db.Exec(ctx, `INSERT INTO payment_attempts (payment_id, attempt, gateway_key) VALUES ($1, 3, $2)`, id, id.String()); err != nil {
+	if recorded {
+		// An executor's outcome written just before the lease expired.
+		if _, err := db.Exec(ctx, `INSERT INTO payment_attempts (payment_id, attempt, gateway_key, outcome, finished_at)
+			VALUES ($1, 3, $2, 'SUCCEEDED', now())`, id, id.String()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return id
 }
 
+// TestExpiredLeases: every expired claim may have reached the gateway, so
+// each goes back to PENDING with probe_first set (the next attempt asks
+// first) and one retry spent, and its attempt is recorded as ABANDONED;
+// an attempt row the executor wrote first is kept. The budget is not
+// judged here.
 func TestExpiredLeases(t *testing.T) {
 	db := pgtest.NewPool(t)
 	r := newReaper(t, db)
-	retry := processing(t, db, 0, true)
-	spent := processing(t, db, 2, true)
-	unstarted := processing(t, db, 2, false)
+	retry := processing(t, db, 0, false)
+	spent := processing(t, db, 2, false)
+	recorded := processing(t, db, 1, true)
 	n, err := r.ExpireLeases(context.Background())
 	if err != nil || n != 3 {
 		t.Fatalf("expired %d, %v", n, err)
 	}
-	check := func(id uuid.UUID, wantStatus string, wantRetries, wantAttempt int, wantOutcome string) {
+	check := func(id uuid.UUID, wantRetries int, wantOutcome string) {
 		t.Helper()
 		var st string
 		var retries, attempt int
-		var reason *string
-		if err := db.QueryRow(context.Background(), `SELECT status, retries, attempt, dead_letter_reason FROM payments WHERE id = $1`, id).
-			Scan(&st, &retries, &attempt, &reason); err != nil {
+		var probeFirst bool
+		if err := db.QueryRow(context.Background(), `SELECT status, retries, attempt, probe_first FROM payments WHERE id = $1`, id).
+			Scan(&st, &retries, &attempt, &probeFirst); err != nil {
 			t.Fatal(err)
 		}
-		if st != wantStatus || retries != wantRetries || attempt != wantAttempt {
-			t.Fatalf("%s: %s retries=%d attempt=%d, want %s %d %d", id, st, retries, attempt, wantStatus, wantRetries, wantAttempt)
-		}
-		if wantStatus == "DEAD_LETTERED" && (reason == nil || *reason != "RETRIES_EXHAUSTED") {
-			t.Fatalf("dead letter reason %v", reason)
+		if st != string(payment.Pending) || retries != wantRetries || attempt != 3 || !probeFirst {
+			t.Fatalf("%s: %s retries=%d attempt=%d probe_first=%v, want PENDING %d 3 true", id, st, retries, attempt, probeFirst, wantRetries)
 		}
 		var outcome string
-		_ = db.QueryRow(context.Background(), `SELECT COALESCE(outcome, '') FROM payment_attempts WHERE payment_id = $1`, id).Scan(&outcome)
+		_ = db.QueryRow(context.Background(), `SELECT COALESCE(outcome, '') FROM payment_attempts WHERE payment_id = $1 AND attempt = 3`, id).Scan(&outcome)
 		if outcome != wantOutcome {
 			t.Fatalf("%s: attempt outcome %q, want %q", id, outcome, wantOutcome)
 		}
 	}
-	check(retry, "PENDING", 1, 3, "ABANDONED") // attempt kept: the same gateway key retries
-	// Budget spent: back to PENDING all the same; the executor alone decides
-	// the budget (payment.Backoff.Spent) and dead-letters it when claimed.
-	check(spent, "PENDING", 3, 3, "ABANDONED")
-	check(unstarted, "PENDING", 2, 3, "") // never started: no budget spent
+	check(retry, 1, string(payment.Abandoned))
+	check(spent, 3, string(payment.Abandoned)) // the executor dead-letters it after a probe
+	check(recorded, 2, string(payment.Succeeded))
 	if n, err := r.ExpireLeases(context.Background()); err != nil || n != 0 {
 		t.Fatalf("second pass: %d %v", n, err)
 	}
@@ -129,44 +131,5 @@ func TestDropOldPartitions(t *testing.T) {
 	n, err := newReaper(t, db).DropOldPartitions(context.Background(), time.Now())
 	if err != nil || n != 1 { // yesterday's
 		t.Fatalf("dropped %d, %v", n, err)
-	}
-}
-
-// TestCloseOrphans: an unfinished attempt whose payment moved on is closed
-// once old enough; the current attempt of a PROCESSING payment is not.
-func TestCloseOrphans(t *testing.T) {
-	db := pgtest.NewPool(t)
-	ctx := context.Background()
-	st := store.NewStore(db)
-	mk := func(status string, attempt int, attemptRow int, age time.Duration) uuid.UUID {
-		id, _ := uuid.NewV7()
-		if _, err := st.Create(ctx, []store.NewPayment{{ID: id, Payer: "a", Payee: "b", Amount: 1, Currency: "USD",
-			DueAt: time.Now().Add(time.Hour), CreatedAt: time.Now(), IdempotencyKey: id.String(), RequestHash: []byte{1}, Response: []byte{1}}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Exec(ctx, `UPDATE payments SET status = $2, attempt = $3 WHERE id = $1`, id, status, attempt); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Exec(ctx, `INSERT INTO payment_attempts (payment_id, attempt, gateway_key, started_at)
-			VALUES ($1, $2, $3, now() - $4::interval)`, id, attemptRow, id.String(), age); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	orphan := mk("PENDING", 3, 2, time.Hour)     // the claim moved on long ago
-	young := mk("PENDING", 3, 2, time.Second)    // maybe a slow executor: leave it
-	current := mk("PROCESSING", 1, 1, time.Hour) // the lease path owns this one
-	n, err := newReaper(t, db).CloseOrphans(ctx)
-	if err != nil || n != 1 {
-		t.Fatalf("closed %d, %v; want 1", n, err)
-	}
-	for id, want := range map[uuid.UUID]string{orphan: "ABANDONED", young: "", current: ""} {
-		var got string
-		if err := db.QueryRow(ctx, `SELECT COALESCE(outcome, '') FROM payment_attempts WHERE payment_id = $1`, id).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got != want {
-			t.Fatalf("%s: outcome %q, want %q", id, got, want)
-		}
 	}
 }

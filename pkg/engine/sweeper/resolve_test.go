@@ -1,7 +1,6 @@
 package sweeper
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"sort"
@@ -32,27 +31,23 @@ func TestRefreshFollowsDNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	free := func() []string {
-		// Take every free slot the way Run does, then give them back.
+		// Every current executor, once per batch of credits it has.
 		var got []string
-		var taken []*executor
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-			e, ok := s.take(ctx)
-			cancel()
-			if !ok {
-				break
+		s.mu.Lock()
+		for _, e := range s.execs {
+			if e.gone.Load() {
+				continue
 			}
-			got = append(got, e.addr)
-			taken = append(taken, e)
+			for range e.free.Load() / int64(s.cfg.Batch) {
+				got = append(got, e.addr)
+			}
 		}
-		for _, e := range taken {
-			s.slots <- e
-		}
+		s.mu.Unlock()
 		sort.Strings(got)
 		return got
 	}
 	if got := free(); len(got) != 4 || got[0] != "10.0.0.1:9100" || got[3] != "10.0.0.2:9100" {
-		t.Fatalf("slots at start: %v", got)
+		t.Fatalf("credits at start: %v", got)
 	}
 	mu.Lock()
 	ips = []string{"10.0.0.2", "10.0.0.3", "10.0.0.4"}
@@ -60,7 +55,7 @@ func TestRefreshFollowsDNS(t *testing.T) {
 	s.refresh()
 	want := []string{"10.0.0.2:9100", "10.0.0.2:9100", "10.0.0.3:9100", "10.0.0.3:9100", "10.0.0.4:9100", "10.0.0.4:9100"}
 	if got := free(); len(got) != len(want) || got[0] != want[0] || got[5] != want[5] || got[2] != want[2] {
-		t.Fatalf("slots after the change: %v, want %v", got, want)
+		t.Fatalf("credits after the change: %v, want %v", got, want)
 	}
 	// A failed lookup keeps the current set.
 	mu.Lock()
@@ -68,7 +63,7 @@ func TestRefreshFollowsDNS(t *testing.T) {
 	mu.Unlock()
 	s.refresh()
 	if got := free(); len(got) != 6 {
-		t.Fatalf("a failed lookup changed the slots: %v", got)
+		t.Fatalf("a failed lookup changed the credits: %v", got)
 	}
 	for _, e := range s.execs {
 		_ = e.cc.Close()

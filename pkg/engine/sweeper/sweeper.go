@@ -1,14 +1,19 @@
 // Package sweeper claims due payments and hands them to executors: it
-// claims only as much as the executors can take (one slot per batch in
-// flight), paces claims to the gateway's rate ceiling with a cluster-wide
-// token bucket, stops claiming while the gateway fails (circuit breaker),
-// and releases at once any claim it could not dispatch.
+// claims only as much as the executors can take (credits: each executor
+// may hold Slots×Batch payments, and each outcome streamed back frees its
+// credit at once, so a slow charge holds only itself), paces claims to the
+// gateway's rate ceiling with a cluster-wide token bucket, and stops
+// claiming while the gateway fails (circuit breaker). It releases a claim
+// only when an executor refused it untouched; after any other dispatch
+// error the request may have reached the executor, so the claim is left
+// to its lease and the next attempt asks the gateway first.
 package sweeper
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -22,7 +27,9 @@ import (
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
@@ -47,7 +54,8 @@ type Config struct {
 	Resolve time.Duration
 	// Lookup resolves a host name (default net.LookupHost; tests stub it).
 	Lookup func(host string) ([]string, error)
-	// Slots is how many batches each executor may have in flight.
+	// Slots is how many batches' worth of payments (Slots×Batch) each
+	// executor may hold at once.
 	Slots   int
 	Bucket  pacing.Bucket
 	Breaker *Breaker
@@ -84,10 +92,13 @@ type executor struct {
 	addr   string
 	client internalv1.ExecutorServiceClient
 	cc     *grpc.ClientConn
-	// gone: no longer resolved. Its slots are dropped as they come back,
-	// and the last one closes the connection (batches in flight finish).
-	gone  atomic.Bool
-	slots atomic.Int32
+	// gone: no longer resolved. It gets no new work, and the last of its
+	// dispatches in flight closes the connection.
+	gone atomic.Bool
+	// free is how many more payments it may be given (its credits).
+	free atomic.Int64
+	// streams counts its dispatches in flight.
+	streams atomic.Int32
 }
 
 // Sweeper is one sweeper process's loop.
@@ -95,7 +106,7 @@ type Sweeper struct {
 	cfg   Config
 	db    *pgxpool.Pool
 	log   *slog.Logger
-	slots chan *executor
+	wake  chan struct{} // a credit came back
 	mu    sync.Mutex
 	execs map[string]*executor
 	wg    sync.WaitGroup
@@ -109,8 +120,7 @@ type metrics struct {
 	breakerOpen                       prometheus.Gauge
 }
 
-// maxExecutors bounds the executors one sweeper dispatches to (the slot
-// channel's capacity).
+// maxExecutors bounds the executors one sweeper dispatches to.
 const maxExecutors = 512
 
 // New resolves the executors and builds the sweeper.
@@ -128,7 +138,7 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	s := &Sweeper{cfg: cfg, db: db, log: log, slots: make(chan *executor, maxExecutors*max(cfg.Slots, 1)),
+	s := &Sweeper{cfg: cfg, db: db, log: log, wake: make(chan struct{}, 1),
 		execs: map[string]*executor{}, trace: otel.Tracer(tracing.ScopeName + "/sweeper")}
 	for _, a := range addrs {
 		if err := s.add(a); err != nil {
@@ -136,8 +146,8 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 		}
 	}
 	s.m.claimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_claims_total", Help: "Payments claimed."})
-	s.m.released = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_claims_released_total", Help: "Claims released undispatched."})
-	s.m.dispatchErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_dispatch_errors_total", Help: "Batches an executor did not take or finish."})
+	s.m.released = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_claims_released_total", Help: "Claims released: an executor refused them untouched."})
+	s.m.dispatchErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_dispatch_errors_total", Help: "Batches an executor did not take or finish (claims left to their lease)."})
 	s.m.lateness = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "paysched_trigger_lateness_seconds",
 		Help: "Due time to first store.", Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 20, 30, 60, 120, 300}})
 	s.m.breakerOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_breaker_open", Help: "1 while the circuit breaker stops claims."})
@@ -158,11 +168,9 @@ func (s *Sweeper) add(a string) error {
 		return fmt.Errorf("executor %s: %w", a, err)
 	}
 	e := &executor{addr: a, client: internalv1.NewExecutorServiceClient(cc), cc: cc}
-	e.slots.Store(int32(s.cfg.Slots))
+	e.free.Store(s.capacity())
 	s.execs[a] = e
-	for range s.cfg.Slots {
-		s.slots <- e
-	}
+	s.signal()
 	return nil
 }
 
@@ -188,26 +196,43 @@ func (s *Sweeper) refresh() {
 		if !want[a] {
 			e.gone.Store(true)
 			delete(s.execs, a)
+			if e.streams.Load() == 0 {
+				_ = e.cc.Close()
+			}
 			s.log.Info("executor gone from DNS; draining it", "addr", a)
 		}
 	}
 }
 
-// take waits for a free slot of a current executor.
-func (s *Sweeper) take(ctx context.Context) (*executor, bool) {
-	for {
-		select {
-		case e := <-s.slots:
-			if !e.gone.Load() {
-				return e, true
-			}
-			if e.slots.Add(-1) == 0 {
-				_ = e.cc.Close()
-			}
-		case <-ctx.Done():
-			return nil, false
+// capacity is how many payments one executor may hold from this sweeper.
+func (s *Sweeper) capacity() int64 { return int64(max(1, s.cfg.Slots) * max(1, s.cfg.Batch)) }
+
+// signal wakes the loop: credits came back or an executor was added.
+func (s *Sweeper) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pick returns the current executor with the most credits, if it has
+// enough for a worthwhile claim (a quarter batch, or all it may hold).
+func (s *Sweeper) pick() *executor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var best *executor
+	for _, e := range s.execs {
+		if !e.gone.Load() && (best == nil || e.free.Load() > best.free.Load()) {
+			best = e
 		}
 	}
+	if best == nil {
+		return nil
+	}
+	if f := best.free.Load(); f >= min(s.capacity(), int64(max(1, s.cfg.Batch/4))) {
+		return best
+	}
+	return nil
 }
 
 // resolve expands names to addresses (a headless Service lists every pod).
@@ -237,7 +262,7 @@ func resolve(targets []string, lookup func(string) ([]string, error)) ([]string,
 }
 
 // Run claims and dispatches until ctx ends, then waits for batches in
-// flight (up to Grace) and releases every unstarted claim it holds.
+// flight (up to Grace).
 func (s *Sweeper) Run(ctx context.Context) error {
 	defer s.shutdown()
 	go func() {
@@ -253,9 +278,15 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		}
 	}()
 	for {
-		e, ok := s.take(ctx)
-		if !ok {
-			return nil
+		e := s.pick()
+		if e == nil {
+			select {
+			case <-s.wake:
+			case <-time.After(s.cfg.Interval):
+			case <-ctx.Done():
+				return nil
+			}
+			continue
 		}
 		wait := s.step(ctx, e)
 		if wait > 0 {
@@ -268,19 +299,17 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 }
 
-// step claims one batch for executor e (whose slot it holds) and returns
-// how long to pause before the next step.
+// step claims one batch for executor e (as much as its credits allow) and
+// returns how long to pause before the next step.
 func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 	now := time.Now()
-	n, probe := s.cfg.Breaker.Allow(s.cfg.Batch, now)
+	n, probe := s.cfg.Breaker.Allow(int(min(int64(s.cfg.Batch), e.free.Load())), now)
 	s.m.breakerOpen.Set(b2f(s.cfg.Breaker.Open()))
 	if n == 0 {
-		s.slots <- e
 		return min(s.cfg.Interval, max(10*time.Millisecond, time.Until(s.cfg.Breaker.Until())))
 	}
 	granted, err := s.cfg.Bucket.Take(ctx, s.db, n)
 	if err != nil || granted == 0 {
-		s.slots <- e
 		s.cfg.Breaker.Abort(probe)
 		if err != nil && ctx.Err() == nil {
 			s.log.Error("rate bucket", "err", err)
@@ -290,7 +319,6 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 	}
 	claimed, err := store.Claim(ctx, s.db, s.cfg.ID, s.cfg.Lease, granted)
 	if err != nil {
-		s.slots <- e
 		s.cfg.Breaker.Abort(probe)
 		_ = s.cfg.Bucket.Refund(context.WithoutCancel(ctx), s.db, granted)
 		if ctx.Err() == nil {
@@ -302,7 +330,6 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 		_ = s.cfg.Bucket.Refund(ctx, s.db, granted-len(claimed))
 	}
 	if len(claimed) == 0 {
-		s.slots <- e
 		s.cfg.Breaker.Abort(probe)
 		return s.cfg.Interval
 	}
@@ -312,6 +339,8 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 			s.m.lateness.Observe(now.Sub(c.DueTime).Seconds())
 		}
 	}
+	e.free.Add(-int64(len(claimed)))
+	e.streams.Add(1)
 	s.wg.Add(1)
 	go s.dispatch(s.batchSpan(now, e, claimed), e, claimed, probe)
 	if len(claimed) < granted {
@@ -334,45 +363,97 @@ func (s *Sweeper) batchSpan(start time.Time, e *executor, claimed []store.Claime
 	return ctx
 }
 
+// dispatch sends a claimed batch to e and follows its outcomes as they
+// are recorded, handing back each payment's credit as its outcome arrives.
 func (s *Sweeper) dispatch(ctx context.Context, e *executor, claimed []store.Claimed, probe bool) {
 	defer s.wg.Done()
-	defer func() { s.slots <- e }()
 	span := trace.SpanFromContext(ctx)
 	defer span.End()
+	outstanding := int64(len(claimed))
+	defer func() {
+		e.free.Add(outstanding)
+		if e.streams.Add(-1) == 0 && e.gone.Load() {
+			_ = e.cc.Close()
+		}
+		s.signal()
+	}()
 	req := &internalv1.ExecuteRequest{SweeperId: s.cfg.ID, Items: make([]*internalv1.WorkItem, len(claimed))}
 	for i, c := range claimed {
-		req.Items[i] = &internalv1.WorkItem{PaymentId: c.ID.String(), DueTime: timestamppb.New(c.DueTime),
-			Attempt: c.Attempt, Retries: c.Retries, Payer: c.Payer, Payee: c.Payee, Amount: c.Amount, Currency: c.Currency}
+		req.Items[i] = &internalv1.WorkItem{PaymentId: c.ID.String(), DueTime: timestamppb.New(c.DueTime), Attempt: c.Attempt}
 	}
-	// The batch must finish within the lease, or the reaper takes it back.
+	// The batch's deadline is its lease: by then the reaper may take it
+	// back, and the executor starts no call that would outlive it.
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Lease)
 	defer cancel()
-	resp, err := e.client.Execute(ctx, req)
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(otelcodes.Error, "dispatch failed")
-		s.m.dispatchErrors.Inc()
-		s.cfg.Breaker.Abort(probe)
-		n, rerr := store.Release(context.WithoutCancel(ctx), s.db, s.cfg.ID, claimed)
-		s.m.released.Add(float64(n))
-		s.log.Warn("dispatch failed; released unstarted claims", "executor", e.addr, "err", err,
-			"claimed", len(claimed), "released", n, "release_err", rerr)
-		span.End() // the rest below is not the batch's
-		// Rest this slot a moment rather than claim again for an executor
-		// that just failed.
-		time.Sleep(s.cfg.Interval)
+	var counts [8]int
+	good, bad := 0, 0
+	received := 0
+	stream, err := e.client.Execute(ctx, req)
+	for err == nil {
+		var msg *internalv1.ExecuteResponse
+		if msg, err = stream.Recv(); err != nil {
+			break
+		}
+		g, b := 0, 0
+		for _, o := range msg.GetOutcomes() {
+			if r := int(o.GetResult()); r < len(counts) {
+				counts[r]++
+			}
+			switch {
+			case o.GetResult() == internalv1.Result_RESULT_FENCED || o.GetResult() == internalv1.Result_RESULT_RELEASED ||
+				o.GetResult() == internalv1.Result_RESULT_UNRECORDED:
+			case o.GetGatewayOk():
+				g++
+			default:
+				b++
+			}
+		}
+		received += len(msg.GetOutcomes())
+		outstanding -= int64(len(msg.GetOutcomes()))
+		e.free.Add(int64(len(msg.GetOutcomes())))
+		s.signal()
+		good, bad = good+g, bad+b
+		if !probe {
+			s.cfg.Breaker.Record(g, b, false, time.Now())
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if probe {
+		if good+bad > 0 {
+			s.cfg.Breaker.Record(good, bad, true, time.Now())
+		} else {
+			s.cfg.Breaker.Abort(true)
+		}
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("paysched.batch.succeeded", counts[internalv1.Result_RESULT_SUCCEEDED]),
+			attribute.Int("paysched.batch.declined", counts[internalv1.Result_RESULT_DECLINED]),
+			attribute.Int("paysched.batch.retry", counts[internalv1.Result_RESULT_RETRY]),
+			attribute.Int("paysched.batch.dead_lettered", counts[internalv1.Result_RESULT_DEAD_LETTERED]),
+			attribute.Int("paysched.batch.fenced", counts[internalv1.Result_RESULT_FENCED]),
+			attribute.Int("paysched.batch.released", counts[internalv1.Result_RESULT_RELEASED]))
+	}
+	if err == nil {
 		return
 	}
-	good := int(resp.GetSucceeded() + resp.GetDeclined())
-	bad := int(resp.GetRetryable() + resp.GetAmbiguous())
-	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("paysched.batch.succeeded", int(resp.GetSucceeded())),
-			attribute.Int("paysched.batch.declined", int(resp.GetDeclined())),
-			attribute.Int("paysched.batch.retryable", int(resp.GetRetryable())),
-			attribute.Int("paysched.batch.ambiguous", int(resp.GetAmbiguous())),
-			attribute.Int("paysched.batch.fenced", int(resp.GetFenced())))
+	span.RecordError(err)
+	span.SetStatus(otelcodes.Error, "dispatch failed")
+	s.m.dispatchErrors.Inc()
+	if code := status.Code(err); received == 0 && (code == codes.ResourceExhausted || code == codes.Aborted) {
+		// The executor refused the batch before touching it: no attempt
+		// can have reached the gateway, so the claims go back at once.
+		n, rerr := store.Release(context.WithoutCancel(ctx), s.db, s.cfg.ID, claimed)
+		s.m.released.Add(float64(n))
+		s.log.Warn("executor refused the batch untouched; released it", "executor", e.addr, "err", err,
+			"claimed", len(claimed), "released", n, "release_err", rerr)
+		// Rest this executor a moment rather than give it more at once.
+		time.Sleep(min(s.cfg.Interval, 200*time.Millisecond))
+		return
 	}
-	s.cfg.Breaker.Record(good, bad, probe, time.Now())
+	s.log.Warn("dispatch failed; the claims are left to their lease, and the next attempts ask the gateway first",
+		"executor", e.addr, "err", err, "claimed", len(claimed), "outcomes", received)
 }
 
 func (s *Sweeper) shutdown() {
@@ -383,10 +464,9 @@ func (s *Sweeper) shutdown() {
 	case <-time.After(s.cfg.Grace):
 		s.log.Warn("batches still in flight at shutdown; their leases will expire")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n, err := store.ReleaseOwner(ctx, s.db, s.cfg.ID)
-	s.log.Info("sweeper stopped", "released", n, "err", err)
+	// Claims still out are with executors (or were lost with one): they are
+	// not released here, for they may be charging; their leases expire.
+	s.log.Info("sweeper stopped")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range s.execs {

@@ -2,6 +2,8 @@ package tracing_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -94,17 +96,20 @@ type fakeExecutor struct {
 	gw    gatewayv1.GatewayServiceClient
 }
 
-func (f *fakeExecutor) Execute(ctx context.Context, req *internalv1.ExecuteRequest) (*internalv1.ExecuteResponse, error) {
+func (f *fakeExecutor) Execute(req *internalv1.ExecuteRequest, stream internalv1.ExecutorService_ExecuteServer) error {
+	ctx := stream.Context()
 	if err := f.query(ctx); err != nil {
-		return nil, err
+		return err
 	}
+	out := &internalv1.ExecuteResponse{}
 	for _, it := range req.GetItems() {
-		if _, err := f.gw.Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: it.GetPaymentId(), Amount: it.GetAmount(),
-			Currency: it.GetCurrency(), Payer: it.GetPayer(), Payee: it.GetPayee(), Reference: it.GetPaymentId()}); err != nil {
-			return nil, err
+		if _, err := f.gw.Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: it.GetPaymentId(), Amount: 500,
+			Currency: "EUR", Payer: "alice", Payee: "bob", Reference: it.GetPaymentId()}); err != nil {
+			return err
 		}
+		out.Outcomes = append(out.Outcomes, &internalv1.Outcome{PaymentId: it.GetPaymentId(), Result: internalv1.Result_RESULT_SUCCEEDED})
 	}
-	return &internalv1.ExecuteResponse{Succeeded: int32(len(req.GetItems()))}, nil
+	return stream.Send(out)
 }
 
 // serve runs gs on a loopback listener and returns a traced client
@@ -159,8 +164,14 @@ func TestPropagation(t *testing.T) {
 	}
 
 	rctx, root := otel.Tracer("test").Start(ctx, "sweeper.dispatch")
-	_, err = internalv1.NewExecutorServiceClient(exConn).Execute(rctx, &internalv1.ExecuteRequest{SweeperId: "s",
-		Items: []*internalv1.WorkItem{{PaymentId: "7f8a3c2e-0000-4000-8000-000000000001", Amount: 500, Currency: "EUR", Payer: "alice", Payee: "bob"}}})
+	st, err := internalv1.NewExecutorServiceClient(exConn).Execute(rctx, &internalv1.ExecuteRequest{SweeperId: "s",
+		Items: []*internalv1.WorkItem{{PaymentId: "7f8a3c2e-0000-4000-8000-000000000001"}}})
+	for err == nil {
+		_, err = st.Recv()
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
 	root.End()
 	if err != nil {
 		t.Fatal(err)

@@ -35,10 +35,16 @@ func main() {
 	fs.Float64Var(&f.TimeoutAfterCommitRate, "timeout-after-commit-rate", 0, "fraction of charges recorded whose answer is lost")
 	fs.Float64Var(&f.RateCeiling, "rate-ceiling", 0, "charges per second before RESOURCE_EXHAUSTED (0: none)")
 	fs.BoolVar(&f.Outage, "outage", false, "answer every call UNAVAILABLE")
+	fs.Float64Var(&f.UnavailableAfterCommitRate, "unavailable-after-commit-rate", 0, "fraction of charges recorded, then answered UNAVAILABLE (a connection dropped after sending)")
+	keyRetention := fs.Duration("key-retention", 0, "forget idempotency keys after this, like a real PSP (0: never); a repeated key after it is a new charge")
 	hookURL := fs.String("webhook-url", "", "deliver charge-outcome webhooks here (off when empty)")
 	hookSecret := fs.String("webhook-secret", "", "HMAC-SHA256 secret signing the webhooks")
 	svc.Main("gateway-sim", fs, func(ctx context.Context, log *slog.Logger) error {
 		f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
+		if *keyRetention < 0 {
+			return fmt.Errorf("--key-retention must not be negative, got %s", *keyRetention)
+		}
+		f.KeyRetentionMs = keyRetention.Milliseconds()
 		var l gatewaysim.Ledger
 		switch *ledger {
 		case "memory":

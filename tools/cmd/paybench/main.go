@@ -30,12 +30,16 @@ func main() {
 	batchConc := fs.Int("batch-concurrency", 8, "concurrent clients for batchCreate")
 	dur := fs.Duration("duration", 10*time.Second, "length of each phase")
 	batch := fs.Int("batch-size", 1000, "items per batchCreate")
-	mode := fs.String("mode", "api", "api: create throughput; spike: N payments due in one second, executed by the engine; recon: reconcile a day of N attempts")
+	mode := fs.String("mode", "api", "api: create throughput; spike: N payments due in one second, executed by the engine; steady: --rate payments due every second for --steady-for on the full stack; recon: reconcile a day of N attempts")
+	rate := fs.Int("rate", 1000, "steady: payments falling due per second")
+	steadyFor := fs.Duration("steady-for", 120*time.Second, "steady: how long payments keep falling due")
+	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "steady: gateway-sim, for its double-charge report")
 	runs := fs.Int("runs", 3, "recon: reconciliations of the seeded day")
 	n := fs.Int("n", 200_000, "spike: payments")
 	lead := fs.Duration("lead", 0, "spike: due time from now (default: enough to schedule N)")
 	dbURL := fs.String("database-url", "", "spike: the schedule's database, to measure")
-	pids := fs.String("pids", "", "spike: name=pid,... of the processes whose peak RSS to report")
+	pids := fs.String("pids", "", "spike: name=pid,... of the processes whose peak RSS and CPU to report (the run fails if one exits)")
+	logs := fs.String("logs", "", "spike: name=path,... of their logs, quoted when one exits")
 	timeout := fs.Duration("timeout", 15*time.Minute, "spike: give up after this")
 	kafkaBrokers := fs.String("kafka-brokers", "", "spike: measure CDC lag and audit catch-up through these brokers")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
@@ -52,8 +56,11 @@ func main() {
 	if *mode == "recon" {
 		os.Exit(recon(*dbURL, *n, *runs))
 	}
+	if *mode == "steady" {
+		os.Exit(steady(cfg, *rate, *steadyFor, *dbURL, *gwAddr, *kafkaBrokers, *pids, *logs, *timeout))
+	}
 	if *mode == "spike" {
-		os.Exit(spike(cfg, *n, *lead, *dbURL, *pids, *timeout, *kafkaBrokers))
+		os.Exit(spike(cfg, *n, *lead, *dbURL, *pids, *logs, *timeout, *kafkaBrokers))
 	}
 	rest := apibench.REST(cfg)
 	fmt.Println(rest)
@@ -76,7 +83,7 @@ func main() {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids string, timeout time.Duration, brokers string) int {
+func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids, logs string, timeout time.Duration, brokers string) int {
 	if lead == 0 {
 		lead = 5*time.Second + time.Duration(n/15_000)*time.Second
 	}
@@ -88,7 +95,13 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids string, t
 			}
 		}
 	}
-	sc := apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL, Pids: procs, Timeout: timeout}
+	logFiles := map[string]string{}
+	for _, kv := range strings.Split(logs, ",") {
+		if name, path, ok := strings.Cut(kv, "="); ok {
+			logFiles[name] = path
+		}
+	}
+	sc := apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL, Pids: procs, Logs: logFiles, Timeout: timeout}
 	if brokers != "" {
 		sc.KafkaBrokers = strings.Split(brokers, ",")
 	}
@@ -107,6 +120,17 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids string, t
 	for _, k := range names {
 		fmt.Printf("peak RSS %-14s %4d MB\n", k, r.RSSMB[k])
 	}
+	cpuNames := make([]string, 0, len(r.CPUus))
+	total := 0.0
+	for k, v := range r.CPUus {
+		cpuNames = append(cpuNames, k)
+		total += v
+	}
+	sort.Strings(cpuNames)
+	for _, k := range cpuNames {
+		fmt.Printf("cpu per payment %-14s %7.1f µs\n", k, r.CPUus[k])
+	}
+	fmt.Printf("cpu per payment %-14s %7.1f µs\n", "total", total)
 	last := fmt.Sprintf("bench executed_per_s=%.0f lateness_p50_s=%.2f lateness_p99_s=%.2f lateness_max_s=%.2f drain_s=%.1f max_rss_mb=%d",
 		r.ExecutedPerS, r.LatP50, r.LatP99, r.LatMax, r.DrainS, r.MaxRSSMB)
 	if r.CDC {
@@ -135,5 +159,40 @@ func recon(dbURL string, n, runs int) int {
 	last := res[len(res)-1].Run
 	fmt.Printf("bench recon_attempts=%d recon_seconds=%.2f rows_per_s=%.0f repaired_first_run=%d mismatches=%d\n",
 		n, med.Seconds(), float64(last.Charges)/med.Seconds(), res[0].Run.Repaired, last.Mismatches)
+	return 0
+}
+
+// namedList parses name=value,... into a map.
+func namedList(s string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if name, v, ok := strings.Cut(kv, "="); ok {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+func steady(cfg apibench.Config, rate int, d time.Duration, dbURL, gwAddr, brokers, pids, logs string, timeout time.Duration) int {
+	if rate <= 0 || d < time.Second || brokers == "" || dbURL == "" {
+		fmt.Fprintln(os.Stderr, "paybench: steady needs --rate > 0, --steady-for >= 1s, --kafka-brokers and --database-url")
+		return 2
+	}
+	procs := map[string]int{}
+	for name, v := range namedList(pids) {
+		if p, err := strconv.Atoi(v); err == nil {
+			procs[name] = p
+		}
+	}
+	cfg.BatchSize = 1000
+	r, err := apibench.Steady(context.Background(), apibench.SteadyConfig{Config: cfg, Rate: rate, Duration: d, DatabaseURL: dbURL,
+		GatewayAddr: gwAddr, KafkaBrokers: strings.Split(brokers, ","), Pids: procs, Logs: namedList(logs), Timeout: timeout},
+		func(s string) { fmt.Println(s) })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	fmt.Printf("payments=%d completed=%d failed=%d dead_lettered=%d\n", r.N, r.Completed, r.Failed, r.Dead)
+	fmt.Println(r)
 	return 0
 }
