@@ -58,38 +58,13 @@ type SpikeResult struct {
 func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeResult, error) {
 	dog := watch(cfg.Pids, cfg.Logs)
 	defer dog.close()
-	clients, closeAll, err := dialPool(cfg.Config, 4)
+	due := time.Now().Add(cfg.Lead).Truncate(time.Second)
+	err := schedule(ctx, cfg.Config, cfg.N, 8, func(i int) *payschedv1.CreateScheduledPaymentRequest {
+		return &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", i), Amount: int64(100 + i%cfg.BatchSize),
+			Currency: "USD", DueAt: timestamppb.New(due), RequestId: fmt.Sprintf("%s-s-%d", cfg.RunID, i)}
+	})
 	if err != nil {
 		return SpikeResult{}, err
-	}
-	defer closeAll()
-	due := time.Now().Add(cfg.Lead).Truncate(time.Second)
-	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cfg.Token)
-	sem := make(chan struct{}, 8)
-	errc := make(chan error, cfg.N/cfg.BatchSize+1)
-	for start := 0; start < cfg.N; start += cfg.BatchSize {
-		sem <- struct{}{}
-		go func(start int) {
-			defer func() { <-sem }()
-			n := min(cfg.BatchSize, cfg.N-start)
-			items := make([]*payschedv1.CreateScheduledPaymentRequest, n)
-			for j := range items {
-				items[j] = &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", start+j), Amount: int64(100 + j),
-					Currency: "USD", DueAt: timestamppb.New(due), RequestId: fmt.Sprintf("%s-s-%d", cfg.RunID, start+j)}
-			}
-			_, err := clients[start/cfg.BatchSize%len(clients)].BatchCreateScheduledPayments(actx,
-				&payschedv1.BatchCreateScheduledPaymentsRequest{Items: items})
-			errc <- err
-		}(start)
-	}
-	for range cap(sem) {
-		sem <- struct{}{}
-	}
-	close(errc)
-	for err := range errc {
-		if err != nil {
-			return SpikeResult{}, fmt.Errorf("schedule: %w", err)
-		}
 	}
 	if time.Now().After(due) {
 		return SpikeResult{}, fmt.Errorf("scheduling took longer than the lead (%s): raise --lead", cfg.Lead)
@@ -365,4 +340,40 @@ func (w *noteWatch) waitAll(n int, deadline time.Time, failed func() error) (tim
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// schedule creates n payments through batchCreate, conc requests at a
+// time over a few connections; item builds the i-th.
+func schedule(ctx context.Context, cfg Config, n, conc int, item func(i int) *payschedv1.CreateScheduledPaymentRequest) error {
+	clients, closeAll, err := dialPool(cfg, 4)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cfg.Token)
+	sem := make(chan struct{}, conc)
+	errc := make(chan error, n/cfg.BatchSize+1)
+	for start := 0; start < n; start += cfg.BatchSize {
+		sem <- struct{}{}
+		go func(start int) {
+			defer func() { <-sem }()
+			items := make([]*payschedv1.CreateScheduledPaymentRequest, min(cfg.BatchSize, n-start))
+			for j := range items {
+				items[j] = item(start + j)
+			}
+			_, err := clients[start/cfg.BatchSize%len(clients)].BatchCreateScheduledPayments(actx,
+				&payschedv1.BatchCreateScheduledPaymentsRequest{Items: items})
+			errc <- err
+		}(start)
+	}
+	for range cap(sem) {
+		sem <- struct{}{}
+	}
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			return fmt.Errorf("schedule: %w", err)
+		}
+	}
+	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
@@ -81,41 +80,16 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 	defer dog.close()
 	n := cfg.Rate * int(cfg.Duration/time.Second)
 	r := SteadyResult{Rate: cfg.Rate, N: n}
-	clients, closeAll, err := dialPool(cfg.Config, 4)
-	if err != nil {
-		return r, err
-	}
-	defer closeAll()
 	// Created ahead, at about 12k/s: the load measured is the execution.
 	lead := 10*time.Second + time.Duration(n/8000)*time.Second
 	t0 := time.Now().Add(lead).Truncate(time.Second)
 	step := time.Second / time.Duration(cfg.Rate)
-	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cfg.Token)
-	sem := make(chan struct{}, 4)
-	errc := make(chan error, n/cfg.BatchSize+1)
-	for start := 0; start < n; start += cfg.BatchSize {
-		sem <- struct{}{}
-		go func(start int) {
-			defer func() { <-sem }()
-			items := make([]*payschedv1.CreateScheduledPaymentRequest, min(cfg.BatchSize, n-start))
-			for j := range items {
-				i := start + j
-				items[j] = &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", i), Amount: int64(100 + i%1000),
-					Currency: "USD", DueAt: timestamppb.New(t0.Add(time.Duration(i) * step)), RequestId: fmt.Sprintf("%s-st-%d", cfg.RunID, i)}
-			}
-			_, err := clients[start/cfg.BatchSize%len(clients)].BatchCreateScheduledPayments(actx,
-				&payschedv1.BatchCreateScheduledPaymentsRequest{Items: items})
-			errc <- err
-		}(start)
-	}
-	for range cap(sem) {
-		sem <- struct{}{}
-	}
-	close(errc)
-	for err := range errc {
-		if err != nil {
-			return r, fmt.Errorf("schedule: %w", err)
-		}
+	err := schedule(ctx, cfg.Config, n, 4, func(i int) *payschedv1.CreateScheduledPaymentRequest {
+		return &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", i), Amount: int64(100 + i%1000),
+			Currency: "USD", DueAt: timestamppb.New(t0.Add(time.Duration(i) * step)), RequestId: fmt.Sprintf("%s-st-%d", cfg.RunID, i)}
+	})
+	if err != nil {
+		return r, err
 	}
 	if time.Now().After(t0) {
 		return r, fmt.Errorf("scheduling took longer than the lead (%s)", lead)

@@ -20,17 +20,9 @@ import (
 )
 
 // refEnvelope and refNotification are the consumer's former decoding
-// (encoding/json into maps): the reference envelope.Parse must agree with.
-type refEnvelope struct {
-	Before map[string]any `json:"before"`
-	After  map[string]any `json:"after"`
-	Op     string         `json:"op"`
-	Source struct {
-		Table string `json:"table"`
-		LSN   int64  `json:"lsn"`
-		TsMs  int64  `json:"ts_ms"`
-	} `json:"source"`
-}
+// (encoding/json into maps, which envelope.Full is): the reference
+// envelope.Parse must agree with.
+type refEnvelope = envelope.Full
 
 func refStr(row map[string]any, k string) *string {
 	if s, ok := row[k].(string); ok {
