@@ -22,35 +22,148 @@ type Claimed struct {
 	Attempt int32
 }
 
-// claimSQL claims up to $3 due rows for owner $1 with lease $2.
+// claimSQL claims up to $3 due rows of one partition (%s) for owner $1
+// with lease $2.
 //
 // Why it is safe: FOR UPDATE SKIP LOCKED gives each row to one claimer; rows
 // another transaction holds (a claim, a cancel) are passed by, and a row
 // changed by a committed transaction is re-checked against status='PENDING'
 // before it is locked. The UPDATE then changes exactly the rows this
-// statement locked, and repeats the status test so it is conditional on its
-// own. attempt+1 is the fencing token the executor's outcome write must
-// match.
+// statement locked (by their tuple ids, which cannot change while this
+// transaction holds their locks), and repeats the status test so it is
+// conditional on its own. attempt+1 is the fencing token the executor's
+// outcome write must match.
 //
-// Why it is fast: "due_time <= now()" prunes the partitions whose day has
-// not begun (run_at >= due_time always holds), and the locked ids are
-// updated through the primary key (id = ANY) within the locked rows'
-// due_time range, rather than a join that would scan every partition.
+// Why it is one partition: the statement is planned for each call (the
+// engine's pools plan custom, docs/DESIGN.md "Plans"), and a plan of the
+// parent would plan a year of partitions each time. run_at >= due_time
+// always holds, so only partitions whose day has begun can hold due rows
+// (see Claimer).
 const claimSQL = `
 WITH due AS (
-    SELECT id, due_time FROM payments
-    WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now()
+    SELECT ctid FROM %[1]s
+    WHERE status = 'PENDING' AND run_at <= now()
     ORDER BY run_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 )
-UPDATE payments p
+UPDATE %[1]s p
 SET status = 'PROCESSING', lease_until = now() + $2::interval, lease_owner = $1,
     attempt = p.attempt + 1, updated_at = now()
-WHERE p.id = ANY (ARRAY(SELECT id FROM due))
-  AND p.due_time >= (SELECT min(due_time) FROM due) AND p.due_time <= now()
-  AND p.status = 'PENDING'
+FROM due
+WHERE p.ctid = due.ctid AND p.status = 'PENDING'
 RETURNING p.id, p.due_time, p.run_at, p.attempt`
+
+// pendingSQL says whether a partition (%s) holds a PENDING row: one probe
+// of its sweep index.
+const pendingSQL = `SELECT EXISTS (SELECT 1 FROM %s WHERE status = 'PENDING')`
+
+// partitionsSQL lists the daily partitions of payments up to $1, oldest
+// first.
+const partitionsSQL = `
+SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'payments'::regclass AND c.relname <= $1 ORDER BY c.relname`
+
+// Claimer claims due payments for one sweeper, partition by partition,
+// oldest day first. Only a partition whose day has begun can hold a due
+// row; of those, it asks yesterday's and today's every time, and older
+// ones only if they held a PENDING row when it last looked (every
+// Refresh): a payment of an older day becomes PENDING again only by a
+// retry, an expired lease or a re-drive, and waits at most Refresh more.
+type Claimer struct {
+	DB    DB
+	Owner string
+	Lease time.Duration
+	// Refresh is how often older partitions are looked at again (default 5s).
+	Refresh time.Duration
+
+	older  []time.Time // days before yesterday that held PENDING rows
+	seenAt time.Time
+}
+
+// Claim claims up to limit due payments.
+func (c *Claimer) Claim(ctx context.Context, limit int) ([]Claimed, error) {
+	now := time.Now().UTC()
+	refresh := c.Refresh
+	if refresh <= 0 {
+		refresh = 5 * time.Second
+	}
+	if c.seenAt.IsZero() || now.Sub(c.seenAt) >= refresh {
+		older, err := olderPending(ctx, c.DB, now.AddDate(0, 0, -2))
+		if err != nil {
+			return nil, fmt.Errorf("claim batch: %w", err)
+		}
+		c.older, c.seenAt = older, now
+	}
+	days := append(c.older[:len(c.older):len(c.older)], now.AddDate(0, 0, -1), now)
+	if next := now.Add(time.Minute); next.Day() != now.Day() {
+		// The database's clock may be ahead of ours near midnight.
+		days = append(days, next)
+	}
+	var out []Claimed
+	for _, d := range days {
+		if len(out) >= limit {
+			break
+		}
+		got, err := claimIn(ctx, c.DB, d, c.Owner, c.Lease, limit-len(out))
+		if err != nil {
+			return out, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+// claimIn claims up to limit due rows of the partition of day.
+func claimIn(ctx context.Context, db DB, day time.Time, owner string, lease time.Duration, limit int) ([]Claimed, error) {
+	rows, err := db.Query(ctx, partitionSQL(claimSQL, day), owner, lease, limit)
+	if missingPartition(err) {
+		return nil, nil // a day the schedule has no partition for holds no payment
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim batch in %s: %w", Partition(day), err)
+	}
+	out := make([]Claimed, 0, limit)
+	var c Claimed
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.DueTime, &c.RunAt, &c.Attempt}, func() error {
+		out = append(out, c)
+		return nil
+	})
+	if err != nil && !missingPartition(err) {
+		return nil, fmt.Errorf("claim batch in %s: %w", Partition(day), err)
+	}
+	return out, nil
+}
+
+// olderPending returns the days up to upto whose partitions hold a PENDING
+// row, oldest first, asking every partition in one round trip.
+func olderPending(ctx context.Context, db DB, upto time.Time) ([]time.Time, error) {
+	rows, err := db.Query(ctx, partitionsSQL, Partition(upto))
+	if err != nil {
+		return nil, fmt.Errorf("list partitions: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(names) == 0 {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	for _, n := range names {
+		b.Queue(fmt.Sprintf(pendingSQL, pgx.Identifier{n}.Sanitize()))
+	}
+	res := db.SendBatch(ctx, b)
+	defer res.Close()
+	var days []time.Time
+	for _, n := range names {
+		var any bool
+		if err := res.QueryRow().Scan(&any); err != nil {
+			return nil, fmt.Errorf("look for pending payments in %s: %w", n, err)
+		}
+		if day, err := time.Parse("payments_p20060102", n); any && err == nil {
+			days = append(days, day)
+		}
+	}
+	return days, nil
+}
 
 // releaseSQL hands claims back to PENDING. It serves two callers: the
 // sweeper, for a batch an executor refused untouched (RESOURCE_EXHAUSTED or
@@ -68,60 +181,52 @@ RETURNING p.id, p.due_time, p.run_at, p.attempt`
 // forgets no doubt. A sweeper that cannot tell whether its request reached
 // the executor (a transport error) does not release: the lease expires and
 // the next attempt asks the gateway first.
+//
+// It names its partition (%s), as the engine's batch statements do (see
+// partitionSQL).
 const releaseSQL = `
-UPDATE payments p
+UPDATE %s p
 SET status = 'PENDING', lease_until = NULL, lease_owner = NULL, updated_at = now()
 FROM unnest($1::uuid[], $2::timestamptz[], $3::int[]) AS u(id, due_time, attempt)
 WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING'
-  AND p.attempt = u.attempt AND p.lease_owner = $4
-  AND p.id = ANY ($1::uuid[]) AND p.due_time >= $5 AND p.due_time <= $6 -- an index path, no partition scan`
+  AND p.attempt = u.attempt AND p.lease_owner = $4`
 
 // Release returns claims no attempt started to PENDING (see releaseSQL for
-// who may call it) and says how many.
+// who may call it) and says how many. Claims in several partitions are
+// released in one transaction.
 func Release(ctx context.Context, db DB, owner string, cs []Claimed) (int64, error) {
-	ids := make([][16]byte, len(cs))
-	dues := make([]time.Time, len(cs))
-	attempts := make([]int32, len(cs))
-	for i, c := range cs {
-		ids[i], dues[i], attempts[i] = c.ID, c.DueTime, c.Attempt
+	groups := groupByPartition(len(cs), func(i int) time.Time { return cs[i].DueTime })
+	var n int64
+	release := func(q DB) error {
+		for _, g := range groups {
+			ids := make([][16]byte, len(g))
+			dues := make([]time.Time, len(g))
+			attempts := make([]int32, len(g))
+			for j, i := range g {
+				ids[j], dues[j], attempts[j] = cs[i].ID, cs[i].DueTime, cs[i].Attempt
+			}
+			tag, err := q.Exec(ctx, partitionSQL(releaseSQL, dues[0]), ids, dues, attempts, owner)
+			if err != nil {
+				return err
+			}
+			n += tag.RowsAffected()
+		}
+		return nil
 	}
-	lo, hi := DueSpan(dues)
-	tag, err := db.Exec(ctx, releaseSQL, ids, dues, attempts, owner, lo, hi)
+	var err error
+	if len(groups) > 1 {
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return release(tx) })
+	} else {
+		err = release(db)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("release claims: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
-// DueSpan is the due_time range of a batch: with it in a statement the
-// planner prunes partitions at execution time and probes primary keys
-// instead of scanning every partition.
-func DueSpan(dues []time.Time) (time.Time, time.Time) {
-	var lo, hi time.Time
-	for i, d := range dues {
-		if i == 0 || d.Before(lo) {
-			lo = d
-		}
-		if i == 0 || d.After(hi) {
-			hi = d
-		}
-	}
-	return lo, hi
-}
-
-// Claim claims up to limit due payments for owner, each leased for lease.
+// Claim claims up to limit due payments for owner, each leased for lease,
+// looking at every partition that may hold one (a Claimer used once).
 func Claim(ctx context.Context, db DB, owner string, lease time.Duration, limit int) ([]Claimed, error) {
-	rows, err := db.Query(ctx, claimSQL, owner, lease, limit)
-	if err != nil {
-		return nil, fmt.Errorf("claim batch: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
-		var c Claimed
-		err := r.Scan(&c.ID, &c.DueTime, &c.RunAt, &c.Attempt)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim batch: %w", err)
-	}
-	return out, nil
+	return (&Claimer{DB: db, Owner: owner, Lease: lease}).Claim(ctx, limit)
 }

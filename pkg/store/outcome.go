@@ -40,42 +40,50 @@ type Work struct {
 }
 
 // loadSQL reads the rows of a batch that are still PROCESSING at the
-// claimed attempt. A row another process moved, or an item the sweeper
-// never claimed at that attempt, is not returned: the executor does not
-// touch it. The charge's parameters come from here, never from the request.
+// claimed attempt, in one partition (%s). A row another process moved, or
+// an item the sweeper never claimed at that attempt, is not returned: the
+// executor does not touch it. The charge's parameters come from here, never
+// from the request.
+//
+// PROCESSING implies a lease (the claim sets it); a lease already past is
+// read as none left, and the executor does not start it.
 const loadSQL = `
 SELECT p.id, p.due_time, p.attempt, p.retries, p.probe_first, p.payer, p.payee, p.amount_minor, p.currency,
-       EXTRACT(epoch FROM p.lease_until - clock_timestamp())::float8
+       COALESCE(EXTRACT(epoch FROM p.lease_until - clock_timestamp())::float8, 0)
 FROM unnest($1::uuid[], $2::timestamptz[], $3::int[]) AS u(id, due_time, attempt)
-JOIN payments p ON p.id = u.id AND p.due_time = u.due_time
-WHERE p.status = 'PROCESSING' AND p.attempt = u.attempt AND p.lease_until IS NOT NULL
-  AND p.id = ANY ($1::uuid[]) AND p.due_time >= $4 AND p.due_time <= $5 -- an index path, no partition scan`
+JOIN %s p ON p.id = u.id AND p.due_time = u.due_time
+WHERE p.status = 'PROCESSING' AND p.attempt = u.attempt`
 
 // Load reads the claimed rows of items that are still current.
 func Load(ctx context.Context, db DB, items []Item) ([]Work, error) {
-	if len(items) == 0 {
-		return nil, nil
-	}
-	ids := make([][16]byte, len(items))
-	dues := make([]time.Time, len(items))
-	attempts := make([]int32, len(items))
-	for i, it := range items {
-		ids[i], dues[i], attempts[i] = it.ID, it.DueTime, it.Attempt
-	}
-	lo, hi := DueSpan(dues)
-	rows, err := db.Query(ctx, loadSQL, ids, dues, attempts, lo, hi)
-	if err != nil {
-		return nil, fmt.Errorf("load batch: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Work, error) {
+	out := make([]Work, 0, len(items))
+	for _, g := range groupByPartition(len(items), func(i int) time.Time { return items[i].DueTime }) {
+		ids := make([][16]byte, len(g))
+		dues := make([]time.Time, len(g))
+		attempts := make([]int32, len(g))
+		for j, i := range g {
+			ids[j], dues[j], attempts[j] = items[i].ID, items[i].DueTime, items[i].Attempt
+		}
+		rows, err := db.Query(ctx, partitionSQL(loadSQL, dues[0]), ids, dues, attempts)
+		if missingPartition(err) {
+			// No such day (a forged or long-dropped due time): nothing is
+			// claimed there.
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load batch: %w", err)
+		}
 		var w Work
 		var left float64
-		err := r.Scan(&w.ID, &w.DueTime, &w.Attempt, &w.Retries, &w.ProbeFirst, &w.Payer, &w.Payee, &w.Amount, &w.Currency, &left)
-		w.LeaseLeft = time.Duration(left * float64(time.Second))
-		return w, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("load batch: %w", err)
+		_, err = pgx.ForEachRow(rows, []any{&w.ID, &w.DueTime, &w.Attempt, &w.Retries, &w.ProbeFirst, &w.Payer, &w.Payee, &w.Amount, &w.Currency, &left},
+			func() error {
+				w.LeaseLeft = time.Duration(left * float64(time.Second))
+				out = append(out, w)
+				return nil
+			})
+		if err != nil && !missingPartition(err) {
+			return nil, fmt.Errorf("load batch: %w", err)
+		}
 	}
 	return out, nil
 }
@@ -99,7 +107,8 @@ type Transition struct {
 	ProbeFirst bool
 }
 
-// completeSQL applies a batch of transitions and writes their attempt rows.
+// completeSQL applies a batch of transitions, all in one partition (%s),
+// and writes their attempt rows.
 //
 // Why it is safe: each payment is updated only while it is PROCESSING at
 // the attempt the executor was given (the fencing token); if the reaper
@@ -117,7 +126,7 @@ WITH u AS (
                          $7::text[], $8::text[], $9::text[], $10::bool[], $11::text[], $12::timestamptz[])
         AS u(id, due_time, attempt, status, run_at, retries, ref, err, dead, probe_first, outcome, started_at)
 ), moved AS (
-    UPDATE payments p
+    UPDATE %s p
     SET status = u.status,
         run_at = GREATEST(p.due_time, COALESCE(u.run_at, p.run_at)),
         retries = u.retries,
@@ -128,7 +137,6 @@ WITH u AS (
         lease_until = NULL, lease_owner = NULL, updated_at = now()
     FROM u
     WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING' AND p.attempt = u.attempt
-      AND p.id = ANY ($1::uuid[]) AND p.due_time >= $14 AND p.due_time <= $15 -- an index path, no partition scan
     RETURNING p.id, p.attempt
 ), attempts AS (
     INSERT INTO payment_attempts AS a (payment_id, attempt, started_at, finished_at, gateway_key, outcome, gateway_ref, error, executor_id)
@@ -149,12 +157,39 @@ type Applied struct {
 
 // Complete writes ts as executor, returning the transitions that applied
 // (the others were fenced out). Every transition must be one the state
-// machine lets the executor make.
+// machine lets the executor make. Transitions in several partitions are
+// written in one transaction: all of them or none.
 func Complete(ctx context.Context, db DB, executor string, ts []Transition) (map[Applied]bool, error) {
-	n := len(ts)
-	if n == 0 {
-		return map[Applied]bool{}, nil
+	applied := make(map[Applied]bool, len(ts))
+	for _, t := range ts {
+		if !payment.Allowed(payment.Processing, t.Status, payment.Executor) {
+			return nil, fmt.Errorf("complete %s: the executor may not move a payment to %q", t.ID, t.Status)
+		}
 	}
+	groups := groupByPartition(len(ts), func(i int) time.Time { return ts[i].DueTime })
+	write := func(q DB) error {
+		for _, g := range groups {
+			if err := complete(ctx, q, executor, ts, g, applied); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if len(groups) > 1 {
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return write(tx) })
+	} else {
+		err = write(db)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("complete attempts: %w", err)
+	}
+	return applied, nil
+}
+
+// complete writes the transitions ts[g], all in one partition, into applied.
+func complete(ctx context.Context, q DB, executor string, ts []Transition, g []int, applied map[Applied]bool) error {
+	n := len(g)
 	ids := make([][16]byte, n)
 	dues := make([]time.Time, n)
 	attempts, retries := make([]int32, n), make([]int32, n)
@@ -162,36 +197,29 @@ func Complete(ctx context.Context, db DB, executor string, ts []Transition) (map
 	runAts := make([]*time.Time, n)
 	starts := make([]time.Time, n)
 	probes := make([]bool, n)
-	for i, t := range ts {
-		if !payment.Allowed(payment.Processing, t.Status, payment.Executor) {
-			return nil, fmt.Errorf("complete %s: the executor may not move a payment to %q", t.ID, t.Status)
-		}
-		ids[i], dues[i], attempts[i], retries[i] = t.ID, t.DueTime, t.Attempt, t.NewRetries
-		statuses[i], refs[i], errs[i], deads[i], outcomes[i] = string(t.Status), t.Ref, t.Error, string(t.DeadReason), string(t.Outcome)
+	now := time.Now()
+	for j, i := range g {
+		t := &ts[i]
+		ids[j], dues[j], attempts[j], retries[j] = t.ID, t.DueTime, t.Attempt, t.NewRetries
+		statuses[j], refs[j], errs[j], deads[j], outcomes[j] = string(t.Status), t.Ref, t.Error, string(t.DeadReason), string(t.Outcome)
 		if !t.RunAt.IsZero() {
-			r := t.RunAt
-			runAts[i] = &r
+			runAts[j] = &t.RunAt
 		}
-		starts[i] = t.StartedAt
-		if starts[i].IsZero() {
-			starts[i] = time.Now()
+		starts[j] = t.StartedAt
+		if starts[j].IsZero() {
+			starts[j] = now
 		}
-		probes[i] = t.ProbeFirst
+		probes[j] = t.ProbeFirst
 	}
-	lo, hi := DueSpan(dues)
-	rows, err := db.Query(ctx, completeSQL, ids, dues, attempts, statuses, runAts, retries, refs, errs, deads, probes,
-		outcomes, starts, executor, lo, hi)
+	rows, err := q.Query(ctx, partitionSQL(completeSQL, dues[0]), ids, dues, attempts, statuses, runAts, retries, refs, errs, deads, probes,
+		outcomes, starts, executor)
 	if err != nil {
-		return nil, fmt.Errorf("complete attempts: %w", err)
+		return err
 	}
-	applied := make(map[Applied]bool, n)
 	var a Applied
 	_, err = pgx.ForEachRow(rows, []any{&a.ID, &a.Attempt}, func() error {
 		applied[a] = true
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("complete attempts: %w", err)
-	}
-	return applied, nil
+	return err
 }

@@ -2,11 +2,70 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// Partition is the name of the daily partition of payments that holds the
+// rows due at t, as paysched_ensure_partitions names it.
+func Partition(due time.Time) string { return "payments_p" + due.UTC().Format("20060102") }
+
+// partitionSQL puts the partition of rows due at due, quoted, into a
+// statement written with %s for the table. The engine's batch statements
+// name their partition instead of the parent, because they are planned for
+// every call (svc.CustomPlans): a plan of the parent plans a year of
+// partitions, and a cached generic one locks them all on every execution
+// and keeps whatever shape the statistics suggested when it was made (a
+// sequential scan, if that was while the partition was still empty).
+func partitionSQL(stmt string, due time.Time) string {
+	return fmt.Sprintf(stmt, pgx.Identifier{Partition(due)}.Sanitize())
+}
+
+// groupByPartition returns the indexes 0..n-1 grouped by the partition of
+// due(i), groups in order of first appearance. A spike's batch is one
+// group; retries and re-drives may add others.
+func groupByPartition(n int, due func(i int) time.Time) [][]int {
+	if n == 0 {
+		return nil
+	}
+	first := Partition(due(0))
+	same := true
+	for i := 1; i < n && same; i++ {
+		same = Partition(due(i)) == first
+	}
+	if same {
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	}
+	at := map[string]int{}
+	var groups [][]int
+	for i := 0; i < n; i++ {
+		name := Partition(due(i))
+		g, ok := at[name]
+		if !ok {
+			g = len(groups)
+			at[name] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// missingPartition reports an error from naming a partition that does not
+// exist (dropped by retention): its payments are gone, so a statement on
+// them changes nothing.
+func missingPartition(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
+}
 
 // EnsurePartitions creates the daily partitions of payments covering
 // [from, to] (UTC days) that do not exist yet, and returns how many it made.

@@ -97,7 +97,7 @@ func Count(ctx context.Context, db DB) (Counts, error) {
 	var c Counts
 	err := db.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM payments WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now()),
-		       (SELECT count(*) FROM payments WHERE status = 'PROCESSING')`).Scan(&c.Backlog, &c.Processing)
+		       (SELECT count(*) FROM payments WHERE lease_until IS NOT NULL AND status = 'PROCESSING')`).Scan(&c.Backlog, &c.Processing)
 	if err != nil {
 		return c, fmt.Errorf("count the schedule: %w", err)
 	}

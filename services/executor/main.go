@@ -49,7 +49,7 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		pool, err := svc.Pool(ctx, *dbURL, 16)
+		pool, err := svc.Pool(ctx, *dbURL, 16, svc.CustomPlans)
 		if err != nil {
 			return err
 		}

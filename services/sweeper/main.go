@@ -39,7 +39,7 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		pool, err := svc.Pool(ctx, *dbURL, 8)
+		pool, err := svc.Pool(ctx, *dbURL, 8, svc.CustomPlans)
 		if err != nil {
 			return err
 		}

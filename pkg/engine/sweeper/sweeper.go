@@ -112,6 +112,7 @@ type Sweeper struct {
 	wg    sync.WaitGroup
 	m     metrics
 	trace trace.Tracer
+	claim *store.Claimer
 }
 
 type metrics struct {
@@ -139,7 +140,8 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 		return nil, err
 	}
 	s := &Sweeper{cfg: cfg, db: db, log: log, wake: make(chan struct{}, 1),
-		execs: map[string]*executor{}, trace: otel.Tracer(tracing.ScopeName + "/sweeper")}
+		execs: map[string]*executor{}, trace: otel.Tracer(tracing.ScopeName + "/sweeper"),
+		claim: &store.Claimer{DB: db, Owner: cfg.ID, Lease: cfg.Lease}}
 	for _, a := range addrs {
 		if err := s.add(a); err != nil {
 			return nil, err
@@ -317,7 +319,7 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 		}
 		return 20 * time.Millisecond
 	}
-	claimed, err := store.Claim(ctx, s.db, s.cfg.ID, s.cfg.Lease, granted)
+	claimed, err := s.claim.Claim(ctx, granted)
 	if err != nil {
 		s.cfg.Breaker.Abort(probe)
 		_ = s.cfg.Bucket.Refund(context.WithoutCancel(ctx), s.db, granted)

@@ -39,17 +39,22 @@ func Context() (context.Context, context.CancelFunc) {
 // PoolOption adjusts a pool's configuration.
 type PoolOption func(*pgxpool.Config)
 
-// CustomPlans plans every statement for its parameters' values
-// (plan_cache_mode=force_custom_plan). It suits statements that name one
-// payment's due time, as payments-api's do: a generic plan of such a
-// statement is pruned only at run time and still locks every daily
-// partition (a year of them) on each execution, while a custom plan keeps
-// one partition. The engine's batch statements do not use it: their
-// cached generic plans cost less than planning a year of partitions on
-// every call (the due-time spike ran at a third of its rate with custom
-// plans; docs/PERFORMANCE.md).
+// CustomPlans plans every statement for its parameters' values and the
+// tables' current sizes (plan_cache_mode=force_custom_plan). payments-api's
+// by-id statements name one payment's due time, and the engine's batch
+// statements name their partition (pkg/store's partitionSQL), so each plan
+// covers one partition: cheap to make, and never a cached plan that locks
+// a year of partitions on every execution, or that was made while a
+// partition was empty and scans it whole once it holds a spike.
+//
+// It also prices a random page read as what it is for a schedule whose
+// hot partitions live in memory (random_page_cost=1.1, Postgres's default
+// of 4 is for spinning disks): at the default, a thousand primary-key
+// probes looked dearer than reading a spike's whole partition, and the
+// planner chose the sequential scan.
 func CustomPlans(cfg *pgxpool.Config) {
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	cfg.ConnConfig.RuntimeParams["random_page_cost"] = "1.1"
 }
 
 // Pool connects to Postgres. Its statements are traced (a span each) when
