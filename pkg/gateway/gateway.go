@@ -42,9 +42,9 @@ type Payment struct {
 	Amount                 int64
 }
 
-// Charger charges through a gateway.v1 client.
+// Charger charges through a Gateway.
 type Charger struct {
-	Client        gatewayv1.GatewayServiceClient
+	Gateway       Gateway
 	ChargeTimeout time.Duration
 	ProbeTimeout  time.Duration
 }
@@ -65,12 +65,12 @@ func (c *Charger) Deadline(probeFirst bool) time.Duration {
 // answer stays ambiguous.
 func (c *Charger) Charge(ctx context.Context, p Payment) Result {
 	cctx, cancel := context.WithTimeout(ctx, c.ChargeTimeout)
-	resp, err := c.Client.Charge(cctx, &gatewayv1.ChargeRequest{
+	ch, err := c.Gateway.Charge(cctx, &gatewayv1.ChargeRequest{
 		IdempotencyKey: p.ID, Amount: p.Amount, Currency: p.Currency, Payer: p.Payer, Payee: p.Payee, Reference: p.ID,
 	})
 	cancel()
 	if err == nil {
-		return Read(resp.GetCharge(), p)
+		return Read(ch, p)
 	}
 	msg := status.Convert(err).Message()
 	switch status.Code(err) {
@@ -108,11 +108,11 @@ func (c *Charger) Charge(ctx context.Context, p Payment) Result {
 func (c *Charger) Probe(ctx context.Context, p Payment) Result {
 	pctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
 	defer cancel()
-	got, err := c.Client.GetCharge(pctx, &gatewayv1.GetChargeRequest{IdempotencyKey: p.ID})
+	got, err := c.Gateway.GetCharge(pctx, p.ID)
 	switch {
 	case err == nil:
-		r := Read(got.GetCharge(), p)
-		r.Found = got.GetCharge() != nil
+		r := Read(got, p)
+		r.Found = got != nil
 		return r
 	case status.Code(err) == codes.NotFound:
 		return Result{Outcome: payment.Retryable, Error: "no charge under the key"}

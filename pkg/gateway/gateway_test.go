@@ -88,7 +88,7 @@ func TestAnswersAreReadStrictly(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			gw := c.gw
-			ch := &gateway.Charger{Client: &gw, ChargeTimeout: time.Second, ProbeTimeout: time.Second}
+			ch := &gateway.Charger{Gateway: gateway.FromClient(&gw), ChargeTimeout: time.Second, ProbeTimeout: time.Second}
 			r := ch.Charge(context.Background(), pay)
 			if r.Outcome != c.want || r.Uncertain != c.uncertain || r.Mismatch != c.mismatch || gw.probed != c.probed {
 				t.Fatalf("got %+v (probed %d), want %s uncertain=%v mismatch=%v probed=%d", r, gw.probed, c.want, c.uncertain, c.mismatch, c.probed)
@@ -112,7 +112,7 @@ func TestProbe(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			gw := c.gw
-			r := (&gateway.Charger{Client: &gw, ProbeTimeout: time.Second}).Probe(context.Background(), pay)
+			r := (&gateway.Charger{Gateway: gateway.FromClient(&gw), ProbeTimeout: time.Second}).Probe(context.Background(), pay)
 			if r.Outcome != c.want || r.Found != c.found {
 				t.Fatalf("got %+v, want %s found=%v", r, c.want, c.found)
 			}

@@ -74,7 +74,7 @@ func (r *Resolver) Once(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	settled := 0
-	charger := &gateway.Charger{Client: r.Gateway, ProbeTimeout: 5 * time.Second}
+	charger := &gateway.Charger{Gateway: gateway.FromClient(r.Gateway), ProbeTimeout: 5 * time.Second}
 	for _, d := range ds {
 		// Read strictly: only a charge naming this payment's key, amount
 		// and currency with an explicit status settles it.

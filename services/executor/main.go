@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
 	"github.com/paysched/paysched/pkg/engine/executor"
 	"github.com/paysched/paysched/pkg/gateway"
@@ -60,8 +59,10 @@ func main() {
 			return fmt.Errorf("gateway client: %w", err)
 		}
 		defer cc.Close()
+		gw := gateway.NewGRPC(cc)
+		defer gw.Close()
 		ex, err := executor.New(cfg, pool,
-			&gateway.Charger{Client: gatewayv1.NewGatewayServiceClient(cc), ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout},
+			&gateway.Charger{Gateway: gw, ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout},
 			reg, log)
 		if err != nil {
 			return err

@@ -111,11 +111,14 @@ func newCluster(t *testing.T, o opts) *cluster {
 		gatewayv1.RegisterGatewayAdminServiceServer(gs, c.sim)
 	})
 	c.admin = gatewayv1.NewGatewayAdminServiceClient(dial(t, c.simAddr))
-	gw := gatewayv1.NewGatewayServiceClient(dial(t, c.simAddr))
+	// The executors share one client, as an executor's callers do: charges
+	// go over its Charges stream.
+	gw := gateway.NewGRPC(dial(t, c.simAddr))
+	t.Cleanup(gw.Close)
 	for i := range o.executors {
 		ex, err := executor.New(executor.Config{ID: fmt.Sprint("executor-", i), MaxInFlight: 2000, Concurrency: 64, Backoff: o.backoff,
 			LeaseMargin: 100 * time.Millisecond},
-			c.db, &gateway.Charger{Client: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: o.probeTO},
+			c.db, &gateway.Charger{Gateway: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: o.probeTO},
 			prometheus.NewRegistry(), quiet)
 		if err != nil {
 			t.Fatal(err)
@@ -147,7 +150,7 @@ func newCluster(t *testing.T, o opts) *cluster {
 
 // charger is a gateway client of the cluster's simulator.
 func (c *cluster) charger() *gateway.Charger {
-	return &gateway.Charger{Client: gatewayv1.NewGatewayServiceClient(dial(c.t, c.simAddr)), ChargeTimeout: c.o.chargeTO, ProbeTimeout: c.o.probeTO}
+	return &gateway.Charger{Gateway: gateway.FromClient(gatewayv1.NewGatewayServiceClient(dial(c.t, c.simAddr))), ChargeTimeout: c.o.chargeTO, ProbeTimeout: c.o.probeTO}
 }
 
 // startSweeper runs one more sweeper; the returned func stops it (SIGTERM).

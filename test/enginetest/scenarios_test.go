@@ -260,6 +260,14 @@ func TestContention(t *testing.T) {
 		t.Fatal(err)
 	}
 	if completed != len(ids) || multi != 0 {
+		rows, _ := c.db.Query(context.Background(), `SELECT payment_id::text, attempt, outcome, coalesce(error, ''), executor_id,
+			started_at, finished_at FROM payment_attempts WHERE payment_id IN
+			(SELECT payment_id FROM payment_attempts GROUP BY 1 HAVING count(*) > 1) ORDER BY 1, 2 LIMIT 20`)
+		for rows.Next() {
+			v, _ := rows.Values()
+			t.Logf("attempt %v", v)
+		}
+		rows.Close()
 		t.Fatalf("completed=%d payments with several attempts=%d", completed, multi)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -89,6 +90,91 @@ func chance(p float64) bool { return p > 0 && rand.Float64() < p }
 
 // Charge implements GatewayService.
 func (s *Server) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.ChargeResponse, error) {
+	ch, err := s.charge(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &gatewayv1.ChargeResponse{Charge: ch}, nil
+}
+
+// Charges implements GatewayService: each item is charged as Charge
+// would, and answered as soon as it is decided. With latency injected,
+// items are charged concurrently, so a slow one holds only itself.
+func (s *Server) Charges(stream gatewayv1.GatewayService_ChargesServer) error {
+	ctx := stream.Context()
+	out := make(chan *gatewayv1.ChargeResult, 1024)
+	sent := make(chan error, 1)
+	go func() {
+		// One message carries every answer ready by the time it is sent.
+		var err error
+		for r := range out {
+			msg := &gatewayv1.ChargesResponse{Results: []*gatewayv1.ChargeResult{r}}
+		more:
+			for {
+				select {
+				case r, ok := <-out:
+					if !ok {
+						break more
+					}
+					msg.Results = append(msg.Results, r)
+				default:
+					break more
+				}
+			}
+			if err == nil {
+				err = stream.Send(msg)
+			}
+		}
+		sent <- err
+	}()
+	var wg sync.WaitGroup
+	var recvErr error
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				recvErr = err
+			}
+			break
+		}
+		concurrent := s.faults.Load().GetLatencyMaxMs() > 0
+		for _, it := range req.GetItems() {
+			if concurrent {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					out <- s.answer(ctx, it)
+				}()
+			} else {
+				out <- s.answer(ctx, it)
+			}
+		}
+	}
+	wg.Wait()
+	close(out)
+	if err := <-sent; err != nil {
+		return err
+	}
+	return recvErr
+}
+
+// answer charges one item of a Charges stream.
+func (s *Server) answer(ctx context.Context, it *gatewayv1.ChargeItem) *gatewayv1.ChargeResult {
+	if ms := it.GetTimeoutMs(); ms > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
+		defer cancel()
+	}
+	ch, err := s.charge(ctx, it.GetRequest())
+	if err != nil {
+		st := status.Convert(err)
+		return &gatewayv1.ChargeResult{Tag: it.GetTag(), Code: int32(st.Code()), Message: st.Message()}
+	}
+	return &gatewayv1.ChargeResult{Tag: it.GetTag(), Charge: ch}
+}
+
+// charge is one charge, for Charge and Charges alike.
+func (s *Server) charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
 	f := s.faults.Load()
 	s.pause(ctx, f)
 	if ctx.Err() != nil {
@@ -146,7 +232,7 @@ func (s *Server) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gat
 	}
 	ch := toProto(stored)
 	ch.IdempotencyKey = req.GetIdempotencyKey() // also for a charge filed under a forgotten key
-	return &gatewayv1.ChargeResponse{Charge: ch}, nil
+	return ch, nil
 }
 
 // GetCharge implements GatewayService.

@@ -3,15 +3,19 @@ package gatewaysim_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/test/pgtest"
 	"github.com/paysched/paysched/tools/gatewaysim"
 )
@@ -146,5 +150,54 @@ func TestFaults(t *testing.T) {
 	f, _ := s.GetFaults(ctx, &gatewayv1.GetFaultsRequest{})
 	if f.GetFaults().GetLatencyMaxMs() != 30 {
 		t.Fatalf("faults %v", f)
+	}
+}
+
+// Charges over the stream keep Charge's idempotency, also when each charge
+// is slow and many are in flight at once (latency injected: items are
+// charged concurrently).
+func TestChargesStreamIsIdempotent(t *testing.T) {
+	s := gatewaysim.New(gatewaysim.NewMemLedger(), &gatewayv1.Faults{LatencyMinMs: 5, LatencyMaxMs: 20})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	gatewayv1.RegisterGatewayServiceServer(gs, s)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	g := gateway.NewGRPC(cc)
+	t.Cleanup(g.Close)
+	const keys, each = 100, 3
+	ids := make([][each]string, keys)
+	var wg sync.WaitGroup
+	for k := range keys {
+		for i := range each {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ch, err := g.Charge(context.Background(), charge(fmt.Sprint("key-", k), 100))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids[k][i] = ch.GetChargeId()
+			}()
+		}
+	}
+	wg.Wait()
+	for k := range ids {
+		if ids[k][0] == "" || ids[k][0] != ids[k][1] || ids[k][1] != ids[k][2] {
+			t.Fatalf("key-%d: charges %v, want one", k, ids[k])
+		}
+	}
+	rep, err := s.Report(context.Background(), &gatewayv1.ReportRequest{})
+	if err != nil || rep.GetCharges() != keys || len(rep.GetDoubleCharged()) != 0 {
+		t.Fatalf("report %v %v: want %d charges, none double", rep, err, keys)
 	}
 }

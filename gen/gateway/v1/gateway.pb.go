@@ -339,6 +339,239 @@ func (x *ChargeResponse) GetCharge() *Charge {
 	return nil
 }
 
+// ChargesRequest is a batch of charges sent on a Charges stream.
+type ChargesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The charges, each answered on its own.
+	Items         []*ChargeItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChargesRequest) Reset() {
+	*x = ChargesRequest{}
+	mi := &file_gateway_v1_gateway_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChargesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChargesRequest) ProtoMessage() {}
+
+func (x *ChargesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_v1_gateway_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChargesRequest.ProtoReflect.Descriptor instead.
+func (*ChargesRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ChargesRequest) GetItems() []*ChargeItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// ChargeItem is one charge on a Charges stream.
+type ChargeItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, unique among its items in flight on the stream;
+	// the answer carries it back.
+	Tag uint64 `protobuf:"varint,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	// What a Charge call would carry.
+	Request *ChargeRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// How long the client waits for the answer, in milliseconds from when it
+	// sent the item (0: no limit). The gateway does not start the charge once
+	// it has passed, and answers DEADLINE_EXCEEDED.
+	TimeoutMs     uint32 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChargeItem) Reset() {
+	*x = ChargeItem{}
+	mi := &file_gateway_v1_gateway_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChargeItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChargeItem) ProtoMessage() {}
+
+func (x *ChargeItem) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_v1_gateway_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChargeItem.ProtoReflect.Descriptor instead.
+func (*ChargeItem) Descriptor() ([]byte, []int) {
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ChargeItem) GetTag() uint64 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+func (x *ChargeItem) GetRequest() *ChargeRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ChargeItem) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// ChargesResponse carries answers to items of a Charges stream.
+type ChargesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answers, in any order.
+	Results       []*ChargeResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChargesResponse) Reset() {
+	*x = ChargesResponse{}
+	mi := &file_gateway_v1_gateway_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChargesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChargesResponse) ProtoMessage() {}
+
+func (x *ChargesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_v1_gateway_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChargesResponse.ProtoReflect.Descriptor instead.
+func (*ChargesResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ChargesResponse) GetResults() []*ChargeResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// ChargeResult answers one ChargeItem.
+type ChargeResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The item's tag.
+	Tag uint64 `protobuf:"varint,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	// The charge, when code is 0 (OK): what Charge would have returned.
+	Charge *Charge `protobuf:"bytes,2,opt,name=charge,proto3" json:"charge,omitempty"`
+	// A gRPC status code (google.rpc.Code): what Charge would have failed
+	// with; 0 for OK.
+	Code int32 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	// The status message, when code is not 0.
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChargeResult) Reset() {
+	*x = ChargeResult{}
+	mi := &file_gateway_v1_gateway_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChargeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChargeResult) ProtoMessage() {}
+
+func (x *ChargeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_v1_gateway_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChargeResult.ProtoReflect.Descriptor instead.
+func (*ChargeResult) Descriptor() ([]byte, []int) {
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ChargeResult) GetTag() uint64 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+func (x *ChargeResult) GetCharge() *Charge {
+	if x != nil {
+		return x.Charge
+	}
+	return nil
+}
+
+func (x *ChargeResult) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ChargeResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // GetChargeRequest names a key.
 type GetChargeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -350,7 +583,7 @@ type GetChargeRequest struct {
 
 func (x *GetChargeRequest) Reset() {
 	*x = GetChargeRequest{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[3]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +595,7 @@ func (x *GetChargeRequest) String() string {
 func (*GetChargeRequest) ProtoMessage() {}
 
 func (x *GetChargeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[3]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +608,7 @@ func (x *GetChargeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChargeRequest.ProtoReflect.Descriptor instead.
 func (*GetChargeRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetChargeRequest) GetIdempotencyKey() string {
@@ -396,7 +629,7 @@ type GetChargeResponse struct {
 
 func (x *GetChargeResponse) Reset() {
 	*x = GetChargeResponse{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[4]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +641,7 @@ func (x *GetChargeResponse) String() string {
 func (*GetChargeResponse) ProtoMessage() {}
 
 func (x *GetChargeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[4]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +654,7 @@ func (x *GetChargeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChargeResponse.ProtoReflect.Descriptor instead.
 func (*GetChargeResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetChargeResponse) GetCharge() *Charge {
@@ -446,7 +679,7 @@ type ListSettlementsRequest struct {
 
 func (x *ListSettlementsRequest) Reset() {
 	*x = ListSettlementsRequest{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[5]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +691,7 @@ func (x *ListSettlementsRequest) String() string {
 func (*ListSettlementsRequest) ProtoMessage() {}
 
 func (x *ListSettlementsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[5]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +704,7 @@ func (x *ListSettlementsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSettlementsRequest.ProtoReflect.Descriptor instead.
 func (*ListSettlementsRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListSettlementsRequest) GetDay() string {
@@ -508,7 +741,7 @@ type ListSettlementsResponse struct {
 
 func (x *ListSettlementsResponse) Reset() {
 	*x = ListSettlementsResponse{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[6]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +753,7 @@ func (x *ListSettlementsResponse) String() string {
 func (*ListSettlementsResponse) ProtoMessage() {}
 
 func (x *ListSettlementsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[6]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +766,7 @@ func (x *ListSettlementsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSettlementsResponse.ProtoReflect.Descriptor instead.
 func (*ListSettlementsResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSettlementsResponse) GetCharges() []*Charge {
@@ -581,7 +814,7 @@ type Faults struct {
 
 func (x *Faults) Reset() {
 	*x = Faults{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[7]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +826,7 @@ func (x *Faults) String() string {
 func (*Faults) ProtoMessage() {}
 
 func (x *Faults) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[7]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +839,7 @@ func (x *Faults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Faults.ProtoReflect.Descriptor instead.
 func (*Faults) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Faults) GetLatencyMinMs() int32 {
@@ -683,7 +916,7 @@ type SetFaultsRequest struct {
 
 func (x *SetFaultsRequest) Reset() {
 	*x = SetFaultsRequest{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[8]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +928,7 @@ func (x *SetFaultsRequest) String() string {
 func (*SetFaultsRequest) ProtoMessage() {}
 
 func (x *SetFaultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[8]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +941,7 @@ func (x *SetFaultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetFaultsRequest.ProtoReflect.Descriptor instead.
 func (*SetFaultsRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetFaultsRequest) GetFaults() *Faults {
@@ -729,7 +962,7 @@ type SetFaultsResponse struct {
 
 func (x *SetFaultsResponse) Reset() {
 	*x = SetFaultsResponse{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +974,7 @@ func (x *SetFaultsResponse) String() string {
 func (*SetFaultsResponse) ProtoMessage() {}
 
 func (x *SetFaultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +987,7 @@ func (x *SetFaultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetFaultsResponse.ProtoReflect.Descriptor instead.
 func (*SetFaultsResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetFaultsResponse) GetFaults() *Faults {
@@ -773,7 +1006,7 @@ type GetFaultsRequest struct {
 
 func (x *GetFaultsRequest) Reset() {
 	*x = GetFaultsRequest{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +1018,7 @@ func (x *GetFaultsRequest) String() string {
 func (*GetFaultsRequest) ProtoMessage() {}
 
 func (x *GetFaultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +1031,7 @@ func (x *GetFaultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFaultsRequest.ProtoReflect.Descriptor instead.
 func (*GetFaultsRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 // GetFaultsResponse carries the faults.
@@ -812,7 +1045,7 @@ type GetFaultsResponse struct {
 
 func (x *GetFaultsResponse) Reset() {
 	*x = GetFaultsResponse{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[11]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +1057,7 @@ func (x *GetFaultsResponse) String() string {
 func (*GetFaultsResponse) ProtoMessage() {}
 
 func (x *GetFaultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[11]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1070,7 @@ func (x *GetFaultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFaultsResponse.ProtoReflect.Descriptor instead.
 func (*GetFaultsResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetFaultsResponse) GetFaults() *Faults {
@@ -856,7 +1089,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[12]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1101,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[12]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1114,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{16}
 }
 
 // ReportResponse is the double-charge detector.
@@ -903,7 +1136,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[13]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1148,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[13]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1161,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportResponse) GetCharges() int64 {
@@ -993,7 +1226,22 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x05payee\x18\x05 \x01(\tR\x05payee\x12\x1c\n" +
 	"\treference\x18\x06 \x01(\tR\treference\"<\n" +
 	"\x0eChargeResponse\x12*\n" +
-	"\x06charge\x18\x01 \x01(\v2\x12.gateway.v1.ChargeR\x06charge\";\n" +
+	"\x06charge\x18\x01 \x01(\v2\x12.gateway.v1.ChargeR\x06charge\">\n" +
+	"\x0eChargesRequest\x12,\n" +
+	"\x05items\x18\x01 \x03(\v2\x16.gateway.v1.ChargeItemR\x05items\"r\n" +
+	"\n" +
+	"ChargeItem\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\x04R\x03tag\x123\n" +
+	"\arequest\x18\x02 \x01(\v2\x19.gateway.v1.ChargeRequestR\arequest\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\"E\n" +
+	"\x0fChargesResponse\x122\n" +
+	"\aresults\x18\x01 \x03(\v2\x18.gateway.v1.ChargeResultR\aresults\"z\n" +
+	"\fChargeResult\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12*\n" +
+	"\x06charge\x18\x02 \x01(\v2\x12.gateway.v1.ChargeR\x06charge\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\";\n" +
 	"\x10GetChargeRequest\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\"?\n" +
 	"\x11GetChargeResponse\x12*\n" +
@@ -1033,9 +1281,10 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\fChargeStatus\x12\x1d\n" +
 	"\x19CHARGE_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CHARGE_STATUS_SUCCEEDED\x10\x01\x12\x1a\n" +
-	"\x16CHARGE_STATUS_DECLINED\x10\x022\xf7\x01\n" +
+	"\x16CHARGE_STATUS_DECLINED\x10\x022\xbf\x02\n" +
 	"\x0eGatewayService\x12?\n" +
-	"\x06Charge\x12\x19.gateway.v1.ChargeRequest\x1a\x1a.gateway.v1.ChargeResponse\x12H\n" +
+	"\x06Charge\x12\x19.gateway.v1.ChargeRequest\x1a\x1a.gateway.v1.ChargeResponse\x12F\n" +
+	"\aCharges\x12\x1a.gateway.v1.ChargesRequest\x1a\x1b.gateway.v1.ChargesResponse(\x010\x01\x12H\n" +
 	"\tGetCharge\x12\x1c.gateway.v1.GetChargeRequest\x1a\x1d.gateway.v1.GetChargeResponse\x12Z\n" +
 	"\x0fListSettlements\x12\".gateway.v1.ListSettlementsRequest\x1a#.gateway.v1.ListSettlementsResponse2\xea\x01\n" +
 	"\x13GatewayAdminService\x12H\n" +
@@ -1056,51 +1305,61 @@ func file_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_gateway_v1_gateway_proto_goTypes = []any{
 	(ChargeStatus)(0),               // 0: gateway.v1.ChargeStatus
 	(*Charge)(nil),                  // 1: gateway.v1.Charge
 	(*ChargeRequest)(nil),           // 2: gateway.v1.ChargeRequest
 	(*ChargeResponse)(nil),          // 3: gateway.v1.ChargeResponse
-	(*GetChargeRequest)(nil),        // 4: gateway.v1.GetChargeRequest
-	(*GetChargeResponse)(nil),       // 5: gateway.v1.GetChargeResponse
-	(*ListSettlementsRequest)(nil),  // 6: gateway.v1.ListSettlementsRequest
-	(*ListSettlementsResponse)(nil), // 7: gateway.v1.ListSettlementsResponse
-	(*Faults)(nil),                  // 8: gateway.v1.Faults
-	(*SetFaultsRequest)(nil),        // 9: gateway.v1.SetFaultsRequest
-	(*SetFaultsResponse)(nil),       // 10: gateway.v1.SetFaultsResponse
-	(*GetFaultsRequest)(nil),        // 11: gateway.v1.GetFaultsRequest
-	(*GetFaultsResponse)(nil),       // 12: gateway.v1.GetFaultsResponse
-	(*ReportRequest)(nil),           // 13: gateway.v1.ReportRequest
-	(*ReportResponse)(nil),          // 14: gateway.v1.ReportResponse
-	(*timestamppb.Timestamp)(nil),   // 15: google.protobuf.Timestamp
+	(*ChargesRequest)(nil),          // 4: gateway.v1.ChargesRequest
+	(*ChargeItem)(nil),              // 5: gateway.v1.ChargeItem
+	(*ChargesResponse)(nil),         // 6: gateway.v1.ChargesResponse
+	(*ChargeResult)(nil),            // 7: gateway.v1.ChargeResult
+	(*GetChargeRequest)(nil),        // 8: gateway.v1.GetChargeRequest
+	(*GetChargeResponse)(nil),       // 9: gateway.v1.GetChargeResponse
+	(*ListSettlementsRequest)(nil),  // 10: gateway.v1.ListSettlementsRequest
+	(*ListSettlementsResponse)(nil), // 11: gateway.v1.ListSettlementsResponse
+	(*Faults)(nil),                  // 12: gateway.v1.Faults
+	(*SetFaultsRequest)(nil),        // 13: gateway.v1.SetFaultsRequest
+	(*SetFaultsResponse)(nil),       // 14: gateway.v1.SetFaultsResponse
+	(*GetFaultsRequest)(nil),        // 15: gateway.v1.GetFaultsRequest
+	(*GetFaultsResponse)(nil),       // 16: gateway.v1.GetFaultsResponse
+	(*ReportRequest)(nil),           // 17: gateway.v1.ReportRequest
+	(*ReportResponse)(nil),          // 18: gateway.v1.ReportResponse
+	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
 }
 var file_gateway_v1_gateway_proto_depIdxs = []int32{
 	0,  // 0: gateway.v1.Charge.status:type_name -> gateway.v1.ChargeStatus
-	15, // 1: gateway.v1.Charge.created_at:type_name -> google.protobuf.Timestamp
+	19, // 1: gateway.v1.Charge.created_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: gateway.v1.ChargeResponse.charge:type_name -> gateway.v1.Charge
-	1,  // 3: gateway.v1.GetChargeResponse.charge:type_name -> gateway.v1.Charge
-	1,  // 4: gateway.v1.ListSettlementsResponse.charges:type_name -> gateway.v1.Charge
-	8,  // 5: gateway.v1.SetFaultsRequest.faults:type_name -> gateway.v1.Faults
-	8,  // 6: gateway.v1.SetFaultsResponse.faults:type_name -> gateway.v1.Faults
-	8,  // 7: gateway.v1.GetFaultsResponse.faults:type_name -> gateway.v1.Faults
-	2,  // 8: gateway.v1.GatewayService.Charge:input_type -> gateway.v1.ChargeRequest
-	4,  // 9: gateway.v1.GatewayService.GetCharge:input_type -> gateway.v1.GetChargeRequest
-	6,  // 10: gateway.v1.GatewayService.ListSettlements:input_type -> gateway.v1.ListSettlementsRequest
-	9,  // 11: gateway.v1.GatewayAdminService.SetFaults:input_type -> gateway.v1.SetFaultsRequest
-	11, // 12: gateway.v1.GatewayAdminService.GetFaults:input_type -> gateway.v1.GetFaultsRequest
-	13, // 13: gateway.v1.GatewayAdminService.Report:input_type -> gateway.v1.ReportRequest
-	3,  // 14: gateway.v1.GatewayService.Charge:output_type -> gateway.v1.ChargeResponse
-	5,  // 15: gateway.v1.GatewayService.GetCharge:output_type -> gateway.v1.GetChargeResponse
-	7,  // 16: gateway.v1.GatewayService.ListSettlements:output_type -> gateway.v1.ListSettlementsResponse
-	10, // 17: gateway.v1.GatewayAdminService.SetFaults:output_type -> gateway.v1.SetFaultsResponse
-	12, // 18: gateway.v1.GatewayAdminService.GetFaults:output_type -> gateway.v1.GetFaultsResponse
-	14, // 19: gateway.v1.GatewayAdminService.Report:output_type -> gateway.v1.ReportResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	5,  // 3: gateway.v1.ChargesRequest.items:type_name -> gateway.v1.ChargeItem
+	2,  // 4: gateway.v1.ChargeItem.request:type_name -> gateway.v1.ChargeRequest
+	7,  // 5: gateway.v1.ChargesResponse.results:type_name -> gateway.v1.ChargeResult
+	1,  // 6: gateway.v1.ChargeResult.charge:type_name -> gateway.v1.Charge
+	1,  // 7: gateway.v1.GetChargeResponse.charge:type_name -> gateway.v1.Charge
+	1,  // 8: gateway.v1.ListSettlementsResponse.charges:type_name -> gateway.v1.Charge
+	12, // 9: gateway.v1.SetFaultsRequest.faults:type_name -> gateway.v1.Faults
+	12, // 10: gateway.v1.SetFaultsResponse.faults:type_name -> gateway.v1.Faults
+	12, // 11: gateway.v1.GetFaultsResponse.faults:type_name -> gateway.v1.Faults
+	2,  // 12: gateway.v1.GatewayService.Charge:input_type -> gateway.v1.ChargeRequest
+	4,  // 13: gateway.v1.GatewayService.Charges:input_type -> gateway.v1.ChargesRequest
+	8,  // 14: gateway.v1.GatewayService.GetCharge:input_type -> gateway.v1.GetChargeRequest
+	10, // 15: gateway.v1.GatewayService.ListSettlements:input_type -> gateway.v1.ListSettlementsRequest
+	13, // 16: gateway.v1.GatewayAdminService.SetFaults:input_type -> gateway.v1.SetFaultsRequest
+	15, // 17: gateway.v1.GatewayAdminService.GetFaults:input_type -> gateway.v1.GetFaultsRequest
+	17, // 18: gateway.v1.GatewayAdminService.Report:input_type -> gateway.v1.ReportRequest
+	3,  // 19: gateway.v1.GatewayService.Charge:output_type -> gateway.v1.ChargeResponse
+	6,  // 20: gateway.v1.GatewayService.Charges:output_type -> gateway.v1.ChargesResponse
+	9,  // 21: gateway.v1.GatewayService.GetCharge:output_type -> gateway.v1.GetChargeResponse
+	11, // 22: gateway.v1.GatewayService.ListSettlements:output_type -> gateway.v1.ListSettlementsResponse
+	14, // 23: gateway.v1.GatewayAdminService.SetFaults:output_type -> gateway.v1.SetFaultsResponse
+	16, // 24: gateway.v1.GatewayAdminService.GetFaults:output_type -> gateway.v1.GetFaultsResponse
+	18, // 25: gateway.v1.GatewayAdminService.Report:output_type -> gateway.v1.ReportResponse
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_gateway_v1_gateway_proto_init() }
@@ -1114,7 +1373,7 @@ func file_gateway_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_v1_gateway_proto_rawDesc), len(file_gateway_v1_gateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

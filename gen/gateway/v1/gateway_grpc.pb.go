@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	GatewayService_Charge_FullMethodName          = "/gateway.v1.GatewayService/Charge"
+	GatewayService_Charges_FullMethodName         = "/gateway.v1.GatewayService/Charges"
 	GatewayService_GetCharge_FullMethodName       = "/gateway.v1.GatewayService/GetCharge"
 	GatewayService_ListSettlements_FullMethodName = "/gateway.v1.GatewayService/ListSettlements"
 )
@@ -38,6 +39,16 @@ type GatewayServiceClient interface {
 	// UNAVAILABLE and RESOURCE_EXHAUSTED mean "not charged, retry later";
 	// any other failure (DEADLINE_EXCEEDED above all) is ambiguous.
 	Charge(ctx context.Context, in *ChargeRequest, opts ...grpc.CallOption) (*ChargeResponse, error)
+	// Charges is Charge for many payments over one long-lived stream, for
+	// high rates: the client sends batches of tagged charge requests, and the
+	// gateway answers each one as soon as it is decided, several per message,
+	// in any order, so a slow charge holds only itself. Each item means
+	// exactly what a Charge call with the same request would: the same
+	// idempotency, the same errors (as status codes). An item with no answer
+	// when the stream ends is ambiguous, like a Charge call whose connection
+	// dropped. A gateway may leave Charges unimplemented; clients then call
+	// Charge.
+	Charges(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChargesRequest, ChargesResponse], error)
 	// GetCharge returns the charge recorded under a key, or NOT_FOUND.
 	GetCharge(ctx context.Context, in *GetChargeRequest, opts ...grpc.CallOption) (*GetChargeResponse, error)
 	// ListSettlements pages through one UTC day's settled charges.
@@ -61,6 +72,19 @@ func (c *gatewayServiceClient) Charge(ctx context.Context, in *ChargeRequest, op
 	}
 	return out, nil
 }
+
+func (c *gatewayServiceClient) Charges(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChargesRequest, ChargesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &GatewayService_ServiceDesc.Streams[0], GatewayService_Charges_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ChargesRequest, ChargesResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type GatewayService_ChargesClient = grpc.BidiStreamingClient[ChargesRequest, ChargesResponse]
 
 func (c *gatewayServiceClient) GetCharge(ctx context.Context, in *GetChargeRequest, opts ...grpc.CallOption) (*GetChargeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -96,6 +120,16 @@ type GatewayServiceServer interface {
 	// UNAVAILABLE and RESOURCE_EXHAUSTED mean "not charged, retry later";
 	// any other failure (DEADLINE_EXCEEDED above all) is ambiguous.
 	Charge(context.Context, *ChargeRequest) (*ChargeResponse, error)
+	// Charges is Charge for many payments over one long-lived stream, for
+	// high rates: the client sends batches of tagged charge requests, and the
+	// gateway answers each one as soon as it is decided, several per message,
+	// in any order, so a slow charge holds only itself. Each item means
+	// exactly what a Charge call with the same request would: the same
+	// idempotency, the same errors (as status codes). An item with no answer
+	// when the stream ends is ambiguous, like a Charge call whose connection
+	// dropped. A gateway may leave Charges unimplemented; clients then call
+	// Charge.
+	Charges(grpc.BidiStreamingServer[ChargesRequest, ChargesResponse]) error
 	// GetCharge returns the charge recorded under a key, or NOT_FOUND.
 	GetCharge(context.Context, *GetChargeRequest) (*GetChargeResponse, error)
 	// ListSettlements pages through one UTC day's settled charges.
@@ -112,6 +146,9 @@ type UnimplementedGatewayServiceServer struct{}
 
 func (UnimplementedGatewayServiceServer) Charge(context.Context, *ChargeRequest) (*ChargeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Charge not implemented")
+}
+func (UnimplementedGatewayServiceServer) Charges(grpc.BidiStreamingServer[ChargesRequest, ChargesResponse]) error {
+	return status.Error(codes.Unimplemented, "method Charges not implemented")
 }
 func (UnimplementedGatewayServiceServer) GetCharge(context.Context, *GetChargeRequest) (*GetChargeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetCharge not implemented")
@@ -157,6 +194,13 @@ func _GatewayService_Charge_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _GatewayService_Charges_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(GatewayServiceServer).Charges(&grpc.GenericServerStream[ChargesRequest, ChargesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type GatewayService_ChargesServer = grpc.BidiStreamingServer[ChargesRequest, ChargesResponse]
 
 func _GatewayService_GetCharge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetChargeRequest)
@@ -214,7 +258,14 @@ var GatewayService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _GatewayService_ListSettlements_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Charges",
+			Handler:       _GatewayService_Charges_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "gateway/v1/gateway.proto",
 }
 

@@ -136,7 +136,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		gw := gatewayv1.NewGatewayServiceClient(gwConn)
 		runner = &reconcile.Runner{DB: pool, Gateway: gw, Metrics: reconcile.NewMetrics(reg), Log: log}
-		prober = &gateway.Charger{Client: gw, ProbeTimeout: 5 * time.Second}
+		prober = &gateway.Charger{Gateway: gateway.FromClient(gw), ProbeTimeout: 5 * time.Second}
 	}
 	adm := admin.New(pool, runner, prober, log)
 	payschedv1.RegisterAdminServiceServer(gs, adm)

@@ -1,0 +1,263 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+)
+
+// Gateway is the engine's port to a payment gateway. Errors are gRPC
+// status errors, whatever the transport: their codes carry the contract's
+// meanings (proto/gateway/v1: NOT_FOUND, RESOURCE_EXHAUSTED,
+// FAILED_PRECONDITION; anything else may have been charged).
+type Gateway interface {
+	// Charge charges once per idempotency key.
+	Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error)
+	// GetCharge returns the charge recorded under key, or NOT_FOUND.
+	GetCharge(ctx context.Context, key string) (*gatewayv1.Charge, error)
+}
+
+// FromClient is a Gateway of unary gateway.v1 calls.
+func FromClient(c gatewayv1.GatewayServiceClient) Gateway { return unary{c} }
+
+type unary struct{ c gatewayv1.GatewayServiceClient }
+
+func (u unary) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
+	resp, err := u.c.Charge(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetCharge(), nil
+}
+
+func (u unary) GetCharge(ctx context.Context, key string) (*gatewayv1.Charge, error) {
+	resp, err := u.c.GetCharge(ctx, &gatewayv1.GetChargeRequest{IdempotencyKey: key})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetCharge(), nil
+}
+
+// GRPC is the Gateway of a gateway.v1 server. Charges go over one
+// long-lived Charges stream shared by every caller: each call's request
+// joins whatever others are waiting to be sent, and its answer comes back
+// on its own, so the cost of a gRPC call is paid per batch rather than per
+// payment. A gateway that does not implement Charges is called with Charge.
+type GRPC struct {
+	unary
+	streamless atomic.Bool // the gateway answered Charges UNIMPLEMENTED
+
+	mu  sync.Mutex
+	cur *chargeStream // nil: none open
+	tag uint64
+}
+
+// NewGRPC returns the Gateway of the gateway.v1 server behind cc.
+func NewGRPC(cc grpc.ClientConnInterface) *GRPC {
+	return &GRPC{unary: unary{gatewayv1.NewGatewayServiceClient(cc)}}
+}
+
+// Close ends the Charges stream; calls waiting on it fail (ambiguous).
+func (g *GRPC) Close() {
+	g.mu.Lock()
+	s := g.cur
+	g.mu.Unlock()
+	if s != nil {
+		s.fail(errors.New("gateway client closed"))
+	}
+}
+
+// errStreamless is how a stream tells its callers that the gateway does
+// not implement Charges: nothing of theirs reached it.
+var errStreamless = errors.New("gateway does not implement Charges")
+
+// Charge implements Gateway.
+func (g *GRPC) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
+	if g.streamless.Load() {
+		return g.unary.Charge(ctx, req)
+	}
+	s, tag, answer, err := g.enqueue(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case a := <-answer:
+		if errors.Is(a.err, errStreamless) {
+			g.streamless.Store(true)
+			return g.unary.Charge(ctx, req)
+		}
+		return a.charge, a.err
+	case <-ctx.Done():
+		// The request may have been sent: the caller reads this as
+		// ambiguous and asks the gateway.
+		s.forget(tag)
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// enqueue hands req to the open stream (opening one if none is), returning
+// the stream, the item's tag and where its answer will arrive.
+func (g *GRPC) enqueue(ctx context.Context, req *gatewayv1.ChargeRequest) (*chargeStream, uint64, chan answer, error) {
+	var timeout uint32
+	if d, ok := ctx.Deadline(); ok {
+		timeout = uint32(max(1, time.Until(d).Milliseconds()))
+	}
+	ch := make(chan answer, 1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cur == nil {
+		s, err := g.open()
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		g.cur = s
+	}
+	g.tag++
+	g.cur.add(&gatewayv1.ChargeItem{Tag: g.tag, Request: req, TimeoutMs: timeout}, ch)
+	return g.cur, g.tag, ch, nil
+}
+
+// open starts a Charges stream and its sender and receiver.
+func (g *GRPC) open() (*chargeStream, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := g.c.Charges(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &chargeStream{g: g, st: st, cancel: cancel, pending: map[uint64]chan answer{}, wake: make(chan struct{}, 1)}
+	go s.send()
+	go s.recv()
+	return s, nil
+}
+
+type answer struct {
+	charge *gatewayv1.Charge
+	err    error
+}
+
+// chargeStream is one open Charges stream: items queued for its sender,
+// and the callers waiting for answers.
+type chargeStream struct {
+	g      *GRPC
+	st     grpc.BidiStreamingClient[gatewayv1.ChargesRequest, gatewayv1.ChargesResponse]
+	cancel context.CancelFunc
+	wake   chan struct{}
+
+	mu       sync.Mutex
+	queue    []*gatewayv1.ChargeItem
+	pending  map[uint64]chan answer
+	dead     bool
+	answered bool // the gateway has answered something on it
+}
+
+// add queues an item; the caller holds g.mu. A stream that just died
+// answers at once.
+func (s *chargeStream) add(it *gatewayv1.ChargeItem, ch chan answer) {
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		ch <- answer{err: status.Error(codes.Unavailable, "charge stream closed")}
+		return
+	}
+	s.queue = append(s.queue, it)
+	s.pending[it.Tag] = ch
+	// Under s.mu: fail closes wake under it too.
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	s.mu.Unlock()
+}
+
+// forget drops a caller that stopped waiting; a late answer is discarded.
+func (s *chargeStream) forget(tag uint64) {
+	s.mu.Lock()
+	delete(s.pending, tag)
+	s.mu.Unlock()
+}
+
+// send sends whatever is queued, one message per wake-up.
+func (s *chargeStream) send() {
+	for range s.wake {
+		s.mu.Lock()
+		if s.dead {
+			s.mu.Unlock()
+			return
+		}
+		items := s.queue
+		s.queue = nil // a fresh slice: the message may be read after Send returns
+		s.mu.Unlock()
+		if len(items) == 0 {
+			continue
+		}
+		if err := s.st.Send(&gatewayv1.ChargesRequest{Items: items}); err != nil {
+			// The real error is the one Recv reports.
+			s.fail(fmt.Errorf("send charges: %w", err))
+			return
+		}
+	}
+}
+
+// recv hands each answer to its caller.
+func (s *chargeStream) recv() {
+	for {
+		resp, err := s.st.Recv()
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		s.mu.Lock()
+		s.answered = true
+		for _, r := range resp.GetResults() {
+			ch, ok := s.pending[r.GetTag()]
+			if !ok {
+				continue // its caller gave up
+			}
+			delete(s.pending, r.GetTag())
+			a := answer{charge: r.GetCharge()}
+			if c := codes.Code(r.GetCode()); c != codes.OK {
+				a = answer{err: status.Error(c, r.GetMessage())}
+			}
+			ch <- a
+		}
+		s.mu.Unlock()
+	}
+}
+
+// fail ends the stream: the next call opens another, and every caller
+// still waiting is answered UNAVAILABLE, which reads as ambiguous (the
+// request may have reached the gateway), or told to call Charge if the
+// gateway does not implement Charges.
+func (s *chargeStream) fail(err error) {
+	s.g.mu.Lock()
+	if s.g.cur == s {
+		s.g.cur = nil
+	}
+	s.g.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead {
+		return
+	}
+	s.dead = true
+	s.cancel()
+	close(s.wake)
+	a := answer{err: status.Errorf(codes.Unavailable, "charge stream lost: %v", err)}
+	if status.Code(err) == codes.Unimplemented && !s.answered {
+		a = answer{err: errStreamless}
+	}
+	for tag, ch := range s.pending {
+		ch <- a
+		delete(s.pending, tag)
+	}
+}
