@@ -29,7 +29,9 @@ type Gateway interface {
 // FromClient is a Gateway of unary gateway.v1 calls.
 func FromClient(c gatewayv1.GatewayServiceClient) Gateway { return unary{c} }
 
-type unary struct{ c gatewayv1.GatewayServiceClient }
+type unary struct {
+	c gatewayv1.GatewayServiceClient
+}
 
 func (u unary) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
 	resp, err := u.c.Charge(ctx, req)
