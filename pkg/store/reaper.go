@@ -20,11 +20,17 @@ import (
 // (status, attempt) of the rows locked here, so a late executor outcome
 // either lands first (and this skips the row) or is fenced out. An
 // executor's real outcome later replaces the ABANDONED row.
+//
+// $2 bounds due_time (the day ahead of the caller's clock): only a payment
+// already due can be PROCESSING, and with the bound a custom plan leaves
+// out, at plan time, the year of partitions still to come. It must not be
+// tighter than the database's clock, or a claim of its last seconds would
+// wait for the next pass.
 const expireSQL = `
 WITH expired AS (
     SELECT p.id, p.due_time, p.attempt
     FROM payments p
-    WHERE p.status = 'PROCESSING' AND p.lease_until < now()
+    WHERE p.status = 'PROCESSING' AND p.lease_until < now() AND p.due_time <= $2
     ORDER BY p.lease_until
     LIMIT $1
     FOR UPDATE OF p SKIP LOCKED
@@ -36,6 +42,7 @@ WITH expired AS (
         lease_until = NULL, lease_owner = NULL, updated_at = now()
     FROM expired e
     WHERE p.id = e.id AND p.due_time = e.due_time AND p.status = 'PROCESSING' AND p.attempt = e.attempt
+      AND p.due_time <= $2
     RETURNING p.id, p.attempt
 ), abandoned AS (
     INSERT INTO payment_attempts (payment_id, attempt, started_at, finished_at, gateway_key, outcome, error)
@@ -45,10 +52,18 @@ WITH expired AS (
 )
 SELECT count(*) FROM moved`
 
+// dueBound is a due time no payment that is due (or PROCESSING) can be
+// past, even by a clock somewhat ahead of ours. The statements about due
+// payments take it as a parameter so that a custom plan (svc.CustomPlans)
+// prunes the partitions of the days to come when planning; "due_time <=
+// now()" alone prunes them only at run time, after planning and locking a
+// year of them.
+func dueBound() time.Time { return time.Now().Add(time.Hour) }
+
 // ExpireLeases takes back up to batch expired leases and says how many.
 func ExpireLeases(ctx context.Context, db DB, batch int) (int, error) {
 	var n int
-	if err := db.QueryRow(ctx, expireSQL, batch).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, expireSQL, batch, dueBound()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("expire leases: %w", err)
 	}
 	return n, nil
@@ -61,7 +76,7 @@ func OldestDueAge(ctx context.Context, db DB) (time.Duration, error) {
 	var secs float64
 	err := db.QueryRow(ctx, `
 		SELECT COALESCE(EXTRACT(epoch FROM now() - min(run_at)), 0)
-		FROM payments WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now()`).Scan(&secs)
+		FROM payments WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now() AND due_time <= $1`, dueBound()).Scan(&secs)
 	if err != nil {
 		return 0, fmt.Errorf("oldest due age: %w", err)
 	}
@@ -76,7 +91,8 @@ func Overdue(ctx context.Context, db DB) (bool, error) {
 	err := db.QueryRow(ctx, `
 		SELECT EXISTS (
 		    SELECT 1 FROM payments
-		    WHERE status = 'PENDING' AND run_at <= now() - interval '1 second' AND due_time <= now())`).Scan(&behind)
+		    WHERE status = 'PENDING' AND run_at <= now() - interval '1 second' AND due_time <= now() AND due_time <= $1)`,
+		dueBound()).Scan(&behind)
 	if err != nil {
 		return false, fmt.Errorf("check for overdue payments: %w", err)
 	}
@@ -96,8 +112,9 @@ type Counts struct {
 func Count(ctx context.Context, db DB) (Counts, error) {
 	var c Counts
 	err := db.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM payments WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now()),
-		       (SELECT count(*) FROM payments WHERE lease_until IS NOT NULL AND status = 'PROCESSING')`).Scan(&c.Backlog, &c.Processing)
+		SELECT (SELECT count(*) FROM payments WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now() AND due_time <= $1),
+		       (SELECT count(*) FROM payments WHERE lease_until IS NOT NULL AND status = 'PROCESSING' AND due_time <= $1)`,
+		dueBound()).Scan(&c.Backlog, &c.Processing)
 	if err != nil {
 		return c, fmt.Errorf("count the schedule: %w", err)
 	}

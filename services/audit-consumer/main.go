@@ -39,7 +39,7 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		pool, err := svc.Pool(ctx, *dbURL, max(4, *streams))
+		pool, err := svc.Pool(ctx, *dbURL, max(4, *streams), svc.CustomPlans)
 		if err != nil {
 			return err
 		}

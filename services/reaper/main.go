@@ -27,7 +27,7 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		pool, err := svc.Pool(ctx, *dbURL, 4)
+		pool, err := svc.Pool(ctx, *dbURL, 4, svc.CustomPlans)
 		if err != nil {
 			return err
 		}
