@@ -3,9 +3,9 @@ package gatewaysim
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,6 +86,16 @@ func (s *Server) admit(ceiling float64) bool {
 	return true
 }
 
+// chargeID is a new charge id: ch_<epoch in hex>_<sequence>.
+func (s *Server) chargeID() string {
+	b := make([]byte, 0, 40)
+	b = append(b, "ch_"...)
+	b = strconv.AppendInt(b, s.epoch, 16)
+	b = append(b, '_')
+	b = strconv.AppendInt(b, s.seq.Add(1), 10)
+	return string(b)
+}
+
 func chance(p float64) bool { return p > 0 && rand.Float64() < p }
 
 // Charge implements GatewayService.
@@ -160,7 +170,9 @@ func (s *Server) Charges(stream gatewayv1.GatewayService_ChargesServer) error {
 
 // answer charges one item of a Charges stream.
 func (s *Server) answer(ctx context.Context, it *gatewayv1.ChargeItem) *gatewayv1.ChargeResult {
-	if ms := it.GetTimeoutMs(); ms > 0 {
+	// Only a pause can outlast the item's timeout: without latency the
+	// charge is decided at once, and a timer per item cost more than it.
+	if ms := it.GetTimeoutMs(); ms > 0 && s.faults.Load().GetLatencyMaxMs() > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
 		defer cancel()
@@ -192,7 +204,7 @@ func (s *Server) charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gat
 		return nil, status.Error(codes.ResourceExhausted, "rate ceiling reached")
 	}
 	c := &Charge{
-		ID: fmt.Sprintf("ch_%x_%d", s.epoch, s.seq.Add(1)), Key: req.GetIdempotencyKey(), Reference: req.GetReference(),
+		ID: s.chargeID(), Key: req.GetIdempotencyKey(), Reference: req.GetReference(),
 		Amount: req.GetAmount(), Currency: req.GetCurrency(), Payer: req.GetPayer(), Payee: req.GetPayee(),
 		CreatedAt: time.Now().UTC(),
 	}
