@@ -34,6 +34,8 @@ func main() {
 	backoff := fs.String("backoff", payment.DefaultBackoff.String(), "retry delays; their count is the retry budget")
 	chargeTimeout := fs.Duration("charge-timeout", 5*time.Second, "deadline of one Charge call")
 	probeTimeout := fs.Duration("probe-timeout", 2*time.Second, "deadline of the GetCharge probe")
+	completers := fs.Int("completers", 1, "outcome-writing statements at once (each writes whatever outcomes are ready)")
+	completeBatch := fs.Int("complete-batch", 1000, "outcomes written per statement at most")
 	margin := fs.Duration("lease-margin", 2*time.Second, "a call starts only if its deadline falls this long before its claim's lease ends")
 	svc.Main("executor", fs, func(ctx context.Context, log *slog.Logger) error {
 		sched, err := payment.ParseBackoff(*backoff)
@@ -44,7 +46,11 @@ func main() {
 			return fmt.Errorf("--charge-timeout and --probe-timeout must be positive")
 		}
 		reg := obs.Registry()
-		cfg := executor.Config{ID: *id, MaxInFlight: *maxInFlight, Concurrency: *conc, Backoff: sched, LeaseMargin: *margin}
+		cfg := executor.Config{ID: *id, MaxInFlight: *maxInFlight, Concurrency: *conc, Backoff: sched, LeaseMargin: *margin,
+			Completers: *completers, CompleteBatch: *completeBatch}
+		if *completers < 1 || *completeBatch < 1 {
+			return fmt.Errorf("--completers and --complete-batch must be at least 1, got %d and %d", *completers, *completeBatch)
+		}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}

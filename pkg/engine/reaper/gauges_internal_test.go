@@ -18,7 +18,8 @@ func TestCountDue(t *testing.T) {
 		{"cheap, before the interval", time.Second, time.Millisecond, false, false},
 		{"cheap, at the interval", 2 * time.Second, time.Millisecond, false, true},
 		{"costly, at the interval", 2 * time.Second, 250 * time.Millisecond, false, false},
-		{"costly, at 20 times its cost", 5 * time.Second, 250 * time.Millisecond, false, true},
+		{"costly, at 20 times its cost", 5 * time.Second, 250 * time.Millisecond, false, false},
+		{"costly, at 100 times its cost", 25 * time.Second, 250 * time.Millisecond, false, true},
 	} {
 		last := t0.Add(-tc.since)
 		if tc.first {
