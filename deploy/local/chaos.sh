@@ -6,6 +6,11 @@
 # (a failed run always keeps them, and prints each violation with the rows
 # involved).
 set -euo pipefail
+# Each service runs on one core, as in Kubernetes, where every pod's CPU
+# limit is at most one and the Go runtime sets GOMAXPROCS from it. Here
+# the processes share two cores with Postgres; with two each, their
+# schedulers spun against each other (the spike ran ~8% slower).
+export GOMAXPROCS=${GOMAXPROCS:-1}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export ROOT SHORT=${SHORT:-} KEEP=${KEEP:-} CHAOS_FLAGS=${CHAOS_FLAGS:-}
 export PAYSCHED_PG_DURABLE=1
