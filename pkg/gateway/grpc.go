@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/platform/tracing"
 )
 
 // Gateway is the engine's port to a payment gateway. Errors are gRPC
@@ -87,28 +88,35 @@ func (g *GRPC) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatew
 	if g.streamless.Load() {
 		return g.unary.Charge(ctx, req)
 	}
-	s, tag, answer, err := g.enqueue(ctx, req)
+	span, tc := tracing.StartItem(ctx, "gateway.v1.GatewayService/Charge")
+	s, tag, answer, err := g.enqueue(ctx, req, tc)
 	if err != nil {
+		tracing.EndItem(span, status.Code(err), err.Error())
 		return nil, err
 	}
 	select {
 	case a := <-answer:
 		if errors.Is(a.err, errStreamless) {
 			g.streamless.Store(true)
+			tracing.EndItem(span, codes.Unimplemented, a.err.Error())
 			return g.unary.Charge(ctx, req)
 		}
+		st := status.Convert(a.err)
+		tracing.EndItem(span, st.Code(), st.Message())
 		return a.charge, a.err
 	case <-ctx.Done():
 		// The request may have been sent: the caller reads this as
 		// ambiguous and asks the gateway.
 		s.forget(tag)
-		return nil, status.FromContextError(ctx.Err()).Err()
+		err := status.FromContextError(ctx.Err()).Err()
+		tracing.EndItem(span, status.Code(err), err.Error())
+		return nil, err
 	}
 }
 
 // enqueue hands req to the open stream (opening one if none is), returning
 // the stream, the item's tag and where its answer will arrive.
-func (g *GRPC) enqueue(ctx context.Context, req *gatewayv1.ChargeRequest) (*chargeStream, uint64, chan answer, error) {
+func (g *GRPC) enqueue(ctx context.Context, req *gatewayv1.ChargeRequest, tc map[string]string) (*chargeStream, uint64, chan answer, error) {
 	var timeout uint32
 	if d, ok := ctx.Deadline(); ok {
 		timeout = uint32(max(1, time.Until(d).Milliseconds()))
@@ -124,7 +132,7 @@ func (g *GRPC) enqueue(ctx context.Context, req *gatewayv1.ChargeRequest) (*char
 		g.cur = s
 	}
 	g.tag++
-	g.cur.add(&gatewayv1.ChargeItem{Tag: g.tag, Request: req, TimeoutMs: timeout}, ch)
+	g.cur.add(&gatewayv1.ChargeItem{Tag: g.tag, Request: req, TimeoutMs: timeout, TraceContext: tc}, ch)
 	return g.cur, g.tag, ch, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/pkg/gateway/webhook"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/tracing"
 )
 
 // DeclinePrefix: a payee starting with it is always declined.
@@ -177,9 +178,11 @@ func (s *Server) answer(ctx context.Context, it *gatewayv1.ChargeItem) *gatewayv
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
 		defer cancel()
 	}
+	span := tracing.ContinueItem(ctx, "gateway.v1.GatewayService/Charge", it.GetTraceContext())
 	ch, err := s.charge(ctx, it.GetRequest())
+	st := status.Convert(err)
+	tracing.EndItem(span, st.Code(), st.Message())
 	if err != nil {
-		st := status.Convert(err)
 		return &gatewayv1.ChargeResult{Tag: it.GetTag(), Code: int32(st.Code()), Message: st.Message()}
 	}
 	return &gatewayv1.ChargeResult{Tag: it.GetTag(), Charge: ch}

@@ -396,7 +396,11 @@ type ChargeItem struct {
 	// How long the client waits for the answer, in milliseconds from when it
 	// sent the item (0: no limit). The gateway does not start the charge once
 	// it has passed, and answers DEADLINE_EXCEEDED.
-	TimeoutMs     uint32 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs uint32 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// W3C trace context (traceparent, tracestate) of the client's span for
+	// this charge, when it is traced: a stream outlives every trace, so each
+	// item carries its own.
+	TraceContext  map[string]string `protobuf:"bytes,4,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +454,13 @@ func (x *ChargeItem) GetTimeoutMs() uint32 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *ChargeItem) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // ChargesResponse carries answers to items of a Charges stream.
@@ -1228,13 +1239,17 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x0eChargeResponse\x12*\n" +
 	"\x06charge\x18\x01 \x01(\v2\x12.gateway.v1.ChargeR\x06charge\">\n" +
 	"\x0eChargesRequest\x12,\n" +
-	"\x05items\x18\x01 \x03(\v2\x16.gateway.v1.ChargeItemR\x05items\"r\n" +
+	"\x05items\x18\x01 \x03(\v2\x16.gateway.v1.ChargeItemR\x05items\"\x82\x02\n" +
 	"\n" +
 	"ChargeItem\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x123\n" +
 	"\arequest\x18\x02 \x01(\v2\x19.gateway.v1.ChargeRequestR\arequest\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\"E\n" +
+	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\x12M\n" +
+	"\rtrace_context\x18\x04 \x03(\v2(.gateway.v1.ChargeItem.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
 	"\x0fChargesResponse\x122\n" +
 	"\aresults\x18\x01 \x03(\v2\x18.gateway.v1.ChargeResultR\aresults\"z\n" +
 	"\fChargeResult\x12\x10\n" +
@@ -1305,7 +1320,7 @@ func file_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_gateway_v1_gateway_proto_goTypes = []any{
 	(ChargeStatus)(0),               // 0: gateway.v1.ChargeStatus
 	(*Charge)(nil),                  // 1: gateway.v1.Charge
@@ -1326,40 +1341,42 @@ var file_gateway_v1_gateway_proto_goTypes = []any{
 	(*GetFaultsResponse)(nil),       // 16: gateway.v1.GetFaultsResponse
 	(*ReportRequest)(nil),           // 17: gateway.v1.ReportRequest
 	(*ReportResponse)(nil),          // 18: gateway.v1.ReportResponse
-	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
+	nil,                             // 19: gateway.v1.ChargeItem.TraceContextEntry
+	(*timestamppb.Timestamp)(nil),   // 20: google.protobuf.Timestamp
 }
 var file_gateway_v1_gateway_proto_depIdxs = []int32{
 	0,  // 0: gateway.v1.Charge.status:type_name -> gateway.v1.ChargeStatus
-	19, // 1: gateway.v1.Charge.created_at:type_name -> google.protobuf.Timestamp
+	20, // 1: gateway.v1.Charge.created_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: gateway.v1.ChargeResponse.charge:type_name -> gateway.v1.Charge
 	5,  // 3: gateway.v1.ChargesRequest.items:type_name -> gateway.v1.ChargeItem
 	2,  // 4: gateway.v1.ChargeItem.request:type_name -> gateway.v1.ChargeRequest
-	7,  // 5: gateway.v1.ChargesResponse.results:type_name -> gateway.v1.ChargeResult
-	1,  // 6: gateway.v1.ChargeResult.charge:type_name -> gateway.v1.Charge
-	1,  // 7: gateway.v1.GetChargeResponse.charge:type_name -> gateway.v1.Charge
-	1,  // 8: gateway.v1.ListSettlementsResponse.charges:type_name -> gateway.v1.Charge
-	12, // 9: gateway.v1.SetFaultsRequest.faults:type_name -> gateway.v1.Faults
-	12, // 10: gateway.v1.SetFaultsResponse.faults:type_name -> gateway.v1.Faults
-	12, // 11: gateway.v1.GetFaultsResponse.faults:type_name -> gateway.v1.Faults
-	2,  // 12: gateway.v1.GatewayService.Charge:input_type -> gateway.v1.ChargeRequest
-	4,  // 13: gateway.v1.GatewayService.Charges:input_type -> gateway.v1.ChargesRequest
-	8,  // 14: gateway.v1.GatewayService.GetCharge:input_type -> gateway.v1.GetChargeRequest
-	10, // 15: gateway.v1.GatewayService.ListSettlements:input_type -> gateway.v1.ListSettlementsRequest
-	13, // 16: gateway.v1.GatewayAdminService.SetFaults:input_type -> gateway.v1.SetFaultsRequest
-	15, // 17: gateway.v1.GatewayAdminService.GetFaults:input_type -> gateway.v1.GetFaultsRequest
-	17, // 18: gateway.v1.GatewayAdminService.Report:input_type -> gateway.v1.ReportRequest
-	3,  // 19: gateway.v1.GatewayService.Charge:output_type -> gateway.v1.ChargeResponse
-	6,  // 20: gateway.v1.GatewayService.Charges:output_type -> gateway.v1.ChargesResponse
-	9,  // 21: gateway.v1.GatewayService.GetCharge:output_type -> gateway.v1.GetChargeResponse
-	11, // 22: gateway.v1.GatewayService.ListSettlements:output_type -> gateway.v1.ListSettlementsResponse
-	14, // 23: gateway.v1.GatewayAdminService.SetFaults:output_type -> gateway.v1.SetFaultsResponse
-	16, // 24: gateway.v1.GatewayAdminService.GetFaults:output_type -> gateway.v1.GetFaultsResponse
-	18, // 25: gateway.v1.GatewayAdminService.Report:output_type -> gateway.v1.ReportResponse
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	19, // 5: gateway.v1.ChargeItem.trace_context:type_name -> gateway.v1.ChargeItem.TraceContextEntry
+	7,  // 6: gateway.v1.ChargesResponse.results:type_name -> gateway.v1.ChargeResult
+	1,  // 7: gateway.v1.ChargeResult.charge:type_name -> gateway.v1.Charge
+	1,  // 8: gateway.v1.GetChargeResponse.charge:type_name -> gateway.v1.Charge
+	1,  // 9: gateway.v1.ListSettlementsResponse.charges:type_name -> gateway.v1.Charge
+	12, // 10: gateway.v1.SetFaultsRequest.faults:type_name -> gateway.v1.Faults
+	12, // 11: gateway.v1.SetFaultsResponse.faults:type_name -> gateway.v1.Faults
+	12, // 12: gateway.v1.GetFaultsResponse.faults:type_name -> gateway.v1.Faults
+	2,  // 13: gateway.v1.GatewayService.Charge:input_type -> gateway.v1.ChargeRequest
+	4,  // 14: gateway.v1.GatewayService.Charges:input_type -> gateway.v1.ChargesRequest
+	8,  // 15: gateway.v1.GatewayService.GetCharge:input_type -> gateway.v1.GetChargeRequest
+	10, // 16: gateway.v1.GatewayService.ListSettlements:input_type -> gateway.v1.ListSettlementsRequest
+	13, // 17: gateway.v1.GatewayAdminService.SetFaults:input_type -> gateway.v1.SetFaultsRequest
+	15, // 18: gateway.v1.GatewayAdminService.GetFaults:input_type -> gateway.v1.GetFaultsRequest
+	17, // 19: gateway.v1.GatewayAdminService.Report:input_type -> gateway.v1.ReportRequest
+	3,  // 20: gateway.v1.GatewayService.Charge:output_type -> gateway.v1.ChargeResponse
+	6,  // 21: gateway.v1.GatewayService.Charges:output_type -> gateway.v1.ChargesResponse
+	9,  // 22: gateway.v1.GatewayService.GetCharge:output_type -> gateway.v1.GetChargeResponse
+	11, // 23: gateway.v1.GatewayService.ListSettlements:output_type -> gateway.v1.ListSettlementsResponse
+	14, // 24: gateway.v1.GatewayAdminService.SetFaults:output_type -> gateway.v1.SetFaultsResponse
+	16, // 25: gateway.v1.GatewayAdminService.GetFaults:output_type -> gateway.v1.GetFaultsResponse
+	18, // 26: gateway.v1.GatewayAdminService.Report:output_type -> gateway.v1.ReportResponse
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_gateway_v1_gateway_proto_init() }
@@ -1373,7 +1390,7 @@ func file_gateway_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_v1_gateway_proto_rawDesc), len(file_gateway_v1_gateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
