@@ -54,8 +54,19 @@ func (r Result) String() string {
 
 const webhookSecret = "chaos-webhook-secret"
 
+// startup is the time allowed for the stack to come up before the lead.
+const startup = 15 * time.Second
+
+// The payee outage: gateway-sim refuses, uncharged, every charge for a
+// payee with this prefix for the run's first outageFor.
+const (
+	outagePayee = "outage-"
+	outageFor   = 40 * time.Second
+)
+
 type run struct {
 	cfg   Config
+	t0    time.Time // the first due time
 	procs []*proc
 	db    *pgxpool.Pool
 	gwDB  *pgxpool.Pool
@@ -122,6 +133,10 @@ func (r *run) topology() {
 			// (a real PSP forgets them too), so any re-charge that does not
 			// ask first shows up as a double charge.
 			"--unavailable-after-commit-rate", "0.02", "--key-retention", "30s",
+			// One merchant's bank down for the run's first 40 s: longer than
+			// the executors' budget (1+2+4+8+16 s), so its payments due
+			// first are dead-lettered, and re-driven once it is back.
+			"--payee-outage-prefix", outagePayee, "--payee-outage-until", r.t0.Add(outageFor).Format(time.RFC3339Nano),
 			"--webhook-url", "http://"+r.addr(420)+"/webhooks/gateway", "--webhook-secret", webhookSecret),
 		newProc(d, "reaper", "reaper", b("reaper"), env, "--http-addr", r.addr(210), "--interval", "1s"),
 		newProc(d, "cdc", "cdc", b("cdc"), env, "--database-url", r.cdcURL(), "--http-addr", r.addr(400), "--kafka-brokers", kafka,
@@ -153,7 +168,9 @@ func (r *run) proc(name string) *proc {
 // Run executes a chaos run and returns its result; err is for a run that
 // could not be carried out at all (not for violations).
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	r := &run{cfg: cfg, kills: map[string]int{}}
+	// The first due time is fixed before anything starts (with time for the
+	// stack to come up): gateway-sim's payee outage is measured from it.
+	r := &run{cfg: cfg, kills: map[string]int{}, t0: time.Now().Add(startup + cfg.Lead)}
 	r.res.Payments = cfg.Payments
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return r.res, err
@@ -175,7 +192,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer r.close()
 
 	w := newWorkload(r)
-	t0 := time.Now().Add(cfg.Lead)
+	t0 := r.t0
+	if late := time.Now().Add(cfg.Lead); late.After(t0) {
+		r.logf("the stack took over %s to start: payments are due %s later than planned, the payee outage is that much shorter",
+			startup, late.Sub(t0).Round(time.Second))
+		t0 = late
+	}
 	if err := w.create(ctx, t0); err != nil {
 		return r.res, err
 	}

@@ -20,9 +20,13 @@ import (
 
 // Every 50th payment is created by two concurrent single creates with one
 // idempotency key; every 20th (offset 3) gets a cancel racing its store.
+// Every 100th (offset 7) pays a merchant whose bank is down for the run's
+// first 40 s (see outagePayee): those due first spend their budget and are
+// dead-lettered, and the run re-drives them.
 const (
 	dupEvery    = 50
 	cancelEvery = 20
+	outageEvery = 100
 )
 
 type workload struct {
@@ -84,6 +88,9 @@ func retry(ctx context.Context, until time.Time, f func(context.Context) error) 
 func (w *workload) request(i int, t0 time.Time) *payschedv1.CreateScheduledPaymentRequest {
 	due := t0.Add(time.Duration(i) * w.r.cfg.Spread / time.Duration(w.r.cfg.Payments))
 	payee := fmt.Sprintf("merchant-%03d", i%200)
+	if i%outageEvery == 7 {
+		payee = fmt.Sprintf("%smerchant-%03d", outagePayee, i%200)
+	}
 	return &payschedv1.CreateScheduledPaymentRequest{Payee: payee, Amount: int64(100 + i%5000), Currency: "USD",
 		DueAt: timestamppb.New(due), RequestId: fmt.Sprintf("chaos-%d-%s", i, uuid.NewString())}
 }

@@ -33,6 +33,11 @@ type Server struct {
 	faults atomic.Pointer[gatewayv1.Faults]
 	// OnCharge, when set, is told of every new charge (webhooks); it must not block.
 	OnCharge func(*Charge)
+	// PayeeOutage, when its prefix is set, answers UNAVAILABLE without
+	// charging to every charge for a payee with that prefix until its end:
+	// one merchant's bank down for a while, long enough for the engine to
+	// spend its budget and dead-letter those payments (chaos re-drives them).
+	PayeeOutage Outage
 
 	epoch int64        // start time: charge ids stay unique across restarts
 	seq   atomic.Int64 // charge id sequence
@@ -42,6 +47,13 @@ type Server struct {
 	inSecond    int64 // charges accepted in it
 	maxInSecond int64
 	rateLimited atomic.Int64
+}
+
+// Outage is a payee outage: charges for payees starting with Prefix fail,
+// uncharged, until Until.
+type Outage struct {
+	Prefix string
+	Until  time.Time
 }
 
 // New returns a Server over ledger with faults f.
@@ -201,6 +213,9 @@ func (s *Server) charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gat
 	}
 	if f.GetOutage() || chance(f.GetUnavailableRate()) {
 		return nil, status.Error(codes.Unavailable, "gateway unavailable")
+	}
+	if o := s.PayeeOutage; o.Prefix != "" && strings.HasPrefix(req.GetPayee(), o.Prefix) && time.Now().Before(o.Until) {
+		return nil, status.Error(codes.Unavailable, "the payee's bank is unavailable")
 	}
 	if !s.admit(f.GetRateCeiling()) {
 		s.rateLimited.Add(1)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -37,6 +38,8 @@ func main() {
 	fs.BoolVar(&f.Outage, "outage", false, "answer every call UNAVAILABLE")
 	fs.Float64Var(&f.UnavailableAfterCommitRate, "unavailable-after-commit-rate", 0, "fraction of charges recorded, then answered UNAVAILABLE (a connection dropped after sending)")
 	keyRetention := fs.Duration("key-retention", 0, "forget idempotency keys after this, like a real PSP (0: never); a repeated key after it is a new charge")
+	outagePrefix := fs.String("payee-outage-prefix", "", "answer UNAVAILABLE (not charged) to charges for payees with this prefix, until --payee-outage-until")
+	outageUntil := fs.String("payee-outage-until", "", "end of the payee outage (RFC 3339)")
 	hookURL := fs.String("webhook-url", "", "deliver charge-outcome webhooks here (off when empty)")
 	hookSecret := fs.String("webhook-secret", "", "HMAC-SHA256 secret signing the webhooks")
 	svc.Main("gateway-sim", fs, func(ctx context.Context, log *slog.Logger) error {
@@ -65,6 +68,13 @@ func main() {
 			return fmt.Errorf("--ledger %q: want postgres or memory", *ledger)
 		}
 		sim := gatewaysim.New(l, f)
+		if *outagePrefix != "" {
+			until, err := time.Parse(time.RFC3339Nano, *outageUntil)
+			if err != nil {
+				return fmt.Errorf("--payee-outage-until: want an RFC 3339 time, got %q", *outageUntil)
+			}
+			sim.PayeeOutage = gatewaysim.Outage{Prefix: *outagePrefix, Until: until}
+		}
 		if *hookURL != "" {
 			if *hookSecret == "" {
 				return fmt.Errorf("--webhook-url needs --webhook-secret")
