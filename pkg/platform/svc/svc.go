@@ -291,12 +291,21 @@ func Boot(name string, fs *flag.FlagSet) (context.Context, *slog.Logger, context
 // CPU during a due-time spike; at 400 the spike ran about a fifth faster
 // for some tens of MB more per process (docs/PERFORMANCE.md). Under a
 // memory limit (GOMEMLIMIT, set from the container's limit in k8s) the
-// runtime collects sooner as the heap nears it.
+// runtime collects sooner as the heap nears it (MemoryLimit by default).
 const GCPercent = 400
+
+// MemoryLimit is the services' soft memory limit (GOMEMLIMIT) unless the
+// environment sets one: with GOGC at 400 a burst of work (the audit log
+// catching up after a spike) let the heap grow to five times what was
+// live, over 500 MB; near this limit the runtime collects sooner instead.
+const MemoryLimit = 256 << 20
 
 func tuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(GCPercent)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(MemoryLimit)
 	}
 }
 

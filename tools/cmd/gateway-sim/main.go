@@ -8,7 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
+	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc"
@@ -51,6 +53,9 @@ func main() {
 		var l gatewaysim.Ledger
 		switch *ledger {
 		case "memory":
+			// Every charge stays in memory (a million is more than the
+			// services' default soft limit): no limit for the simulator.
+			debug.SetMemoryLimit(math.MaxInt64)
 			l = gatewaysim.NewMemLedger()
 		case "postgres":
 			if err := schema.CreateDatabase(ctx, *dbURL); err != nil {
