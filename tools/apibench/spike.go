@@ -50,6 +50,9 @@ type SpikeResult struct {
 	// CPUus is CPU µs per payment by process (postgres: all its
 	// processes), from the due time to the drain.
 	CPUus map[string]float64
+	// WALBytes is the WAL written per payment from the due time until the
+	// last was executed (the audit log's writes included when it runs).
+	WALBytes float64
 }
 
 // Spike schedules N payments all due in the same second through the API
@@ -91,6 +94,11 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 	deadline := time.Now().Add(cfg.Timeout)
 	time.Sleep(time.Until(due)) // nothing is open to watch before
 	cpu := newCPUMeter(cfg.Pids)
+	var walStart string
+	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walStart); err != nil {
+		return SpikeResult{}, err
+	}
+	var walBytes int64
 	var used map[string]time.Duration
 	var counted time.Time
 	var countTook time.Duration
@@ -110,6 +118,9 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		}
 		if !anyOpen {
 			used = cpu.since()
+			if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, walStart).Scan(&walBytes); err != nil {
+				return SpikeResult{}, err
+			}
 			progress(fmt.Sprintf("t+%5.1fs open=0", time.Since(due).Seconds()))
 			break
 		}
@@ -127,7 +138,7 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	r := SpikeResult{N: cfg.N, RSSMB: map[string]int{}, CPUus: map[string]float64{}}
+	r := SpikeResult{N: cfg.N, RSSMB: map[string]int{}, CPUus: map[string]float64{}, WALBytes: float64(walBytes) / float64(cfg.N)}
 	for name, d := range used {
 		r.CPUus[name] = float64(d.Microseconds()) / float64(cfg.N)
 	}

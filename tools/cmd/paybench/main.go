@@ -131,6 +131,7 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids, logs str
 		fmt.Printf("cpu per payment %-14s %7.1f µs\n", k, r.CPUus[k])
 	}
 	fmt.Printf("cpu per payment %-14s %7.1f µs\n", "total", total)
+	fmt.Printf("wal per payment %7.0f bytes\n", r.WALBytes)
 	last := fmt.Sprintf("bench executed_per_s=%.0f lateness_p50_s=%.2f lateness_p99_s=%.2f lateness_max_s=%.2f drain_s=%.1f max_rss_mb=%d",
 		r.ExecutedPerS, r.LatP50, r.LatP99, r.LatMax, r.DrainS, r.MaxRSSMB)
 	if r.CDC {
