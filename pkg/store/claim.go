@@ -35,7 +35,7 @@ type Claimed struct {
 // outcome write must match.
 //
 // Why it is one partition: the statement is planned for each call (the
-// engine's pools plan custom, docs/DESIGN.md "Plans"), and a plan of the
+// engine's pools plan custom: docs/DESIGN.md, "Schema"), and a plan of the
 // parent would plan a year of partitions each time. run_at >= due_time
 // always holds, so only partitions whose day has begun can hold due rows
 // (see Claimer).
@@ -70,6 +70,7 @@ WHERE i.inhparent = 'payments'::regclass AND c.relname <= $1 ORDER BY c.relname`
 // ones only if they held a PENDING row when it last looked (every
 // Refresh): a payment of an older day becomes PENDING again only by a
 // retry, an expired lease or a re-drive, and waits at most Refresh more.
+// A Claimer is one sweeper loop's: not for concurrent use.
 type Claimer struct {
 	DB    DB
 	Owner string
@@ -79,9 +80,17 @@ type Claimer struct {
 
 	older  []time.Time // days before yesterday that held PENDING rows
 	seenAt time.Time
+
+	names      []string // partitions before yesterday, as last listed
+	listedAt   time.Time
+	listedUpto string
 }
 
-// Claim claims up to limit due payments.
+// partitionsEvery is how often a Claimer lists the partitions again.
+const partitionsEvery = 10 * time.Minute
+
+// Claim claims up to limit due payments. On an error it still returns the
+// claims made before it (they are held: the caller must dispatch them).
 func (c *Claimer) Claim(ctx context.Context, limit int) ([]Claimed, error) {
 	now := time.Now().UTC()
 	refresh := c.Refresh
@@ -89,7 +98,7 @@ func (c *Claimer) Claim(ctx context.Context, limit int) ([]Claimed, error) {
 		refresh = 5 * time.Second
 	}
 	if c.seenAt.IsZero() || now.Sub(c.seenAt) >= refresh {
-		older, err := olderPending(ctx, c.DB, now.AddDate(0, 0, -2))
+		older, err := c.olderPending(ctx, now.AddDate(0, 0, -2))
 		if err != nil {
 			return nil, fmt.Errorf("claim batch: %w", err)
 		}
@@ -136,26 +145,40 @@ func claimIn(ctx context.Context, db DB, day time.Time, owner string, lease time
 }
 
 // olderPending returns the days up to upto whose partitions hold a PENDING
-// row, oldest first, asking every partition in one round trip.
-func olderPending(ctx context.Context, db DB, upto time.Time) ([]time.Time, error) {
-	rows, err := db.Query(ctx, partitionsSQL, Partition(upto))
-	if err != nil {
-		return nil, fmt.Errorf("list partitions: %w", err)
+// row, oldest first, probing every partition in one round trip. The list
+// of partitions is read again at most every partitionsEvery: reading the
+// catalog took longer than all the probes during a spike, and partitions
+// of days past change only when retention drops them.
+func (c *Claimer) olderPending(ctx context.Context, upto time.Time) ([]time.Time, error) {
+	if c.listedAt.IsZero() || time.Since(c.listedAt) >= partitionsEvery || c.listedUpto != Partition(upto) {
+		rows, err := c.DB.Query(ctx, partitionsSQL, Partition(upto))
+		if err != nil {
+			return nil, fmt.Errorf("list partitions: %w", err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("list partitions: %w", err)
+		}
+		c.names, c.listedAt, c.listedUpto = names, time.Now(), Partition(upto)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(names) == 0 {
-		return nil, err
+	if len(c.names) == 0 {
+		return nil, nil
 	}
 	b := &pgx.Batch{}
-	for _, n := range names {
+	for _, n := range c.names {
 		b.Queue(fmt.Sprintf(pendingSQL, pgx.Identifier{n}.Sanitize()))
 	}
-	res := db.SendBatch(ctx, b)
+	res := c.DB.SendBatch(ctx, b)
 	defer res.Close()
 	var days []time.Time
-	for _, n := range names {
+	for _, n := range c.names {
 		var any bool
-		if err := res.QueryRow().Scan(&any); err != nil {
+		err := res.QueryRow().Scan(&any)
+		if missingPartition(err) {
+			c.listedAt = time.Time{} // dropped since: list again next time
+			return days, nil
+		}
+		if err != nil {
 			return nil, fmt.Errorf("look for pending payments in %s: %w", n, err)
 		}
 		if day, err := time.Parse("payments_p20060102", n); any && err == nil {

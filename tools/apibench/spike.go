@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -19,6 +18,7 @@ import (
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
 // SpikeConfig describes the due-time spike benchmark.
@@ -86,7 +86,9 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		}
 		defer notes.stop()
 	}
-	db, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	// Planned as the services plan (svc.CustomPlans): a generic plan of the
+	// drain check locked a year of partitions every poll, during the spike.
+	db, err := svc.Pool(ctx, cfg.DatabaseURL, 4, svc.CustomPlans)
 	if err != nil {
 		return SpikeResult{}, err
 	}

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -18,6 +17,7 @@ import (
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
 // SteadyConfig describes the steady-load benchmark: Rate payments fall due
@@ -119,7 +119,9 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 		return r, err
 	}
 	defer notes.stop()
-	db, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	// Planned as the services plan (svc.CustomPlans): a generic plan of the
+	// drain check locked a year of partitions every poll, during the spike.
+	db, err := svc.Pool(ctx, cfg.DatabaseURL, 4, svc.CustomPlans)
 	if err != nil {
 		return r, err
 	}

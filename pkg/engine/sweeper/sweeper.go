@@ -320,6 +320,11 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 		return 20 * time.Millisecond
 	}
 	claimed, err := s.claim.Claim(ctx, granted)
+	if err != nil && len(claimed) > 0 {
+		// A later partition failed; these are claimed and must go out.
+		s.log.Error("claim", "err", err, "claimed", len(claimed))
+		err = nil
+	}
 	if err != nil {
 		s.cfg.Breaker.Abort(probe)
 		_ = s.cfg.Bucket.Refund(context.WithoutCancel(ctx), s.db, granted)
