@@ -220,28 +220,17 @@ WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING'
 func Release(ctx context.Context, db DB, owner string, cs []Claimed) (int64, error) {
 	groups := groupByPartition(len(cs), func(i int) time.Time { return cs[i].DueTime })
 	var n int64
-	release := func(q DB) error {
-		for _, g := range groups {
-			ids := make([][16]byte, len(g))
-			dues := make([]time.Time, len(g))
-			attempts := make([]int32, len(g))
-			for j, i := range g {
-				ids[j], dues[j], attempts[j] = cs[i].ID, cs[i].DueTime, cs[i].Attempt
-			}
-			tag, err := q.Exec(ctx, partitionSQL(releaseSQL, dues[0]), ids, dues, attempts, owner)
-			if err != nil {
-				return err
-			}
-			n += tag.RowsAffected()
+	err := writeGroups(ctx, db, groups, func(q DB, g []int) error {
+		ids := make([][16]byte, len(g))
+		dues := make([]time.Time, len(g))
+		attempts := make([]int32, len(g))
+		for j, i := range g {
+			ids[j], dues[j], attempts[j] = cs[i].ID, cs[i].DueTime, cs[i].Attempt
 		}
-		return nil
-	}
-	var err error
-	if len(groups) > 1 {
-		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return release(tx) })
-	} else {
-		err = release(db)
-	}
+		tag, err := q.Exec(ctx, partitionSQL(releaseSQL, dues[0]), ids, dues, attempts, owner)
+		n += tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("release claims: %w", err)
 	}

@@ -167,20 +167,7 @@ func Complete(ctx context.Context, db DB, executor string, ts []Transition) (map
 		}
 	}
 	groups := groupByPartition(len(ts), func(i int) time.Time { return ts[i].DueTime })
-	write := func(q DB) error {
-		for _, g := range groups {
-			if err := complete(ctx, q, executor, ts, g, applied); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	var err error
-	if len(groups) > 1 {
-		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return write(tx) })
-	} else {
-		err = write(db)
-	}
+	err := writeGroups(ctx, db, groups, func(q DB, g []int) error { return complete(ctx, q, executor, ts, g, applied) })
 	if err != nil {
 		return nil, fmt.Errorf("complete attempts: %w", err)
 	}

@@ -59,6 +59,24 @@ func groupByPartition(n int, due func(i int) time.Time) [][]int {
 	return groups
 }
 
+// writeGroups runs write on each group of indexes (groupByPartition), in
+// one transaction when there are several: all of them or none. One group,
+// the common case, is one statement in its own implicit transaction.
+func writeGroups(ctx context.Context, db DB, groups [][]int, write func(q DB, g []int) error) error {
+	each := func(q DB) error {
+		for _, g := range groups {
+			if err := write(q, g); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(groups) > 1 {
+		return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return each(tx) })
+	}
+	return each(db)
+}
+
 // missingPartition reports an error from naming a partition that does not
 // exist (dropped by retention): its payments are gone, so a statement on
 // them changes nothing.
