@@ -46,13 +46,18 @@ start_service() { # start_service NAME[-N] ARGS...: runs bin/NAME, logs to NAME[
 
 up() {
   mkdir -p "$RUN" "$LOGS"
-  for b in migrate payments-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer reconciler; do
+  for b in migrate payments-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer reconciler devcerts; do
     [ -x "$ROOT/bin/$b" ] || { echo "bin/$b is missing: run 'make build'" >&2; exit 1; }
   done
   echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg)"
   "$PG" start "$DATA/pg" "$PGPORT"
   "$ROOT/bin/migrate" --database-url "$DB_URL" >>"$LOGS/migrate.log" 2>&1 || {
     echo "migration failed; see .data/logs/migrate.log" >&2; tail -n 5 "$LOGS/migrate.log" >&2; exit 1; }
+  # gateway-sim serves TLS with a certificate from a development CA made by
+  # our own Go code (tools/cmd/devcerts, kept in .data/tls), and wants a
+  # bearer token; the services that call it read both from these variables.
+  "$ROOT/bin/devcerts" --dir "$DATA/tls" --name gateway-sim --hosts 127.0.0.1,localhost >/dev/null
+  export PAYSCHED_GATEWAY_CA_FILE="$DATA/tls/ca.pem" PAYSCHED_GATEWAY_TOKEN_FILE="$DATA/tls/gateway-sim-token"
   start_service kafka --kafka-port "$KAFKA_PORT" --kafka-data-dir "$DATA/kafka"
   start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR"
   # cdc streams over Postgres's Unix socket where it can (see pkg/events/cdc's
@@ -61,7 +66,9 @@ up() {
   start_service audit-consumer --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service reconciler --http-addr 127.0.0.1:9420 --webhook-secret "$WEBHOOK_SECRET" ${RECONCILER_FLAGS:-}
   start_service gateway-sim --gateway-database-url "postgres://postgres@127.0.0.1:$PGPORT/paysched_gateway?sslmode=disable" \
-    --webhook-url http://127.0.0.1:9420/webhooks/gateway --webhook-secret "$WEBHOOK_SECRET" ${GATEWAY_FLAGS:-}
+    --webhook-url http://127.0.0.1:9420/webhooks/gateway --webhook-secret "$WEBHOOK_SECRET" \
+    --tls-cert-file "$DATA/tls/gateway-sim.pem" --tls-key-file "$DATA/tls/gateway-sim-key.pem" \
+    --token-file "$DATA/tls/gateway-sim-token" ${GATEWAY_FLAGS:-}
   # Local retries are quick (production default: 1m,5m,30m,2h,12h) so that a
   # retried payment settles while you watch.
   local backoff=${PAYSCHED_LOCAL_BACKOFF:-2s,4s,8s,16s,32s}
@@ -74,14 +81,20 @@ up() {
     tail -n 20 "$LOGS/payments-api.log" >&2
     exit 1
   fi
-  "$ROOT/bin/payctl" --api 127.0.0.1:9300 health --wait 20s >/dev/null || {
-    echo "gateway-sim did not become healthy; see .data/logs/gateway-sim.log" >&2; exit 1; }
+  local i
+  for i in $(seq 40); do
+    "$ROOT/bin/payctl" gateway report >/dev/null 2>&1 && break
+    [ "$i" = 40 ] && { echo "gateway-sim did not answer over TLS; see .data/logs/gateway-sim.log" >&2; exit 1; }
+    sleep 0.5
+  done
   cat >"$DATA/env" <<ENV
 # Written by 'make up'. Source it: . .data/env
 export PAYSCHED_DATABASE_URL='$DB_URL'
 export PAYSCHED_API_HTTP='http://$HTTP_ADDR'
 export PAYSCHED_API_GRPC='$GRPC_ADDR'
 export PAYSCHED_GATEWAY_ADDR='127.0.0.1:9300'
+export PAYSCHED_GATEWAY_CA_FILE='$DATA/tls/ca.pem'
+export PAYSCHED_GATEWAY_TOKEN_FILE='$DATA/tls/gateway-sim-token'
 export PAYSCHED_KAFKA_BROKERS='127.0.0.1:$KAFKA_PORT'
 ENV
   cat <<MSG
@@ -91,7 +104,7 @@ paysched is up.
   gRPC     $GRPC_ADDR   (reflection on: grpcurl -plaintext $GRPC_ADDR list)
   kafka    127.0.0.1:$KAFKA_PORT (data in .data/kafka): kcat -b 127.0.0.1:$KAFKA_PORT -C -t paysched.public.payments -o beginning -e
   events   bin/payctl events tail
-  engine   gateway-sim 127.0.0.1:9300, executors 127.0.0.1:9100 and :9110, sweeper and reaper (metrics :9200, :9210)
+  engine   gateway-sim 127.0.0.1:9300 (TLS, CA and token in .data/tls), executors 127.0.0.1:9100 and :9110, sweeper and reaper (metrics :9200, :9210)
   books    reconciler (metrics and webhooks :9420): bin/payctl reconcile --day \$(date -u +%F); bin/payctl dead-letters
   metrics  http://$HTTP_ADDR/metrics
   env      . .data/env

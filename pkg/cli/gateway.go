@@ -4,19 +4,22 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway/dial"
+	"github.com/spf13/cobra"
 )
 
 func gatewayCmd(g *globals) *cobra.Command {
-	var addr string
+	gw := &dial.Flags{Kind: dial.KindGRPC}
 	c := &cobra.Command{Use: "gateway", Short: "Talk to gateway-sim: report, faults"}
-	c.PersistentFlags().StringVar(&addr, "gateway", env("gateway-addr", "127.0.0.1:9300"), "gateway-sim address (env PAYSCHED_GATEWAY_ADDR)")
+	c.PersistentFlags().StringVar(&gw.Addr, "gateway", env("gateway-addr", "127.0.0.1:9300"), "gateway-sim address (env PAYSCHED_GATEWAY_ADDR)")
+	c.PersistentFlags().StringVar(&gw.CAFile, "gateway-ca-file", env("gateway-ca-file", ""), "CA of gateway-sim's TLS certificate (env PAYSCHED_GATEWAY_CA_FILE)")
+	c.PersistentFlags().StringVar(&gw.TokenFile, "gateway-token-file", env("gateway-token-file", ""), "gateway-sim's bearer token file (env PAYSCHED_GATEWAY_TOKEN_FILE)")
 	admin := func() (gatewayv1.GatewayAdminServiceClient, func(), context.Context, context.CancelFunc, error) {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err := gw.Validate(); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		cc, err := gw.DialGRPC()
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}

@@ -82,6 +82,11 @@ func (c *Charger) Charge(ctx context.Context, p Payment) Result {
 		// The key names a charge with other parameters: that charge is not
 		// this payment's, and charging again would not help.
 		return Result{Outcome: payment.KeyConflict, Error: "key conflict: " + msg}
+	case codes.Unauthenticated, codes.PermissionDenied:
+		// The gateway refused the caller before it looked at the charge: a
+		// credentials problem, so nothing was charged and the breaker should
+		// stop the flow until an operator fixes it.
+		return Result{Outcome: payment.Retryable, Error: "refused by the gateway: " + msg, Unhealthy: true}
 	}
 	// UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, ...: gRPC answers
 	// these also when the connection dropped after the request was sent.
@@ -138,6 +143,11 @@ func Read(ch *gatewayv1.Charge, p Payment) Result {
 		return Result{Outcome: payment.Succeeded, Ref: ch.GetChargeId()}
 	case gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED:
 		return Result{Outcome: payment.Declined, Ref: ch.GetChargeId(), Error: "declined: " + ch.GetDeclineReason()}
+	case gatewayv1.ChargeStatus_CHARGE_STATUS_PENDING:
+		// Held but undecided (Stripe's processing, requires_action): it may
+		// still succeed, so it is never charged anew; ask again later.
+		return Result{Outcome: payment.Ambiguous, Ref: ch.GetChargeId(), Uncertain: true,
+			Error: "gateway holds charge " + ch.GetChargeId() + " undecided"}
 	case gatewayv1.ChargeStatus_CHARGE_STATUS_UNSPECIFIED:
 		return Result{Outcome: payment.Ambiguous, Ref: ch.GetChargeId(), Uncertain: true,
 			Error: "gateway answered charge " + ch.GetChargeId() + " without a status"}

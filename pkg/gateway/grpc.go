@@ -16,15 +16,20 @@ import (
 	"github.com/paysched/paysched/pkg/platform/tracing"
 )
 
-// Gateway is the engine's port to a payment gateway. Errors are gRPC
-// status errors, whatever the transport: their codes carry the contract's
-// meanings (proto/gateway/v1: NOT_FOUND, RESOURCE_EXHAUSTED,
-// FAILED_PRECONDITION; anything else may have been charged).
+// Gateway is the port to a payment gateway that the engine, the reconciler
+// and the admin API talk to; docs/GATEWAYS.md says what an implementation
+// must guarantee. Errors are gRPC status errors, whatever the transport:
+// their codes carry the contract's meanings (proto/gateway/v1: NOT_FOUND,
+// RESOURCE_EXHAUSTED, FAILED_PRECONDITION, UNAUTHENTICATED and
+// PERMISSION_DENIED are answers; anything else may have been charged).
 type Gateway interface {
 	// Charge charges once per idempotency key.
 	Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error)
-	// GetCharge returns the charge recorded under key, or NOT_FOUND.
+	// GetCharge returns the charge recorded under key, or NOT_FOUND. It must
+	// work after the gateway has forgotten the key for idempotency.
 	GetCharge(ctx context.Context, key string) (*gatewayv1.Charge, error)
+	// ListSettlements pages the charges settled on a UTC day.
+	ListSettlements(ctx context.Context, req *gatewayv1.ListSettlementsRequest) (*gatewayv1.ListSettlementsResponse, error)
 }
 
 // FromClient is a Gateway of unary gateway.v1 calls.
@@ -48,6 +53,10 @@ func (u unary) GetCharge(ctx context.Context, key string) (*gatewayv1.Charge, er
 		return nil, err
 	}
 	return resp.GetCharge(), nil
+}
+
+func (u unary) ListSettlements(ctx context.Context, req *gatewayv1.ListSettlementsRequest) (*gatewayv1.ListSettlementsResponse, error) {
+	return u.c.ListSettlements(ctx, req)
 }
 
 // GRPC is the Gateway of a gateway.v1 server. Charges go over one
@@ -263,8 +272,13 @@ func (s *chargeStream) fail(err error) {
 	s.cancel()
 	close(s.wake)
 	a := answer{err: status.Errorf(codes.Unavailable, "charge stream lost: %v", err)}
-	if status.Code(err) == codes.Unimplemented && !s.answered {
+	switch code := status.Code(err); {
+	case code == codes.Unimplemented && !s.answered:
 		a = answer{err: errStreamless}
+	case (code == codes.Unauthenticated || code == codes.PermissionDenied) && !s.answered:
+		// Refused before the gateway read a charge: keep the code, so the
+		// charges are known not to have been made.
+		a = answer{err: status.Errorf(code, "charge stream refused: %s", status.Convert(err).Message())}
 	}
 	for tag, ch := range s.pending {
 		ch <- a

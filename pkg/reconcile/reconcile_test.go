@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/reconcile"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/pgtest"
@@ -32,7 +33,7 @@ type env struct {
 	db     *pgxpool.Pool
 	ledger *gatewaysim.MemLedger
 	sim    *gatewaysim.Server
-	gw     gatewayv1.GatewayServiceClient
+	gw     gateway.Gateway
 	day    time.Time
 }
 
@@ -53,7 +54,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close(); gs.Stop() })
-	e.gw = gatewayv1.NewGatewayServiceClient(cc)
+	e.gw = gateway.FromClient(gatewayv1.NewGatewayServiceClient(cc))
 	return e
 }
 
@@ -228,7 +229,7 @@ func TestRunFailsCleanlyWhenTheGatewayIsDown(t *testing.T) {
 	}
 	defer cc.Close()
 	p := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
-	r := &reconcile.Runner{DB: e.db, Gateway: gatewayv1.NewGatewayServiceClient(cc), Log: quiet}
+	r := &reconcile.Runner{DB: e.db, Gateway: gateway.FromClient(gatewayv1.NewGatewayServiceClient(cc)), Log: quiet}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	run, err := r.Run(ctx, e.day, "test")

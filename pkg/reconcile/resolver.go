@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
@@ -25,7 +24,7 @@ import (
 //     retry uses the same key, so a charge that lands late is the same one.
 type Resolver struct {
 	DB      *pgxpool.Pool
-	Gateway gatewayv1.GatewayServiceClient
+	Gateway gateway.Gateway
 	// Interval between scans (default 5s).
 	Interval time.Duration
 	// Backoff after an unanswered probe, doubling up to MaxBackoff
@@ -74,7 +73,7 @@ func (r *Resolver) Once(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	settled := 0
-	charger := &gateway.Charger{Gateway: gateway.FromClient(r.Gateway), ProbeTimeout: 5 * time.Second}
+	charger := &gateway.Charger{Gateway: r.Gateway, ProbeTimeout: 5 * time.Second}
 	for _, d := range ds {
 		// Read strictly: only a charge naming this payment's key, amount
 		// and currency with an explicit status settles it.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -63,7 +64,7 @@ type Item struct {
 // Runner reconciles days.
 type Runner struct {
 	DB      *pgxpool.Pool
-	Gateway gatewayv1.GatewayServiceClient
+	Gateway gateway.Gateway
 	// PageSize of the settlement report (default 10,000, the gateway's max).
 	PageSize int
 	// Lookback: how many days before the reconciled one a payment may have
@@ -342,11 +343,11 @@ func (r *Runner) checkUnsettled(ctx context.Context, tx pgx.Tx, run *Run, from, 
 }
 
 func (r *Runner) probeCompleted(ctx context.Context, id uuid.UUID, amount int64, currency string) (*Item, error) {
-	var resp *gatewayv1.GetChargeResponse
+	var c *gatewayv1.Charge
 	var err error
 	for try := 0; try < 3; try++ {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err = r.Gateway.GetCharge(pctx, &gatewayv1.GetChargeRequest{IdempotencyKey: id.String()})
+		c, err = r.Gateway.GetCharge(pctx, id.String())
 		cancel()
 		if err == nil || status.Code(err) == codes.NotFound {
 			break
@@ -361,11 +362,14 @@ func (r *Runner) probeCompleted(ctx context.Context, id uuid.UUID, amount int64,
 	case err != nil:
 		return nil, fmt.Errorf("probe %s: %w", id, err)
 	}
-	c := resp.GetCharge()
 	switch {
-	case c.GetStatus() != gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED:
+	case c.GetStatus() == gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED:
 		missing.ChargeIDs = []string{c.GetChargeId()}
 		missing.Detail = "COMPLETED, but the gateway declined its charge"
+		return missing, nil
+	case c.GetStatus() != gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED:
+		missing.ChargeIDs = []string{c.GetChargeId()}
+		missing.Detail = "COMPLETED, but the gateway's charge is " + c.GetStatus().String()
 		return missing, nil
 	case c.GetAmount() != amount || c.GetCurrency() != currency:
 		return &Item{Kind: KindAmountMismatch, Severity: "CRITICAL", PaymentID: id.String(), Reference: id.String(),

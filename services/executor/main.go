@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
 	"github.com/paysched/paysched/pkg/engine/executor"
 	"github.com/paysched/paysched/pkg/gateway"
+	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
@@ -27,7 +27,7 @@ func main() {
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9100", "ExecutorService listen address")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9101", "metrics and health listen address")
-	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "gateway gRPC address")
+	gwf := dial.Register(fs, "127.0.0.1:9300")
 	id := fs.String("id", obs.InstanceID("executor"), "executor id recorded in attempts")
 	maxInFlight := fs.Int("max-in-flight", 4000, "payments held at once across batches (a batch beyond it is refused untouched)")
 	conc := fs.Int("concurrency", 128, "gateway calls in flight")
@@ -54,18 +54,18 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
+		if err := gwf.Validate(); err != nil {
+			return err
+		}
 		pool, err := svc.Pool(ctx, *dbURL, 16, svc.CustomPlans)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithSharedWriteBuffer(true),
-			svc.FastReconnect(), tracing.DialOption())
+		gw, err := gwf.Open(ctx, grpc.WithSharedWriteBuffer(true), svc.FastReconnect(), tracing.DialOption())
 		if err != nil {
-			return fmt.Errorf("gateway client: %w", err)
+			return err
 		}
-		defer cc.Close()
-		gw := gateway.NewGRPC(cc)
 		defer gw.Close()
 		ex, err := executor.New(cfg, pool,
 			&gateway.Charger{Gateway: gw, ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout},

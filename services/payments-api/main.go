@@ -15,6 +15,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
@@ -32,13 +33,18 @@ func main() {
 	amountCap := fs.Int64("amount-cap", 100_000_000, "largest amount accepted, in minor units")
 	horizon := fs.Duration("horizon", 365*24*time.Hour, "how far ahead dueAt may be")
 	cursorSecret := fs.String("cursor-secret", "paysched-dev-cursor-secret", "HMAC key of list cursors")
-	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "gateway the admin API reconciles against (empty: admin runs cannot be triggered here)")
+	gwf := dial.Register(fs, "127.0.0.1:9300") // the gateway the admin API reconciles against and probes; an empty --gateway-addr turns that off
 	workers := fs.Int("create-workers", 8, "concurrent statements that write coalesced single creates")
 	actorRate := fs.Float64("actor-rate", ratelimit.DefaultRate, "requests per second allowed to one actor (token bucket per actor, per instance); 0 disables the limit")
 	actorBurst := fs.Int("actor-burst", ratelimit.DefaultBurst, "requests one actor may send at once after being idle")
 	svc.Main("payments-api", fs, func(ctx context.Context, log *slog.Logger) error {
+		if gwf.Kind == dial.KindGRPC && gwf.Addr == "" {
+			gwf = nil
+		} else if err := gwf.Validate(); err != nil {
+			return err
+		}
 		cfg := server.Config{
-			GatewayAddr: *gwAddr,
+			Gateway:     gwf,
 			DatabaseURL: *dbURL,
 			DBMaxConns:  int32(*dbConns),
 			Auth: auth.Config{HS256Secret: []byte(*secret), JWKSFile: *jwks, Issuer: *issuer,

@@ -15,9 +15,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/reconcile"
@@ -27,7 +26,7 @@ func main() {
 	fs := flag.NewFlagSet("reconciler", flag.ExitOnError)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9420", "metrics, health and webhook listen address")
-	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "gateway gRPC address")
+	gwf := dial.Register(fs, "127.0.0.1:9300")
 	runAt := fs.String("run-at", "00:30", "UTC time of day at which the previous day is reconciled")
 	retry := fs.Duration("run-retry", 10*time.Minute, "delay before retrying a failed daily run")
 	probeEvery := fs.Duration("probe-interval", 5*time.Second, "how often ambiguous dead letters are looked at")
@@ -45,21 +44,19 @@ func main() {
 				return fmt.Errorf("%s must be positive, got %s", name, d)
 			}
 		}
-		if *gwAddr == "" {
-			return errors.New("--gateway-addr must not be empty")
+		if err := gwf.Validate(); err != nil {
+			return err
 		}
 		pool, err := svc.Pool(ctx, *dbURL, 8)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		cc, err := grpc.NewClient(*gwAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), svc.FastReconnect(),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		gw, err := gwf.Open(ctx, svc.FastReconnect(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 		if err != nil {
-			return fmt.Errorf("gateway client: %w", err)
+			return err
 		}
-		defer cc.Close()
-		gw := gatewayv1.NewGatewayServiceClient(cc)
+		defer gw.Close()
 		reg := obs.Registry()
 		m := reconcile.NewMetrics(reg)
 		runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}

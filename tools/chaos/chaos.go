@@ -21,6 +21,8 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	gwdial "github.com/paysched/paysched/pkg/gateway/dial"
+	"github.com/paysched/paysched/pkg/platform/devtls"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
@@ -74,6 +76,7 @@ type run struct {
 	admin payschedv1.AdminServiceClient
 	gwAdm gatewayv1.GatewayAdminServiceClient
 	conns []*grpc.ClientConn
+	tls   devtls.Files // gateway-sim's certificate and token
 
 	mu       sync.Mutex
 	events   []string       // what the driver did, in order
@@ -124,7 +127,7 @@ func (r *run) topology() {
 		newProc(d, "kafka", "kafka", b("kafka"), env, "--kafka-port", fmt.Sprint(r.cfg.Base+92),
 			"--kafka-data-dir", filepath.Join(d, "kafka"), "--http-addr", r.addr(93)),
 		newProc(d, "payments-api", "payments-api", b("payments-api"), env, "--http-addr", r.addr(80), "--grpc-addr", r.addr(90),
-			"--gateway-addr", r.addr(300)),
+			"--gateway-addr", r.addr(300), "--gateway-ca-file", r.tls.CAFile, "--gateway-token-file", r.tls.TokenFile),
 		newProc(d, "gateway-sim", "gateway-sim", b("gateway-sim"), env, "--grpc-addr", r.addr(300), "--http-addr", r.addr(301),
 			"--gateway-database-url", r.dbURL("paysched_gateway"), "--latency-min-ms", "5", "--latency-max-ms", "50",
 			"--unavailable-rate", "0.05", "--timeout-after-commit-rate", "0.02", "--decline-rate", "0.01",
@@ -137,17 +140,19 @@ func (r *run) topology() {
 			// the executors' budget (1+2+4+8+16 s), so its payments due
 			// first are dead-lettered, and re-driven once it is back.
 			"--payee-outage-prefix", outagePayee, "--payee-outage-until", r.t0.Add(outageFor).Format(time.RFC3339Nano),
-			"--webhook-url", "http://"+r.addr(420)+"/webhooks/gateway", "--webhook-secret", webhookSecret),
+			"--webhook-url", "http://"+r.addr(420)+"/webhooks/gateway", "--webhook-secret", webhookSecret,
+			// Over TLS with a bearer token, as a real PSP would be.
+			"--tls-cert-file", r.tls.CertFile, "--tls-key-file", r.tls.KeyFile, "--token-file", r.tls.TokenFile),
 		newProc(d, "reaper", "reaper", b("reaper"), env, "--http-addr", r.addr(210), "--interval", "1s"),
 		newProc(d, "cdc", "cdc", b("cdc"), env, "--database-url", r.cdcURL(), "--http-addr", r.addr(400), "--kafka-brokers", kafka,
 			"--status-interval", "500ms", "--heartbeat-interval", "2s"),
 		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), env, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
-		newProc(d, "reconciler", "reconciler", b("reconciler"), env, "--http-addr", r.addr(420), "--gateway-addr", r.addr(300),
+		newProc(d, "reconciler", "reconciler", b("reconciler"), env, "--http-addr", r.addr(420), "--gateway-addr", r.addr(300), "--gateway-ca-file", r.tls.CAFile, "--gateway-token-file", r.tls.TokenFile,
 			"--webhook-secret", webhookSecret, "--probe-interval", "1s", "--probe-backoff", "1s"),
 	}
 	for i, a := range execs {
 		r.procs = append(r.procs, newProc(d, fmt.Sprint("executor-", i+1), "executor", b("executor"), env,
-			"--grpc-addr", a, "--http-addr", r.addr(101+10*i), "--gateway-addr", r.addr(300),
+			"--grpc-addr", a, "--http-addr", r.addr(101+10*i), "--gateway-addr", r.addr(300), "--gateway-ca-file", r.tls.CAFile, "--gateway-token-file", r.tls.TokenFile,
 			"--backoff", "1s,2s,4s,8s,16s", "--charge-timeout", "2s", "--probe-timeout", "1s"))
 	}
 	for i := range 2 {
@@ -179,6 +184,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if out, err := migrate.CombinedOutput(); err != nil {
 		return r.res, fmt.Errorf("migrate: %w: %s", err, out)
 	}
+	tlsFiles, err := devtls.Prepare(filepath.Join(cfg.Dir, "tls"), "gateway-sim", []string{"127.0.0.1", "localhost"})
+	if err != nil {
+		return r.res, fmt.Errorf("development TLS: %w", err)
+	}
+	r.tls = tlsFiles
 	r.topology()
 	for _, p := range r.procs {
 		if err := p.start(); err != nil {
@@ -255,10 +265,12 @@ func (r *run) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gwConn, err := dial(r.addr(300))
+	gwf := &gwdial.Flags{Kind: gwdial.KindGRPC, Addr: r.addr(300), CAFile: r.tls.CAFile, TokenFile: r.tls.TokenFile}
+	gwConn, err := gwf.DialGRPC(svc.FastReconnect())
 	if err != nil {
 		return err
 	}
+	r.conns = append(r.conns, gwConn)
 	r.api, r.admin = payschedv1.NewPaymentsServiceClient(apiConn), payschedv1.NewAdminServiceClient(apiConn)
 	r.gwAdm = gatewayv1.NewGatewayAdminServiceClient(gwConn)
 	// gateway-sim creates its database on start: wait for it.
@@ -272,8 +284,31 @@ func (r *run) connect(ctx context.Context) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	r.checkGatewayRefusesStrangers(ctx)
 	r.gwDB, err = pgxpool.New(ctx, r.dbURL("paysched_gateway"))
 	return err
+}
+
+// checkGatewayRefusesStrangers makes sure the run really is over TLS with a
+// token: a plaintext client and a TLS client without the token are both
+// refused.
+func (r *run) checkGatewayRefusesStrangers(ctx context.Context) {
+	for name, f := range map[string]*gwdial.Flags{
+		"plaintext": {Kind: gwdial.KindGRPC, Addr: r.addr(300)},
+		"no token":  {Kind: gwdial.KindGRPC, Addr: r.addr(300), CAFile: r.tls.CAFile},
+	} {
+		cc, err := f.DialGRPC()
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err = gatewayv1.NewGatewayAdminServiceClient(cc).Report(cctx, &gatewayv1.ReportRequest{})
+		cancel()
+		cc.Close()
+		if err == nil {
+			r.violation("gateway-sim answered a %s client", name)
+		}
+	}
 }
 
 func (r *run) close() {

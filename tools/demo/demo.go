@@ -26,6 +26,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/cli"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -41,6 +42,9 @@ type Options struct {
 	// Gateway is gateway-sim's address, DatabaseURL the stack's database
 	// (read for the live view), Brokers the Kafka brokers.
 	Gateway, DatabaseURL, Brokers string
+	// GatewayCAFile and GatewayTokenFile: gateway-sim's TLS CA and bearer
+	// token (the local stack's, in .data/tls).
+	GatewayCAFile, GatewayTokenFile string
 	// Unavailable and Lost are the injected fault rates: UNAVAILABLE
 	// answers, and charges whose answer is lost.
 	Unavailable, Lost float64
@@ -76,7 +80,11 @@ func Run(o Options) error {
 		return err
 	}
 	defer cc.Close()
-	gc, err := grpc.NewClient(o.Gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	gwf := &dial.Flags{Kind: dial.KindGRPC, Addr: o.Gateway, CAFile: o.GatewayCAFile, TokenFile: o.GatewayTokenFile}
+	if err := gwf.Validate(); err != nil {
+		return err
+	}
+	gc, err := gwf.DialGRPC()
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/reconcile"
 	"github.com/paysched/paysched/tools/gatewaysim"
@@ -139,7 +140,7 @@ func Run(ctx context.Context, db *pgxpool.Pool, n, runs int, out io.Writer) ([]R
 		return nil, err
 	}
 	defer stop()
-	r := &reconcile.Runner{DB: db, Gateway: gw, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r := &reconcile.Runner{DB: db, Gateway: gateway.FromClient(gw), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	var res []Result
 	for i := range runs {
 		start := time.Now()

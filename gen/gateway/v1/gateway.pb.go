@@ -22,7 +22,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ChargeStatus is the definitive state of a charge.
+// ChargeStatus is the state of a charge.
 type ChargeStatus int32
 
 const (
@@ -32,6 +32,10 @@ const (
 	ChargeStatus_CHARGE_STATUS_SUCCEEDED ChargeStatus = 1
 	// CHARGE_STATUS_DECLINED: it never will; do not retry.
 	ChargeStatus_CHARGE_STATUS_DECLINED ChargeStatus = 2
+	// CHARGE_STATUS_PENDING: the gateway holds the charge under the key but
+	// has not decided it (Stripe's processing or requires_action). The engine
+	// treats it as ambiguous: it asks again later and never charges anew.
+	ChargeStatus_CHARGE_STATUS_PENDING ChargeStatus = 3
 )
 
 // Enum value maps for ChargeStatus.
@@ -40,11 +44,13 @@ var (
 		0: "CHARGE_STATUS_UNSPECIFIED",
 		1: "CHARGE_STATUS_SUCCEEDED",
 		2: "CHARGE_STATUS_DECLINED",
+		3: "CHARGE_STATUS_PENDING",
 	}
 	ChargeStatus_value = map[string]int32{
 		"CHARGE_STATUS_UNSPECIFIED": 0,
 		"CHARGE_STATUS_SUCCEEDED":   1,
 		"CHARGE_STATUS_DECLINED":    2,
+		"CHARGE_STATUS_PENDING":     3,
 	}
 )
 
@@ -1292,11 +1298,12 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\tsucceeded\x18\x02 \x01(\x03R\tsucceeded\x12%\n" +
 	"\x0edouble_charged\x18\x03 \x03(\tR\rdoubleCharged\x12!\n" +
 	"\frate_limited\x18\x04 \x01(\x03R\vrateLimited\x123\n" +
-	"\x16max_charges_per_second\x18\x05 \x01(\x03R\x13maxChargesPerSecond*f\n" +
+	"\x16max_charges_per_second\x18\x05 \x01(\x03R\x13maxChargesPerSecond*\x81\x01\n" +
 	"\fChargeStatus\x12\x1d\n" +
 	"\x19CHARGE_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CHARGE_STATUS_SUCCEEDED\x10\x01\x12\x1a\n" +
-	"\x16CHARGE_STATUS_DECLINED\x10\x022\xbf\x02\n" +
+	"\x16CHARGE_STATUS_DECLINED\x10\x02\x12\x19\n" +
+	"\x15CHARGE_STATUS_PENDING\x10\x032\xbf\x02\n" +
 	"\x0eGatewayService\x12?\n" +
 	"\x06Charge\x12\x19.gateway.v1.ChargeRequest\x1a\x1a.gateway.v1.ChargeResponse\x12F\n" +
 	"\aCharges\x12\x1a.gateway.v1.ChargesRequest\x1a\x1b.gateway.v1.ChargesResponse(\x010\x01\x12H\n" +

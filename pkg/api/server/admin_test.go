@@ -17,6 +17,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/tools/gatewaysim"
 )
@@ -41,7 +42,7 @@ func withGateway(t *testing.T) (*gatewaysim.MemLedger, func(*server.Config)) {
 	gatewayv1.RegisterGatewayServiceServer(gs, gatewaysim.New(ledger, nil))
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
-	return ledger, func(c *server.Config) { c.GatewayAddr = lis.Addr().String() }
+	return ledger, func(c *server.Config) { c.Gateway = &dial.Flags{Kind: dial.KindGRPC, Addr: lis.Addr().String()} }
 }
 
 // deadLetter makes a dead-lettered payment of payer.

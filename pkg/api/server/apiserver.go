@@ -16,9 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/gen/openapi"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/admin"
@@ -27,6 +25,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/rest"
 	"github.com/paysched/paysched/pkg/gateway"
+	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
@@ -44,9 +43,9 @@ type Config struct {
 	CursorSecret []byte
 	// CreateWorkers write single creates in coalesced statements.
 	CreateWorkers int
-	// GatewayAddr is the gateway the admin API reconciles against (the
-	// admin API answers trigger requests FAILED_PRECONDITION when empty).
-	GatewayAddr string
+	// Gateway is the gateway the admin API reconciles against and probes
+	// (the admin API answers trigger requests FAILED_PRECONDITION when nil).
+	Gateway *dial.Flags
 	// RateLimit is the per-actor request rate limit (off when its Rate is 0).
 	RateLimit ratelimit.Config
 }
@@ -54,7 +53,7 @@ type Config struct {
 // Server is a running payments-api.
 type Server struct {
 	pool    *pgxpool.Pool
-	gwConn  *grpc.ClientConn
+	gw      dial.Gateway
 	batcher *store.Batcher
 	horizon time.Duration
 	grpc    *grpc.Server
@@ -125,18 +124,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	payschedv1.RegisterPaymentsServiceServer(gs, pay)
 	var runner *reconcile.Runner
 	var prober admin.Prober
-	var gwConn *grpc.ClientConn
-	if cfg.GatewayAddr != "" {
+	var gw dial.Gateway
+	if cfg.Gateway != nil {
 		// Settlement pages are large: up to 10,000 charges each.
-		gwConn, err = grpc.NewClient(cfg.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), svc.FastReconnect(),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		gw, err = cfg.Gateway.Open(ctx, svc.FastReconnect(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 		if err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("gateway client: %w", err)
+			return nil, err
 		}
-		gw := gatewayv1.NewGatewayServiceClient(gwConn)
 		runner = &reconcile.Runner{DB: pool, Gateway: gw, Metrics: reconcile.NewMetrics(reg), Log: log}
-		prober = &gateway.Charger{Gateway: gateway.FromClient(gw), ProbeTimeout: 5 * time.Second}
+		prober = &gateway.Charger{Gateway: gw, ProbeTimeout: 5 * time.Second}
 	}
 	adm := admin.New(pool, runner, prober, log)
 	payschedv1.RegisterAdminServiceServer(gs, adm)
@@ -154,7 +151,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
 	return &Server{
-		pool: pool, gwConn: gwConn, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, http: h, ready: ready,
+		pool: pool, gw: gw, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, http: h, ready: ready,
 		reg: reg, log: log,
 	}, nil
 }
@@ -193,8 +190,8 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error
 // close releases what New opened, after the servers have stopped.
 func (s *Server) close() {
 	s.batcher.Close()
-	if s.gwConn != nil {
-		s.gwConn.Close()
+	if s.gw != nil {
+		s.gw.Close()
 	}
 	s.pool.Close()
 }

@@ -27,6 +27,8 @@ func main() {
 	fs.Float64Var(&o.Unavailable, "unavailable-rate", 0.05, "injected: gateway answers UNAVAILABLE (retried with backoff)")
 	fs.Float64Var(&o.Lost, "timeout-after-commit-rate", 0.03, "injected: gateway charges, then the answer is lost (settled by a probe)")
 	fs.StringVar(&o.Gateway, "gateway-addr", "127.0.0.1:9300", "gateway-sim address")
+	fs.StringVar(&o.GatewayCAFile, "gateway-ca-file", "", "CA of gateway-sim's TLS certificate (the local stack's: .data/tls/ca.pem)")
+	fs.StringVar(&o.GatewayTokenFile, "gateway-token-file", "", "gateway-sim's bearer token file (the local stack's: .data/tls/gateway-sim-token)")
 	fs.StringVar(&o.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "the stack's database, read for the live view")
 	fs.StringVar(&o.Brokers, "kafka-brokers", "127.0.0.1:9092", "Kafka brokers")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/gateway/webhook"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
@@ -44,6 +46,9 @@ func main() {
 	outageUntil := fs.String("payee-outage-until", "", "end of the payee outage (RFC 3339)")
 	hookURL := fs.String("webhook-url", "", "deliver charge-outcome webhooks here (off when empty)")
 	hookSecret := fs.String("webhook-secret", "", "HMAC-SHA256 secret signing the webhooks")
+	certFile := fs.String("tls-cert-file", "", "PEM certificate to serve gRPC over TLS (with --tls-key-file)")
+	keyFile := fs.String("tls-key-file", "", "PEM private key of --tls-cert-file")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token every call must carry (needs TLS)")
 	svc.Main("gateway-sim", fs, func(ctx context.Context, log *slog.Logger) error {
 		f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
 		if *keyRetention < 0 {
@@ -88,8 +93,29 @@ func main() {
 			sender.Start(ctx, 4)
 			sim.OnCharge = func(c *gatewaysim.Charge) { sender.Enqueue(gatewaysim.Event(c)) }
 		}
-		gs := grpc.NewServer(grpc.SharedWriteBuffer(true), grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())),
-			tracing.ServerOption())
+		opts := []grpc.ServerOption{grpc.SharedWriteBuffer(true), grpc.NumStreamWorkers(uint32(4 * runtime.NumCPU())),
+			tracing.ServerOption()}
+		if (*certFile == "") != (*keyFile == "") {
+			return fmt.Errorf("--tls-cert-file and --tls-key-file go together")
+		}
+		if *certFile != "" {
+			creds, err := credentials.NewServerTLSFromFile(*certFile, *keyFile)
+			if err != nil {
+				return fmt.Errorf("--tls-cert-file: %w", err)
+			}
+			opts = append(opts, grpc.Creds(creds))
+		}
+		if *tokenFile != "" {
+			if *certFile == "" {
+				return fmt.Errorf("--token-file needs --tls-cert-file: a bearer token is never taken in the clear")
+			}
+			tok, err := dial.ReadSecret(*tokenFile)
+			if err != nil {
+				return fmt.Errorf("--token-file: %w", err)
+			}
+			opts = append(opts, gatewaysim.RequireBearer(tok)...)
+		}
+		gs := grpc.NewServer(opts...)
 		gatewayv1.RegisterGatewayServiceServer(gs, sim)
 		gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)
 		return svc.Server{Name: "gateway-sim", Log: log, Registry: obs.Registry(), GRPC: gs, Reflection: true,
