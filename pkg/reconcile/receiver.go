@@ -21,8 +21,11 @@ import (
 // the timestamp, then applies a definitive outcome through the same fenced
 // transition as everything else, once per event id.
 type Receiver struct {
-	DB     *pgxpool.Pool
+	DB *pgxpool.Pool
+	// Secret verifies gateway-sim's deliveries (ServeHTTP).
 	Secret []byte
+	// StripeSecret verifies Stripe's (Stripe), the endpoint's signing secret.
+	StripeSecret []byte
 	// Tolerance for the signed timestamp (default 5 minutes).
 	Tolerance time.Duration
 	Metrics   *Metrics
@@ -42,8 +45,31 @@ func (rc *Receiver) fail(w http.ResponseWriter, code int, result, msg string) {
 	_, _ = w.Write(b)
 }
 
-// ServeHTTP handles POST /webhooks/gateway.
+// ServeHTTP handles POST /webhooks/gateway: gateway-sim's events, signed
+// in webhook.Header with Secret.
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rc.handle(w, r, webhook.Header, rc.Secret, func(body []byte) (webhook.Event, error) {
+		var e webhook.Event
+		if err := json.Unmarshal(body, &e); err != nil || e.ID == "" {
+			return e, errors.New("body is not a webhook event")
+		}
+		return e, nil
+	})
+}
+
+// Stripe is the handler of POST /webhooks/stripe: Stripe-signed events
+// (webhook.StripeHeader, verified with StripeSecret, the endpoint's
+// whsec_ secret). payment_intent.succeeded and payment_intent.payment_failed
+// go through the same fenced moves, once per event id, as gateway-sim's.
+func (rc *Receiver) Stripe() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc.handle(w, r, webhook.StripeHeader, rc.StripeSecret, webhook.ParseStripe)
+	})
+}
+
+// handle reads, verifies (signature, then timestamp) and applies one
+// delivery; decode maps the verified body to an Event.
+func (rc *Receiver) handle(w http.ResponseWriter, r *http.Request, header string, secret []byte, decode func([]byte) (webhook.Event, error)) {
 	if r.Method != http.MethodPost {
 		rc.fail(w, http.StatusMethodNotAllowed, "bad_request", "POST only")
 		return
@@ -65,7 +91,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if tol <= 0 {
 		tol = 5 * time.Minute
 	}
-	switch err := webhook.Verify(rc.Secret, r.Header.Get(webhook.Header), body, now, tol); {
+	switch err := webhook.Verify(secret, r.Header.Get(header), body, now, tol); {
 	case errors.Is(err, webhook.ErrSignature):
 		rc.fail(w, http.StatusUnauthorized, "bad_signature", err.Error())
 		return
@@ -76,9 +102,9 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.fail(w, http.StatusBadRequest, "bad_signature", err.Error())
 		return
 	}
-	var e webhook.Event
-	if err := json.Unmarshal(body, &e); err != nil || e.ID == "" {
-		rc.fail(w, http.StatusBadRequest, "bad_request", "body is not a webhook event")
+	e, err := decode(body)
+	if err != nil {
+		rc.fail(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	result, err := rc.apply(r, e)

@@ -33,6 +33,7 @@ func main() {
 	probeBackoff := fs.Duration("probe-backoff", 10*time.Second, "first delay after an unanswered probe (doubling, up to 1h)")
 	secret := fs.String("webhook-secret", "", "HMAC-SHA256 secret of the gateway webhooks (the receiver is off when empty)")
 	tolerance := fs.Duration("webhook-tolerance", 5*time.Minute, "accepted age of a webhook's signed timestamp")
+	stripeSecretFile := fs.String("stripe-webhook-secret-file", "", "file holding the Stripe endpoint's signing secret (whsec_...); set, POST /webhooks/stripe receives Stripe's events")
 	svc.Main("reconciler", fs, func(ctx context.Context, log *slog.Logger) error {
 		at, err := reconcile.ParseTimeOfDay(*runAt)
 		if err != nil {
@@ -62,11 +63,20 @@ func main() {
 		runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}
 		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
 		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}
+		recv := &reconcile.Receiver{DB: pool, Secret: []byte(*secret), Tolerance: *tolerance, Metrics: m, Log: log}
+		srv.Handlers = map[string]http.Handler{}
 		if *secret != "" {
-			srv.Handlers = map[string]http.Handler{"POST /webhooks/gateway": &reconcile.Receiver{
-				DB: pool, Secret: []byte(*secret), Tolerance: *tolerance, Metrics: m, Log: log}}
+			srv.Handlers["POST /webhooks/gateway"] = recv
 		} else {
-			log.Warn("no --webhook-secret: gateway webhooks are not received")
+			log.Warn("no --webhook-secret: gateway-sim webhooks are not received")
+		}
+		if *stripeSecretFile != "" {
+			sec, err := dial.ReadSecret(*stripeSecretFile)
+			if err != nil {
+				return fmt.Errorf("--stripe-webhook-secret-file: %w", err)
+			}
+			recv.StripeSecret = []byte(sec)
+			srv.Handlers["POST /webhooks/stripe"] = recv.Stripe()
 		}
 		work := func(ctx context.Context) error {
 			g, ctx := errgroup.WithContext(ctx)
