@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -51,12 +52,12 @@ func TestGoldenEnvelopes(t *testing.T) {
 	id := "01a22b54-7abf-79b7-b1b6-bd55c481e1fa"
 	before := tuple(id, "alice", "1500", "USD", "2026-12-01 09:00:00+00", "PENDING", "0", "<null>", `{"k": "v"}`)
 	after := tuple(id, "alice", "1500", "USD", "2026-12-01 09:00:00+00", "PROCESSING", "1", "<null>", `{"k": "v"}`)
-	commit := time.Date(2026, 12, 1, 9, 0, 0, 123_000_000, time.UTC)
-	now := time.Date(2026, 12, 1, 9, 0, 0, 456_000_000, time.UTC)
+	commit := time.Date(2026, 12, 1, 9, 0, 0, 123_456_000, time.UTC)
+	now := time.Date(2026, 12, 1, 9, 0, 0, 456_789_012, time.UTC)
 	src := envelope.Source{Name: "paysched", DB: "paysched"}
 	for name, ch := range map[string]cdc.Change{
-		"create": {Rel: rel, Op: "c", After: before, LSN: 24023128, TxID: 771, CommitTime: commit},
-		"update": {Rel: rel, Op: "u", Before: before, After: after, LSN: 24023400, TxID: 772, CommitTime: commit},
+		"create": {Rel: rel, Op: "c", After: before, LSN: 24023128, LastCommit: 24022984, TxID: 771, CommitTime: commit},
+		"update": {Rel: rel, Op: "u", Before: before, After: after, LSN: 24023400, LastCommit: 24023312, TxID: 772, CommitTime: commit},
 	} {
 		key, err := cdc.Key(ch)
 		if err != nil {
@@ -70,19 +71,34 @@ func TestGoldenEnvelopes(t *testing.T) {
 		if err := json.Unmarshal(val, &pretty); err != nil {
 			t.Fatalf("%s: envelope is not JSON: %v\n%s", name, err, val)
 		}
-		got := append(append(key, '\n'), val...)
-		path := "testdata/" + name + ".golden"
-		if *update {
-			if err := os.WriteFile(path, got, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(path)
+		skey, err := cdc.SchemaKey(ch, src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(got) != string(want) {
-			t.Errorf("%s envelope changed:\n got %s\nwant %s", name, got, want)
+		sval, err := cdc.SchemaValue(ch, src, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(sval, &pretty); err != nil {
+			t.Fatalf("%s: schema-ful envelope is not JSON: %v\n%s", name, err, sval)
+		}
+		for file, got := range map[string][]byte{
+			name + ".golden":        append(append(key, '\n'), val...),
+			name + ".schema.golden": append(append(skey, '\n'), sval...),
+		} {
+			path := "testdata/" + file
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("%s changed:\n got %s\nwant %s", file, got, want)
+			}
 		}
 	}
 }
@@ -95,17 +111,20 @@ func payment(due time.Time) store.NewPayment {
 
 // startConnector sets up and runs a connector on slot until the test ends;
 // the context it returns ends with it.
-func startConnector(t *testing.T, db *pgxpool.Pool, seeds []string, slot string, status, heartbeat time.Duration) context.Context {
-	return startConnectorAt(t, db, db.Config().ConnString(), seeds, slot, status, heartbeat)
+func startConnector(t *testing.T, db *pgxpool.Pool, seeds []string, slot string, status, heartbeat time.Duration, opts ...func(*cdc.Config)) context.Context {
+	return startConnectorAt(t, db, db.Config().ConnString(), seeds, slot, status, heartbeat, opts...)
 }
 
 // startConnectorAt streams from url (db's database, reached another way).
-func startConnectorAt(t *testing.T, db *pgxpool.Pool, url string, seeds []string, slot string, status, heartbeat time.Duration) context.Context {
+func startConnectorAt(t *testing.T, db *pgxpool.Pool, url string, seeds []string, slot string, status, heartbeat time.Duration, opts ...func(*cdc.Config)) context.Context {
 	t.Helper()
-	c, err := cdc.New(cdc.Config{DatabaseURL: url, Slot: slot, Publication: "paysched",
+	cfg := cdc.Config{DatabaseURL: url, Slot: slot, Publication: "paysched",
 		Source: envelope.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
-		HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: status, HeartbeatInterval: heartbeat},
-		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: status, HeartbeatInterval: heartbeat}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := cdc.New(cfg, db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +142,9 @@ type event struct {
 	Before, After map[string]any
 	Op            string
 	Source        struct {
-		Table string
-		LSN   uint64 `json:"lsn"`
+		Table    string
+		LSN      uint64 `json:"lsn"`
+		Sequence string `json:"sequence"`
 	}
 }
 
@@ -183,6 +203,20 @@ func TestStreamsEveryChangeInOrder(t *testing.T) {
 		if evs[1].Before["status"] != "PENDING" || evs[1].After["status"] != "CANCELLED" || evs[0].After["amount_minor"] != float64(100) {
 			t.Fatalf("envelope content: %+v", evs[1])
 		}
+		// source.sequence is Debezium's [last committed LSN, this LSN]:
+		// the first is known (the slot's position, then each commit's)
+		// and comes before the change.
+		for _, e := range evs {
+			var seq []*string
+			if err := json.Unmarshal([]byte(e.Source.Sequence), &seq); err != nil || len(seq) != 2 || seq[0] == nil || seq[1] == nil {
+				t.Fatalf("sequence %q: want two LSNs", e.Source.Sequence)
+			}
+			last, _ := strconv.ParseUint(*seq[0], 10, 64)
+			cur, _ := strconv.ParseUint(*seq[1], 10, 64)
+			if last == 0 || last >= cur || cur != e.Source.LSN {
+				t.Fatalf("sequence %q for lsn %d", e.Source.Sequence, e.Source.LSN)
+			}
+		}
 	}
 	// The slot moves: what Kafka acked is confirmed to Postgres.
 	time.Sleep(time.Second)
@@ -199,5 +233,64 @@ func TestStreamsEveryChangeInOrder(t *testing.T) {
 	}
 	if uint64(lsn) < maxLSN {
 		t.Fatalf("slot confirmed %s, behind the last event %d", confirmed, maxLSN)
+	}
+}
+
+// TestSchemaFormStreams: with Schemas on, keys and envelopes carry
+// Debezium's JsonConverter schema, and our readers read them as the
+// schemaless form.
+func TestSchemaFormStreams(t *testing.T) {
+	db := pgtest.NewPool(t)
+	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Heartbeat)
+	ctx := startConnector(t, db, seeds, "schema_slot", 200*time.Millisecond, time.Second, func(c *cdc.Config) { c.Schemas = true })
+	items := []store.NewPayment{payment(time.Now().Add(time.Hour)), payment(time.Now().Add(time.Hour))}
+	if _, err := store.NewStore(db).Create(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Payments),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := map[string]bool{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(got) < len(items) && time.Now().Before(deadline) {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		fs := cl.PollFetches(pctx)
+		pcancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			var key struct {
+				Schema  struct{ Name string }
+				Payload struct{ ID string }
+			}
+			var val struct {
+				Schema struct {
+					Name   string
+					Fields []struct{ Field, Name string }
+				}
+			}
+			if err := json.Unmarshal(r.Key, &key); err != nil || key.Schema.Name != "paysched.public.payments.Key" || key.Payload.ID == "" {
+				t.Fatalf("key %s: %v", r.Key, err)
+			}
+			if err := json.Unmarshal(r.Value, &val); err != nil || val.Schema.Name != "paysched.public.payments.Envelope" || len(val.Schema.Fields) != 8 {
+				t.Fatalf("value schema: %v %s", err, r.Value[:min(len(r.Value), 300)])
+			}
+			e, err := envelope.Parse(r.Value)
+			if err != nil || e.Op != "c" || e.Source.Table != "payments" || e.Source.LSN == 0 || e.Source.TsMs == 0 {
+				t.Fatalf("Parse of the schema-ful form: %+v %v", e, err)
+			}
+			f, err := envelope.DecodeFull(r.Value)
+			if err != nil || f.After["id"] != key.Payload.ID || f.Op != "c" {
+				t.Fatalf("DecodeFull of the schema-ful form: %+v %v", f, err)
+			}
+			if ts, ok := envelope.SourceTsMs(r.Value); !ok || ts != e.Source.TsMs {
+				t.Fatalf("SourceTsMs %d %v, want %d", ts, ok, e.Source.TsMs)
+			}
+			got[key.Payload.ID] = true
+		})
+	}
+	if len(got) != len(items) {
+		t.Fatalf("read %d payments' creates, want %d", len(got), len(items))
 	}
 }

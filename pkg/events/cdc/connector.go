@@ -39,6 +39,9 @@ type Config struct {
 	HeartbeatTopic    string
 	StatusInterval    time.Duration // how often the acked LSN is reported
 	HeartbeatInterval time.Duration // heartbeat writes and events
+	// Schemas: keys and envelopes in the schema-ful form, as Debezium's
+	// JsonConverter writes them with schemas.enable=true.
+	Schemas bool
 }
 
 // Validate reports the first configuration error.
@@ -70,6 +73,9 @@ type Connector struct {
 	kafk *kgo.Client
 	rels map[uint32]*envelope.Relation
 	acks ackQueue
+	// lastCommit is the commit LSN of the last transaction read: the slot's
+	// confirmed position at the start, then each Commit's.
+	lastCommit pglogrepl.LSN
 	// scratch column lists for the tuple being read
 	before, after []envelope.Datum
 	m             struct {
@@ -216,6 +222,14 @@ func (c *Connector) Run(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.Background())
+	// The stream resumes after the slot's confirmed position: the commit
+	// before the first transaction it sends, as far as consumers know.
+	var confirmed *string
+	if err := c.db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&confirmed); err == nil && confirmed != nil {
+		if lsn, err := pglogrepl.ParseLSN(*confirmed); err == nil {
+			c.lastCommit = lsn
+		}
+	}
 	err = pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(c.cfg.Publication, "'", "''") + "'"},
 	})
@@ -340,7 +354,9 @@ type txn struct {
 	xid        uint32
 	commitTime time.Time
 	commitMs   int64
-	nowMs      int64 // when the connector read the transaction: the envelopes' ts_ms
+	commitUs   int64
+	nowNs      int64  // when the connector read the transaction: the envelopes' ts_ms/us/ns
+	lastCommit uint64 // the previous transaction's commit LSN: source.sequence's first entry
 	recs       []*kgo.Record
 	bufs       []*[]byte // each record's pooled buffer (nil for heartbeats)
 }
@@ -366,12 +382,14 @@ func (c *Connector) handle(ctx context.Context, x pglogrepl.XLogData, tx *txn) (
 		r.Prepare(c.cfg.Source)
 		c.rels[m.RelationID] = r
 	case *pglogrepl.BeginMessage:
-		return &txn{xid: m.Xid, commitTime: m.CommitTime, commitMs: m.CommitTime.UnixMilli(), nowMs: time.Now().UnixMilli()}, nil
+		return &txn{xid: m.Xid, commitTime: m.CommitTime, commitMs: m.CommitTime.UnixMilli(), commitUs: m.CommitTime.UnixMicro(),
+			nowNs: time.Now().UnixNano(), lastCommit: uint64(c.lastCommit)}, nil
 	case *pglogrepl.CommitMessage:
 		if tx == nil {
 			return nil, errors.New("commit without begin")
 		}
 		c.publish(ctx, tx, m.TransactionEndLSN)
+		c.lastCommit = m.CommitLSN
 		return nil, nil
 	}
 	return tx, nil
@@ -451,12 +469,16 @@ func (c *Connector) change(tx *txn, m []byte, lsn pglogrepl.LSN) error {
 	if key == nil {
 		key = before
 	}
-	b, err := envelope.AppendKey((*bp)[:0], r, key)
+	appendKey, appendValue := envelope.AppendKey, envelope.AppendValue
+	if c.cfg.Schemas {
+		appendKey, appendValue = envelope.AppendSchemaKey, envelope.AppendSchemaValue
+	}
+	b, err := appendKey((*bp)[:0], r, key)
 	if err != nil {
 		return err
 	}
 	k := len(b)
-	if b, err = envelope.AppendValue(b, r, op, before, after, uint64(lsn), tx.xid, tx.commitMs, tx.nowMs); err != nil {
+	if b, err = appendValue(b, r, op, before, after, uint64(lsn), tx.lastCommit, tx.xid, tx.commitUs, tx.nowNs); err != nil {
 		return err
 	}
 	*bp = b

@@ -18,6 +18,7 @@ type Change struct {
 	Before     *pglogrepl.TupleData
 	After      *pglogrepl.TupleData
 	LSN        pglogrepl.LSN // the change's own WAL position
+	LastCommit pglogrepl.LSN // the commit LSN of the transaction read before this one (0: none)
 	TxID       uint32
 	CommitTime time.Time
 }
@@ -45,7 +46,26 @@ func Key(c Change) ([]byte, error) {
 // Value is the Debezium envelope of c.
 func Value(c Change, src envelope.Source, now time.Time) ([]byte, error) {
 	c.Rel.Prepare(src)
-	return envelope.AppendValue(nil, c.Rel, c.Op[0], cols(c.Before), cols(c.After), uint64(c.LSN), c.TxID, c.CommitTime.UnixMilli(), now.UnixMilli())
+	return envelope.AppendValue(nil, c.Rel, c.Op[0], cols(c.Before), cols(c.After), uint64(c.LSN), uint64(c.LastCommit), c.TxID,
+		c.CommitTime.UnixMicro(), now.UnixNano())
+}
+
+// SchemaKey and SchemaValue are Key and Value in the schema-ful form
+// (Debezium's JsonConverter with schemas.enable=true).
+func SchemaKey(c Change, src envelope.Source) ([]byte, error) {
+	c.Rel.Prepare(src)
+	t := c.After
+	if t == nil {
+		t = c.Before
+	}
+	return envelope.AppendSchemaKey(nil, c.Rel, cols(t))
+}
+
+// SchemaValue is Value in the schema-ful form.
+func SchemaValue(c Change, src envelope.Source, now time.Time) ([]byte, error) {
+	c.Rel.Prepare(src)
+	return envelope.AppendSchemaValue(nil, c.Rel, c.Op[0], cols(c.Before), cols(c.After), uint64(c.LSN), uint64(c.LastCommit), c.TxID,
+		c.CommitTime.UnixMicro(), now.UnixNano())
 }
 
 var errShort = errors.New("pgoutput: message too short")

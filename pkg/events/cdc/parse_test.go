@@ -68,11 +68,11 @@ func TestChangeMessagesInPlace(t *testing.T) {
 		{"delete", msg('D', []byte{'O'}, oldW), "d", oldT, nil},
 	} {
 		c := &Connector{cfg: Config{Source: src}, rels: map[uint32]*envelope.Relation{7: rel}}
-		tx := &txn{xid: 9, commitTime: commit, commitMs: commit.UnixMilli(), nowMs: now.UnixMilli()}
+		tx := &txn{xid: 9, commitTime: commit, commitMs: commit.UnixMilli(), commitUs: commit.UnixMicro(), nowNs: now.UnixNano(), lastCommit: 4100}
 		if err := c.change(tx, tc.wire, 4242); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		ch := Change{Rel: rel, Op: tc.op, Before: tc.before, After: tc.after, LSN: 4242, TxID: 9, CommitTime: commit}
+		ch := Change{Rel: rel, Op: tc.op, Before: tc.before, After: tc.after, LSN: 4242, LastCommit: 4100, TxID: 9, CommitTime: commit}
 		key, err := Key(ch)
 		if err != nil {
 			t.Fatal(err)

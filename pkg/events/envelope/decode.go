@@ -89,8 +89,27 @@ func (e *Event) Decode(b []byte) error {
 		}
 		return nil
 	}
-	err := s.object(func(key []byte) error {
+	err := s.object(e.member(&s))
+	if err != nil {
+		return err
+	}
+	s.ws()
+	if s.i != len(s.b) {
+		return errSyntax
+	}
+	return nil
+}
+
+// member reads one member of an envelope. The schema-ful form
+// ({"schema":...,"payload":<envelope>}) is read through its payload.
+func (e *Event) member(s *scanner) func(key []byte) error {
+	return func(key []byte) error {
 		switch string(key) {
+		case "payload":
+			if s.null() {
+				return nil
+			}
+			return s.object(e.member(s))
 		case "before", "after":
 			r, has := &e.after, &e.hasAfter
 			if key[0] == 'b' {
@@ -130,15 +149,7 @@ func (e *Event) Decode(b []byte) error {
 		}
 		_, err := s.value()
 		return err
-	})
-	if err != nil {
-		return err
 	}
-	s.ws()
-	if s.i != len(s.b) {
-		return errSyntax
-	}
-	return nil
 }
 
 // intern returns the constant for the values every envelope repeats (a

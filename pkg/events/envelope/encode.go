@@ -15,8 +15,10 @@ import (
 	"github.com/paysched/paysched/pkg/events/kafka"
 )
 
-// Version is reported in every envelope's source block.
-const Version = "paysched-cdc-1"
+// Version is reported in every envelope's source block (source.version).
+// It names this encoder's envelope, not a Debezium release: it changes
+// when a field is added or its meaning changes (docs/EVENTS.md).
+const Version = "paysched-cdc-2"
 
 // Column is one column of a captured relation.
 type Column struct {
@@ -33,10 +35,12 @@ type Relation struct {
 	Columns       []Column
 	// Computed once per relation (see Prepare): the topic, and the source
 	// block's constant text around the commit time and the LSN.
-	topic                    string
-	srcHead, srcSeq, srcTxID []byte
-	prepared                 bool
-	preparedFor              Source
+	topic                     string
+	srcHead, srcSeq, srcTable []byte
+	// The schema-ful form's constant heads: {"schema":...,"payload":
+	keySchemaHead, valueSchemaHead []byte
+	prepared                       bool
+	preparedFor                    Source
 }
 
 // Source names the connector in envelopes and topics.
@@ -95,10 +99,12 @@ func keyColumn(r *Relation, c *Column) bool {
 }
 
 // AppendValue appends the envelope of one change (JSON, without schemas)
-// to b: op is c, u, d or r; lsn the change's WAL position; commitMs the
-// transaction's commit time and nowMs the connector's, in Unix milliseconds.
-// r must be prepared (Prepare).
-func AppendValue(b []byte, r *Relation, op byte, before, after []Datum, lsn uint64, txid uint32, commitMs, nowMs int64) ([]byte, error) {
+// to b: op is c, u, d or r; lsn the change's WAL position and lastCommit
+// the commit LSN of the transaction the connector read before this one (0:
+// none known), which Debezium pairs in source.sequence; commitUs the
+// transaction's commit time in Unix microseconds (Postgres' precision) and
+// nowNs the connector's in Unix nanoseconds. r must be prepared (Prepare).
+func AppendValue(b []byte, r *Relation, op byte, before, after []Datum, lsn, lastCommit uint64, txid uint32, commitUs, nowNs int64) ([]byte, error) {
 	var err error
 	b = append(b, `{"before":`...)
 	if b, err = appendRow(b, r, before); err != nil {
@@ -109,17 +115,33 @@ func AppendValue(b []byte, r *Relation, op byte, before, after []Datum, lsn uint
 		return nil, err
 	}
 	b = append(b, r.srcHead...)
-	b = strconv.AppendInt(b, commitMs, 10)
+	b = strconv.AppendInt(b, commitUs/1000, 10)
 	b = append(b, r.srcSeq...)
+	if lastCommit == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, `\"`...)
+		b = strconv.AppendUint(b, lastCommit, 10)
+		b = append(b, `\"`...)
+	}
+	b = append(b, `,\"`...)
 	b = strconv.AppendUint(b, lsn, 10)
-	b = append(b, r.srcTxID...)
+	b = append(b, `\"]","ts_us":`...)
+	b = strconv.AppendInt(b, commitUs, 10)
+	b = append(b, `,"ts_ns":`...)
+	b = strconv.AppendInt(b, commitUs*1000, 10)
+	b = append(b, r.srcTable...)
 	b = strconv.AppendUint(b, uint64(txid), 10)
 	b = append(b, `,"lsn":`...)
 	b = strconv.AppendUint(b, lsn, 10)
-	b = append(b, `,"xmin":null},"op":"`...)
+	b = append(b, `,"xmin":null},"transaction":null,"op":"`...)
 	b = append(b, op)
 	b = append(b, `","ts_ms":`...)
-	b = strconv.AppendInt(b, nowMs, 10)
+	b = strconv.AppendInt(b, nowNs/1_000_000, 10)
+	b = append(b, `,"ts_us":`...)
+	b = strconv.AppendInt(b, nowNs/1000, 10)
+	b = append(b, `,"ts_ns":`...)
+	b = strconv.AppendInt(b, nowNs, 10)
 	return append(b, '}'), nil
 }
 
@@ -244,8 +266,11 @@ func (r *Relation) Prepare(src Source) {
 	}
 	r.topic = src.Topic(r)
 	r.srcHead = fmt.Appendf(nil, `,"source":{"version":%q,"connector":"postgresql","name":%q,"ts_ms":`, Version, src.Name)
-	r.srcSeq = fmt.Appendf(nil, `,"snapshot":"false","db":%q,"sequence":"[null,\"`, src.DB)
-	r.srcTxID = fmt.Appendf(nil, `\"]","schema":%q,"table":%q,"txId":`, r.Schema, r.Table)
+	r.srcSeq = fmt.Appendf(nil, `,"snapshot":"false","db":%q,"sequence":"[`, src.DB)
+	r.srcTable = fmt.Appendf(nil, `,"schema":%q,"table":%q,"txId":`, r.Schema, r.Table)
+	k, v := r.schemas()
+	r.keySchemaHead = append(append([]byte(`{"schema":`), k...), `,"payload":`...)
+	r.valueSchemaHead = append(append([]byte(`{"schema":`), v...), `,"payload":`...)
 	r.prepared, r.preparedFor = true, src
 }
 

@@ -21,13 +21,20 @@ type Full struct {
 	} `json:"source"`
 }
 
-// DecodeFull decodes a whole change event.
+// DecodeFull decodes a whole change event, in either form (schemaless,
+// or {"schema":...,"payload":<event>}).
 func DecodeFull(b []byte) (Full, error) {
-	var f Full
-	if err := json.Unmarshal(b, &f); err != nil {
-		return f, fmt.Errorf("decode change event: %w", err)
+	var f struct {
+		Full
+		Payload *Full `json:"payload"`
 	}
-	return f, nil
+	if err := json.Unmarshal(b, &f); err != nil {
+		return Full{}, fmt.Errorf("decode change event: %w", err)
+	}
+	if f.Payload != nil {
+		return *f.Payload, nil
+	}
+	return f.Full, nil
 }
 
 // SourceTsMs finds an event's commit time (source.ts_ms) without decoding
