@@ -155,7 +155,11 @@ type apiHandler struct {
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p, err := h.verifier.VerifyHeader(r.Header.Get("Authorization"))
 	if err != nil {
-		h.fail(w, r, auth.Unauthenticated("missing, invalid or expired bearer token"))
+		msg := msgInvalidToken
+		if r.Header.Get("Authorization") == "" {
+			msg = msgMissingToken
+		}
+		h.fail(w, r, auth.Unauthenticated(msg))
 		return
 	}
 	r = r.WithContext(auth.WithPrincipal(r.Context(), p))
@@ -261,6 +265,24 @@ func statusFromMetadata(ctx context.Context, w http.ResponseWriter, _ proto.Mess
 	return nil
 }
 
+// The two 401 messages: RFC 6750 §3.1 wants no error code in the challenge
+// when the request had no credentials, and invalid_token otherwise.
+const (
+	msgMissingToken = "missing bearer token"
+	msgInvalidToken = "invalid or expired bearer token"
+)
+
+// challenge is the RFC 6750 §3 WWW-Authenticate value for a 401 whose
+// message is msg.
+func challenge(msg string) string {
+	if msg == msgMissingToken {
+		return `Bearer realm="paysched"`
+	}
+	// A quoted-string: escape what would end it (RFC 9110 §5.6.4).
+	q := strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(msg)
+	return `Bearer realm="paysched", error="invalid_token", error_description="` + q + `"`
+}
+
 // errorHandler renders google.rpc.Status as JSON with the right HTTP status.
 func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	st := status.Convert(err)
@@ -268,7 +290,9 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		w = &forcedStatus{ResponseWriter: w, code: code}
 	}
 	if st.Code() == codes.Unauthenticated {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="paysched"`)
+		// grpc-gateway's handler sets WWW-Authenticate to the bare message;
+		// ours replaces it as the status is written.
+		w = &challengeWriter{ResponseWriter: w, value: challenge(st.Message())}
 	}
 	for _, d := range st.Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok {
@@ -299,3 +323,14 @@ type forcedStatus struct {
 }
 
 func (w *forcedStatus) WriteHeader(int) { w.ResponseWriter.WriteHeader(w.code) }
+
+// challengeWriter sets WWW-Authenticate just before the status goes out.
+type challengeWriter struct {
+	http.ResponseWriter
+	value string
+}
+
+func (w *challengeWriter) WriteHeader(code int) {
+	w.Header().Set("WWW-Authenticate", w.value)
+	w.ResponseWriter.WriteHeader(code)
+}

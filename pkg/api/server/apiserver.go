@@ -20,6 +20,7 @@ import (
 	"github.com/paysched/paysched/gen/openapi"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/admin"
+	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
@@ -118,7 +119,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		tracing.ServerOption(),
 		// Invalid UTF-8 in a request is the client's error, not Internal.
 		grpc.ForceServerCodecV2(newUTF8Codec()),
-		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), verifier.UnaryInterceptor(), limiter.UnaryInterceptor()),
+		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), apierr.ProtoFieldNames(), verifier.UnaryInterceptor(), limiter.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)
 	payschedv1.RegisterPaymentsServiceServer(gs, pay)

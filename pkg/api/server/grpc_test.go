@@ -62,7 +62,9 @@ func TestGRPCCreateKeysAndErrors(t *testing.T) {
 	for _, v := range apierr.Violations(err) {
 		got[v.Field] = true
 	}
-	if status.Code(err) != codes.InvalidArgument || !got["payee"] || !got["amount"] || !got["currency"] || !got["dueAt"] {
+	// Over gRPC, BadRequest names proto fields (due_at); REST keeps the
+	// JSON names (TestRESTFieldPathsAreJSONNames).
+	if status.Code(err) != codes.InvalidArgument || !got["payee"] || !got["amount"] || !got["currency"] || !got["due_at"] || got["dueAt"] {
 		t.Fatalf("invalid: %v %v", err, got)
 	}
 

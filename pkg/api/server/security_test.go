@@ -1498,9 +1498,17 @@ func TestEveryAuthFailureIs401(t *testing.T) {
 				{"POST", create + ":batchCreate", `{"items":[{"requestId":"x","payee":"bob","amount":1,"dueAt":"` + future(time.Hour) + `"}]}`},
 			} {
 				r := call(t, e, rc.method, rc.path, tok, key("auth-"+name), rc.body)
-				if pe, _ := parseError(r.body); r.code != http.StatusUnauthorized || pe.reason != apierr.ReasonUnauthenticated ||
-					r.header.Get("WWW-Authenticate") == "" {
+				if pe, _ := parseError(r.body); r.code != http.StatusUnauthorized || pe.reason != apierr.ReasonUnauthenticated {
 					t.Errorf("REST %s %s: %d %s", rc.method, rc.path, r.code, r.body)
+				}
+				// RFC 6750 §3: no error code without credentials,
+				// invalid_token with them.
+				want := `Bearer realm="paysched", error="invalid_token", error_description="invalid or expired bearer token"`
+				if tok == "" {
+					want = `Bearer realm="paysched"`
+				}
+				if got := r.header.Get("WWW-Authenticate"); got != want {
+					t.Errorf("REST %s %s: WWW-Authenticate %q, want %q", rc.method, rc.path, got, want)
 				}
 			}
 			ctx := context.Background()

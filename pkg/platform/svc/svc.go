@@ -100,6 +100,8 @@ type Server struct {
 	Handlers map[string]http.Handler
 	// Ready answers /healthz (nil: always ready).
 	Ready func(context.Context) error
+	// ReadyInterval is how often gRPC health follows Ready (0: ReadyEvery).
+	ReadyInterval time.Duration
 	// Grace bounds the graceful stop.
 	Grace time.Duration
 }
@@ -218,7 +220,11 @@ func (s Server) followReady(ctx context.Context, hs *health.Server) {
 	for name := range s.GRPC.GetServiceInfo() {
 		names = append(names, name)
 	}
-	t := time.NewTicker(ReadyEvery)
+	every := s.ReadyInterval
+	if every <= 0 {
+		every = ReadyEvery
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		status := healthpb.HealthCheckResponse_SERVING
