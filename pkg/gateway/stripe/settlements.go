@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v82"
+	"github.com/stripe/stripe-go/v82/form"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -47,8 +48,11 @@ func (a *Adapter) ListSettlements(ctx context.Context, req *gatewayv1.ListSettle
 	// (Stripe does not copy a PaymentIntent's metadata to its charges).
 	p.AddExpand("data.source")
 	p.AddExpand("data.source.payment_intent")
+	// One page by hand, as stripe-go's iterator does it, to see has_more.
+	q := &form.Values{}
+	form.AppendTo(q, p)
 	list := &stripe.BalanceTransactionList{}
-	if err := a.api.Call(http.MethodGet, "/v1/balance_transactions", string(a.key), p, list); err != nil {
+	if err := a.api.CallRaw(http.MethodGet, "/v1/balance_transactions", string(a.key), []byte(q.Encode()), p.GetParams(), list); err != nil {
 		return nil, a.toStatus("list balance transactions", err)
 	}
 	out := &gatewayv1.ListSettlementsResponse{}
