@@ -44,8 +44,10 @@ func (a *Adapter) ListSettlements(ctx context.Context, req *gatewayv1.ListSettle
 		}
 		p.StartingAfter = stripe.String(tok)
 	}
-	// The source is the Charge; its PaymentIntent carries our metadata
-	// (Stripe does not copy a PaymentIntent's metadata to its charges).
+	// The source is the Charge, and its PaymentIntent is what Charge and
+	// GetCharge name. Stripe copies the PaymentIntent's metadata to the
+	// charge once, at confirmation; the PaymentIntent's own is read first,
+	// since only it is what GetCharge searches.
 	p.AddExpand("data.source")
 	p.AddExpand("data.source.payment_intent")
 	// One page by hand, as stripe-go's iterator does it, to see has_more.
