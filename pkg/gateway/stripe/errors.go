@@ -87,8 +87,8 @@ var keyLike = regexp.MustCompile(`\b(sk|rk)_(test|live)_[A-Za-z0-9*]+`)
 
 // scrub removes the API key, and anything shaped like one, from s.
 func (a *Adapter) scrub(s string) string {
-	if a.key != "" {
-		s = strings.ReplaceAll(s, string(a.key), "[redacted]")
+	if a.key.key != "" {
+		s = strings.ReplaceAll(s, a.key.key, "[redacted]")
 	}
 	return keyLike.ReplaceAllString(s, "[redacted]")
 }

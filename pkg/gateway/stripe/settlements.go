@@ -54,7 +54,7 @@ func (a *Adapter) ListSettlements(ctx context.Context, req *gatewayv1.ListSettle
 	q := &form.Values{}
 	form.AppendTo(q, p)
 	list := &stripe.BalanceTransactionList{}
-	if err := a.api.CallRaw(http.MethodGet, "/v1/balance_transactions", string(a.key), []byte(q.Encode()), p.GetParams(), list); err != nil {
+	if err := a.api.CallRaw(http.MethodGet, "/v1/balance_transactions", a.key.key, []byte(q.Encode()), p.GetParams(), list); err != nil {
 		return nil, a.toStatus("list balance transactions", err)
 	}
 	out := &gatewayv1.ListSettlementsResponse{}

@@ -55,7 +55,7 @@ type Config struct {
 type Adapter struct {
 	sc  *stripe.Client
 	api stripe.Backend // for the list call whose has_more the iterators hide
-	key secret
+	key *secret        // a pointer: fmt prints an unexported field's string raw, a pointer's address
 
 	ttl       time.Duration
 	mu        sync.Mutex
@@ -72,11 +72,12 @@ type cachedCustomer struct {
 // which costs one customer read per payer.
 const maxCachedCustomers = 10000
 
-// secret keeps the API key out of fmt output, should an Adapter be printed.
-type secret string
+// secret holds the API key out of fmt output, should an Adapter (or the
+// secret) be printed.
+type secret struct{ key string }
 
-func (secret) String() string   { return "[redacted]" }
-func (secret) GoString() string { return "[redacted]" }
+func (*secret) String() string   { return "[redacted]" }
+func (*secret) GoString() string { return "[redacted]" }
 
 // New returns an Adapter.
 func New(cfg Config) (*Adapter, error) {
@@ -111,7 +112,7 @@ func New(cfg Config) (*Adapter, error) {
 	return &Adapter{
 		sc:        stripe.NewClient(cfg.APIKey, stripe.WithBackends(backends)),
 		api:       api,
-		key:       secret(cfg.APIKey),
+		key:       &secret{cfg.APIKey},
 		ttl:       ttl,
 		customers: map[string]cachedCustomer{},
 		now:       time.Now,
