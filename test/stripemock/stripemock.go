@@ -133,6 +133,7 @@ func ready(base string) bool {
 
 // Entry is one recorded request.
 type Entry struct {
+	// Method and Path are the request's.
 	Method, Path string
 	// Form is the request's parameters (query or form body).
 	Form url.Values
