@@ -6,6 +6,10 @@
 #   stack.sh down    stop exactly what `up` started, by pid, then Postgres
 #   stack.sh logs    show the logs (FOLLOW=1 to follow)
 #   stack.sh status  show what runs
+#
+# GATEWAY=stripe (default grpc) points the executors, the reconciler and
+# payments-api at stripe-mock (.tools/stripe-mock, from deploy/local/tools.sh)
+# through the Stripe adapter; gateway-sim still runs for the demo and payctl.
 set -euo pipefail
 # Each service runs on one core, as in Kubernetes, where every pod's CPU
 # limit is at most one and the Go runtime sets GOMAXPROCS from it. Here
@@ -24,12 +28,16 @@ DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
 # Local only: the gateway-sim signs its webhooks with it, the reconciler checks them.
 WEBHOOK_SECRET=${PAYSCHED_WEBHOOK_SECRET:-paysched-dev-webhook-secret}
 PG="$ROOT/deploy/local/pg.sh"
+GATEWAY=${GATEWAY:-grpc}
+STRIPE_MOCK_HTTP=127.0.0.1:12111
+STRIPE_MOCK_HTTPS=127.0.0.1:12112
 
-alive() { # alive NAME: the pid file names a live process running bin/<binary of NAME>
-  local f="$RUN/$1.pid" pid
+alive() { # alive NAME: the pid file names a live process running bin/<binary of NAME> (stripe-mock: .tools/stripe-mock)
+  local f="$RUN/$1.pid" pid bin="bin/${1%-[0-9]*}"
+  [ "$1" = stripe-mock ] && bin=".tools/stripe-mock"
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  running "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "bin/${1%-[0-9]*}"
+  running "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$bin"
 }
 
 running() { # running PID: exists and is not a zombie waiting to be reaped
@@ -44,8 +52,34 @@ start_service() { # start_service NAME[-N] ARGS...: runs bin/NAME, logs to NAME[
   echo "  started $name (pid $!)"
 }
 
+start_stripe_mock() { # stripe-mock on the ports the Stripe adapter is given, and a test key for it
+  local bin="$ROOT/.tools/stripe-mock"
+  [ -x "$bin" ] || { echo ".tools/stripe-mock is missing: run deploy/local/tools.sh" >&2; exit 1; }
+  (umask 077; echo sk_test_123 >"$DATA/stripe-key")
+  chmod 600 "$DATA/stripe-key"
+  if alive stripe-mock; then echo "  stripe-mock already running (pid $(cat "$RUN/stripe-mock.pid"))"; return; fi
+  nohup "$bin" -http-addr "$STRIPE_MOCK_HTTP" -https-addr "$STRIPE_MOCK_HTTPS" >>"$LOGS/stripe-mock.log" 2>&1 &
+  echo $! >"$RUN/stripe-mock.pid"
+  echo "  started stripe-mock (pid $!)"
+  local i
+  for i in $(seq 40); do
+    curl -sf -o /dev/null -H 'Authorization: Bearer sk_test_123' "http://$STRIPE_MOCK_HTTP/v1/balance" && return
+    sleep 0.25
+  done
+  echo "stripe-mock did not answer on $STRIPE_MOCK_HTTP; see .data/logs/stripe-mock.log" >&2; exit 1
+}
+
 up() {
   mkdir -p "$RUN" "$LOGS"
+  # The gateway flags of the services that charge, probe and reconcile.
+  local gw=()
+  case "$GATEWAY" in
+    grpc) ;;
+    stripe)
+      start_stripe_mock
+      gw=(--gateway stripe --stripe-key-file "$DATA/stripe-key" --stripe-api-url "http://$STRIPE_MOCK_HTTP") ;;
+    *) echo "GATEWAY=$GATEWAY: want grpc or stripe" >&2; exit 2 ;;
+  esac
   for b in migrate payments-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer reconciler devcerts; do
     [ -x "$ROOT/bin/$b" ] || { echo "bin/$b is missing: run 'make build'" >&2; exit 1; }
   done
@@ -59,12 +93,12 @@ up() {
   "$ROOT/bin/devcerts" --dir "$DATA/tls" --name gateway-sim --hosts 127.0.0.1,localhost >/dev/null
   export PAYSCHED_GATEWAY_CA_FILE="$DATA/tls/ca.pem" PAYSCHED_GATEWAY_TOKEN_FILE="$DATA/tls/gateway-sim-token"
   start_service kafka --kafka-port "$KAFKA_PORT" --kafka-data-dir "$DATA/kafka"
-  start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR"
+  start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR" ${gw[@]+"${gw[@]}"}
   # cdc streams over Postgres's Unix socket where it can (see pkg/events/cdc's
   # pacedConn: cheaper for the walsender than loopback TCP).
   start_service cdc --database-url "$("$PG" socket-url "$DATA/pg" "$PGPORT" paysched)" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service audit-consumer --kafka-brokers "127.0.0.1:$KAFKA_PORT"
-  start_service reconciler --http-addr 127.0.0.1:9420 --webhook-secret "$WEBHOOK_SECRET" ${RECONCILER_FLAGS:-}
+  start_service reconciler --http-addr 127.0.0.1:9420 --webhook-secret "$WEBHOOK_SECRET" ${gw[@]+"${gw[@]}"} ${RECONCILER_FLAGS:-}
   start_service gateway-sim --gateway-database-url "postgres://postgres@127.0.0.1:$PGPORT/paysched_gateway?sslmode=disable" \
     --webhook-url http://127.0.0.1:9420/webhooks/gateway --webhook-secret "$WEBHOOK_SECRET" \
     --tls-cert-file "$DATA/tls/gateway-sim.pem" --tls-key-file "$DATA/tls/gateway-sim-key.pem" \
@@ -72,8 +106,8 @@ up() {
   # Local retries are quick (production default: 1m,5m,30m,2h,12h) so that a
   # retried payment settles while you watch.
   local backoff=${PAYSCHED_LOCAL_BACKOFF:-2s,4s,8s,16s,32s}
-  start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 --backoff "$backoff" ${EXECUTOR_FLAGS:-}
-  start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 --backoff "$backoff" ${EXECUTOR_FLAGS:-}
+  start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 --backoff "$backoff" ${gw[@]+"${gw[@]}"} ${EXECUTOR_FLAGS:-}
+  start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 --backoff "$backoff" ${gw[@]+"${gw[@]}"} ${EXECUTOR_FLAGS:-}
   start_service sweeper --executors 127.0.0.1:9100,127.0.0.1:9110 ${SWEEPER_FLAGS:-}
   start_service reaper ${REAPER_FLAGS:-}
   if ! "$ROOT/bin/payctl" --api "$GRPC_ADDR" health --wait 30s >/dev/null; then
@@ -112,6 +146,11 @@ paysched is up.
   try      bin/payctl create --actor alice --payee bob --amount 1500 --due 2m && bin/payctl list --actor alice
   logs     make logs        stop: make down
 MSG
+  if [ "$GATEWAY" = stripe ]; then cat <<MSG
+  stripe   the executors, the reconciler and payments-api charge stripe-mock (http://$STRIPE_MOCK_HTTP, key in .data/stripe-key)
+           through the Stripe adapter; try: bin/payctl create --actor cus_test/pm_card_visa --payee acct_1Payee --amount 1500 --due 5s
+MSG
+  fi
 }
 
 down() {
@@ -119,7 +158,7 @@ down() {
   # Sweepers first (no new claims), then executors (they finish their
   # batches), then the rest.
   local files=("$RUN"/sweeper*.pid "$RUN"/reaper*.pid "$RUN"/executor*.pid "$RUN"/payments-api.pid "$RUN"/gateway-sim.pid
-    "$RUN"/reconciler.pid "$RUN"/cdc.pid "$RUN"/audit-consumer.pid "$RUN"/kafka.pid)
+    "$RUN"/reconciler.pid "$RUN"/stripe-mock.pid "$RUN"/cdc.pid "$RUN"/audit-consumer.pid "$RUN"/kafka.pid)
   for f in "$RUN"/*.pid; do
     case " ${files[*]} " in *" $f "*) ;; *) files+=("$f") ;; esac
   done

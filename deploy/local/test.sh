@@ -21,4 +21,6 @@ go vet ./...
 "$ROOT/deploy/local/proto.sh" check
 
 step "go test (one private postgres for the run)"
+# tools.sh installed stripe-mock: its contract test must run, not skip.
+export PAYSCHED_REQUIRE_STRIPE_MOCK=1
 "$ROOT/deploy/local/with-pg.sh" go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} ./...

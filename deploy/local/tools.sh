@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the pinned code-generation tools into .tools/ from the Go module
-# proxy, skipping those already at the right version.
+# Installs the pinned code-generation and test tools into .tools/ from the Go
+# module proxy, skipping those already at the right version. stripe-mock is
+# the Stripe API mock the Stripe adapter's contract test (test/stripemock)
+# and `GATEWAY=stripe make up` run.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export GOBIN="$ROOT/.tools"
@@ -11,6 +13,7 @@ tools=(
   "protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0"
   "protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@v2.33.0"
   "protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@v2.33.0"
+  "stripe-mock github.com/stripe/stripe-mock@v0.203.0"
 )
 for t in "${tools[@]}"; do
   read -r name pkg <<<"$t"

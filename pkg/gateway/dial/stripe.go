@@ -1,8 +1,21 @@
 package dial
 
-import "errors"
+import (
+	"fmt"
 
-// openStripe opens the Stripe adapter (pkg/gateway/stripe).
+	stripeadapter "github.com/paysched/paysched/pkg/gateway/stripe"
+)
+
+// openStripe opens the Stripe adapter (pkg/gateway/stripe) with the key
+// read from --stripe-key-file; the key never reaches a log or an error.
 func openStripe(f *Flags) (Gateway, error) {
-	return nil, errors.New("--gateway=stripe: the Stripe adapter is not built yet")
+	key, err := ReadSecret(f.StripeKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--stripe-key-file: %w", err)
+	}
+	a, err := stripeadapter.New(stripeadapter.Config{APIKey: key, URL: f.StripeURL})
+	if err != nil {
+		return nil, fmt.Errorf("--gateway=stripe: %w", err)
+	}
+	return a, nil
 }
