@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/config"
 )
 
@@ -218,6 +219,12 @@ func flags(t *testing.T, name string) map[string]bool {
 	}
 	if bytes.Contains(b, []byte("svc.Boot(")) || bytes.Contains(b, []byte("svc.Main(")) {
 		out["pprof-addr"] = true
+	}
+	if bytes.Contains(b, []byte("dial.Register(fs")) {
+		// The gateway flags every gateway client shares.
+		gfs := flag.NewFlagSet(name, flag.ContinueOnError)
+		dial.Register(gfs, "")
+		gfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
 	}
 	return out
 }

@@ -63,14 +63,26 @@ func protoNames(err error) error {
 
 // ProtoPath turns a JSON field path into proto names: "items[2].dueAt"
 // becomes "items[2].due_at". The API's JSON names are lowerCamelCase
-// versions of snake_case proto names, so the mapping is mechanical.
+// versions of snake_case proto names, so the mapping is mechanical. What
+// follows "metadata." is a map key, the client's own text, and is kept.
 func ProtoPath(p string) string {
 	var b strings.Builder
 	b.Grow(len(p) + 4)
+	seg := 0 // start of the current segment
 	for i := 0; i < len(p); i++ {
 		c := p[i]
+		if c == '.' {
+			name, _, _ := strings.Cut(p[seg:i], "[")
+			b.WriteByte(c)
+			if name == "metadata" {
+				b.WriteString(p[i+1:])
+				return b.String()
+			}
+			seg = i + 1
+			continue
+		}
 		if c >= 'A' && c <= 'Z' {
-			if i > 0 && p[i-1] != '.' && p[i-1] != '[' {
+			if i > seg && p[i-1] != '[' {
 				b.WriteByte('_')
 			}
 			c += 'a' - 'A'

@@ -10,7 +10,7 @@ import (
 func TestProtoPath(t *testing.T) {
 	for in, want := range map[string]string{
 		"dueAt": "due_at", "payee": "payee", "items[2].requestId": "items[2].request_id",
-		"idempotencyKey": "idempotency_key", "body": "body", "metadata.someKey": "metadata.some_key", "": "",
+		"idempotencyKey": "idempotency_key", "body": "body", "metadata.someKey": "metadata.someKey", "items[0].metadata.aB": "items[0].metadata.aB", "": "",
 	} {
 		if got := ProtoPath(in); got != want {
 			t.Errorf("ProtoPath(%q) = %q, want %q", in, got, want)

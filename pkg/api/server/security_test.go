@@ -151,12 +151,33 @@ func parseError(body []byte) (apiError, bool) {
 }
 
 // grpcFields are the BadRequest fields of a gRPC error.
+// Over gRPC, BadRequest names proto fields (due_at); the cases name JSON
+// fields (dueAt), so a proto name is mapped back for the comparison and
+// anything else is marked, which makes it match no case.
 func grpcFields(err error) []string {
 	var out []string
 	for _, v := range apierr.Violations(err) {
-		out = append(out, v.Field)
+		if apierr.ProtoPath(v.Field) != v.Field {
+			out = append(out, "not-a-proto-name:"+v.Field)
+			continue
+		}
+		out = append(out, jsonPath(v.Field))
 	}
 	return out
+}
+
+// jsonPath is the JSON name path of a proto name path (due_at: dueAt).
+func jsonPath(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if p[i] == '_' && i+1 < len(p) && p[i+1] >= 'a' && p[i+1] <= 'z' {
+			b.WriteByte(p[i+1] - ('a' - 'A'))
+			i++
+			continue
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
 }
 
 // hasField reports whether one of fields is, or is under, one of want
