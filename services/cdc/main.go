@@ -29,6 +29,7 @@ func main() {
 	httpAddr := fs.String("http-addr", "127.0.0.1:9400", "metrics and health listen address")
 	status := fs.Duration("status-interval", time.Second, "how often the acknowledged LSN is reported to Postgres")
 	compression := fs.String("kafka-compression", "snappy", "producer batch compression: none, gzip, snappy, lz4 or zstd")
+	resync := fs.Bool("resync", false, "when the replication slot is missing or does not continue from the last position cdc confirmed (a failover, a dropped slot), recreate it and emit snapshot events (op r) for the rows changed since then; without it cdc refuses to start")
 	schemas := fs.Bool("envelope-schemas", false, "write keys and envelopes in the schema-ful form ({\"schema\":...,\"payload\":...}), as Debezium's JsonConverter does with schemas.enable=true (for sinks that need it; the audit-consumer reads both)")
 	beat := fs.Duration("heartbeat-interval", 10*time.Second, "heartbeat write and event interval")
 	svc.Main("cdc", fs, func(ctx context.Context, log *slog.Logger) error {
@@ -42,7 +43,7 @@ func main() {
 		}
 		cfg := cdc.Config{DatabaseURL: *dbURL, Slot: *slot, Publication: *pub,
 			Source: envelope.Source{Name: *prefix, DB: pcfg.Database}, Brokers: strings.Split(*brokers, ","), Compression: codec,
-			HeartbeatTopic: kafka.TopicsFor(*prefix).Heartbeat, StatusInterval: *status, HeartbeatInterval: *beat, Schemas: *schemas}
+			HeartbeatTopic: kafka.TopicsFor(*prefix).Heartbeat, StatusInterval: *status, HeartbeatInterval: *beat, Schemas: *schemas, Resync: *resync}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}

@@ -501,6 +501,11 @@ func notification(e *envelope.Event) *kgo.Record {
 	}
 	var typ string
 	switch {
+	case e.Op == "r" && payment.Status(status).AtRest():
+		// A snapshot (cdc --resync after a gap) of a payment that has come
+		// to rest: announce where it is; its earlier notifications may be
+		// in the gap.
+		typ = "paysched.payment." + strings.ToLower(status)
 	case e.Op == "c" || e.Op == "r":
 		typ = "paysched.payment.created"
 	case e.Op == "u" && payment.Status(status).AtRest() && (e.Before() == nil || !sameString(e.Before().Status, status)):

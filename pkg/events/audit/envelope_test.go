@@ -38,6 +38,8 @@ func refNotification(e refEnvelope) *kgo.Record {
 	status, _ := e.After["status"].(string)
 	var typ string
 	switch {
+	case e.Op == "r" && payment.Status(status).AtRest():
+		typ = "paysched.payment." + strings.ToLower(status)
 	case e.Op == "c" || e.Op == "r":
 		typ = "paysched.payment.created"
 	case e.Op == "u" && payment.Status(status).AtRest() && (e.Before == nil || e.Before["status"] != status):
@@ -187,6 +189,7 @@ func FuzzParseEnvelope(f *testing.F) {
 	f.Add([]byte(`{"before":{"id":"p1","status":"PROCESSING"},"after":{"id":"p1","status":"COMPLETED","amount_minor":5},"source":{"table":"payments","lsn":43,"ts_ms":5},"op":"u"}`))
 	f.Add([]byte(`{"after":{"id":"\u00e9\ud800"},"op":"c","source":{"table":"payments","lsn":-1}}`))
 	f.Add([]byte(`{"a":[1,{"b":null}],"op":"r","source":{"table":"payment_attempts"}}`))
+	f.Add([]byte(`{"after":{"id":"p2","status":"COMPLETED"},"op":"r","source":{"table":"payments","lsn":7,"ts_ms":9}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if foldedKey(b) {
 			t.Skip()

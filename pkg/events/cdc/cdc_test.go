@@ -1,13 +1,16 @@
 package cdc_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -293,4 +296,92 @@ func TestSchemaFormStreams(t *testing.T) {
 	if len(got) != len(items) {
 		t.Fatalf("read %d payments' creates, want %d", len(got), len(items))
 	}
+}
+
+// TestSlotGapIsRefusedThenResynced: a slot dropped (or recreated) behind
+// cdc's back makes it refuse to stream, naming the gap; --resync recreates
+// the slot and emits snapshot events for what changed meanwhile.
+func TestSlotGapIsRefusedThenResynced(t *testing.T) {
+	db := pgtest.NewPool(t)
+	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Heartbeat)
+	ctx := context.Background()
+	newConn := func(resync bool) *cdc.Connector {
+		c, err := cdc.New(cdc.Config{DatabaseURL: db.Config().ConnString(), Slot: "gap_slot", Publication: "paysched",
+			Source: envelope.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
+			HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: 100 * time.Millisecond, HeartbeatInterval: time.Second, Resync: resync},
+			db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	// A first run streams and confirms.
+	c := newConn(false)
+	if err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	st := store.NewStore(db)
+	if _, err := st.Create(ctx, []store.NewPayment{payment(time.Now().Add(time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	stop()
+	<-done
+	// The slot goes away (a failover that did not carry it), and a payment
+	// is created meanwhile: its change is in no slot.
+	if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot('gap_slot')`); err != nil {
+		t.Fatal(err)
+	}
+	lost := payment(time.Now().Add(time.Hour))
+	if _, err := st.Create(ctx, []store.NewPayment{lost}); err != nil {
+		t.Fatal(err)
+	}
+	err := newConn(false).Setup(ctx)
+	if !errors.Is(err, cdc.ErrGap) || !strings.Contains(err.Error(), "--resync") {
+		t.Fatalf("missing slot: %v, want a gap naming --resync", err)
+	}
+	// Recreated behind cdc's back: still a gap.
+	if _, err := db.Exec(ctx, `SELECT pg_create_logical_replication_slot('gap_slot', 'pgoutput')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := newConn(false).Setup(ctx); !errors.Is(err, cdc.ErrGap) {
+		t.Fatalf("recreated slot: %v, want a gap", err)
+	}
+	// --resync: the lost payment comes as a snapshot event.
+	if err := newConn(true).Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := newConn(false).Setup(ctx); err != nil {
+		t.Fatalf("after the resync the slot agrees with cdc_state: %v", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Payments),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		fs := cl.PollFetches(pctx)
+		pcancel()
+		found := false
+		fs.EachRecord(func(r *kgo.Record) {
+			f, err := envelope.DecodeFull(r.Value)
+			if err == nil && f.Op == "r" && f.After["id"] == lost.ID.String() {
+				if !bytes.Contains(r.Value, []byte(`"snapshot":"true"`)) {
+					t.Errorf("snapshot event without snapshot=true: %s", r.Value)
+				}
+				found = true
+			}
+		})
+		if found {
+			return
+		}
+	}
+	t.Fatal("the payment created in the gap never came as a snapshot event")
 }

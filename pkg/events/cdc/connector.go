@@ -42,6 +42,10 @@ type Config struct {
 	// Schemas: keys and envelopes in the schema-ful form, as Debezium's
 	// JsonConverter writes them with schemas.enable=true.
 	Schemas bool
+	// Resync: when the slot does not continue from the last confirmed
+	// position, recreate it and emit snapshot events for the rows changed
+	// since then, instead of refusing to start.
+	Resync bool
 }
 
 // Validate reports the first configuration error.
@@ -76,12 +80,15 @@ type Connector struct {
 	// lastCommit is the commit LSN of the last transaction read: the slot's
 	// confirmed position at the start, then each Commit's.
 	lastCommit pglogrepl.LSN
+	// recorded is the last position written to cdc_state.
+	recorded pglogrepl.LSN
 	// scratch column lists for the tuple being read
 	before, after []envelope.Datum
 	m             struct {
 		events  prometheus.Counter
 		slotLag prometheus.Gauge
 		lag     prometheus.Histogram
+		gap     prometheus.Gauge
 	}
 }
 
@@ -108,7 +115,9 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	c.m.slotLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_cdc_slot_lag_bytes", Help: "WAL the slot holds back: current LSN minus confirmed flush LSN."})
 	c.m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "paysched_cdc_lag_seconds",
 		Help: "Commit to Kafka acknowledgement.", Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}})
-	reg.MustRegister(c.m.events, c.m.slotLag, c.m.lag)
+	c.m.gap = prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_cdc_slot_gap",
+		Help: "1 while the replication slot does not continue from the last position cdc confirmed (cdc refuses to stream; alert)."})
+	reg.MustRegister(c.m.events, c.m.slotLag, c.m.lag, c.m.gap)
 	return c, nil
 }
 
@@ -148,21 +157,65 @@ func (c *Connector) Setup(ctx context.Context) error {
 			}
 		}
 	}
-	if err := c.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, c.cfg.Slot).Scan(&exists); err != nil {
-		return fmt.Errorf("check slot: %w", err)
+	if _, err := c.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS cdc_state (slot text PRIMARY KEY, confirmed_lsn pg_lsn NOT NULL, confirmed_at timestamptz NOT NULL)`); err != nil {
+		return fmt.Errorf("cdc_state table: %w", err)
 	}
-	if !exists {
-		conn, err := c.replConn(ctx)
+	exists, rec, gap, err := c.checkSlot(ctx)
+	if err != nil {
+		return err
+	}
+	if gap != nil {
+		c.m.gap.Set(1)
+		if !c.cfg.Resync {
+			c.log.Error("refusing to stream: the slot does not continue from the last confirmed position", "slot", c.cfg.Slot,
+				"confirmed_lsn", gap.LSN.String(), "confirmed_at", gap.ConfirmedAt, "why", gap.Why)
+			return gap
+		}
+		c.log.Warn("resync: recreating the slot and emitting snapshot events", "slot", c.cfg.Slot, "since", rec.at, "why", gap.Why)
+		if exists {
+			if _, err := c.db.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, c.cfg.Slot); err != nil {
+				return fmt.Errorf("resync: drop slot: %w", err)
+			}
+			exists = false
+		}
+	}
+	if exists {
+		if rec == nil {
+			// First start with cdc_state (or the first ever with a slot made
+			// by hand): record where the slot is.
+			var lsn string
+			if err := c.db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&lsn); err != nil {
+				return fmt.Errorf("check slot: %w", err)
+			}
+			if at, err := pglogrepl.ParseLSN(lsn); err == nil {
+				return c.record(ctx, at)
+			}
+		}
+		return nil
+	}
+	conn, err := c.replConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	made, err := pglogrepl.CreateReplicationSlot(ctx, conn, c.cfg.Slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{})
+	if err != nil {
+		return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
+	}
+	at, err := pglogrepl.ParseLSN(made.ConsistentPoint)
+	if err != nil {
+		return fmt.Errorf("create slot %s: consistent point %q: %w", c.cfg.Slot, made.ConsistentPoint, err)
+	}
+	c.log.Info("created replication slot", "slot", c.cfg.Slot, "lsn", made.ConsistentPoint)
+	if gap != nil {
+		n, err := c.resync(ctx, rec.at, at, rec.lsn)
 		if err != nil {
 			return err
 		}
-		defer conn.Close(ctx)
-		if _, err := pglogrepl.CreateReplicationSlot(ctx, conn, c.cfg.Slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{}); err != nil {
-			return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
-		}
-		c.log.Info("created replication slot", "slot", c.cfg.Slot)
+		c.log.Warn("resync done: snapshot events emitted", "events", n, "since", rec.at.Add(-resyncMargin))
+		c.m.gap.Set(0)
 	}
-	return nil
+	return c.record(ctx, at)
 }
 
 func (c *Connector) replConn(ctx context.Context) (*pgconn.PgConn, error) {
@@ -518,6 +571,18 @@ func (c *Connector) publish(ctx context.Context, tx *txn, end pglogrepl.LSN) {
 // WAL up to it.
 func (c *Connector) status(ctx context.Context, conn *pgconn.PgConn, final bool) error {
 	lsn := c.acks.acked()
+	// Recorded before it is confirmed: the slot is then never ahead of
+	// cdc_state, which is how a recreated slot is told apart (checkSlot).
+	if lsn > c.recorded {
+		if err := c.record(ctx, lsn); err != nil {
+			if final {
+				return nil
+			}
+			c.log.Warn("not confirming this time", "err", err)
+			return nil
+		}
+		c.recorded = lsn
+	}
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: lsn, WALFlushPosition: lsn, WALApplyPosition: lsn, ClientTime: time.Now()})
 	if err != nil && !final {

@@ -36,7 +36,7 @@ type Relation struct {
 	// Computed once per relation (see Prepare): the topic, and the source
 	// block's constant text around the commit time and the LSN.
 	topic                     string
-	srcHead, srcSeq, srcTable []byte
+	srcHead, srcSeq, srcSeqSnap, srcTable []byte
 	// The schema-ful form's constant heads: {"schema":...,"payload":
 	keySchemaHead, valueSchemaHead []byte
 	prepared                       bool
@@ -116,7 +116,11 @@ func AppendValue(b []byte, r *Relation, op byte, before, after []Datum, lsn, las
 	}
 	b = append(b, r.srcHead...)
 	b = strconv.AppendInt(b, commitUs/1000, 10)
-	b = append(b, r.srcSeq...)
+	if op == 'r' {
+		b = append(b, r.srcSeqSnap...)
+	} else {
+		b = append(b, r.srcSeq...)
+	}
 	if lastCommit == 0 {
 		b = append(b, "null"...)
 	} else {
@@ -267,6 +271,7 @@ func (r *Relation) Prepare(src Source) {
 	r.topic = src.Topic(r)
 	r.srcHead = fmt.Appendf(nil, `,"source":{"version":%q,"connector":"postgresql","name":%q,"ts_ms":`, Version, src.Name)
 	r.srcSeq = fmt.Appendf(nil, `,"snapshot":"false","db":%q,"sequence":"[`, src.DB)
+	r.srcSeqSnap = fmt.Appendf(nil, `,"snapshot":"true","db":%q,"sequence":"[`, src.DB)
 	r.srcTable = fmt.Appendf(nil, `,"schema":%q,"table":%q,"txId":`, r.Schema, r.Table)
 	k, v := r.schemas()
 	r.keySchemaHead = append(append([]byte(`{"schema":`), k...), `,"payload":`...)

@@ -1,0 +1,171 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paysched/paysched/pkg/events/envelope"
+)
+
+// cdc keeps the position it last confirmed in cdc_state, outside the slot,
+// so that a slot that disappears (dropped, or not carried over a failover)
+// or comes back at a newer position (recreated) is noticed: streaming from
+// such a slot would skip every change in between without a word, leaving a
+// gap in Kafka, the audit log and the notifications.
+
+// GapError: the slot does not continue from where cdc last confirmed.
+type GapError struct {
+	Slot        string
+	Why         string
+	ConfirmedAt time.Time
+	LSN         pglogrepl.LSN
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("replication slot %s: %s; cdc last confirmed %s at %s, and the changes after it would be lost: "+
+		"start cdc once with --resync to recreate the slot and emit snapshot events (op r) for the rows changed since then",
+		e.Slot, e.Why, e.LSN, e.ConfirmedAt.UTC().Format(time.RFC3339))
+}
+
+// ErrGap matches a *GapError with errors.Is.
+var ErrGap = errors.New("replication slot gap")
+
+// Is makes errors.Is(err, ErrGap) true.
+func (e *GapError) Is(target error) bool { return target == ErrGap }
+
+// resyncMargin widens the resync's window before the last confirmed time:
+// updated_at is set when a statement runs, which can be before the commit
+// that cdc confirmed later; a repeated event is harmless, a missed one not.
+const resyncMargin = 10 * time.Minute
+
+type slotState struct {
+	lsn pglogrepl.LSN
+	at  time.Time
+}
+
+// checkSlot compares the slot with cdc_state: nil when they agree (or when
+// cdc never ran: nothing to lose), a *GapError otherwise. exists reports
+// whether the slot exists.
+func (c *Connector) checkSlot(ctx context.Context) (exists bool, rec *slotState, gap *GapError, err error) {
+	var slotLSN *string
+	err = c.db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&slotLSN)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		exists = false
+	case err != nil:
+		return false, nil, nil, fmt.Errorf("check slot: %w", err)
+	default:
+		exists = true
+	}
+	var lsnText string
+	var at time.Time
+	switch err := c.db.QueryRow(ctx, `SELECT confirmed_lsn::text, confirmed_at FROM cdc_state WHERE slot = $1`, c.cfg.Slot).Scan(&lsnText, &at); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return exists, nil, nil, nil
+	case err != nil:
+		return exists, nil, nil, fmt.Errorf("read cdc_state: %w", err)
+	}
+	lsn, err := pglogrepl.ParseLSN(lsnText)
+	if err != nil {
+		return exists, nil, nil, fmt.Errorf("cdc_state lsn %q: %w", lsnText, err)
+	}
+	rec = &slotState{lsn: lsn, at: at}
+	if !exists {
+		return false, rec, &GapError{Slot: c.cfg.Slot, Why: "the slot is missing", ConfirmedAt: at, LSN: lsn}, nil
+	}
+	if slotLSN != nil {
+		cur, err := pglogrepl.ParseLSN(*slotLSN)
+		// cdc records a position before it confirms it (status), so the
+		// slot is never ahead of the record unless something else moved it
+		// or made it anew.
+		if err == nil && cur > lsn {
+			return true, rec, &GapError{Slot: c.cfg.Slot, Why: fmt.Sprintf("the slot starts at %s, after the last position cdc confirmed (recreated or advanced by someone else)", cur),
+				ConfirmedAt: at, LSN: lsn}, nil
+		}
+	}
+	return true, rec, nil, nil
+}
+
+// record writes lsn as the position cdc is about to confirm.
+func (c *Connector) record(ctx context.Context, lsn pglogrepl.LSN) error {
+	_, err := c.db.Exec(ctx, `INSERT INTO cdc_state (slot, confirmed_lsn, confirmed_at) VALUES ($1, $2::pg_lsn, now())
+		ON CONFLICT (slot) DO UPDATE SET confirmed_lsn = excluded.confirmed_lsn, confirmed_at = excluded.confirmed_at`, c.cfg.Slot, lsn.String())
+	if err != nil {
+		return fmt.Errorf("record confirmed position: %w", err)
+	}
+	return nil
+}
+
+// resyncTables are read again by a resync, with the column that says when
+// a row last changed.
+var resyncTables = []struct{ table, changed string }{
+	{"payments", "updated_at"},
+	{"payment_attempts", "coalesce(finished_at, started_at)"},
+	{"payment_actions", "at"},
+}
+
+// resync emits a snapshot event (op r, source.snapshot "true") for every
+// row changed since the last confirmed time (less resyncMargin), at the new
+// slot's position lsn, and waits until Kafka has them all: consumers close
+// the gap from them (the audit log records them; notifications follow the
+// rows' current status).
+func (c *Connector) resync(ctx context.Context, since time.Time, lsn, last pglogrepl.LSN) (int, error) {
+	from := since.Add(-resyncMargin)
+	n := 0
+	for _, t := range resyncTables {
+		// Simple protocol: every value comes back as text, the form
+		// pgoutput sends and the encoder reads.
+		rows, err := c.db.Query(ctx, `SELECT * FROM `+quoteIdent(t.table)+` WHERE `+t.changed+` >= $1`, pgx.QueryExecModeSimpleProtocol, from)
+		if err != nil {
+			return n, fmt.Errorf("resync %s: %w", t.table, err)
+		}
+		rel := &envelope.Relation{Schema: "public", Table: t.table}
+		for _, f := range rows.FieldDescriptions() {
+			rel.Columns = append(rel.Columns, envelope.Column{Name: f.Name, OID: f.DataTypeOID})
+		}
+		rel.Prepare(c.cfg.Source)
+		now := time.Now()
+		var recs []*kgo.Record
+		for rows.Next() {
+			raw := rows.RawValues()
+			vals := make([]envelope.Datum, len(raw))
+			for i, v := range raw {
+				if v == nil {
+					vals[i] = envelope.Datum{Kind: 'n'}
+				} else {
+					vals[i] = envelope.Datum{Kind: 't', Data: append([]byte(nil), v...)}
+				}
+			}
+			appendKey, appendValue := envelope.AppendKey, envelope.AppendValue
+			if c.cfg.Schemas {
+				appendKey, appendValue = envelope.AppendSchemaKey, envelope.AppendSchemaValue
+			}
+			key, err := appendKey(nil, rel, vals)
+			if err != nil {
+				rows.Close()
+				return n, err
+			}
+			val, err := appendValue(nil, rel, 'r', nil, vals, uint64(lsn), uint64(last), 0, now.UnixMicro(), now.UnixNano())
+			if err != nil {
+				rows.Close()
+				return n, err
+			}
+			recs = append(recs, &kgo.Record{Topic: rel.Topic(), Key: key, Value: val})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return n, fmt.Errorf("resync %s: %w", t.table, err)
+		}
+		if err := c.kafk.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return n, fmt.Errorf("resync %s: produce: %w", t.table, err)
+		}
+		n += len(recs)
+	}
+	return n, nil
+}
