@@ -35,7 +35,7 @@ type Relation struct {
 	Columns       []Column
 	// Computed once per relation (see Prepare): the topic, and the source
 	// block's constant text around the commit time and the LSN.
-	topic                     string
+	topic                                 string
 	srcHead, srcSeq, srcSeqSnap, srcTable []byte
 	// The schema-ful form's constant heads: {"schema":...,"payload":
 	keySchemaHead, valueSchemaHead []byte
