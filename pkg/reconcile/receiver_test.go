@@ -17,9 +17,16 @@ import (
 
 func post(t *testing.T, url, sig string, body []byte) int {
 	t.Helper()
+	return postSigned(t, url, webhook.Header, sig, body)
+}
+
+// postSigned posts body with sig in header (none when empty) and returns
+// the status.
+func postSigned(t *testing.T, url, header, sig string, body []byte) int {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if sig != "" {
-		req.Header.Set(webhook.Header, sig)
+		req.Header.Set(header, sig)
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

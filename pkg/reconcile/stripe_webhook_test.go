@@ -27,16 +27,7 @@ func stripeEvent(t *testing.T, name string, id uuid.UUID) []byte {
 
 func postStripe(t *testing.T, url, sig string, body []byte) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-	if sig != "" {
-		req.Header.Set(webhook.StripeHeader, sig)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	return res.StatusCode
+	return postSigned(t, url, webhook.StripeHeader, sig, body)
 }
 
 // TestStripeWebhooks: Stripe-signed payment_intent events go through the

@@ -35,36 +35,39 @@ func cols(t *pglogrepl.TupleData) []envelope.Datum {
 }
 
 // Key is the record key of c.
-func Key(c Change) ([]byte, error) {
-	t := c.After
-	if t == nil {
-		t = c.Before
-	}
-	return envelope.AppendKey(nil, c.Rel, cols(t))
-}
+func Key(c Change) ([]byte, error) { return envelope.AppendKey(nil, c.Rel, keyTuple(c)) }
 
 // Value is the Debezium envelope of c.
 func Value(c Change, src envelope.Source, now time.Time) ([]byte, error) {
-	c.Rel.Prepare(src)
-	return envelope.AppendValue(nil, c.Rel, c.Op[0], cols(c.Before), cols(c.After), uint64(c.LSN), uint64(c.LastCommit), c.TxID,
-		c.CommitTime.UnixMicro(), now.UnixNano())
+	return value(envelope.AppendValue, c, src, now)
 }
 
 // SchemaKey and SchemaValue are Key and Value in the schema-ful form
 // (Debezium's JsonConverter with schemas.enable=true).
 func SchemaKey(c Change, src envelope.Source) ([]byte, error) {
 	c.Rel.Prepare(src)
-	t := c.After
-	if t == nil {
-		t = c.Before
-	}
-	return envelope.AppendSchemaKey(nil, c.Rel, cols(t))
+	return envelope.AppendSchemaKey(nil, c.Rel, keyTuple(c))
 }
 
 // SchemaValue is Value in the schema-ful form.
 func SchemaValue(c Change, src envelope.Source, now time.Time) ([]byte, error) {
+	return value(envelope.AppendSchemaValue, c, src, now)
+}
+
+// keyTuple is the tuple a change's key is read from: the after image, or
+// the before one of a delete.
+func keyTuple(c Change) []envelope.Datum {
+	if c.After != nil {
+		return cols(c.After)
+	}
+	return cols(c.Before)
+}
+
+type appendValue func(b []byte, r *envelope.Relation, op byte, before, after []envelope.Datum, lsn, lastCommit uint64, txid uint32, commitUs, nowNs int64) ([]byte, error)
+
+func value(appendV appendValue, c Change, src envelope.Source, now time.Time) ([]byte, error) {
 	c.Rel.Prepare(src)
-	return envelope.AppendSchemaValue(nil, c.Rel, c.Op[0], cols(c.Before), cols(c.After), uint64(c.LSN), uint64(c.LastCommit), c.TxID,
+	return appendV(nil, c.Rel, c.Op[0], cols(c.Before), cols(c.After), uint64(c.LSN), uint64(c.LastCommit), c.TxID,
 		c.CommitTime.UnixMicro(), now.UnixNano())
 }
 
