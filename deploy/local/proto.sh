@@ -10,6 +10,7 @@ BUF="$ROOT/.tools/buf"
 gen() { # gen OUTDIR
   "$BUF" generate -o "$1"
   "$BUF" generate --template buf.gen.rest.yaml --path proto/paysched/v1 -o "$1"
+  "$BUF" generate --template buf.gen.openapi.yaml --path proto/paysched/v1 -o "$1"
 }
 case "${1:-gen}" in
   gen)

@@ -23,4 +23,7 @@ go vet ./...
 step "go test (one private postgres for the run)"
 # tools.sh installed stripe-mock: its contract test must run, not skip.
 export PAYSCHED_REQUIRE_STRIPE_MOCK=1
+# The generated-client test (test/openapiclient) needs node and npm: fail,
+# not skip, when they are missing.
+export PAYSCHED_REQUIRE_NODE=1
 "$ROOT/deploy/local/with-pg.sh" go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} ./...

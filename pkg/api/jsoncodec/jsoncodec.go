@@ -4,7 +4,9 @@
 //     fractions are reported per field (a field path and what is wrong), so a
 //     client learns every mistake at once;
 //   - output: 64-bit integers are JSON numbers, as money amounts should read,
-//     not the quoted strings protojson emits.
+//     not the quoted strings protojson emits; every scalar, list and map is
+//     present, and a message field is omitted when unset (never null), as
+//     the OpenAPI documents say.
 package jsoncodec
 
 import (
@@ -27,7 +29,9 @@ import (
 )
 
 var (
-	marshalOpts   = protojson.MarshalOptions{EmitUnpopulated: true}
+	// EmitDefaultValues, not EmitUnpopulated: the latter writes an unset
+	// message field as null, which the documents' object schemas refuse.
+	marshalOpts   = protojson.MarshalOptions{EmitDefaultValues: true}
 	unmarshalOpts = protojson.UnmarshalOptions{}
 )
 
@@ -313,13 +317,14 @@ func sortedKeys(m map[string]json.RawMessage) []string {
 	return keys
 }
 
-// Marshal encodes m as protojson (camelCase names, unpopulated fields
-// included) with 64-bit integers as JSON numbers.
+// Marshal encodes m as protojson (camelCase names, default-valued scalars,
+// lists and maps included, unset message fields omitted) with 64-bit
+// integers as JSON numbers.
 func Marshal(m proto.Message) ([]byte, error) {
 	opts := marshalOpts
 	// Our resources show every field; google.rpc error details read better
 	// without empty ones.
-	opts.EmitUnpopulated = strings.HasPrefix(string(m.ProtoReflect().Descriptor().FullName()), "paysched.")
+	opts.EmitDefaultValues = strings.HasPrefix(string(m.ProtoReflect().Descriptor().FullName()), "paysched.")
 	b, err := opts.Marshal(m)
 	if err != nil {
 		return nil, err

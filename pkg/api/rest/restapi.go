@@ -1,7 +1,8 @@
 // Package restapi is the REST face of the API: grpc-gateway over the same
 // gRPC handlers, plus what HTTP needs on top: bearer authentication, body
 // limits and strict JSON checks that report every bad field, status codes
-// (201 on create), and the health, metrics and OpenAPI endpoints.
+// (201 on create), and the health, metrics and OpenAPI endpoints (the
+// public document to anyone, the admin one to admin callers only).
 package rest
 
 import (
@@ -72,11 +73,16 @@ type Options struct {
 	// refuses it with its error (the per-actor rate limit).
 	Admit func(context.Context) error
 	// Ready reports whether the service can serve (the database answers).
-	Ready   func(context.Context) error
+	Ready func(context.Context) error
+	// OpenAPI is the public document, served at /openapi.json and
+	// /v1/openapi.json without authentication.
 	OpenAPI []byte
-	Metrics http.Handler
-	RPC     *obs.RPCMetrics
-	Log     *slog.Logger
+	// AdminOpenAPI is the admin document, served at /v1/admin/openapi.json
+	// to callers whose token has the admin claim (403 otherwise).
+	AdminOpenAPI []byte
+	Metrics      http.Handler
+	RPC          *obs.RPCMetrics
+	Log          *slog.Logger
 }
 
 // New returns the HTTP handler.
@@ -98,7 +104,8 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 			return nil, err
 		}
 	}
-	api := &apiHandler{gw: gw, verifier: o.Verifier, admit: o.Admit, log: o.Log, createViolations: o.CreateViolations}
+	api := &apiHandler{gw: gw, verifier: o.Verifier, admit: o.Admit, log: o.Log, createViolations: o.CreateViolations,
+		adminOpenAPI: o.AdminOpenAPI}
 
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
@@ -138,7 +145,7 @@ func routeName(r *http.Request) string {
 	case p == "/v1/admin/dead-letters" || p == "/v1/admin/reconciliation-runs":
 		return r.Method + " " + p
 	case p == "/v1/scheduled-payments" || p == "/v1/scheduled-payments:batchCreate" ||
-		p == "/healthz" || p == "/metrics" || p == "/openapi.json":
+		p == "/healthz" || p == "/metrics" || p == "/openapi.json" || p == adminOpenAPIPath:
 		return r.Method + " " + p
 	}
 	return r.Method + " other"
@@ -150,7 +157,12 @@ type apiHandler struct {
 	admit            func(context.Context) error
 	log              *slog.Logger
 	createViolations func(*payschedv1.CreateScheduledPaymentRequest) []apierr.Violation
+	adminOpenAPI     []byte
 }
+
+// adminOpenAPIPath serves the admin document behind authentication: it
+// describes routes only admins may call.
+const adminOpenAPIPath = "/v1/admin/openapi.json"
 
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p, err := h.verifier.VerifyHeader(r.Header.Get("Authorization"))
@@ -168,6 +180,15 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, err)
 			return
 		}
+	}
+	if r.URL.Path == adminOpenAPIPath && r.Method == http.MethodGet && h.adminOpenAPI != nil {
+		if !p.Admin {
+			h.fail(w, r, apierr.New(codes.PermissionDenied, apierr.ReasonPermissionDenied, "the admin claim is required", nil))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(h.adminOpenAPI)
+		return
 	}
 	if r.Method == http.MethodPost {
 		if rule, ok := bodies[r.URL.Path]; ok {

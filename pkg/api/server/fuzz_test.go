@@ -42,6 +42,7 @@ func FuzzCreateREST(f *testing.F) {
 		}
 		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
+		checkContract(t, req, res.StatusCode, res.Header, b)
 		if res.StatusCode >= 500 {
 			t.Fatalf("%d for %q: %s", res.StatusCode, body, b)
 		}

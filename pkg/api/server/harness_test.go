@@ -150,6 +150,7 @@ func (e *env) do(method, path, tok string, hdr map[string]string, body string) r
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
+	checkContract(e.t, req, res.StatusCode, res.Header, b)
 	return resp{code: res.StatusCode, header: res.Header, body: b}
 }
 

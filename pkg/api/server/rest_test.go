@@ -333,6 +333,25 @@ func TestServiceEndpoints(t *testing.T) {
 	}
 	if r := e.do("GET", "/openapi.json", "", nil, ""); !strings.Contains(string(r.body), "/v1/scheduled-payments:batchCreate") {
 		t.Error("OpenAPI document lacks the batchCreate route")
+	} else {
+		for p := range r.json(t)["paths"].(map[string]any) {
+			if strings.HasPrefix(p, "/v1/admin/") {
+				t.Errorf("the public OpenAPI document has the admin route %s", p)
+			}
+		}
+	}
+	// The admin document: to admin callers only.
+	const adminDoc = "/v1/admin/openapi.json"
+	if r := e.do("GET", adminDoc, "", nil, ""); r.code != http.StatusUnauthorized {
+		t.Errorf("GET %s without a token: %d", adminDoc, r.code)
+	}
+	if r := e.do("GET", adminDoc, token(t, "alice"), nil, ""); r.code != http.StatusForbidden || r.reason(t) != "PERMISSION_DENIED" {
+		t.Errorf("GET %s without the admin claim: %d %s", adminDoc, r.code, r.body)
+	}
+	r := e.do("GET", adminDoc, adminToken(t, "ops"), nil, "")
+	if r.code != http.StatusOK || !strings.Contains(string(r.body), "/v1/admin/dead-letters") ||
+		strings.Contains(string(r.body), `"/v1/scheduled-payments"`) {
+		t.Errorf("GET %s as admin: %d %.200s", adminDoc, r.code, r.body)
 	}
 }
 

@@ -73,7 +73,8 @@ func unchanged(t *testing.T, e *env, before int, what string) {
 	}
 }
 
-// send performs req; a transport error or any 5xx answer fails t.
+// send performs req; a transport error, any 5xx answer or one that its
+// OpenAPI document does not allow fails t.
 func send(t *testing.T, req *http.Request) resp {
 	t.Helper()
 	res, err := http.DefaultClient.Do(req)
@@ -83,6 +84,7 @@ func send(t *testing.T, req *http.Request) resp {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	r := resp{code: res.StatusCode, header: res.Header, body: b}
+	checkContract(t, req, r.code, r.header, b)
 	if r.code >= 500 {
 		t.Errorf("%s %s answered %d: %s", req.Method, req.URL.RequestURI(), r.code, b)
 	}
@@ -1643,6 +1645,9 @@ func TestPerActorRateLimit(t *testing.T) {
 				}
 				b, _ := io.ReadAll(res.Body)
 				res.Body.Close()
+				if err := contractError(req, res.StatusCode, res.Header, b); err != nil {
+					fail <- err.Error()
+				}
 				switch res.StatusCode {
 				case http.StatusCreated:
 					created.Add(1)
