@@ -332,7 +332,21 @@ func TestSlotGapIsRefusedThenResynced(t *testing.T) {
 	stop()
 	<-done
 	// The slot goes away (a failover that did not carry it), and a payment
-	// is created meanwhile: its change is in no slot.
+	// is created meanwhile: its change is in no slot. (The walsender may
+	// hold the slot for a moment after the connector has gone.)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var active bool
+		if err := db.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = 'gap_slot'`).Scan(&active); err != nil {
+			t.Fatal(err)
+		}
+		if !active {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slot stayed active after the connector stopped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot('gap_slot')`); err != nil {
 		t.Fatal(err)
 	}
