@@ -11,6 +11,13 @@ gen() { # gen OUTDIR
   "$BUF" generate -o "$1"
   "$BUF" generate --template buf.gen.rest.yaml --path proto/paysched/v1 -o "$1"
   "$BUF" generate --template buf.gen.openapi.yaml --path proto/paysched/v1 -o "$1"
+  # protoc-gen-openapiv2 writes OpenAPI 2 only: render each document as
+  # OpenAPI 3 too (tools/cmd/openapi3, kin-openapi's converter), here, so
+  # that `check` reproduces it.
+  local d
+  for d in payments admin; do
+    go run ./tools/cmd/openapi3 "$1/gen/openapi/paysched/v1/$d.swagger.json" "$1/gen/openapi/paysched/v1/$d.openapi3.json"
+  done
 }
 case "${1:-gen}" in
   gen)
@@ -28,7 +35,7 @@ case "${1:-gen}" in
     done < <(find "$tmp" -type f)
     while IFS= read -r f; do
       [ -f "$tmp/$f" ] || { echo "stale generated file: $f (run 'make proto')" >&2; status=1; }
-    done < <(find gen -type f \( -name '*.pb.go' -o -name '*.pb.gw.go' -o -name '*.swagger.json' \))
+    done < <(find gen -type f \( -name '*.pb.go' -o -name '*.pb.gw.go' -o -name '*.swagger.json' -o -name '*.openapi3.json' \))
     exit $status
     ;;
   *) echo "usage: proto.sh gen|check" >&2; exit 2 ;;

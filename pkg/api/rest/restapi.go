@@ -77,6 +77,9 @@ type Options struct {
 	// OpenAPI is the public document, served at /openapi.json and
 	// /v1/openapi.json without authentication.
 	OpenAPI []byte
+	// OpenAPIv3 is the public document as OpenAPI 3, served at
+	// /openapi.v3.json without authentication.
+	OpenAPIv3 []byte
 	// AdminOpenAPI is the admin document, served at /v1/admin/openapi.json
 	// to callers whose token has the admin claim (403 otherwise).
 	AdminOpenAPI []byte
@@ -124,6 +127,10 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 	}
 	mux.HandleFunc("GET /openapi.json", openapi)
 	mux.HandleFunc("GET /v1/openapi.json", openapi)
+	mux.HandleFunc("GET /openapi.v3.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(o.OpenAPIv3)
+	})
 	mux.Handle("GET /metrics", o.Metrics)
 	// The gateway calls the handlers in process: this span per request is
 	// the parent of their statements.
@@ -145,7 +152,7 @@ func routeName(r *http.Request) string {
 	case p == "/v1/admin/dead-letters" || p == "/v1/admin/reconciliation-runs":
 		return r.Method + " " + p
 	case p == "/v1/scheduled-payments" || p == "/v1/scheduled-payments:batchCreate" ||
-		p == "/healthz" || p == "/metrics" || p == "/openapi.json" || p == adminOpenAPIPath:
+		p == "/healthz" || p == "/metrics" || p == "/openapi.json" || p == "/openapi.v3.json" || p == adminOpenAPIPath:
 		return r.Method + " " + p
 	}
 	return r.Method + " other"

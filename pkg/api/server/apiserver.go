@@ -145,7 +145,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	h, err := rest.New(ctx, rest.Options{
 		Payments: pay, Admin: adm, CreateViolations: pay.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
-		OpenAPI: openapi.JSON, AdminOpenAPI: openapi.AdminJSON, Metrics: obs.Handler(reg), RPC: rpcm, Log: log,
+		OpenAPI: openapi.JSON, OpenAPIv3: openapi.JSONv3, AdminOpenAPI: openapi.AdminJSON, Metrics: obs.Handler(reg), RPC: rpcm, Log: log,
 	})
 	if err != nil {
 		pool.Close()
