@@ -15,9 +15,10 @@ import (
 // TestCeilingHolds paces 6,000 due payments with a cluster-wide ceiling of
 // 2,000/s across two sweepers: the gateway never sees more than 2,500 in a
 // wall-clock second and never has to refuse one. Unpaced (no bucket), the
-// same load reached it at 4,440 and 6,000 in one second. The 25% headroom is for delivery jitter: charges
-// released late in one second can arrive early in the next (under -race on
-// two cores, 10% was crossed by a few dozen charges in some runs).
+// same load reached it at 4,440 and 6,000 in one second. The 25% headroom
+// is for delivery jitter: charges released late in one second can arrive
+// early in the next (under -race on two cores, 10% was crossed by a few
+// dozen charges in some runs).
 func TestCeilingHolds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes ~4 s")
