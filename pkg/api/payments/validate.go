@@ -51,7 +51,7 @@ func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time
 	case n > MaxPayeeLen:
 		bad("payee", "must be at most %d characters, got %d", MaxPayeeLen, n)
 	case !printable(req.GetPayee(), false):
-		bad("payee", "must be valid UTF-8 without control characters")
+		bad("payee", "must be valid UTF-8 without control, bidirectional-override or zero-width characters")
 	}
 
 	switch a := req.GetAmount(); {
@@ -87,7 +87,7 @@ func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time
 	case n > MaxDescriptionLen:
 		bad("description", "must be at most %d characters, got %d", MaxDescriptionLen, n)
 	case !printable(req.GetDescription(), true):
-		bad("description", "must be valid UTF-8 without control characters")
+		bad("description", "must be valid UTF-8 without control, bidirectional-override or zero-width characters")
 	}
 
 	md := req.GetMetadata()
@@ -102,12 +102,12 @@ func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time
 		case n > MaxMetadataKeyLen:
 			bad("metadata."+k, "key must be at most %d characters", MaxMetadataKeyLen)
 		case !printable(k, false):
-			bad("metadata", "keys must be valid UTF-8 without control characters")
+			bad("metadata", "keys must be valid UTF-8 without control, bidirectional-override or zero-width characters")
 		}
 		if n := utf8.RuneCountInString(v); n > MaxMetadataValLen {
 			bad("metadata."+k, "value must be at most %d characters, got %d", MaxMetadataValLen, n)
 		} else if !printable(v, true) {
-			bad("metadata."+k, "value must be valid UTF-8 without control characters")
+			bad("metadata."+k, "value must be valid UTF-8 without control, bidirectional-override or zero-width characters")
 		}
 	}
 	return vs
@@ -136,11 +136,29 @@ func printable(s string, multiline bool) bool {
 		if multiline && (c == '\n' || c == '\r' || c == '\t') {
 			continue
 		}
-		if unicode.IsControl(c) || c == utf8.RuneError {
+		if unicode.IsControl(c) || c == utf8.RuneError || spoofing(c) {
 			return false
 		}
 	}
 	return true
+}
+
+// spoofing reports the characters that make a display string show other
+// than it is in an operator's terminal or UI: bidirectional overrides,
+// embeddings, isolates and marks (an "invoice\u202Efdp.exe" reads as
+// "invoiceexe.pdf"), and zero-width characters (two payees that look the
+// same). Emoji joined with U+200D are refused with them: a payee or a
+// description does not need them.
+func spoofing(c rune) bool {
+	switch {
+	case c >= 0x202A && c <= 0x202E, // LRE, RLE, PDF, LRO, RLO
+		c >= 0x2066 && c <= 0x2069,            // LRI, RLI, FSI, PDI
+		c == 0x200E, c == 0x200F, c == 0x061C, // LRM, RLM, ALM
+		c >= 0x200B && c <= 0x200D, // ZWSP, ZWNJ, ZWJ
+		c == 0x2060, c == 0xFEFF:   // word joiner, BOM / ZWNBSP
+		return true
+	}
+	return false
 }
 
 func humanDuration(d time.Duration) string {
