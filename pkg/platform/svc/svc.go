@@ -275,14 +275,17 @@ func Main(name string, fs *flag.FlagSet, run func(ctx context.Context, log *slog
 // and returns a context that SIGINT or SIGTERM ends. The returned stop
 // releases the signal handlers and flushes the spans still buffered.
 func Boot(name string, fs *flag.FlagSet) (context.Context, *slog.Logger, context.CancelFunc) {
-	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here (off when empty)")
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof here, a loopback address such as 127.0.0.1:6060 (off when empty)")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(2)
 	}
 	log := obs.Logger(name)
 	tuneGC()
-	obs.ServePprof(*pprofAddr, log)
+	if err := obs.ServePprof(*pprofAddr, log); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(2)
+	}
 	ctx, stop := Context()
 	flush := Tracing(ctx, name, log)
 	return ctx, log, func() {
