@@ -75,7 +75,7 @@ func main() {
 		}
 		// A batch runs under its Execute RPC's context, so its read and
 		// gateway calls are children of the RPC's span.
-		gs := grpc.NewServer(tracing.ServerOption())
+		gs := grpc.NewServer(svc.GRPCServerOptions(tracing.ServerOption())...)
 		internalv1.RegisterExecutorServiceServer(gs, ex)
 		// GracefulStop lets batches in flight finish and record their outcomes.
 		// No reflection: only sweepers call an executor.

@@ -111,7 +111,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	pay := payments.New(st, batcher, cfg.Rules, cfg.CursorSecret, log)
 	limiter := ratelimit.New(cfg.RateLimit)
 
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(svc.GRPCServerOptions(
 		// Reused workers keep their grown stacks; a goroutine per stream
 		// regrows its stack on every call.
 		grpc.NumStreamWorkers(uint32(4*runtime.NumCPU())),
@@ -121,7 +121,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.ForceServerCodecV2(newUTF8Codec()),
 		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), apierr.ProtoFieldNames(), verifier.UnaryInterceptor(), limiter.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
-	)
+	)...)
 	payschedv1.RegisterPaymentsServiceServer(gs, pay)
 	var runner *reconcile.Runner
 	var prober admin.Prober

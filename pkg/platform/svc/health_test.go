@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
@@ -77,4 +78,59 @@ func TestHealthPerServiceFollowsReady(t *testing.T) {
 	}
 	down.Store(false)
 	wait("gateway.v1.GatewayService", healthpb.HealthCheckResponse_SERVING)
+}
+
+// TestStreamLimit: a client connection gets at most MaxConcurrentStreams
+// calls at once from a server built with GRPCServerOptions; the next waits
+// until one ends.
+func TestStreamLimit(t *testing.T) {
+	gs := grpc.NewServer(svc.GRPCServerOptions()...)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch := func(ctx context.Context) error {
+		w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		_, err = w.Recv()
+		return err
+	}
+	cancels := make([]context.CancelFunc, svc.MaxConcurrentStreams)
+	for i := range cancels {
+		sctx, c := context.WithCancel(ctx)
+		cancels[i] = c
+		if err := watch(sctx); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	extra := make(chan error, 1)
+	go func() { extra <- watch(ctx) }()
+	select {
+	case err := <-extra:
+		t.Fatalf("stream %d started past the limit (%v)", svc.MaxConcurrentStreams+1, err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cancels[0]()
+	select {
+	case err := <-extra:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting stream never started after one ended")
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -208,6 +209,26 @@ func (s Server) Run(ctx context.Context, work func(context.Context) error) error
 func NewHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
+}
+
+// MaxConcurrentStreams bounds the calls one client connection may have
+// open on a paysched gRPC server: past it new ones wait, so one client
+// cannot take every handler goroutine. The largest real use is an
+// executor's Charges and a payments-api client's concurrent creates, far
+// below it.
+const MaxConcurrentStreams = 1000
+
+// GRPCServerOptions are the options every paysched gRPC server starts
+// with, before its own: the stream limit, and a keepalive policy that
+// drops a client pinging more often than every 30 s without a call open
+// (a ping flood) and closes connections idle for 15 minutes, probing a
+// silent one every 2 minutes so dead peers are noticed.
+func GRPCServerOptions(opts ...grpc.ServerOption) []grpc.ServerOption {
+	return append([]grpc.ServerOption{
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 30 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 15 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+	}, opts...)
 }
 
 // ReadyEvery is how often a gRPC server's health follows Ready.

@@ -115,7 +115,7 @@ func main() {
 			}
 			opts = append(opts, gatewaysim.RequireBearer(tok)...)
 		}
-		gs := grpc.NewServer(opts...)
+		gs := grpc.NewServer(svc.GRPCServerOptions(opts...)...)
 		gatewayv1.RegisterGatewayServiceServer(gs, sim)
 		gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)
 		return svc.Server{Name: "gateway-sim", Log: log, Registry: obs.Registry(), GRPC: gs, Reflection: true,
