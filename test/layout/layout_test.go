@@ -92,3 +92,25 @@ func TestStatusesAreTyped(t *testing.T) {
 		}
 	})
 }
+
+// TestImageContextLeavesOutLocalState: the image builds from the repository
+// root with `COPY . .`, so .dockerignore must keep the local stack's data
+// (databases, Kafka logs, generated secrets and the development CA in
+// .data), the tools, the binaries, git and node_modules out of it.
+func TestImageContextLeavesOutLocalState(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
+	if err != nil {
+		t.Fatalf("no .dockerignore: %v", err)
+	}
+	have := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			have[strings.TrimSuffix(strings.TrimPrefix(line, "/"), "/")] = true
+		}
+	}
+	for _, want := range []string{".data", ".tools", ".git", "bin", "**/node_modules"} {
+		if !have[want] {
+			t.Errorf(".dockerignore does not leave out %s", want)
+		}
+	}
+}
