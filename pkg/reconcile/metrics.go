@@ -1,6 +1,11 @@
 package reconcile
 
 import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paysched/paysched/pkg/payment"
@@ -17,6 +22,8 @@ type Metrics struct {
 	last       *prometheus.GaugeVec
 	resolved   *prometheus.CounterVec
 	webhooks   *prometheus.CounterVec
+	// lastSuccess is when a run last succeeded (Unix seconds).
+	lastSuccess prometheus.Gauge
 }
 
 // NewMetrics registers the metrics with reg.
@@ -36,8 +43,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Ambiguous dead letters settled by probing the gateway, by the status they moved to."}, []string{"status"}),
 		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_webhooks_total",
 			Help: "Gateway webhooks received, by result."}, []string{"result"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_reconciliation_last_success_timestamp_seconds",
+			Help: "When the last reconciliation run succeeded (Unix seconds; the reconciler's first start when none has yet)."}),
 	}
-	reg.MustRegister(m.mismatches, m.runs, m.repaired, m.charges, m.last, m.resolved, m.webhooks)
+	reg.MustRegister(m.mismatches, m.runs, m.repaired, m.charges, m.last, m.resolved, m.webhooks, m.lastSuccess)
 	for _, k := range []string{KindMissingAtGateway, KindAmountMismatch, KindDuplicateCharge, KindUnknownCharge} {
 		m.mismatches.WithLabelValues(k)
 		m.last.WithLabelValues(k)
@@ -53,12 +62,30 @@ func (m *Metrics) observe(r *Run) {
 	if r.State != store.RunSucceeded {
 		return
 	}
+	m.lastSuccess.Set(float64(r.FinishedAt.Unix()))
 	m.charges.Add(float64(r.Charges))
 	m.repaired.Add(float64(r.Repaired))
 	for _, k := range []string{KindMissingAtGateway, KindAmountMismatch, KindDuplicateCharge, KindUnknownCharge} {
 		m.mismatches.WithLabelValues(k).Add(float64(r.byKind[k]))
 		m.last.WithLabelValues(k).Set(float64(r.byKind[k]))
 	}
+}
+
+// Restore sets the last-success time from the runs recorded before this
+// process started, so an alert on it survives restarts; with no success
+// recorded yet it starts the clock now (a new installation gets a day to
+// run its first reconciliation).
+func (m *Metrics) Restore(ctx context.Context, db *pgxpool.Pool) error {
+	var last *time.Time
+	if err := db.QueryRow(ctx, `SELECT max(finished_at) FROM reconciliation_runs WHERE state = $1`, string(store.RunSucceeded)).Scan(&last); err != nil {
+		return fmt.Errorf("last successful reconciliation: %w", err)
+	}
+	t := time.Now()
+	if last != nil {
+		t = *last
+	}
+	m.lastSuccess.Set(float64(t.Unix()))
+	return nil
 }
 
 func (m *Metrics) resolvedTo(status payment.Status) {

@@ -60,6 +60,9 @@ func main() {
 		defer gw.Close()
 		reg := obs.Registry()
 		m := reconcile.NewMetrics(reg)
+		if err := m.Restore(ctx, pool); err != nil {
+			return err
+		}
 		runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}
 		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
 		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}
