@@ -36,6 +36,8 @@ import (
 const (
 	MaxCreateBody = 64 << 10
 	MaxBatchBody  = 8 << 20
+	// MaxOtherBody bounds every other POST body (the admin actions).
+	MaxOtherBody = 64 << 10
 )
 
 // bodyRule says how a POST route's body is checked before the gateway
@@ -198,19 +200,25 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodPost {
-		if rule, ok := bodies[r.URL.Path]; ok {
-			raw, err := readBody(w, r, rule.limit)
-			if err != nil {
-				h.fail(w, r, err)
-				return
-			}
+		rule, checked := bodies[r.URL.Path]
+		if !checked {
+			// Every other POST (the admin actions) gets the same size
+			// and media-type limits; its fields are the gateway's to read.
+			rule.limit = MaxOtherBody
+		}
+		raw, err := readBody(w, r, rule.limit)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if checked {
 			msg := rule.msg()
 			if vs := jsoncodec.Unmarshal(raw, msg); len(vs) > 0 {
 				h.fail(w, r, apierr.Invalid("the request body has invalid fields", h.merge(vs, msg)))
 				return
 			}
-			r.Body = io.NopCloser(bytes.NewReader(raw))
 		}
+		r.Body = io.NopCloser(bytes.NewReader(raw))
 	}
 	h.gw.ServeHTTP(w, r)
 }

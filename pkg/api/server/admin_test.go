@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/api/rest"
 	"github.com/paysched/paysched/pkg/api/server"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/store"
@@ -180,6 +182,17 @@ func TestAdminDeadLetterActionsAreAudited(t *testing.T) {
 	}
 	if got := e.do("POST", "/v1/admin/scheduled-payments/nope:redrive", ops, nil, `{}`); got.code != 400 {
 		t.Fatalf("bad id: %d", got.code)
+	}
+	// Admin bodies have the same limits as the payments API's: size and
+	// media type, before anything is read or moved.
+	huge := `{"note":"` + strings.Repeat("x", rest.MaxOtherBody) + `"}`
+	for _, path := range []string{"/v1/admin/scheduled-payments/" + uuid.NewString() + ":resolve", "/v1/admin/reconciliation-runs"} {
+		if got := e.do("POST", path, ops, nil, huge); got.code != http.StatusRequestEntityTooLarge || got.reason(t) != "BODY_TOO_LARGE" {
+			t.Fatalf("%s with a %d-byte body: %d %s", path, len(huge), got.code, got.body)
+		}
+		if got := e.do("POST", path, ops, map[string]string{"Content-Type": "text/plain"}, `{}`); got.code != http.StatusUnsupportedMediaType {
+			t.Fatalf("%s as text/plain: %d %s", path, got.code, got.body)
+		}
 	}
 	// The audit trail: who, when, what, the previous status and why.
 	if n := e.count(`SELECT count(*) FROM payment_actions WHERE actor = 'admin:ops-jane' AND at > now() - interval '1 minute' AND (
