@@ -83,6 +83,12 @@ var ErrUnauthenticated = errors.New("unauthenticated")
 // NewVerifier builds a Verifier; at least one of HS256Secret and JWKSFile
 // must be set.
 func NewVerifier(cfg Config) (*Verifier, error) {
+	if len(cfg.HS256Secret) > 0 && cfg.JWKSFile != "" {
+		// Accepting both lets a holder of the shared secret mint tokens
+		// a JWKS deployment never meant to trust.
+		return nil, errors.New("auth: --jwt-secret and --jwt-jwks-file are exclusive: HS256 and RS256 are never accepted together " +
+			"(production: --jwt-jwks-file with --jwt-secret=''; local runs: --jwt-secret)")
+	}
 	v := &Verifier{secret: cfg.HS256Secret, cache: map[string]cached{}}
 	var methods []string
 	if len(cfg.HS256Secret) > 0 {

@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +100,18 @@ func TestMintAndVerifyHS256(t *testing.T) {
 func TestVerifierNeedsAKey(t *testing.T) {
 	if _, err := auth.NewVerifier(auth.Config{Issuer: "i", Audience: "a"}); err == nil {
 		t.Fatal("a verifier without keys was built")
+	}
+}
+
+// TestNeverBothAlgorithms: a verifier with an HS256 secret and a JWKS file
+// would accept either; it is refused, naming both flags.
+func TestNeverBothAlgorithms(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), JWKSFile: writeJWKS(t, "k1", &key.PublicKey), Issuer: "iss", Audience: "aud"})
+	if err == nil || !strings.Contains(err.Error(), "--jwt-secret") || !strings.Contains(err.Error(), "--jwt-jwks-file") {
+		t.Fatalf("both algorithms: %v, want a refusal naming both flags", err)
 	}
 }
