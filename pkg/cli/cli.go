@@ -32,15 +32,16 @@ import (
 )
 
 type globals struct {
-	api      string
-	token    string
-	actor    string
-	secret   string
-	issuer   string
-	audience string
-	json     bool
-	timeout  time.Duration
-	out      io.Writer
+	api           string
+	token         string
+	actor         string
+	secret        string
+	issuer        string
+	audience      string
+	adminAudience string
+	json          bool
+	timeout       time.Duration
+	out           io.Writer
 }
 
 func env(name, def string) string {
@@ -69,6 +70,7 @@ func New() *cobra.Command {
 	pf.StringVar(&g.secret, "jwt-secret", env("jwt-secret", auth.DevSecret), "local HS256 secret (env PAYSCHED_JWT_SECRET)")
 	pf.StringVar(&g.issuer, "jwt-issuer", env("jwt-issuer", auth.DefaultIssuer), "token issuer (env PAYSCHED_JWT_ISSUER)")
 	pf.StringVar(&g.audience, "jwt-audience", env("jwt-audience", auth.DefaultAudience), "token audience (env PAYSCHED_JWT_AUDIENCE)")
+	pf.StringVar(&g.adminAudience, "jwt-admin-audience", env("jwt-admin-audience", auth.DefaultAdminAudience), "admin tokens' audience (env PAYSCHED_JWT_ADMIN_AUDIENCE)")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "per-call timeout")
 	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), eventsCmd(g),
@@ -84,7 +86,7 @@ func tokenCmd(g *globals) *cobra.Command {
 		Short: "Mint a local dev token (HS256, the local secret)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tok, err := auth.Mint([]byte(g.secret), g.issuer, g.audience, g.actor, admin, ttl)
+			tok, err := auth.Mint([]byte(g.secret), g.issuer, g.audienceFor(admin), g.actor, admin, ttl)
 			if err != nil {
 				return err
 			}
@@ -110,13 +112,22 @@ type conn struct {
 
 func (g *globals) dial() (*conn, error) { return g.dialAs(false, g.timeout) }
 
+// audienceFor is the audience a minted token needs: admin tokens have
+// their own.
+func (g *globals) audienceFor(admin bool) string {
+	if admin {
+		return g.adminAudience
+	}
+	return g.audience
+}
+
 // dialAs connects with --token, or with a minted local token carrying the
 // admin claim when admin is set.
 func (g *globals) dialAs(admin bool, timeout time.Duration) (*conn, error) {
 	tok := g.token
 	if tok == "" {
 		var err error
-		tok, err = auth.Mint([]byte(g.secret), g.issuer, g.audience, g.actor, admin, time.Hour)
+		tok, err = auth.Mint([]byte(g.secret), g.issuer, g.audienceFor(admin), g.actor, admin, time.Hour)
 		if err != nil {
 			return nil, err
 		}

@@ -28,7 +28,8 @@ func main() {
 	secret := fs.String("jwt-secret", auth.DevSecret, "HS256 secret for bearer tokens (local dev); empty disables HS256")
 	jwks := fs.String("jwt-jwks-file", "", "JWKS file with the RS256 keys that sign bearer tokens (production)")
 	issuer := fs.String("jwt-issuer", auth.DefaultIssuer, "required token issuer")
-	audience := fs.String("jwt-audience", auth.DefaultAudience, "required token audience")
+	audience := fs.String("jwt-audience", auth.DefaultAudience, "audience of the payments API's tokens")
+	adminAudience := fs.String("jwt-admin-audience", auth.DefaultAdminAudience, "audience of admin tokens: only a token for it, with the admin claim, opens the admin API")
 	currency := fs.String("default-currency", "USD", "currency used when a request names none")
 	amountCap := fs.Int64("amount-cap", 100_000_000, "largest amount accepted, in minor units")
 	horizon := fs.Duration("horizon", 365*24*time.Hour, "how far ahead dueAt may be")
@@ -48,7 +49,7 @@ func main() {
 			DatabaseURL: *dbURL,
 			DBMaxConns:  int32(*dbConns),
 			Auth: auth.Config{HS256Secret: []byte(*secret), JWKSFile: *jwks, Issuer: *issuer,
-				Audience: *audience, Leeway: 30 * time.Second},
+				Audience: *audience, AdminAudience: *adminAudience, Leeway: 30 * time.Second},
 			Rules:         payments.Rules{DefaultCurrency: *currency, AmountCap: *amountCap, Horizon: *horizon},
 			CursorSecret:  []byte(*cursorSecret),
 			CreateWorkers: *workers,

@@ -61,8 +61,10 @@ type demoRun struct {
 	gw    gatewayv1.GatewayServiceClient
 	gwAdm gatewayv1.GatewayAdminServiceClient
 	ctx   context.Context
-	from  time.Time // first due time
-	to    time.Time // last due time
+	// adminCtx carries the admin token (the reconciliation run).
+	adminCtx context.Context
+	from     time.Time // first due time
+	to       time.Time // last due time
 }
 
 // Run schedules a realistic mix against the running stack, shows it
@@ -70,10 +72,17 @@ type demoRun struct {
 // one fails.
 func Run(o Options) error {
 	d := &demoRun{o: &o, actor: "demo-" + time.Now().UTC().Format("150405")}
-	tok, err := auth.Mint([]byte(o.Secret), o.Issuer, o.Audience, d.actor, true, time.Hour)
+	tok, err := auth.Mint([]byte(o.Secret), o.Issuer, o.Audience, d.actor, false, time.Hour)
 	if err != nil {
 		return err
 	}
+	// The reconciliation run at the end is an admin call: admin tokens
+	// have their own audience.
+	admTok, err := auth.Mint([]byte(o.Secret), o.Issuer, auth.DefaultAdminAudience, "demo-ops", true, time.Hour)
+	if err != nil {
+		return err
+	}
+	d.adminCtx = metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+admTok)
 	cc, err := grpc.NewClient(o.API, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
@@ -416,7 +425,7 @@ func (d *demoRun) checkCharges(ids []string) (charged, mismatched int) {
 // reconcile runs today's reconciliation and prints it; an error means it
 // found something wrong (or could not run).
 func (d *demoRun) reconcile(out io.Writer) error {
-	ctx, cancel := context.WithTimeout(d.ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(d.adminCtx, 2*time.Minute)
 	defer cancel()
 	resp, err := d.admin.TriggerReconciliationRun(ctx, &payschedv1.TriggerReconciliationRunRequest{Day: time.Now().UTC().Format(time.DateOnly)})
 	if err != nil {

@@ -27,6 +27,10 @@ import (
 const (
 	DefaultIssuer   = "paysched-local"
 	DefaultAudience = "paysched"
+	// DefaultAdminAudience is the audience of admin tokens: a token for
+	// the payments API (DefaultAudience) is never an admin's, whatever
+	// claims it carries.
+	DefaultAdminAudience = "paysched-admin"
 	DevSecret       = "paysched-dev-secret-do-not-use-in-production"
 )
 
@@ -50,9 +54,13 @@ type Config struct {
 	HS256Secret []byte
 	// JWKSFile enables RS256 tokens signed by one of its keys (production).
 	JWKSFile string
-	// Issuer and Audience must match the token's iss and aud.
-	Issuer   string
-	Audience string
+	// Issuer must match the token's iss. Audience is the aud of the
+	// payments API's tokens, AdminAudience (default DefaultAdminAudience)
+	// the aud of admin tokens: only a token for AdminAudience with the
+	// admin claim opens the admin API.
+	Issuer        string
+	Audience      string
+	AdminAudience string
 	// Leeway tolerates clock skew on exp/nbf/iat.
 	Leeway time.Duration
 }
@@ -62,6 +70,8 @@ type Verifier struct {
 	parser  *jwt.Parser
 	secret  []byte
 	rsaKeys map[string]*rsa.PublicKey
+	// aud and adminAud: the audiences accepted (see Config).
+	aud, adminAud string
 
 	// cache remembers tokens that verified, until they expire: clients send
 	// the same token on every call, and parsing it dominated request CPU.
@@ -89,7 +99,13 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		return nil, errors.New("auth: --jwt-secret and --jwt-jwks-file are exclusive: HS256 and RS256 are never accepted together " +
 			"(production: --jwt-jwks-file with --jwt-secret=''; local runs: --jwt-secret)")
 	}
-	v := &Verifier{secret: cfg.HS256Secret, cache: map[string]cached{}}
+	v := &Verifier{secret: cfg.HS256Secret, cache: map[string]cached{}, aud: cfg.Audience, adminAud: cfg.AdminAudience}
+	if v.adminAud == "" {
+		v.adminAud = DefaultAdminAudience
+	}
+	if v.adminAud == v.aud {
+		return nil, errors.New("auth: --jwt-admin-audience must differ from --jwt-audience: admin tokens carry their own audience")
+	}
 	var methods []string
 	if len(cfg.HS256Secret) > 0 {
 		methods = append(methods, "HS256")
@@ -111,7 +127,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	v.parser = jwt.NewParser(
 		jwt.WithValidMethods(methods),
 		jwt.WithIssuer(cfg.Issuer),
-		jwt.WithAudience(cfg.Audience),
+		// The audience is checked in Verify: either of two is accepted.
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
 		jwt.WithLeeway(cfg.Leeway),
@@ -136,7 +152,16 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	if c.Subject == "" || len(c.Subject) > 256 || !printable(c.Subject) {
 		return Principal{}, fmt.Errorf("%w: token has no usable sub", ErrUnauthenticated)
 	}
-	p := Principal{Actor: c.Subject, Admin: c.Admin}
+	var forAPI, forAdmin bool
+	for _, a := range c.Audience {
+		forAPI = forAPI || a == v.aud
+		forAdmin = forAdmin || a == v.adminAud
+	}
+	if !forAPI && !forAdmin {
+		return Principal{}, fmt.Errorf("%w: token is for another audience", ErrUnauthenticated)
+	}
+	// The admin claim counts only in a token made for the admin audience.
+	p := Principal{Actor: c.Subject, Admin: c.Admin && forAdmin}
 	// Cached only until exp (minus the leeway nothing): nbf and iat were
 	// checked now and only move into the past.
 	v.mu.Lock()
@@ -186,6 +211,7 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 }
 
 // Mint signs an HS256 token for actor; payctl uses it for local dev tokens.
+// An admin token must be minted for the admin audience.
 func Mint(secret []byte, issuer, audience, actor string, admin bool, ttl time.Duration) (string, error) {
 	now := time.Now()
 	c := Claims{

@@ -32,10 +32,16 @@ func writeJWKS(t *testing.T, kid string, pub *rsa.PublicKey) string {
 	return path
 }
 
+// claims are a token's claims for iss/aud; an admin's are for the admin
+// audience (the verifier's default, auth.DefaultAdminAudience).
 func claims(sub string, admin bool) auth.Claims {
 	now := time.Now()
+	aud := "aud"
+	if admin {
+		aud = auth.DefaultAdminAudience
+	}
 	return auth.Claims{RegisteredClaims: jwt.RegisteredClaims{
-		Subject: sub, Issuer: "iss", Audience: jwt.ClaimStrings{"aud"},
+		Subject: sub, Issuer: "iss", Audience: jwt.ClaimStrings{aud},
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour)),
 	}, Admin: admin}
 }
@@ -82,7 +88,7 @@ func TestMintAndVerifyHS256(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := auth.Mint([]byte("s"), auth.DefaultIssuer, auth.DefaultAudience, "alice", true, time.Minute)
+	tok, err := auth.Mint([]byte("s"), auth.DefaultIssuer, auth.DefaultAdminAudience, "alice", true, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,5 +119,38 @@ func TestNeverBothAlgorithms(t *testing.T) {
 	_, err = auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), JWKSFile: writeJWKS(t, "k1", &key.PublicKey), Issuer: "iss", Audience: "aud"})
 	if err == nil || !strings.Contains(err.Error(), "--jwt-secret") || !strings.Contains(err.Error(), "--jwt-jwks-file") {
 		t.Fatalf("both algorithms: %v, want a refusal naming both flags", err)
+	}
+}
+
+// TestAdminNeedsTheAdminAudience: the admin claim opens the admin API only
+// in a token made for the admin audience; a payments token claiming admin
+// is a plain caller, and a token for neither audience is refused.
+func TestAdminNeedsTheAdminAudience(t *testing.T) {
+	v, err := auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), Issuer: auth.DefaultIssuer, Audience: auth.DefaultAudience})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		aud       string
+		admin     bool
+		ok, isAdm bool
+	}{
+		{auth.DefaultAdminAudience, true, true, true},
+		{auth.DefaultAudience, true, true, false},
+		{auth.DefaultAudience, false, true, false},
+		{auth.DefaultAdminAudience, false, true, false},
+		{"someone-else", true, false, false},
+	} {
+		tok, err := auth.Mint([]byte("s"), auth.DefaultIssuer, tc.aud, "alice", tc.admin, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := v.VerifyHeader("Bearer " + tok)
+		if (err == nil) != tc.ok || p.Admin != tc.isAdm {
+			t.Errorf("aud %s admin %v: %+v %v, want ok=%v admin=%v", tc.aud, tc.admin, p, err, tc.ok, tc.isAdm)
+		}
+	}
+	if _, err := auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), Issuer: "i", Audience: "a", AdminAudience: "a"}); err == nil {
+		t.Error("one audience for both was accepted")
 	}
 }

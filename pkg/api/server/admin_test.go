@@ -26,7 +26,7 @@ import (
 
 func adminToken(t testing.TB, actor string) string {
 	t.Helper()
-	tok, err := auth.Mint([]byte(testSecret), auth.DefaultIssuer, auth.DefaultAudience, actor, true, time.Hour)
+	tok, err := auth.Mint([]byte(testSecret), auth.DefaultIssuer, auth.DefaultAdminAudience, actor, true, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +71,10 @@ func TestAdminRequiresTheAdminClaim(t *testing.T) {
 	e := start(t)
 	id := e.deadLetter("alice", "RETRIES_EXHAUSTED")
 	user := token(t, "alice")
+	claimingAdmin, err := auth.Mint([]byte(testSecret), auth.DefaultIssuer, auth.DefaultAudience, "mallory", true, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range []struct{ method, path, body string }{
 		{"GET", "/v1/admin/dead-letters", ""},
 		{"POST", "/v1/admin/scheduled-payments/" + id.String() + ":redrive", `{"note":"x"}`},
@@ -83,6 +87,11 @@ func TestAdminRequiresTheAdminClaim(t *testing.T) {
 		}
 		if got := e.do(r.method, r.path, "", nil, r.body); got.code != http.StatusUnauthorized {
 			t.Fatalf("%s %s without a token: %d", r.method, r.path, got.code)
+		}
+		// The admin claim in a payments token (the customers' audience)
+		// opens nothing: admin tokens carry their own audience.
+		if got := e.do(r.method, r.path, claimingAdmin, nil, r.body); got.code != http.StatusForbidden {
+			t.Fatalf("%s %s with an admin claim for the payments audience: %d %s", r.method, r.path, got.code, got.body)
 		}
 	}
 	admin := payschedv1.NewAdminServiceClient(e.cc)
