@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/config"
 )
@@ -226,6 +227,12 @@ func flags(t *testing.T, name string) map[string]bool {
 		dial.Register(gfs, "")
 		gfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
 	}
+	if bytes.Contains(b, []byte("kafkaauth.Register(fs")) {
+		// The Kafka TLS and SASL flags every Kafka client shares.
+		kfs := flag.NewFlagSet(name, flag.ContinueOnError)
+		kafkaauth.Register(kfs)
+		kfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
+	}
 	return out
 }
 
@@ -269,6 +276,7 @@ func TestOverlays(t *testing.T) {
 			t.Run("migrate-job", func(t *testing.T) { checkMigrateJob(t, docs) })
 			t.Run("postgres", func(t *testing.T) { checkPostgres(t, docs) })
 			t.Run("kafka", func(t *testing.T) { checkKafka(t, docs) })
+			t.Run("kafka-clients", func(t *testing.T) { checkKafkaClients(t, docs) })
 			t.Run("network-policies", func(t *testing.T) { checkNetworkPolicies(t, docs) })
 			t.Run("exposure", func(t *testing.T) { checkExposure(t, docs) })
 			t.Run("monitoring", func(t *testing.T) { checkMonitoring(t, docs) })
@@ -564,8 +572,31 @@ func checkKafka(t *testing.T, docs []obj) {
 	if pools == 0 {
 		t.Error("no KafkaNodePool for the cluster")
 	}
-	if got := configValue(t, docs, "KAFKA_BROKERS"); got != clusters[0]+"-kafka-bootstrap:9092" {
-		t.Errorf("KAFKA_BROKERS = %q, want %s-kafka-bootstrap:9092", got, clusters[0])
+	if got := configValue(t, docs, "KAFKA_BROKERS"); got != clusters[0]+"-kafka-bootstrap:9093" {
+		t.Errorf("KAFKA_BROKERS = %q, want %s-kafka-bootstrap:9093 (the TLS and SCRAM listener)", got, clusters[0])
+	}
+	k := named(docs, "Kafka", clusters[0])
+	// Every listener authenticates its clients over TLS: the KafkaUsers'
+	// ACLs would mean nothing next to an open one.
+	listeners := list(k, "spec", "kafka", "listeners")
+	if len(listeners) == 0 {
+		t.Error("the Kafka cluster has no listener")
+	}
+	for _, l := range listeners {
+		n, _ := num(l, "port")
+		if n != 9093 || get(l, "tls") != true || str(l, "authentication", "type") != "scram-sha-512" {
+			t.Errorf("listener %s: port %d, tls %v, authentication %q; want 9093, TLS and scram-sha-512",
+				str(l, "name"), n, get(l, "tls"), str(l, "authentication", "type"))
+		}
+	}
+	if str(k, "spec", "kafka", "authorization", "type") != "simple" {
+		t.Error("the Kafka cluster does not enforce ACLs (spec.kafka.authorization.type simple)")
+	}
+	if su := get(k, "spec", "kafka", "authorization", "superUsers"); su != nil {
+		t.Errorf("the Kafka cluster has superUsers %v, who bypass every ACL", su)
+	}
+	if get(k, "spec", "entityOperator", "userOperator") == nil {
+		t.Error("no User Operator: the KafkaUsers would get no credentials")
 	}
 	topics := map[string]int{}
 	for _, k := range byKind(docs, "KafkaTopic") {
@@ -582,6 +613,148 @@ func checkKafka(t *testing.T, docs []obj) {
 			t.Errorf("KafkaTopic %s has %d partitions, pkg/events/kafka says %d", topic, got, n)
 		}
 	}
+}
+
+// kafkaClients are the Deployments that use Kafka and the ACLs each one's
+// KafkaUser must grant: exactly these, so that widening a KafkaUser (or
+// adding a client without one) fails here.
+var kafkaClients = map[string][]kafka.Grant{
+	"cdc":            kafka.CDCAccess(kafka.Default),
+	"audit-consumer": kafka.AuditAccess(kafka.Default, kafka.AuditGroup),
+}
+
+// checkKafkaClients: each Kafka client authenticates as its own KafkaUser,
+// which grants exactly what the client needs, with the password and the
+// cluster CA mounted from Strimzi's Secrets.
+func checkKafkaClients(t *testing.T, docs []obj) {
+	clusters := byKind(docs, "Kafka")
+	if len(clusters) != 1 {
+		t.Fatalf("%d Kafka clusters, want one", len(clusters))
+	}
+	cluster := str(clusters[0], "metadata", "name")
+	users := map[string]bool{}
+	for _, d := range byKind(docs, "Deployment") {
+		name := str(d, "metadata", "name")
+		_, client := kafkaClients[name]
+		if labeled := str(d, "spec", "template", "metadata", "labels", "paysched.io/kafka-client") == "true"; labeled != client {
+			t.Errorf("%s: labeled a Kafka client: %v; has a KafkaUser here: %v", name, labeled, client)
+		}
+	}
+	for name, want := range kafkaClients {
+		d := named(docs, "Deployment", name)
+		if d == nil {
+			t.Errorf("no Deployment %s", name)
+			continue
+		}
+		podSpec := get(d, "spec", "template", "spec")
+		c := get(podSpec, "containers", "0")
+		env := map[string]string{}
+		for _, e := range list(c, "env") {
+			env[str(e, "name")] = str(e, "value")
+		}
+		if got := env["PAYSCHED_KAFKA_SASL_MECHANISM"]; got != kafkaauth.ScramSHA512 {
+			t.Errorf("%s: PAYSCHED_KAFKA_SASL_MECHANISM = %q, want %s", name, got, kafkaauth.ScramSHA512)
+		}
+		if g, ok := env["PAYSCHED_GROUP"]; ok && g != kafka.AuditGroup {
+			t.Errorf("%s: PAYSCHED_GROUP = %q, but the KafkaUser grants the group %s", name, g, kafka.AuditGroup)
+		}
+		user := env["PAYSCHED_KAFKA_USERNAME"]
+		users[user] = true
+		if sec, key := mountedSecret(podSpec, c, env["PAYSCHED_KAFKA_PASSWORD_FILE"]); sec != user || key != "password" {
+			t.Errorf("%s: PAYSCHED_KAFKA_PASSWORD_FILE %q is Secret %q key %q, want the KafkaUser's Secret %q key password",
+				name, env["PAYSCHED_KAFKA_PASSWORD_FILE"], sec, key, user)
+		}
+		if sec, key := mountedSecret(podSpec, c, env["PAYSCHED_KAFKA_CA_FILE"]); sec != cluster+"-cluster-ca-cert" || key != "ca.crt" {
+			t.Errorf("%s: PAYSCHED_KAFKA_CA_FILE %q is Secret %q key %q, want %s-cluster-ca-cert key ca.crt",
+				name, env["PAYSCHED_KAFKA_CA_FILE"], sec, key, cluster)
+		}
+		u := named(docs, "KafkaUser", user)
+		if u == nil {
+			t.Errorf("%s: PAYSCHED_KAFKA_USERNAME %q is no KafkaUser", name, user)
+			continue
+		}
+		if str(u, "metadata", "labels", "strimzi.io/cluster") != cluster || str(u, "spec", "authentication", "type") != "scram-sha-512" ||
+			str(u, "spec", "authorization", "type") != "simple" {
+			t.Errorf("KafkaUser %s: want cluster %s, scram-sha-512 authentication, simple authorization", user, cluster)
+		}
+		if got := grants(t, u); !slices.EqualFunc(got, normalGrants(want), grantEqual) {
+			t.Errorf("KafkaUser %s grants\n  %v\nwant exactly (pkg/events/kafka)\n  %v", user, got, normalGrants(want))
+		}
+	}
+	for _, u := range byKind(docs, "KafkaUser") {
+		if n := str(u, "metadata", "name"); !users[n] {
+			t.Errorf("KafkaUser %s is no client's", n)
+		}
+	}
+}
+
+// mountedSecret names the Secret and key a file of container c comes from
+// (empty when it is not one mounted from a Secret's item).
+func mountedSecret(podSpec, c any, path string) (secret, key string) {
+	for _, m := range list(c, "volumeMounts") {
+		dir := strings.TrimSuffix(str(m, "mountPath"), "/") + "/"
+		rel, ok := strings.CutPrefix(path, dir)
+		if !ok {
+			continue
+		}
+		for _, v := range list(podSpec, "volumes") {
+			if str(v, "name") != str(m, "name") || get(v, "secret") == nil {
+				continue
+			}
+			for _, it := range list(v, "secret", "items") {
+				if str(it, "path") == rel {
+					return str(v, "secret", "secretName"), str(it, "key")
+				}
+			}
+		}
+	}
+	return "", ""
+}
+
+// grants reads a KafkaUser's ACLs as kafka.Grants. Anything they cannot
+// say (a deny, a host, the deprecated single operation) is an error, not
+// ignored, so it cannot widen or blur what is compared.
+func grants(t *testing.T, u obj) []kafka.Grant {
+	var out []kafka.Grant
+	for _, a := range list(u, "spec", "authorization", "acls") {
+		if typ := str(a, "type"); typ != "" && typ != "allow" {
+			t.Errorf("KafkaUser %s: ACL type %q", str(u, "metadata", "name"), typ)
+		}
+		if h := str(a, "host"); h != "" && h != "*" {
+			t.Errorf("KafkaUser %s: ACL host %q", str(u, "metadata", "name"), h)
+		}
+		if get(a, "operation") != nil {
+			t.Errorf("KafkaUser %s: the deprecated operation field; use operations", str(u, "metadata", "name"))
+		}
+		g := kafka.Grant{Type: str(a, "resource", "type"), Name: str(a, "resource", "name"), Pattern: str(a, "resource", "patternType")}
+		if g.Pattern == "" {
+			g.Pattern = "literal" // Strimzi's default
+		}
+		for _, op := range list(a, "operations") {
+			s, _ := op.(string)
+			g.Operations = append(g.Operations, s)
+		}
+		out = append(out, g)
+	}
+	return normalGrants(out)
+}
+
+// normalGrants sorts grants and their operations, so that lists equal in
+// meaning compare equal.
+func normalGrants(gs []kafka.Grant) []kafka.Grant {
+	out := make([]kafka.Grant, len(gs))
+	for i, g := range gs {
+		g.Operations = slices.Sorted(slices.Values(g.Operations))
+		out[i] = g
+	}
+	slices.SortFunc(out, func(a, b kafka.Grant) int {
+		return strings.Compare(a.Type+"\x00"+a.Name+"\x00"+a.Pattern, b.Type+"\x00"+b.Name+"\x00"+b.Pattern)
+	})
+	return out
+}
+
+func grantEqual(a, b kafka.Grant) bool {
+	return a.Type == b.Type && a.Name == b.Name && a.Pattern == b.Pattern && slices.Equal(a.Operations, b.Operations)
 }
 
 // ingressFrom lists, for pods with these labels, the ingress rules of every

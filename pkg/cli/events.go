@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -11,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
+	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 // eventsCmd is an example consumer of the notification stream.
@@ -19,6 +23,9 @@ func eventsCmd(g *globals) *cobra.Command {
 	var types []string
 	var fromStart bool
 	c := &cobra.Command{Use: "events", Short: "Notification events (CloudEvents on Kafka)"}
+	kfs := flag.NewFlagSet("kafka", flag.ContinueOnError)
+	sec := kafkaauth.Register(kfs)
+	envErr := envDefaults(kfs)
 	tail := &cobra.Command{
 		Use:   "tail",
 		Short: "Print notifications as they arrive (Ctrl-C to stop)",
@@ -28,10 +35,17 @@ func eventsCmd(g *globals) *cobra.Command {
 			if fromStart {
 				start = kgo.NewOffset().AtStart()
 			}
-			cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...),
-				kgo.ConsumeTopics(kafka.Default.Notifications), kgo.ConsumeResetOffset(start))
+			if envErr != nil {
+				return envErr
+			}
+			secOpts, err := sec.Opts()
 			if err != nil {
 				return err
+			}
+			cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...),
+				kgo.ConsumeTopics(kafka.Default.Notifications), kgo.ConsumeResetOffset(start)}, secOpts...)...)
+			if err != nil {
+				return fmt.Errorf("kafka client: %w", err)
 			}
 			defer cl.Close()
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -76,6 +90,26 @@ func eventsCmd(g *globals) *cobra.Command {
 	tail.Flags().StringVar(&brokers, "kafka-brokers", env("kafka-brokers", "127.0.0.1:9092"), "Kafka brokers (env PAYSCHED_KAFKA_BROKERS)")
 	tail.Flags().StringSliceVar(&types, "type", nil, "only these types: created, completed, failed, cancelled, dead_lettered (repeatable)")
 	tail.Flags().BoolVar(&fromStart, "from-beginning", false, "start at the oldest notification, not the newest")
+	tail.Flags().AddGoFlagSet(kfs)
 	c.AddCommand(tail)
 	return c
+}
+
+// envDefaults sets every flag of fs from its PAYSCHED_* variable, if set,
+// and names it in the usage: cobra then parses the command line over
+// these values, so a flag still wins. The first bad value is returned for
+// the command to report (the value is a setting, never a secret: secrets
+// are passed as files).
+func envDefaults(fs *flag.FlagSet) error {
+	var first error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := config.EnvName(f.Name)
+		f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, name)
+		if v, ok := os.LookupEnv(name); ok {
+			if err := fs.Set(f.Name, v); err != nil && first == nil {
+				first = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	return first
 }

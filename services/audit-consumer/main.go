@@ -12,6 +12,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/audit"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
@@ -20,7 +21,8 @@ func main() {
 	fs := flag.NewFlagSet("audit-consumer", flag.ExitOnError)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
-	group := fs.String("group", "paysched-audit", "consumer group")
+	kafkaSec := kafkaauth.Register(fs)
+	group := fs.String("group", kafka.AuditGroup, "consumer group")
 	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: topics are <prefix>.<schema>.<table>, notifications <prefix>.notifications")
 	compression := fs.String("kafka-compression", "snappy", "notifications' batch compression: none, gzip, snappy, lz4 or zstd")
 	streams := fs.Int("write-streams", 2, "COPY streams writing each batch of audit rows at once: more drain a backlog (a spike's, see --max-defer) faster while Postgres has idle cores")
@@ -34,7 +36,13 @@ func main() {
 		if *prefix == "" {
 			return fmt.Errorf("--topic-prefix must not be empty")
 		}
-		cfg := audit.Config{Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec, WriteStreams: *streams,
+		// Before anything connects: a missing password or CA file stops
+		// the service here, naming the flag.
+		kafkaOpts, err := kafkaSec.Opts()
+		if err != nil {
+			return err
+		}
+		cfg := audit.Config{KafkaOpts: kafkaOpts, Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec, WriteStreams: *streams,
 			MaxDefer: *maxDefer, Topics: kafka.TopicsFor(*prefix)}
 		if err := cfg.Validate(); err != nil {
 			return err

@@ -15,6 +15,7 @@ import (
 	"github.com/paysched/paysched/pkg/events/cdc"
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
@@ -23,6 +24,7 @@ func main() {
 	fs := flag.NewFlagSet("cdc", flag.ExitOnError)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
+	kafkaSec := kafkaauth.Register(fs)
 	slot := fs.String("slot", "paysched_cdc", "replication slot (permanent)")
 	pub := fs.String("publication", "paysched", "publication")
 	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "Debezium logical server name: topics are <prefix>.<schema>.<table>")
@@ -41,7 +43,13 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("--kafka-compression: %w", err)
 		}
-		cfg := cdc.Config{DatabaseURL: *dbURL, Slot: *slot, Publication: *pub,
+		// Before anything connects: a missing password or CA file stops
+		// the service here, naming the flag.
+		kafkaOpts, err := kafkaSec.Opts()
+		if err != nil {
+			return err
+		}
+		cfg := cdc.Config{KafkaOpts: kafkaOpts, DatabaseURL: *dbURL, Slot: *slot, Publication: *pub,
 			Source: envelope.Source{Name: *prefix, DB: pcfg.Database}, Brokers: strings.Split(*brokers, ","), Compression: codec,
 			HeartbeatTopic: kafka.TopicsFor(*prefix).Heartbeat, StatusInterval: *status, HeartbeatInterval: *beat, Schemas: *schemas, Resync: *resync}
 		if err := cfg.Validate(); err != nil {

@@ -44,6 +44,9 @@ type Config struct {
 	// Topics are the CDC topics read and the notification topic written
 	// (the zero value: kafka.Default).
 	Topics kafka.Topics
+	// KafkaOpts are extra client options: the brokers' TLS and SASL
+	// (kafkaauth.Flags.Opts).
+	KafkaOpts []kgo.Opt
 }
 
 // Validate reports the first configuration error.
@@ -94,7 +97,7 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if cfg.Topics == (kafka.Topics{}) {
 		cfg.Topics = kafka.Default
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...),
+	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.WithLogger(kafka.ClientLogger(log)),
 		kgo.ConsumeTopics(cfg.Topics.Payments, cfg.Topics.Attempts, cfg.Topics.Actions),
@@ -102,14 +105,15 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 		// Offsets are committed by hand, after the audit rows and the
 		// notifications are written.
 		kgo.DisableAutoCommit(),
-		kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.FetchMaxWait(200 * time.Millisecond),
 		// Bounded buffering: the consumer's memory stays flat under a spike.
-		kgo.FetchMaxBytes(8<<20),
-		kgo.FetchMaxPartitionBytes(2<<20),
+		kgo.FetchMaxBytes(8 << 20),
+		kgo.FetchMaxPartitionBytes(2 << 20),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(2*time.Millisecond),
+		kgo.ProducerLinger(2 * time.Millisecond),
 		kgo.ProducerBatchCompression(cfg.Compression),
-	)
+	}
+	cl, err := kgo.NewClient(append(opts, cfg.KafkaOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}

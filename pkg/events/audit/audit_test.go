@@ -292,3 +292,56 @@ func deref(p *string) any {
 	}
 	return *p
 }
+
+// TestConsumeWithLeastPrivilege: over TLS and SCRAM-SHA-512, as a user
+// granted only kafka.AuditAccess (what deploy/k8s's KafkaUser grants), the
+// consumer joins its group, writes every change's audit row, publishes
+// the notifications and commits.
+func TestConsumeWithLeastPrivilege(t *testing.T) {
+	db := pgtest.NewPool(t)
+	const user, group = "paysched-audit", "audit"
+	s := kafkatest.NewSecureCluster(t, map[string][]kafka.Grant{user: kafka.AuditAccess(kafka.Default, group)},
+		kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Notifications)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := func(opts ...kgo.Opt) *kgo.Client {
+		cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(s.Seeds...)}, opts...), s.Opts(t, kafkatest.Admin)...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	const n = 50
+	pr := admin()
+	for i := range n {
+		if err := pr.ProduceSync(ctx, change(1000+i, paymentUUID(i), "PENDING")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := New(Config{Brokers: s.Seeds, Group: group, KafkaOpts: s.Opts(t, user)}, db, prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	errc := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	go func() { errc <- c.Run(rctx) }()
+	notes := admin(kgo.ConsumeTopics(kafka.Default.Notifications), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	created := map[string]bool{}
+	kafkatest.Drain(ctx, notes, func() bool { return len(created) == n }, func(r *kgo.Record) {
+		if header(r, "ce_type") == "paysched.payment.created" {
+			created[string(r.Key)] = true
+		}
+	})
+	if len(created) != n {
+		t.Fatalf("%d creations notified, want %d", len(created), n)
+	}
+	if got := count(t, db, `SELECT count(*) FROM audit_events`); got != n {
+		t.Fatalf("%d audit rows, want %d", got, n)
+	}
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -399,3 +399,35 @@ func TestSlotGapIsRefusedThenResynced(t *testing.T) {
 	}
 	t.Fatal("the payment created in the gap never came as a snapshot event")
 }
+
+// TestStreamsWithLeastPrivilege: over TLS and SCRAM-SHA-512, as a user
+// granted only kafka.CDCAccess (what deploy/k8s's KafkaUser grants), the
+// connector streams the changes and its heartbeats.
+func TestStreamsWithLeastPrivilege(t *testing.T) {
+	db := pgtest.NewPool(t)
+	const user = "paysched-cdc"
+	s := kafkatest.NewSecureCluster(t, map[string][]kafka.Grant{user: kafka.CDCAccess(kafka.Default)},
+		kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Heartbeat)
+	ctx := startConnector(t, db, s.Seeds, "secure_slot", 200*time.Millisecond, 200*time.Millisecond,
+		func(c *cdc.Config) { c.KafkaOpts = s.Opts(t, user) })
+	items := []store.NewPayment{payment(time.Now().Add(time.Hour)), payment(time.Now().Add(time.Hour)), payment(time.Now().Add(time.Hour))}
+	if _, err := store.NewStore(db).Create(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.Seeds...), kgo.ConsumeTopics(kafka.Default.Payments, kafka.Default.Heartbeat),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, s.Opts(t, kafkatest.Admin)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	perTopic := map[string]int{}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// Heartbeats never stop: poll until both have arrived, not until quiet.
+	for dctx.Err() == nil && (perTopic[kafka.Default.Payments] < len(items) || perTopic[kafka.Default.Heartbeat] == 0) {
+		cl.PollFetches(dctx).EachRecord(func(r *kgo.Record) { perTopic[r.Topic]++ })
+	}
+	if perTopic[kafka.Default.Payments] < len(items) || perTopic[kafka.Default.Heartbeat] == 0 {
+		t.Fatalf("records per topic %v, want %d payment events and heartbeats", perTopic, len(items))
+	}
+}

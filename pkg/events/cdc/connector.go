@@ -46,6 +46,9 @@ type Config struct {
 	// position, recreate it and emit snapshot events for the rows changed
 	// since then, instead of refusing to start.
 	Resync bool
+	// KafkaOpts are extra client options: the brokers' TLS and SASL
+	// (kafkaauth.Flags.Opts).
+	KafkaOpts []kgo.Opt
 }
 
 // Validate reports the first configuration error.
@@ -97,16 +100,17 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cdc config: %w", err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...),
+	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...),
 		// Idempotent producer (franz-go's default) with acks=all: retries
 		// never duplicate or reorder within a partition.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(5*time.Millisecond),
+		kgo.ProducerLinger(5 * time.Millisecond),
 		kgo.WithLogger(kafka.ClientLogger(log)),
 		kgo.MaxBufferedRecords(200_000),
-		kgo.ProducerBatchMaxBytes(4<<20),
+		kgo.ProducerBatchMaxBytes(4 << 20),
 		kgo.ProducerBatchCompression(cfg.Compression),
-	)
+	}
+	cl, err := kgo.NewClient(append(opts, cfg.KafkaOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}

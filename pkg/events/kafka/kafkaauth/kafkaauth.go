@@ -1,0 +1,182 @@
+// Package kafkaauth holds the flags every paysched Kafka client shares for
+// a secured broker: TLS (the broker's CA, an optional client certificate)
+// and SASL (SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN), and turns them into
+// franz-go client options. Secrets are read from files and never logged
+// or put in an error.
+package kafkaauth
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// SASL mechanisms.
+const (
+	ScramSHA256 = "SCRAM-SHA-256"
+	ScramSHA512 = "SCRAM-SHA-512"
+	Plain       = "PLAIN"
+)
+
+// Flags say how a Kafka client secures its connections. The zero value is
+// plaintext without SASL, the local stack's broker.
+type Flags struct {
+	TLS        bool
+	CAFile     string
+	ServerName string
+	CertFile   string
+	KeyFile    string
+
+	Mechanism    string
+	Username     string
+	PasswordFile string
+	// AllowPlaintextSASL lets SASL run over a connection without TLS.
+	AllowPlaintextSASL bool
+}
+
+// Register adds the Kafka security flags to fs.
+func Register(fs *flag.FlagSet) *Flags {
+	f := &Flags{}
+	fs.BoolVar(&f.TLS, "kafka-tls", false, "connect to the Kafka brokers with TLS (system CAs unless --kafka-ca-file)")
+	fs.StringVar(&f.CAFile, "kafka-ca-file", "", "PEM CA bundle the brokers' certificates must chain to; implies --kafka-tls")
+	fs.StringVar(&f.ServerName, "kafka-server-name", "", "name the brokers' certificates must carry (default: each broker's host); implies --kafka-tls")
+	fs.StringVar(&f.CertFile, "kafka-cert-file", "", "PEM client certificate for mutual TLS (with --kafka-key-file); implies --kafka-tls")
+	fs.StringVar(&f.KeyFile, "kafka-key-file", "", "PEM private key of --kafka-cert-file")
+	fs.StringVar(&f.Mechanism, "kafka-sasl-mechanism", "", "SASL mechanism: empty (none), SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN; refused without TLS unless --kafka-allow-plaintext-sasl")
+	fs.StringVar(&f.Username, "kafka-username", "", "SASL user name (with --kafka-sasl-mechanism)")
+	fs.StringVar(&f.PasswordFile, "kafka-password-file", "", "file holding the SASL password (with --kafka-sasl-mechanism); surrounding whitespace is trimmed")
+	fs.BoolVar(&f.AllowPlaintextSASL, "kafka-allow-plaintext-sasl", false, "allow SASL without TLS: the records, and with PLAIN the password, cross the network in the clear (local brokers only)")
+	return f
+}
+
+// tls reports whether the connection uses TLS: asked for, or implied by a
+// TLS-only setting.
+func (f *Flags) tls() bool {
+	return f.TLS || f.CAFile != "" || f.ServerName != "" || f.CertFile != "" || f.KeyFile != ""
+}
+
+// Validate reports a configuration that cannot work or is unsafe, naming
+// the flag; it reads the files the flags name, so a missing or empty one
+// is reported before anything connects.
+func (f *Flags) Validate() error {
+	_, err := f.Opts()
+	return err
+}
+
+// Opts validates the flags and returns the client options they ask for:
+// none for the zero value.
+func (f *Flags) Opts() ([]kgo.Opt, error) {
+	mech, err := f.mechanism()
+	if err != nil {
+		return nil, err
+	}
+	if mech != nil && !f.tls() && !f.AllowPlaintextSASL {
+		return nil, fmt.Errorf("--kafka-sasl-mechanism %s without TLS: set --kafka-tls or --kafka-ca-file (or, for a local broker, --kafka-allow-plaintext-sasl)", f.Mechanism)
+	}
+	var opts []kgo.Opt
+	cfg, err := f.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		opts = append(opts, kgo.DialTLSConfig(cfg))
+	}
+	if mech != nil {
+		opts = append(opts, kgo.SASL(mech))
+	}
+	return opts, nil
+}
+
+// mechanism checks the SASL flags and reads the password; nil when SASL
+// is off.
+func (f *Flags) mechanism() (sasl.Mechanism, error) {
+	switch f.Mechanism {
+	case "":
+		if f.Username != "" {
+			return nil, errors.New("--kafka-username needs --kafka-sasl-mechanism")
+		}
+		if f.PasswordFile != "" {
+			return nil, errors.New("--kafka-password-file needs --kafka-sasl-mechanism")
+		}
+		return nil, nil
+	case ScramSHA256, ScramSHA512, Plain:
+	default:
+		return nil, fmt.Errorf("--kafka-sasl-mechanism %q: want %s, %s or %s (or empty: no SASL)", f.Mechanism, ScramSHA256, ScramSHA512, Plain)
+	}
+	if f.Username == "" {
+		return nil, fmt.Errorf("--kafka-sasl-mechanism %s needs --kafka-username", f.Mechanism)
+	}
+	if f.PasswordFile == "" {
+		return nil, fmt.Errorf("--kafka-sasl-mechanism %s needs --kafka-password-file", f.Mechanism)
+	}
+	pass, err := readSecret(f.PasswordFile)
+	if err != nil {
+		return nil, fmt.Errorf("--kafka-password-file: %w", err)
+	}
+	switch f.Mechanism {
+	case ScramSHA256:
+		return scram.Auth{User: f.Username, Pass: pass}.AsSha256Mechanism(), nil
+	case ScramSHA512:
+		return scram.Auth{User: f.Username, Pass: pass}.AsSha512Mechanism(), nil
+	}
+	return plain.Auth{User: f.Username, Pass: pass}.AsMechanism(), nil
+}
+
+// TLSConfig is the client's TLS configuration; nil without TLS. An empty
+// ServerName is left so: franz-go then checks each broker's own host.
+func (f *Flags) TLSConfig() (*tls.Config, error) {
+	if !f.tls() {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.ServerName}
+	if f.CAFile != "" {
+		pem, err := os.ReadFile(f.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--kafka-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--kafka-ca-file %s holds no PEM certificate", f.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case f.CertFile != "" && f.KeyFile == "":
+		return nil, errors.New("--kafka-cert-file needs --kafka-key-file")
+	case f.KeyFile != "" && f.CertFile == "":
+		return nil, errors.New("--kafka-key-file needs --kafka-cert-file")
+	case f.CertFile != "":
+		pair, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		if err != nil {
+			// LoadX509KeyPair names the files and the PEM problem, never
+			// the key's bytes.
+			return nil, fmt.Errorf("--kafka-cert-file/--kafka-key-file: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// readSecret reads a secret from a file, trimming the whitespace an editor
+// or a Kubernetes Secret leaves around it; empty is an error. The secret
+// never appears in an error.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}
