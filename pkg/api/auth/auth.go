@@ -31,7 +31,7 @@ const (
 	// the payments API (DefaultAudience) is never an admin's, whatever
 	// claims it carries.
 	DefaultAdminAudience = "paysched-admin"
-	DevSecret       = "paysched-dev-secret-do-not-use-in-production"
+	DevSecret            = "paysched-dev-secret-do-not-use-in-production"
 )
 
 // Principal is the authenticated caller.
