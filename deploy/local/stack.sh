@@ -91,6 +91,11 @@ up() {
   # our own Go code (tools/cmd/devcerts, kept in .data/tls), and wants a
   # bearer token; the services that call it read both from these variables.
   "$ROOT/bin/devcerts" --dir "$DATA/tls" --name gateway-sim --hosts 127.0.0.1,localhost >/dev/null
+  # Sweeper to executor is mutual TLS from the same CA: an executor admits
+  # only the sweeper's certificate.
+  "$ROOT/bin/devcerts" --dir "$DATA/tls" --name executor --hosts 127.0.0.1,localhost >/dev/null
+  "$ROOT/bin/devcerts" --dir "$DATA/tls" --name sweeper --hosts sweeper >/dev/null
+  local exec_tls=(--tls-cert-file "$DATA/tls/executor.pem" --tls-key-file "$DATA/tls/executor-key.pem" --tls-client-ca-file "$DATA/tls/ca.pem")
   export PAYSCHED_GATEWAY_CA_FILE="$DATA/tls/ca.pem" PAYSCHED_GATEWAY_TOKEN_FILE="$DATA/tls/gateway-sim-token"
   start_service kafka --kafka-port "$KAFKA_PORT" --kafka-data-dir "$DATA/kafka"
   start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR" ${gw[@]+"${gw[@]}"}
@@ -106,9 +111,10 @@ up() {
   # Local retries are quick (production default: 1m,5m,30m,2h,12h) so that a
   # retried payment settles while you watch.
   local backoff=${PAYSCHED_LOCAL_BACKOFF:-2s,4s,8s,16s,32s}
-  start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 --backoff "$backoff" ${gw[@]+"${gw[@]}"} ${EXECUTOR_FLAGS:-}
-  start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 --backoff "$backoff" ${gw[@]+"${gw[@]}"} ${EXECUTOR_FLAGS:-}
-  start_service sweeper --executors 127.0.0.1:9100,127.0.0.1:9110 ${SWEEPER_FLAGS:-}
+  start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 --backoff "$backoff" ${gw[@]+"${gw[@]}"} "${exec_tls[@]}" ${EXECUTOR_FLAGS:-}
+  start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 --backoff "$backoff" ${gw[@]+"${gw[@]}"} "${exec_tls[@]}" ${EXECUTOR_FLAGS:-}
+  start_service sweeper --executors 127.0.0.1:9100,127.0.0.1:9110 --executor-ca-file "$DATA/tls/ca.pem" \
+    --executor-cert-file "$DATA/tls/sweeper.pem" --executor-key-file "$DATA/tls/sweeper-key.pem" ${SWEEPER_FLAGS:-}
   start_service reaper ${REAPER_FLAGS:-}
   if ! "$ROOT/bin/payctl" --api "$GRPC_ADDR" health --wait 30s >/dev/null; then
     echo "payments-api did not become healthy; last log lines:" >&2

@@ -17,6 +17,7 @@ import (
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/mtls"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/platform/tracing"
@@ -28,6 +29,8 @@ func main() {
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9100", "ExecutorService listen address")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9101", "metrics and health listen address")
 	gwf := dial.Register(fs, "127.0.0.1:9300")
+	// Only sweepers may ask an executor to charge.
+	serverTLS := mtls.RegisterServer(fs, "sweeper")
 	id := fs.String("id", obs.InstanceID("executor"), "executor id recorded in attempts")
 	maxInFlight := fs.Int("max-in-flight", 4000, "payments held at once across batches (a batch beyond it is refused untouched)")
 	conc := fs.Int("concurrency", 128, "gateway calls in flight")
@@ -57,6 +60,10 @@ func main() {
 		if err := gwf.Validate(); err != nil {
 			return err
 		}
+		tlsOpts, err := serverTLS.Options()
+		if err != nil {
+			return err
+		}
 		pool, err := svc.Pool(ctx, *dbURL, 16, svc.CustomPlans)
 		if err != nil {
 			return err
@@ -75,7 +82,7 @@ func main() {
 		}
 		// A batch runs under its Execute RPC's context, so its read and
 		// gateway calls are children of the RPC's span.
-		gs := grpc.NewServer(svc.GRPCServerOptions(tracing.ServerOption())...)
+		gs := grpc.NewServer(svc.GRPCServerOptions(append(tlsOpts, tracing.ServerOption())...)...)
 		internalv1.RegisterExecutorServiceServer(gs, ex)
 		// GracefulStop lets batches in flight finish and record their outcomes.
 		// No reflection: only sweepers call an executor.

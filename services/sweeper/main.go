@@ -4,12 +4,14 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/paysched/paysched/pkg/engine/pacing"
 	"github.com/paysched/paysched/pkg/engine/sweeper"
+	"github.com/paysched/paysched/pkg/platform/mtls"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
@@ -27,6 +29,7 @@ func main() {
 	ceiling := fs.Float64("rate-ceiling", 0, "cluster-wide charges per second towards the gateway (0: none)")
 	threshold := fs.Float64("breaker-threshold", 0.5, "share of failed attempts that opens the circuit breaker")
 	cooldown := fs.Duration("breaker-cooldown", 2*time.Second, "first open period of the breaker")
+	execTLS := mtls.RegisterClient(fs, "executor")
 	resolveEvery := fs.Duration("resolve-every", 15*time.Second, "how often the executors' name is resolved again (rollouts, autoscaling)")
 	svc.Main("sweeper", fs, func(ctx context.Context, log *slog.Logger) error {
 		// A tenth of a second of burst keeps every wall-clock second under the ceiling.
@@ -39,6 +42,11 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
+		transport, err := execTLS.DialOption()
+		if err != nil {
+			return fmt.Errorf("executor TLS: %w", err)
+		}
+		cfg.Transport = transport
 		pool, err := svc.Pool(ctx, *dbURL, 8, svc.CustomPlans)
 		if err != nil {
 			return err

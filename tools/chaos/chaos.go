@@ -119,6 +119,7 @@ func (r *run) violation(format string, args ...any) {
 // Postgres ledger and the issue's faults.
 func (r *run) topology() {
 	b := func(n string) string { return filepath.Join(r.cfg.Bin, n) }
+	tlsPath := func(n string) string { return filepath.Join(filepath.Dir(r.tls.CAFile), n) }
 	env := []string{"PAYSCHED_DATABASE_URL=" + r.dbURL("paysched")}
 	d := r.cfg.Dir
 	kafka := r.addr(92)
@@ -153,11 +154,13 @@ func (r *run) topology() {
 	for i, a := range execs {
 		r.procs = append(r.procs, newProc(d, fmt.Sprint("executor-", i+1), "executor", b("executor"), env,
 			"--grpc-addr", a, "--http-addr", r.addr(101+10*i), "--gateway-addr", r.addr(300), "--gateway-ca-file", r.tls.CAFile, "--gateway-token-file", r.tls.TokenFile,
-			"--backoff", "1s,2s,4s,8s,16s", "--charge-timeout", "2s", "--probe-timeout", "1s"))
+			"--backoff", "1s,2s,4s,8s,16s", "--charge-timeout", "2s", "--probe-timeout", "1s",
+			"--tls-cert-file", tlsPath("executor.pem"), "--tls-key-file", tlsPath("executor-key.pem"), "--tls-client-ca-file", r.tls.CAFile))
 	}
 	for i := range 2 {
 		r.procs = append(r.procs, newProc(d, fmt.Sprint("sweeper-", i+1), "sweeper", b("sweeper"), env,
-			"--http-addr", r.addr(200+i), "--executors", strings.Join(execs, ","), "--lease", "10s", "--interval", "250ms"))
+			"--http-addr", r.addr(200+i), "--executors", strings.Join(execs, ","), "--lease", "10s", "--interval", "250ms",
+			"--executor-ca-file", r.tls.CAFile, "--executor-cert-file", tlsPath("sweeper.pem"), "--executor-key-file", tlsPath("sweeper-key.pem")))
 	}
 }
 
@@ -189,6 +192,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return r.res, fmt.Errorf("development TLS: %w", err)
 	}
 	r.tls = tlsFiles
+	// Sweeper to executor is mutual TLS from the same CA.
+	ca, err := devtls.LoadOrCreateCA(filepath.Dir(tlsFiles.CAFile))
+	if err != nil {
+		return r.res, fmt.Errorf("development TLS: %w", err)
+	}
+	for name, hosts := range map[string][]string{"executor": {"127.0.0.1", "localhost"}, "sweeper": nil} {
+		if err := ca.Issue(filepath.Dir(tlsFiles.CAFile), name, hosts); err != nil {
+			return r.res, fmt.Errorf("development TLS: %w", err)
+		}
+	}
 	r.topology()
 	for _, p := range r.procs {
 		if err := p.start(); err != nil {

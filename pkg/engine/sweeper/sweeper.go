@@ -61,6 +61,9 @@ type Config struct {
 	Breaker *Breaker
 	// Grace bounds how long shutdown waits for batches in flight.
 	Grace time.Duration
+	// Transport is how executors are dialed (mutual TLS: pkg/platform/mtls);
+	// nil: plaintext.
+	Transport grpc.DialOption
 }
 
 // Validate reports the first configuration error.
@@ -164,8 +167,11 @@ func (s *Sweeper) add(a string) error {
 	if _, ok := s.execs[a]; ok || len(s.execs) >= maxExecutors {
 		return nil
 	}
-	cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		tracing.DialOption(), svc.FastReconnect())
+	transport := s.cfg.Transport
+	if transport == nil {
+		transport = grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	cc, err := grpc.NewClient(a, transport, tracing.DialOption(), svc.FastReconnect())
 	if err != nil {
 		return fmt.Errorf("executor %s: %w", a, err)
 	}
