@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/paysched/paysched/pkg/gateway/dial"
+	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/reconcile"
@@ -74,7 +75,7 @@ func main() {
 			log.Warn("no --webhook-secret: gateway-sim webhooks are not received")
 		}
 		if *stripeSecretFile != "" {
-			sec, err := dial.ReadSecret(*stripeSecretFile)
+			sec, err := config.ReadSecret(*stripeSecretFile)
 			if err != nil {
 				return fmt.Errorf("--stripe-webhook-secret-file: %w", err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/devtls"
 	"github.com/paysched/paysched/tools/gatewaysim"
 )
@@ -43,7 +44,7 @@ func TestTLSAndTokenRefuseStrangers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := dial.ReadSecret(files.TokenFile)
+	tok, err := config.ReadSecret(files.TokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}

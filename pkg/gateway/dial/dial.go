@@ -14,13 +14,13 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/paysched/paysched/pkg/gateway"
+	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 // Kinds of gateway.
@@ -125,7 +125,7 @@ func (f *Flags) DialGRPC(extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, extra...)
 	if f.TokenFile != "" {
-		tok, err := ReadSecret(f.TokenFile)
+		tok, err := config.ReadSecret(f.TokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("--gateway-token-file: %w", err)
 		}
@@ -155,21 +155,6 @@ func (f *Flags) transport() (credentials.TransportCredentials, error) {
 		name, _, _ = net.SplitHostPort(f.Addr)
 	}
 	return credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: name, MinVersion: tls.VersionTLS12}), nil
-}
-
-// ReadSecret reads a secret from a file, trimming the surrounding
-// whitespace an editor or a Kubernetes secret leaves; empty is an error.
-// The secret itself never appears in an error.
-func ReadSecret(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	s := strings.TrimSpace(string(b))
-	if s == "" {
-		return "", fmt.Errorf("%s is empty", path)
-	}
-	return s, nil
 }
 
 // Bearer is a per-call credential: "authorization: Bearer <token>". It

@@ -44,3 +44,18 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	}
 	return nil
 }
+
+// ReadSecret reads a secret from a file (the --*-file flags), trimming the
+// whitespace an editor or a Kubernetes Secret leaves around it; empty is an
+// error. The secret never appears in an error, only the file's name.
+func ReadSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}

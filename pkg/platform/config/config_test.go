@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"flag"
+	"os"
 	"testing"
 	"time"
 
@@ -28,5 +29,25 @@ func TestFlagBeatsEnvBeatsDefault(t *testing.T) {
 	fs2.Int("db-max-conns", 1, "")
 	if err := config.Parse(fs2, nil); err == nil {
 		t.Fatal("a bad environment value must be an error")
+	}
+}
+
+func TestReadSecret(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if s, err := config.ReadSecret(write("ok", "  s3cr3t\n")); err != nil || s != "s3cr3t" {
+		t.Fatalf("got %q %v, want the trimmed secret", s, err)
+	}
+	if _, err := config.ReadSecret(write("empty", " \n")); err == nil {
+		t.Fatal("an empty secret file was accepted")
+	}
+	if _, err := config.ReadSecret(dir + "/missing"); err == nil {
+		t.Fatal("a missing secret file was accepted")
 	}
 }

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
-	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/platform/tracing"
@@ -109,7 +109,7 @@ func main() {
 			if *certFile == "" {
 				return fmt.Errorf("--token-file needs --tls-cert-file: a bearer token is never taken in the clear")
 			}
-			tok, err := dial.ReadSecret(*tokenFile)
+			tok, err := config.ReadSecret(*tokenFile)
 			if err != nil {
 				return fmt.Errorf("--token-file: %w", err)
 			}

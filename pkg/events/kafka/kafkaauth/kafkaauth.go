@@ -12,12 +12,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 // SASL mechanisms.
@@ -118,7 +119,7 @@ func (f *Flags) mechanism() (sasl.Mechanism, error) {
 	if f.PasswordFile == "" {
 		return nil, fmt.Errorf("--kafka-sasl-mechanism %s needs --kafka-password-file", f.Mechanism)
 	}
-	pass, err := readSecret(f.PasswordFile)
+	pass, err := config.ReadSecret(f.PasswordFile)
 	if err != nil {
 		return nil, fmt.Errorf("--kafka-password-file: %w", err)
 	}
@@ -164,19 +165,4 @@ func (f *Flags) TLSConfig() (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	return cfg, nil
-}
-
-// readSecret reads a secret from a file, trimming the whitespace an editor
-// or a Kubernetes Secret leaves around it; empty is an error. The secret
-// never appears in an error.
-func readSecret(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	s := strings.TrimSpace(string(b))
-	if s == "" {
-		return "", fmt.Errorf("%s is empty", path)
-	}
-	return s, nil
 }
