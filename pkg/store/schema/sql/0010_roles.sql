@@ -40,7 +40,8 @@
 --                       gateway webhooks.
 --   paysched_audit      INSERT into audit_events (and read payments' status,
 --                       run_at, due_time for the overdue check); no UPDATE,
---                       DELETE or TRUNCATE, no SELECT of the log itself.
+--                       DELETE or TRUNCATE; of the log it reads only the
+--                       conflict key its ON CONFLICT DO NOTHING needs.
 --   paysched_cdc        read what it publishes (resync), its own state
 --                       tables. REPLICATION on its login user, see above.
 
@@ -106,11 +107,13 @@ GRANT UPDATE (finished_at, outcome, gateway_ref, error, executor_id) ON payment_
 GRANT SELECT ON payment_attempts TO paysched_cdc;
 
 -- Append-only by trigger, and nobody but the owner can drop the trigger.
-GRANT INSERT ON payment_actions TO paysched_api, paysched_reconciler;
+GRANT INSERT, SELECT (prev_status) ON payment_actions TO paysched_api, paysched_reconciler; -- the move's RETURNING
 GRANT USAGE ON SEQUENCE payment_actions_id_seq TO paysched_api, paysched_reconciler;
 GRANT SELECT ON payment_actions TO paysched_cdc;
 
-GRANT INSERT ON audit_events TO paysched_audit;
+-- ON CONFLICT (lsn, table_name, row_key) DO NOTHING, the redelivery no-op,
+-- reads the conflict key: the audit writer sees the keys, not the events.
+GRANT INSERT, SELECT (lsn, table_name, row_key) ON audit_events TO paysched_audit;
 
 GRANT SELECT, INSERT ON reconciliation_runs, reconciliation_items TO paysched_api, paysched_reconciler;
 GRANT UPDATE (state, finished_at, charges, payments, repaired, mismatches, error)
