@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -239,8 +240,15 @@ func flags(t *testing.T, name string) map[string]bool {
 // Secrets the manifests expect to exist without rendering them: the one
 // CloudNativePG creates and the one prod creates out of band.
 var externalSecrets = map[string][]string{
-	"paysched-pg-app":  {"uri", "username", "password", "host", "port", "dbname"},
-	"paysched-secrets": {"cursor-secret", "webhook-secret"},
+	"paysched-pg-app":        {"uri", "username", "password", "host", "port", "dbname"},
+	"paysched-pg-api":        {"username", "password"},
+	"paysched-pg-sweeper":    {"username", "password"},
+	"paysched-pg-executor":   {"username", "password"},
+	"paysched-pg-reaper":     {"username", "password"},
+	"paysched-pg-reconciler": {"username", "password"},
+	"paysched-pg-audit":      {"username", "password"},
+	"paysched-pg-cdc":        {"username", "password"},
+	"paysched-secrets":       {"cursor-secret", "webhook-secret"},
 }
 
 func TestOverlays(t *testing.T) {
@@ -373,6 +381,7 @@ func checkDeployment(t *testing.T, docs []obj, s service, wantReplicas int, atLe
 		for _, e := range list(c, "env") {
 			checkEnv(t, docs, s.name, cname, e, flagSet, portNums)
 		}
+		checkDatabase(t, s.name, podSpec, c)
 	}
 
 	var pdb obj
@@ -434,11 +443,6 @@ func checkEnv(t *testing.T, docs []obj, svc, cname string, e any, flagSet map[st
 		n, _ := strconv.Atoi(port)
 		if err != nil || host != "0.0.0.0" || !ports[n] {
 			t.Errorf("%s: %s = %q must listen on 0.0.0.0 and a declared container port", cname, name, str(e, "value"))
-		}
-	}
-	if name == "PAYSCHED_DATABASE_URL" {
-		if str(e, "valueFrom", "secretKeyRef", "name") != "paysched-pg-app" || str(e, "valueFrom", "secretKeyRef", "key") != "uri" {
-			t.Errorf("%s: PAYSCHED_DATABASE_URL must come from the CloudNativePG secret paysched-pg-app, key uri", cname)
 		}
 	}
 	if ref := get(e, "valueFrom", "configMapKeyRef"); ref != nil {
@@ -514,6 +518,7 @@ func checkMigrateJob(t *testing.T, docs []obj) {
 				for _, e := range list(c, "env") {
 					checkEnv(t, docs, "migrate", "migrate", e, flags(t, "migrate"), nil)
 				}
+				checkDatabase(t, "migrate", get(j, "spec", "template", "spec"), c)
 				return
 			}
 		}
@@ -538,14 +543,81 @@ func checkPostgres(t *testing.T, docs []obj) {
 	if name := str(c, "metadata", "name"); name+"-app" != "paysched-pg-app" {
 		t.Errorf("Cluster %s creates %s-app, the services read paysched-pg-app", name, name)
 	}
-	replication := false
+	roles := map[string]any{}
 	for _, r := range list(c, "spec", "managed", "roles") {
-		if str(r, "name") == str(c, "spec", "bootstrap", "initdb", "owner") && get(r, "replication") == true {
-			replication = true
+		roles[str(r, "name")] = r
+	}
+	owner := str(c, "spec", "bootstrap", "initdb", "owner")
+	if get(roles[owner], "replication") == true {
+		t.Errorf("the schema owner %s has REPLICATION: only cdc's user may", owner)
+	}
+	for svc, group := range dbGroups {
+		login := "svc_" + strings.TrimPrefix(group, "paysched_")
+		g, u := roles[group], roles[login]
+		if g == nil || get(g, "login") != false {
+			t.Errorf("%s: group role %s is not a managed NOLOGIN role", svc, group)
+		}
+		if u == nil || get(u, "login") != true || !slices.Contains(list(u, "inRoles"), any(group)) {
+			t.Errorf("%s: no managed LOGIN role %s in %s", svc, login, group)
+			continue
+		}
+		if got, want := str(u, "passwordSecret", "name"), dbSecret(svc); got != want {
+			t.Errorf("%s: role %s's password is Secret %q, the service reads %q", svc, login, got, want)
+		}
+		if rep := get(u, "replication") == true; rep != (svc == "cdc") {
+			t.Errorf("%s: role %s replication = %v, want %v (only cdc streams)", svc, login, rep, svc == "cdc")
 		}
 	}
-	if !replication {
-		t.Error("the application role lacks REPLICATION, which cdc needs")
+}
+
+// dbGroups is each service's group role (pkg/store/schema/sql/0010_roles.sql).
+var dbGroups = map[string]string{
+	"payments-api": "paysched_api", "sweeper": "paysched_sweeper", "executor": "paysched_executor",
+	"reaper": "paysched_reaper", "reconciler": "paysched_reconciler", "audit-consumer": "paysched_audit",
+	"cdc": "paysched_cdc",
+}
+
+// dbSecret is the Secret of the database user svc logs in as: its own, or
+// the schema owner's for the migrations.
+func dbSecret(svc string) string {
+	if svc == "migrate" {
+		return "paysched-pg-app"
+	}
+	return "paysched-pg-" + strings.TrimPrefix(dbGroups[svc], "paysched_")
+}
+
+// checkDatabase checks that container c of svc logs in as its own database
+// user and verifies the server against the cluster's CA (verify-full).
+func checkDatabase(t *testing.T, svc string, podSpec, c any) {
+	if _, ok := dbGroups[svc]; !ok && svc != "migrate" {
+		return // gateway-sim: its own database
+	}
+	env := map[string]any{}
+	for _, e := range list(c, "env") {
+		env[str(e, "name")] = e
+	}
+	want := dbSecret(svc)
+	for name, key := range map[string]string{"DB_USER": "username", "DB_PASSWORD": "password"} {
+		if str(env[name], "valueFrom", "secretKeyRef", "name") != want || str(env[name], "valueFrom", "secretKeyRef", "key") != key {
+			t.Errorf("%s: %s must come from Secret %s, key %s", svc, name, want, key)
+		}
+	}
+	raw := str(env["PAYSCHED_DATABASE_URL"], "value")
+	u, err := url.Parse(raw)
+	var pass string
+	if err == nil {
+		pass, _ = u.User.Password()
+	}
+	if err != nil || u.User.Username() != "$(DB_USER)" || pass != "$(DB_PASSWORD)" || u.Host != "paysched-pg-rw:5432" {
+		t.Errorf("%s: PAYSCHED_DATABASE_URL = %q, want postgres://$(DB_USER):$(DB_PASSWORD)@paysched-pg-rw:5432/...", svc, raw)
+		return
+	}
+	q := u.Query()
+	if q.Get("sslmode") != "verify-full" {
+		t.Errorf("%s: database sslmode = %q, want verify-full", svc, q.Get("sslmode"))
+	}
+	if sec, key := mountedSecret(podSpec, c, q.Get("sslrootcert")); sec != "paysched-pg-ca" || key != "ca.crt" {
+		t.Errorf("%s: sslrootcert %q is not the CloudNativePG CA (Secret paysched-pg-ca, key ca.crt) mounted as a file", svc, q.Get("sslrootcert"))
 	}
 }
 

@@ -99,23 +99,13 @@ func EnsurePartitions(ctx context.Context, db DB, from, to time.Time) (int, erro
 }
 
 // DropPartitionsBefore drops the daily partitions of payments that ended
-// before cutoff (retention) and says how many.
+// before cutoff (retention) and says how many. Dropping a table takes its
+// owner, so it goes through paysched_drop_partitions_before, which runs as
+// the schema's owner for the roles allowed to call it (the reaper's).
 func DropPartitionsBefore(ctx context.Context, db DB, cutoff time.Time) (int, error) {
-	rows, err := db.Query(ctx, `
-		SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = 'payments'::regclass AND c.relname < $1 ORDER BY 1`,
-		"payments_p"+cutoff.UTC().Format("20060102"))
-	if err != nil {
-		return 0, fmt.Errorf("list partitions: %w", err)
+	var n int
+	if err := db.QueryRow(ctx, `SELECT paysched_drop_partitions_before($1)`, Partition(cutoff)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("drop partitions before %s: %w", cutoff.UTC().Format(time.DateOnly), err)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return 0, fmt.Errorf("list partitions: %w", err)
-	}
-	for _, n := range names {
-		if _, err := db.Exec(ctx, `DROP TABLE `+pgx.Identifier{n}.Sanitize()); err != nil {
-			return 0, fmt.Errorf("drop %s: %w", n, err)
-		}
-	}
-	return len(names), nil
+	return n, nil
 }

@@ -128,6 +128,24 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 // PublishedTables are the tables the connector streams.
 var PublishedTables = []string{"payments", "payment_attempts", "payment_actions", "cdc_heartbeat"}
 
+// ensureTable runs create only when table does not exist yet. The
+// migrations make cdc's tables, and CREATE TABLE IF NOT EXISTS checks for
+// CREATE on the schema before it looks for the table, which cdc's role
+// does not have.
+func (c *Connector) ensureTable(ctx context.Context, table, create string) error {
+	var exists bool
+	if err := c.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {
+		return fmt.Errorf("look for %s: %w", table, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := c.db.Exec(ctx, create); err != nil {
+		return fmt.Errorf("create %s: %w", table, err)
+	}
+	return nil
+}
+
 // Setup creates what the connector needs, idempotently: the publication
 // (partitions published as their root, so events name "payments"), the
 // heartbeat table, and the permanent slot.
@@ -135,7 +153,7 @@ func (c *Connector) Setup(ctx context.Context) error {
 	// The heartbeat table is published too: its periodic update reaches the
 	// connector as a small transaction whose end LSN can be confirmed, so an
 	// idle slot keeps moving and never pins WAL.
-	if _, err := c.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS cdc_heartbeat (id int PRIMARY KEY, ts timestamptz NOT NULL)`); err != nil {
+	if err := c.ensureTable(ctx, "cdc_heartbeat", `CREATE TABLE IF NOT EXISTS cdc_heartbeat (id int PRIMARY KEY, ts timestamptz NOT NULL)`); err != nil {
 		return fmt.Errorf("heartbeat table: %w", err)
 	}
 	var exists bool
@@ -161,7 +179,7 @@ func (c *Connector) Setup(ctx context.Context) error {
 			}
 		}
 	}
-	if _, err := c.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS cdc_state (slot text PRIMARY KEY, confirmed_lsn pg_lsn NOT NULL, confirmed_at timestamptz NOT NULL)`); err != nil {
+	if err := c.ensureTable(ctx, "cdc_state", `CREATE TABLE IF NOT EXISTS cdc_state (slot text PRIMARY KEY, confirmed_lsn pg_lsn NOT NULL, confirmed_at timestamptz NOT NULL)`); err != nil {
 		return fmt.Errorf("cdc_state table: %w", err)
 	}
 	exists, rec, gap, err := c.checkSlot(ctx)

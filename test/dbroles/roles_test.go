@@ -1,0 +1,399 @@
+// Package dbroles tests the per-service database roles of migration 0010:
+// each service's role can run what that service runs, and is refused
+// (SQLSTATE 42501) what it must not do.
+package dbroles
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paysched/paysched/pkg/engine/pacing"
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/test/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// roles are the group roles of migration 0010.
+var roles = []string{"paysched_api", "paysched_sweeper", "paysched_executor", "paysched_reaper",
+	"paysched_reconciler", "paysched_audit", "paysched_cdc"}
+
+// env is one migrated database with a LOGIN member of every group role.
+type env struct {
+	url   string
+	admin *pgxpool.Pool
+	pools map[string]*pgxpool.Pool // by group role
+	users map[string]string        // login user by group role
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{url: pgtest.NewURL(t), pools: map[string]*pgxpool.Pool{}, users: map[string]string{}}
+	var err error
+	if e.admin, err = pgxpool.New(ctx, e.url); err != nil {
+		t.Fatalf("admin pool: %v", err)
+	}
+	t.Cleanup(e.admin.Close)
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	for _, r := range roles {
+		user := fmt.Sprintf("%s_login_%s", strings.TrimPrefix(r, "paysched_"), hex.EncodeToString(suffix))
+		attrs := "LOGIN"
+		if r == "paysched_cdc" {
+			attrs += " REPLICATION" // attributes are not inherited: the login user has it (see 0010)
+		}
+		if _, err := e.admin.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s %s IN ROLE %s`, user, attrs, r)); err != nil {
+			t.Fatalf("create %s: %v", user, err)
+		}
+		cfg, err := pgxpool.ParseConfig(e.url)
+		if err != nil {
+			t.Fatalf("parse url: %v", err)
+		}
+		cfg.ConnConfig.User = user
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatalf("pool as %s: %v", user, err)
+		}
+		e.pools[r], e.users[r] = pool, user
+		t.Cleanup(func() {
+			pool.Close()
+			// Cleanups run last-in first-out: the database is dropped after this.
+			// A closed session's temporary objects go away just after it
+			// ends, and hold the role until then.
+			var err error
+			for try := 0; try < 50; try++ {
+				if _, err = e.admin.Exec(context.Background(), `DROP ROLE `+user); err == nil {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Errorf("drop %s: %v", user, err)
+		})
+	}
+	return e
+}
+
+func TestServicesCanDoTheirWork(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	api := store.NewStore(e.pools["paysched_api"])
+	due := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
+	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	var claimed []store.Claimed
+	steps := []struct {
+		role, name string
+		run        func(db *pgxpool.Pool) error
+	}{
+		{"paysched_api", "create", func(*pgxpool.Pool) error {
+			var in []store.NewPayment
+			for i, id := range ids {
+				in = append(in, store.NewPayment{ID: id, Payer: "alice", Payee: "bob", Amount: 100, Currency: "USD", DueAt: due,
+					CreatedAt: time.Now(), IdempotencyKey: fmt.Sprint("k", i), RequestHash: []byte{1}, Response: []byte{2}})
+			}
+			_, err := api.Create(ctx, in)
+			return err
+		}},
+		{"paysched_api", "replay", func(*pgxpool.Pool) error {
+			_, found, err := api.Replay(ctx, "alice", "k0", []byte{1})
+			if err == nil && !found {
+				err = errors.New("key k0 not found")
+			}
+			return err
+		}},
+		{"paysched_api", "get with attempts", func(*pgxpool.Pool) error { _, err := api.Get(ctx, "alice", ids[0]); return err }},
+		{"paysched_api", "list", func(*pgxpool.Pool) error { _, err := api.List(ctx, "alice", "", 0, 10); return err }},
+		{"paysched_api", "cancel", func(*pgxpool.Pool) error { _, err := api.Cancel(ctx, "alice", ids[2]); return err }},
+		{"paysched_api", "ensure partitions", func(db *pgxpool.Pool) error {
+			_, err := store.EnsurePartitions(ctx, db, time.Now(), time.Now().AddDate(0, 0, 400))
+			return err
+		}},
+		{"paysched_api", "dead letters", func(*pgxpool.Pool) error { _, err := api.DeadLetters(ctx, time.Time{}, uuid.Nil, 10); return err }},
+		{"paysched_sweeper", "claim", func(db *pgxpool.Pool) error {
+			var err error
+			claimed, err = store.Claim(ctx, db, "sweeper-1", time.Minute, 10)
+			if err == nil && len(claimed) != 2 {
+				err = fmt.Errorf("claimed %d, want 2", len(claimed))
+			}
+			return err
+		}},
+		{"paysched_sweeper", "release", func(db *pgxpool.Pool) error {
+			n, err := store.Release(ctx, db, "sweeper-1", claimed[1:])
+			if err == nil && n != 1 {
+				err = fmt.Errorf("released %d, want 1", n)
+			}
+			return err
+		}},
+		{"paysched_sweeper", "rate bucket", func(db *pgxpool.Pool) error {
+			b := pacing.Bucket{Name: "gateway", Rate: 10, Burst: 5}
+			if _, err := b.Take(ctx, db, 2); err != nil {
+				return err
+			}
+			return b.Refund(ctx, db, 1)
+		}},
+		{"paysched_executor", "load and complete", func(db *pgxpool.Pool) error {
+			c := claimed[0]
+			item := store.Item{ID: c.ID, DueTime: c.DueTime, Attempt: c.Attempt}
+			ws, err := store.Load(ctx, db, []store.Item{item})
+			if err != nil || len(ws) != 1 {
+				return fmt.Errorf("load: %d rows, %v", len(ws), err)
+			}
+			applied, err := store.Complete(ctx, db, "executor-1", []store.Transition{{Item: item,
+				Outcome: payment.Succeeded, Ref: "ch_1", Status: payment.Completed}})
+			if err == nil && len(applied) != 1 {
+				err = fmt.Errorf("applied %d, want 1", len(applied))
+			}
+			return err
+		}},
+		{"paysched_reaper", "expire leases, count, keys", func(db *pgxpool.Pool) error {
+			if _, err := store.ExpireLeases(ctx, db, 100); err != nil {
+				return err
+			}
+			if _, err := store.OldestDueAge(ctx, db); err != nil {
+				return err
+			}
+			if _, err := store.Count(ctx, db); err != nil {
+				return err
+			}
+			_, _, err := store.ExpireKeys(ctx, db, 0, time.Now().Add(time.Hour), 100)
+			return err
+		}},
+		{"paysched_reaper", "partition upkeep", func(db *pgxpool.Pool) error {
+			old := time.Now().AddDate(0, 0, -10)
+			if n, err := store.EnsurePartitions(ctx, db, old, old); err != nil || n != 1 {
+				return fmt.Errorf("ensure: %d, %v", n, err)
+			}
+			if n, err := store.DropPartitionsBefore(ctx, db, old.AddDate(0, 0, 1)); err != nil || n != 1 {
+				return fmt.Errorf("drop: %d, %v", n, err)
+			}
+			return nil
+		}},
+		{"paysched_reconciler", "runs, items, webhooks, probes", func(db *pgxpool.Pool) error {
+			return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+				var run int64
+				if err := tx.QueryRow(ctx, `INSERT INTO reconciliation_runs (day, triggered_by) VALUES (current_date, 'test') RETURNING id`).Scan(&run); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `INSERT INTO reconciliation_items (run_id, kind, severity, reference) VALUES ($1, 'UNKNOWN_CHARGE', 'WARNING', 'x')`, run); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `UPDATE reconciliation_runs SET state = 'SUCCEEDED', finished_at = now() WHERE id = $1`, run); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `INSERT INTO webhook_events (event_id, charge_key) VALUES ('evt_1', $1) ON CONFLICT DO NOTHING`, ids[0].String()); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `CREATE TEMP TABLE settle (ref_id uuid, charge_id text, reference text, amount bigint, currency text) ON COMMIT DROP`); err != nil {
+					return err
+				}
+				if err := store.MatchSettled(ctx, tx, due, due); err != nil {
+					return err
+				}
+				if err := store.RepairSettled(ctx, tx, run, "today", due, due); err != nil {
+					return err
+				}
+				if _, err := store.CountCompleted(ctx, tx, due.AddDate(0, 0, -1), due, due.AddDate(0, 0, 1)); err != nil {
+					return err
+				}
+				_, err := store.DueProbes(ctx, tx, 10)
+				return err
+			})
+		}},
+		{"paysched_reconciler", "move (webhook/resolver)", func(db *pgxpool.Pool) error {
+			// The claim the sweeper released is PENDING; a gateway webhook
+			// completes it.
+			_, err := store.Apply(ctx, db, store.Move{ID: claimed[1].ID, By: payment.Reconciler, To: payment.Completed,
+				Amount: 100, Currency: "USD", GatewayRef: "ch_2", Actor: "webhook", Action: "WEBHOOK"})
+			return err
+		}},
+		{"paysched_audit", "append and overdue check", func(db *pgxpool.Pool) error {
+			if _, err := db.Exec(ctx, `INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
+				VALUES (1, 'payments', 'k', 'c', $1, 'PENDING', '{}', now()) ON CONFLICT (lsn, table_name, row_key) DO NOTHING`, ids[0]); err != nil {
+				return err
+			}
+			if _, err := db.CopyFrom(ctx, pgx.Identifier{"audit_events"}, []string{"lsn", "table_name", "row_key", "op", "event", "committed_at"},
+				pgx.CopyFromRows([][]any{{int64(2), "payments", "k", "u", "{}", time.Now()}})); err != nil {
+				return err
+			}
+			_, err := store.Overdue(ctx, db)
+			return err
+		}},
+		{"paysched_cdc", "state, heartbeat, resync reads", func(db *pgxpool.Pool) error {
+			for _, q := range []string{
+				`INSERT INTO cdc_heartbeat (id, ts) VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET ts = now()`,
+				`INSERT INTO cdc_state (slot, confirmed_lsn, confirmed_at) VALUES ('s', '0/1', now())
+				 ON CONFLICT (slot) DO UPDATE SET confirmed_lsn = excluded.confirmed_lsn, confirmed_at = excluded.confirmed_at`,
+				`SELECT confirmed_lsn::text, confirmed_at FROM cdc_state`,
+				`SELECT * FROM payments WHERE updated_at >= now() - interval '1 day'`,
+				`SELECT * FROM payment_attempts`,
+				`SELECT * FROM payment_actions`,
+			} {
+				if _, err := db.Exec(ctx, q); err != nil {
+					return fmt.Errorf("%s: %w", strings.Fields(q)[0], err)
+				}
+			}
+			return nil
+		}},
+	}
+	for _, s := range steps {
+		if !t.Run(s.role+"/"+s.name, func(t *testing.T) {
+			if err := s.run(e.pools[s.role]); err != nil {
+				t.Fatalf("%s as %s: %v", s.name, s.role, err)
+			}
+		}) {
+			t.FailNow() // later steps build on earlier ones
+		}
+	}
+}
+
+func TestServicesAreRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	id := uuid.New()
+	due := time.Now().UTC()
+	if _, err := store.NewStore(e.admin).Create(ctx, []store.NewPayment{{ID: id, Payer: "alice", Payee: "bob", Amount: 100,
+		Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: "seed"}}); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	part := pgx.Identifier{store.Partition(due)}.Sanitize()
+	rewrite := []string{
+		`UPDATE payments SET amount_minor = 1`,
+		`UPDATE payments SET payee = 'mallory'`,
+		`UPDATE payments SET currency = 'EUR'`,
+		`UPDATE ` + part + ` SET payee = 'mallory'`,
+		`UPDATE ` + part + ` SET amount_minor = 1`,
+		`DELETE FROM payments`,
+	}
+	// Every role: no rewriting the money, no switching the append-only
+	// triggers off, no new tables, no owner-only functions.
+	every := append(rewrite,
+		`ALTER TABLE audit_events DISABLE TRIGGER audit_events_no_update_delete`,
+		`ALTER TABLE audit_events DISABLE TRIGGER ALL`,
+		`ALTER TABLE payment_actions DISABLE TRIGGER payment_actions_no_update_delete`,
+		`DROP TABLE `+part,
+		`CREATE TABLE evil (x int)`,
+		`SELECT paysched_grant_partition('payments')`,
+		`UPDATE audit_events SET status = 'X'`,
+		`DELETE FROM audit_events`,
+		`TRUNCATE audit_events`,
+		`DELETE FROM payment_attempts`,
+	)
+	only := map[string][]string{
+		"paysched_api": {
+			`SELECT * FROM audit_events`,
+			`INSERT INTO audit_events (lsn, table_name, row_key, op, event, committed_at) VALUES (9, 't', 'k', 'c', '{}', now())`,
+			`INSERT INTO payment_attempts (payment_id, attempt, gateway_key) VALUES ('` + id.String() + `', 1, 'k')`,
+			`UPDATE payment_attempts SET outcome = 'SUCCEEDED'`,
+			`SELECT gateway_key FROM payment_attempts`,
+			`SELECT * FROM cdc_state`,
+			`SELECT paysched_drop_partitions_before('payments_p99991231')`,
+		},
+		"paysched_sweeper": {
+			`INSERT INTO payment_attempts (payment_id, attempt, gateway_key) VALUES ('` + id.String() + `', 1, 'k')`,
+			`UPDATE ` + part + ` SET run_at = now()`,
+			`SELECT * FROM audit_events`,
+			`SELECT * FROM payment_index`,
+		},
+		"paysched_executor": {
+			`UPDATE ` + part + ` SET payer = 'mallory'`,
+			`INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at) VALUES (gen_random_uuid(), 'a', 'b', 1, 'USD', now(), now())`,
+			`INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status) VALUES ('` + id.String() + `', 'x', 'x', 'x', 'x')`,
+			`SELECT * FROM audit_events`,
+		},
+		"paysched_reaper": {
+			`SELECT * FROM audit_events`,
+			`SELECT response FROM payment_index`,
+			`UPDATE payments SET gateway_ref = 'x'`,
+		},
+		"paysched_reconciler": {
+			`SELECT * FROM audit_events`,
+			`INSERT INTO payment_attempts (payment_id, attempt, gateway_key) VALUES ('` + id.String() + `', 1, 'k')`,
+			`UPDATE payments SET attempt = 99`,
+		},
+		"paysched_audit": {
+			`SELECT * FROM audit_events`,
+			`SELECT payee FROM payments`,
+			`UPDATE payments SET status = 'CANCELLED'`,
+			`SELECT * FROM payment_attempts`,
+			`INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status) VALUES ('` + id.String() + `', 'x', 'x', 'x', 'x')`,
+		},
+		"paysched_cdc": {
+			`UPDATE payments SET status = 'CANCELLED'`,
+			`INSERT INTO audit_events (lsn, table_name, row_key, op, event, committed_at) VALUES (9, 't', 'k', 'c', '{}', now())`,
+			`SELECT * FROM audit_events`,
+			`ALTER PUBLICATION paysched DROP TABLE payments`,
+		},
+	}
+	for _, r := range roles {
+		for _, q := range append(append([]string{}, every...), only[r]...) {
+			t.Run(r+"/"+q, func(t *testing.T) {
+				tx, err := e.pools[r].Begin(ctx)
+				if err != nil {
+					t.Fatalf("begin: %v", err)
+				}
+				defer tx.Rollback(ctx) //nolint:errcheck // nothing must have changed
+				_, err = tx.Exec(ctx, q)
+				var pe *pgconn.PgError
+				if !errors.As(err, &pe) || pe.Code != "42501" {
+					t.Fatalf("%s as %s: got %v, want SQLSTATE 42501", q, r, err)
+				}
+				// The append-only trigger raises 42501 too: the refusal must
+				// be the privilege check's.
+				if !strings.HasPrefix(pe.Message, "permission denied") && !strings.HasPrefix(pe.Message, "must be owner") {
+					t.Fatalf("%s as %s: refused by %q, want a privilege check", q, r, pe.Message)
+				}
+			})
+		}
+	}
+}
+
+// TestOnlyCDCReplicates: only cdc's login user may open a replication
+// connection; the group roles cannot pass the attribute on.
+func TestOnlyCDCReplicates(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, r := range roles {
+		t.Run(r, func(t *testing.T) {
+			cfg, err := pgconn.ParseConfig(e.url + "&replication=database")
+			if err != nil {
+				t.Fatalf("parse url: %v", err)
+			}
+			cfg.User = e.users[r]
+			conn, err := pgconn.ConnectConfig(ctx, cfg)
+			if r == "paysched_cdc" {
+				if err != nil {
+					t.Fatalf("cdc replication connection: %v", err)
+				}
+				defer conn.Close(ctx)
+				if _, err := conn.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll(); err != nil {
+					t.Fatalf("IDENTIFY_SYSTEM: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				conn.Close(ctx)
+				t.Fatalf("%s opened a replication connection", r)
+			}
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "42501" {
+				t.Fatalf("%s: got %v, want SQLSTATE 42501", r, err)
+			}
+		})
+	}
+	var attr bool
+	if err := e.admin.QueryRow(ctx, `SELECT bool_or(rolreplication) FROM pg_roles WHERE rolname = ANY($1)`, roles).Scan(&attr); err != nil || attr {
+		t.Fatalf("a group role has REPLICATION (%v, %v)", attr, err)
+	}
+}
