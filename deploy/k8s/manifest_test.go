@@ -28,6 +28,7 @@ import (
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/config"
+	"github.com/paysched/paysched/pkg/platform/mtls"
 )
 
 var update = flag.Bool("update", false, "rewrite base/prometheusrule.yaml from ../prometheus/alerts.yml")
@@ -227,6 +228,18 @@ func flags(t *testing.T, name string) map[string]bool {
 		gfs := flag.NewFlagSet(name, flag.ContinueOnError)
 		dial.Register(gfs, "")
 		gfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
+	}
+	if bytes.Contains(b, []byte("mtls.RegisterServer(fs")) {
+		// The mutual TLS server flags (the executor).
+		mfs := flag.NewFlagSet(name, flag.ContinueOnError)
+		mtls.RegisterServer(mfs, "x")
+		mfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
+	}
+	if bytes.Contains(b, []byte(`mtls.RegisterClient(fs, "executor")`)) {
+		// The mutual TLS client flags towards the executors (the sweeper).
+		mfs := flag.NewFlagSet(name, flag.ContinueOnError)
+		mtls.RegisterClient(mfs, "executor")
+		mfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
 	}
 	if bytes.Contains(b, []byte("kafkaauth.Register(fs")) {
 		// The Kafka TLS and SASL flags every Kafka client shares.
