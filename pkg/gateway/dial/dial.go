@@ -7,13 +7,11 @@ package dial
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -142,13 +140,9 @@ func (f *Flags) transport() (credentials.TransportCredentials, error) {
 	if f.CAFile == "" {
 		return insecure.NewCredentials(), nil
 	}
-	pem, err := os.ReadFile(f.CAFile)
+	pool, err := config.ReadCertPool(f.CAFile)
 	if err != nil {
 		return nil, fmt.Errorf("--gateway-ca-file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--gateway-ca-file %s holds no PEM certificate", f.CAFile)
 	}
 	name := f.ServerName
 	if name == "" {

@@ -4,6 +4,7 @@
 package config
 
 import (
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"os"
@@ -58,4 +59,18 @@ func ReadSecret(path string) (string, error) {
 		return "", fmt.Errorf("%s is empty", path)
 	}
 	return s, nil
+}
+
+// ReadCertPool reads a PEM CA bundle (the --*-ca-file flags) into a pool of
+// its own: the peer must chain to it, not to the system's roots.
+func ReadCertPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }

@@ -9,11 +9,9 @@ package mtls
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
@@ -23,6 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 // Server is a gRPC server's mutual TLS: off when CertFile is empty.
@@ -88,9 +88,9 @@ func (s *Server) Options() ([]grpc.ServerOption, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert-file: %w", err)
 	}
-	pool, err := loadPool(s.ClientCAFile, "--tls-client-ca-file")
+	pool, err := config.ReadCertPool(s.ClientCAFile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--tls-client-ca-file: %w", err)
 	}
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
@@ -166,9 +166,9 @@ func (c *Client) DialOption() (grpc.DialOption, error) {
 	if c.CAFile == "" {
 		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
 	}
-	pool, err := loadPool(c.CAFile, "CA file")
+	pool, err := config.ReadCertPool(c.CAFile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("CA file: %w", err)
 	}
 	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
@@ -176,16 +176,4 @@ func (c *Client) DialOption() (grpc.DialOption, error) {
 	}
 	return grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert},
 		ServerName: c.ServerName, MinVersion: tls.VersionTLS12})), nil
-}
-
-func loadPool(path, flagName string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", flagName, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s %s holds no PEM certificate", flagName, path)
-	}
-	return pool, nil
 }

@@ -7,11 +7,9 @@ package kafkaauth
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -140,13 +138,9 @@ func (f *Flags) TLSConfig() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.ServerName}
 	if f.CAFile != "" {
-		pem, err := os.ReadFile(f.CAFile)
+		pool, err := config.ReadCertPool(f.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("--kafka-ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--kafka-ca-file %s holds no PEM certificate", f.CAFile)
 		}
 		cfg.RootCAs = pool
 	}
