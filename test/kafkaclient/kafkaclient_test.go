@@ -10,9 +10,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,24 +25,14 @@ import (
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/test/kafkatest"
+	"github.com/paysched/paysched/test/nodetest"
 	"github.com/paysched/paysched/test/pgtest"
 )
-
-// RequireEnv set to 1 makes a missing node or npm a failure, not a skip
-// (deploy/local/test.sh sets it).
-const RequireEnv = "PAYSCHED_REQUIRE_NODE"
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestKafkajsReadsNotifications(t *testing.T) {
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv(RequireEnv) == "1" {
-				t.Fatalf("%s is required (%s=1): %v", tool, RequireEnv, err)
-			}
-			t.Skipf("%s not found: install Node 20 and npm to run the Kafka client test", tool)
-		}
-	}
+	nodetest.Require(t, "the Kafka client test", "node", "npm")
 	db := pgtest.NewPool(t)
 	topics := kafka.Default
 	seeds := kafkatest.NewCluster(t, topics.Payments, topics.Attempts, topics.Actions, topics.Notifications, topics.Heartbeat)
@@ -118,33 +105,8 @@ func TestKafkajsReadsNotifications(t *testing.T) {
 		t.Fatalf("%d notifications, want %d", got, n)
 	}
 
-	dir := t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", "consume.mjs"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run(t, dir, nil, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error")
-	out := run(t, dir, []string{"PAYSCHED_BROKERS=" + strings.Join(seeds, ","), "PAYSCHED_TOPIC=" + topics.Notifications,
+	dir := nodetest.Install(t, "package.json", "package-lock.json", "consume.mjs")
+	out := nodetest.Run(t, dir, []string{"PAYSCHED_BROKERS=" + strings.Join(seeds, ","), "PAYSCHED_TOPIC=" + topics.Notifications,
 		"PAYSCHED_COUNT=" + strconv.Itoa(n)}, "node", "consume.mjs")
 	t.Logf("kafkajs:\n%s", out)
-}
-
-// run runs a command in dir and fails t with its output if it fails.
-func run(t *testing.T, dir string, env []string, name string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }

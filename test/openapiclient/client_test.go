@@ -10,77 +10,36 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/test/nodetest"
 	"github.com/paysched/paysched/test/pgtest"
 )
-
-// RequireEnv set to 1 makes a missing node or npm a failure, not a skip
-// (deploy/local/test.sh sets it).
-const RequireEnv = "PAYSCHED_REQUIRE_NODE"
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestGeneratedClient(t *testing.T) {
-	for _, tool := range []string{"node", "npm", "npx"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv(RequireEnv) == "1" {
-				t.Fatalf("%s is required (%s=1): %v", tool, RequireEnv, err)
-			}
-			t.Skipf("%s not found: install Node 20 and npm to run the generated-client test", tool)
-		}
-	}
+	nodetest.Require(t, "the generated-client test", "node", "npm", "npx")
 	base := startAPI(t)
 	tok, err := auth.Mint([]byte(secret), auth.DefaultIssuer, auth.DefaultAudience, "client-test", false, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	// Work on a copy so that the repository gets no node_modules; npm's
-	// cache (~/.npm unless npm_config_cache says otherwise) makes the
-	// install cheap after the first run.
-	dir := t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", "driver.mjs"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run(t, dir, nil, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error")
+	dir := nodetest.Install(t, "package.json", "package-lock.json", "driver.mjs")
 	// The generator reads the document from the running server, as a client
 	// team would.
-	run(t, dir, nil, "npx", "--no-install", "swagger-typescript-api", "generate",
+	nodetest.Run(t, dir, nil, "npx", "--no-install", "swagger-typescript-api", "generate",
 		"--path", base+"/openapi.json", "--output", filepath.Join(dir, "gen"), "--name", "api.js",
 		"--js", "--disable-throw-on-error", "--silent")
-	out := run(t, dir, []string{"PAYSCHED_BASE=" + base, "PAYSCHED_TOKEN=" + tok, "PAYSCHED_GEN=" + filepath.Join(dir, "gen", "api.js")},
+	out := nodetest.Run(t, dir, []string{"PAYSCHED_BASE=" + base, "PAYSCHED_TOKEN=" + tok, "PAYSCHED_GEN=" + filepath.Join(dir, "gen", "api.js")},
 		"node", "driver.mjs")
 	t.Logf("driver:\n%s", out)
-}
-
-// run runs a command in dir and fails t with its output if it fails.
-func run(t *testing.T, dir string, env []string, name string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }
 
 const secret = "openapiclient-secret"
