@@ -257,42 +257,38 @@ func TestSchemaFormStreams(t *testing.T) {
 	}
 	defer cl.Close()
 	got := map[string]bool{}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(got) < len(items) && time.Now().Before(deadline) {
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		fs := cl.PollFetches(pctx)
-		pcancel()
-		fs.EachRecord(func(r *kgo.Record) {
-			var key struct {
-				Schema  struct{ Name string }
-				Payload struct{ ID string }
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	kafkatest.Drain(dctx, cl, func() bool { return len(got) >= len(items) }, func(r *kgo.Record) {
+		var key struct {
+			Schema  struct{ Name string }
+			Payload struct{ ID string }
+		}
+		var val struct {
+			Schema struct {
+				Name   string
+				Fields []struct{ Field, Name string }
 			}
-			var val struct {
-				Schema struct {
-					Name   string
-					Fields []struct{ Field, Name string }
-				}
-			}
-			if err := json.Unmarshal(r.Key, &key); err != nil || key.Schema.Name != "paysched.public.payments.Key" || key.Payload.ID == "" {
-				t.Fatalf("key %s: %v", r.Key, err)
-			}
-			if err := json.Unmarshal(r.Value, &val); err != nil || val.Schema.Name != "paysched.public.payments.Envelope" || len(val.Schema.Fields) != 8 {
-				t.Fatalf("value schema: %v %s", err, r.Value[:min(len(r.Value), 300)])
-			}
-			e, err := envelope.Parse(r.Value)
-			if err != nil || e.Op != "c" || e.Source.Table != "payments" || e.Source.LSN == 0 || e.Source.TsMs == 0 {
-				t.Fatalf("Parse of the schema-ful form: %+v %v", e, err)
-			}
-			f, err := envelope.DecodeFull(r.Value)
-			if err != nil || f.After["id"] != key.Payload.ID || f.Op != "c" {
-				t.Fatalf("DecodeFull of the schema-ful form: %+v %v", f, err)
-			}
-			if ts, ok := envelope.SourceTsMs(r.Value); !ok || ts != e.Source.TsMs {
-				t.Fatalf("SourceTsMs %d %v, want %d", ts, ok, e.Source.TsMs)
-			}
-			got[key.Payload.ID] = true
-		})
-	}
+		}
+		if err := json.Unmarshal(r.Key, &key); err != nil || key.Schema.Name != "paysched.public.payments.Key" || key.Payload.ID == "" {
+			t.Fatalf("key %s: %v", r.Key, err)
+		}
+		if err := json.Unmarshal(r.Value, &val); err != nil || val.Schema.Name != "paysched.public.payments.Envelope" || len(val.Schema.Fields) != 8 {
+			t.Fatalf("value schema: %v %s", err, r.Value[:min(len(r.Value), 300)])
+		}
+		e, err := envelope.Parse(r.Value)
+		if err != nil || e.Op != "c" || e.Source.Table != "payments" || e.Source.LSN == 0 || e.Source.TsMs == 0 {
+			t.Fatalf("Parse of the schema-ful form: %+v %v", e, err)
+		}
+		f, err := envelope.DecodeFull(r.Value)
+		if err != nil || f.After["id"] != key.Payload.ID || f.Op != "c" {
+			t.Fatalf("DecodeFull of the schema-ful form: %+v %v", f, err)
+		}
+		if ts, ok := envelope.SourceTsMs(r.Value); !ok || ts != e.Source.TsMs {
+			t.Fatalf("SourceTsMs %d %v, want %d", ts, ok, e.Source.TsMs)
+		}
+		got[key.Payload.ID] = true
+	})
 	if len(got) != len(items) {
 		t.Fatalf("read %d payments' creates, want %d", len(got), len(items))
 	}
@@ -378,26 +374,21 @@ func TestSlotGapIsRefusedThenResynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		fs := cl.PollFetches(pctx)
-		pcancel()
-		found := false
-		fs.EachRecord(func(r *kgo.Record) {
-			f, err := envelope.DecodeFull(r.Value)
-			if err == nil && f.Op == "r" && f.After["id"] == lost.ID.String() {
-				if !bytes.Contains(r.Value, []byte(`"snapshot":"true"`)) {
-					t.Errorf("snapshot event without snapshot=true: %s", r.Value)
-				}
-				found = true
+	found := false
+	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer dcancel()
+	kafkatest.Drain(dctx, cl, func() bool { return found }, func(r *kgo.Record) {
+		f, err := envelope.DecodeFull(r.Value)
+		if err == nil && f.Op == "r" && f.After["id"] == lost.ID.String() {
+			if !bytes.Contains(r.Value, []byte(`"snapshot":"true"`)) {
+				t.Errorf("snapshot event without snapshot=true: %s", r.Value)
 			}
-		})
-		if found {
-			return
+			found = true
 		}
+	})
+	if !found {
+		t.Fatal("the payment created in the gap never came as a snapshot event")
 	}
-	t.Fatal("the payment created in the gap never came as a snapshot event")
 }
 
 // TestStreamsWithLeastPrivilege: over TLS and SCRAM-SHA-512, as a user
