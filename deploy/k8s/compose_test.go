@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 // docker-compose.yml cannot run here (no Docker engine), so this keeps it
@@ -61,5 +63,45 @@ func TestComposeFile(t *testing.T) {
 
 // shared variables sit in the common environment of every service; each
 // service reads those it has flags for.
-var shared = map[string]bool{"PAYSCHED_DATABASE_URL": true, "PAYSCHED_JWT_SECRET": true,
-	"PAYSCHED_GATEWAY_ADDR": true, "PAYSCHED_WEBHOOK_SECRET": true}
+var shared = map[string]bool{"PAYSCHED_DEV": true, "PAYSCHED_DATABASE_URL": true, "PAYSCHED_JWT_SECRET": true,
+	"PAYSCHED_CURSOR_SECRET": true, "PAYSCHED_GATEWAY_ADDR": true, "PAYSCHED_WEBHOOK_SECRET": true}
+
+// TestComposeHasNoPublishedSecrets: compose runs in development mode, but
+// with the secrets its user sets (no default, no published value), the
+// API published on loopback only, and every image it pulls pinned by
+// digest.
+func TestComposeHasNoPublishedSecrets(t *testing.T) {
+	b, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), config.DevPrefix) {
+		t.Errorf("docker-compose.yml carries a published development value (%s...)", config.DevPrefix)
+	}
+	var doc struct {
+		Services map[string]struct {
+			Image       string            `yaml:"image"`
+			Build       any               `yaml:"build"`
+			Environment map[string]string `yaml:"environment"`
+			Ports       []string          `yaml:"ports"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range doc.Services {
+		for k, v := range s.Environment {
+			if strings.HasSuffix(k, "_SECRET") && !strings.Contains(v, ":?") {
+				t.Errorf("%s: %s=%q must be required from the user (${%s:?...}), never defaulted", name, k, v, k)
+			}
+		}
+		for _, p := range s.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("%s publishes %s beyond loopback", name, p)
+			}
+		}
+		if s.Build == nil && !strings.Contains(s.Image, "@sha256:") {
+			t.Errorf("%s: image %s is not pinned by digest", name, s.Image)
+		}
+	}
+}

@@ -4,6 +4,9 @@
 # (default 3). Prints each run's figures; the last line of each run starts
 # with "bench".
 set -euo pipefail
+# Development mode: the benchmarks run plaintext hops on loopback and the
+# published development secrets (docs/PERFORMANCE.md).
+export PAYSCHED_DEV=1
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 RUNS=${RUNS:-3}
 export PAYSCHED_PG_DURABLE=1

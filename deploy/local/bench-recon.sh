@@ -5,6 +5,9 @@
 # 3; the first one also repairs the planted dead letters); the last line is
 # `bench recon_attempts=... recon_seconds=<median> rows_per_s=...`.
 set -euo pipefail
+# Development mode: the benchmarks run plaintext hops on loopback and the
+# published development secrets (docs/PERFORMANCE.md).
+export PAYSCHED_DEV=1
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export N=${N:-1000000} RUNS=${RUNS:-3} ROOT
 export PAYSCHED_PG_DURABLE=1

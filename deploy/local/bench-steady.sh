@@ -9,6 +9,9 @@
 #          cdc_lag_p99_ms=... notify_p99_ms=... double_charged=...
 # A process that exits during the run fails it at once, quoting its log.
 set -euo pipefail
+# Development mode: the benchmarks run plaintext hops on loopback and the
+# published development secrets (docs/PERFORMANCE.md).
+export PAYSCHED_DEV=1
 # Each service runs on one core, as in Kubernetes, where every pod's CPU
 # limit is at most one and the Go runtime sets GOMAXPROCS from it. Here
 # the processes share two cores with Postgres; with two each, their

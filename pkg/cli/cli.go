@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -36,6 +37,7 @@ type globals struct {
 	token         string
 	actor         string
 	secret        string
+	secretFile    string
 	issuer        string
 	audience      string
 	adminAudience string
@@ -67,7 +69,8 @@ func New() *cobra.Command {
 	pf.StringVar(&g.api, "api", env("api-grpc", "127.0.0.1:9090"), "payments-api gRPC address (env PAYSCHED_API_GRPC)")
 	pf.StringVar(&g.token, "token", env("token", ""), "bearer token (env PAYSCHED_TOKEN); minted for --actor when empty")
 	pf.StringVar(&g.actor, "actor", env("actor", "demo"), "actor to mint a local token for when --token is empty (env PAYSCHED_ACTOR)")
-	pf.StringVar(&g.secret, "jwt-secret", env("jwt-secret", auth.DevSecret), "local HS256 secret (env PAYSCHED_JWT_SECRET)")
+	pf.StringVar(&g.secret, "jwt-secret", env("jwt-secret", ""), "HS256 secret to mint tokens with (env PAYSCHED_JWT_SECRET; default: --jwt-secret-file, else the local stack's "+LocalSecretFile+", else the published development secret)")
+	pf.StringVar(&g.secretFile, "jwt-secret-file", env("jwt-secret-file", ""), "file holding the HS256 secret (env PAYSCHED_JWT_SECRET_FILE)")
 	pf.StringVar(&g.issuer, "jwt-issuer", env("jwt-issuer", auth.DefaultIssuer), "token issuer (env PAYSCHED_JWT_ISSUER)")
 	pf.StringVar(&g.audience, "jwt-audience", env("jwt-audience", auth.DefaultAudience), "token audience (env PAYSCHED_JWT_AUDIENCE)")
 	pf.StringVar(&g.adminAudience, "jwt-admin-audience", env("jwt-admin-audience", auth.DefaultAdminAudience), "admin tokens' audience (env PAYSCHED_JWT_ADMIN_AUDIENCE)")
@@ -86,7 +89,11 @@ func tokenCmd(g *globals) *cobra.Command {
 		Short: "Mint a local dev token (HS256, the local secret)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tok, err := auth.Mint([]byte(g.secret), g.issuer, g.audienceFor(admin), g.actor, admin, ttl)
+			secret, err := g.signingSecret()
+			if err != nil {
+				return err
+			}
+			tok, err := auth.Mint(secret, g.issuer, g.audienceFor(admin), g.actor, admin, ttl)
 			if err != nil {
 				return err
 			}
@@ -112,6 +119,32 @@ type conn struct {
 
 func (g *globals) dial() (*conn, error) { return g.dialAs(false, g.timeout) }
 
+// LocalSecretFile is where `make up` keeps the local stack's generated
+// HS256 secret, relative to the checkout.
+const LocalSecretFile = ".data/secrets/jwt-secret"
+
+// signingSecret is the HS256 secret local tokens are minted with:
+// --jwt-secret-file, --jwt-secret, the local stack's generated secret when
+// payctl runs in the checkout, or the published development secret.
+func (g *globals) signingSecret() ([]byte, error) {
+	switch {
+	case g.secretFile != "" && g.secret != "":
+		return nil, errors.New("--jwt-secret and --jwt-secret-file are both set: give one")
+	case g.secretFile != "":
+		s, err := config.ReadSecret(g.secretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--jwt-secret-file: %w", err)
+		}
+		return []byte(s), nil
+	case g.secret != "":
+		return []byte(g.secret), nil
+	}
+	if s, err := config.ReadSecret(LocalSecretFile); err == nil {
+		return []byte(s), nil
+	}
+	return []byte(auth.DevSecret), nil
+}
+
 // audienceFor is the audience a minted token needs: admin tokens have
 // their own.
 func (g *globals) audienceFor(admin bool) string {
@@ -126,8 +159,11 @@ func (g *globals) audienceFor(admin bool) string {
 func (g *globals) dialAs(admin bool, timeout time.Duration) (*conn, error) {
 	tok := g.token
 	if tok == "" {
-		var err error
-		tok, err = auth.Mint([]byte(g.secret), g.issuer, g.audienceFor(admin), g.actor, admin, time.Hour)
+		secret, err := g.signingSecret()
+		if err != nil {
+			return nil, err
+		}
+		tok, err = auth.Mint(secret, g.issuer, g.audienceFor(admin), g.actor, admin, time.Hour)
 		if err != nil {
 			return nil, err
 		}

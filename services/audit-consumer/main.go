@@ -13,12 +13,14 @@ import (
 	"github.com/paysched/paysched/pkg/events/audit"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
+	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
 func main() {
 	fs := flag.NewFlagSet("audit-consumer", flag.ExitOnError)
+	mode := config.RegisterMode(fs)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	kafkaSec := kafkaauth.Register(fs)
@@ -29,6 +31,13 @@ func main() {
 	maxDefer := fs.Duration("max-defer", 30*time.Second, "while payments are overdue (the engine is behind a due-time spike), hold audit writes and notifications back for up to this long after their change committed, so that Postgres spends its CPU on the payments; 0 never holds back")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
 	svc.Main("audit-consumer", fs, func(ctx context.Context, log *slog.Logger) error {
+		mode.Announce(log)
+		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+			return err
+		}
+		if err := kafkaSec.ValidateFor(mode); err != nil {
+			return err
+		}
 		codec, err := kafka.Compression(*compression)
 		if err != nil {
 			return fmt.Errorf("--kafka-compression: %w", err)

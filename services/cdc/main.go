@@ -16,12 +16,14 @@ import (
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
+	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
 func main() {
 	fs := flag.NewFlagSet("cdc", flag.ExitOnError)
+	mode := config.RegisterMode(fs)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	kafkaSec := kafkaauth.Register(fs)
@@ -35,6 +37,13 @@ func main() {
 	schemas := fs.Bool("envelope-schemas", false, "write keys and envelopes in the schema-ful form ({\"schema\":...,\"payload\":...}), as Debezium's JsonConverter does with schemas.enable=true (for sinks that need it; the audit-consumer reads both)")
 	beat := fs.Duration("heartbeat-interval", 10*time.Second, "heartbeat write and event interval")
 	svc.Main("cdc", fs, func(ctx context.Context, log *slog.Logger) error {
+		mode.Announce(log)
+		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+			return err
+		}
+		if err := kafkaSec.ValidateFor(mode); err != nil {
+			return err
+		}
 		pcfg, err := pgx.ParseConfig(*dbURL)
 		if err != nil {
 			return fmt.Errorf("--database-url: %w", err)

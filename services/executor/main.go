@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/mtls"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
@@ -25,6 +27,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("executor", flag.ExitOnError)
+	mode := config.RegisterMode(fs)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9100", "ExecutorService listen address")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9101", "metrics and health listen address")
@@ -41,6 +44,13 @@ func main() {
 	completeBatch := fs.Int("complete-batch", 1000, "outcomes written per statement at most")
 	margin := fs.Duration("lease-margin", 2*time.Second, "a call starts only if its deadline falls this long before its claim's lease ends")
 	svc.Main("executor", fs, func(ctx context.Context, log *slog.Logger) error {
+		mode.Announce(log)
+		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+			return err
+		}
+		if err := mode.Require(serverTLS.On(), errors.New("ExecutorService would serve plaintext: production needs --tls-cert-file, --tls-key-file and --tls-client-ca-file (mutual TLS: only sweepers may ask for a charge)")); err != nil {
+			return err
+		}
 		sched, err := payment.ParseBackoff(*backoff)
 		if err != nil {
 			return fmt.Errorf("--backoff: %w", err)
@@ -57,7 +67,7 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		if err := gwf.Validate(); err != nil {
+		if err := gwf.ValidateFor(mode); err != nil {
 			return err
 		}
 		tlsOpts, err := serverTLS.Options()

@@ -18,6 +18,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("migrate", flag.ExitOnError)
+	mode := config.RegisterMode(fs)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	create := fs.Bool("create-database", true, "create the database first if it does not exist")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
@@ -25,6 +26,11 @@ func main() {
 		os.Exit(2)
 	}
 	log := obs.Logger("migrate")
+	mode.Announce(log)
+	if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+		log.Error("migration refused", "err", err)
+		os.Exit(1)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := run(ctx, *dbURL, *create, log.Info); err != nil {

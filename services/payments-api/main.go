@@ -16,6 +16,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/server"
 	"github.com/paysched/paysched/pkg/gateway/dial"
+	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
@@ -25,7 +26,8 @@ func main() {
 	dbConns := fs.Int("db-max-conns", 32, "database pool size")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "REST listen address")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9090", "gRPC listen address")
-	secret := fs.String("jwt-secret", auth.DevSecret, "HS256 secret for bearer tokens (local dev); empty disables HS256")
+	mode := config.RegisterMode(fs)
+	secret := config.SecretVar(fs, "jwt-secret", "HS256 secret of bearer tokens; never together with --jwt-jwks-file")
 	jwks := fs.String("jwt-jwks-file", "", "JWKS file with the RS256 keys that sign bearer tokens (production)")
 	issuer := fs.String("jwt-issuer", auth.DefaultIssuer, "required token issuer")
 	audience := fs.String("jwt-audience", auth.DefaultAudience, "audience of the payments API's tokens")
@@ -33,25 +35,37 @@ func main() {
 	currency := fs.String("default-currency", "USD", "currency used when a request names none")
 	amountCap := fs.Int64("amount-cap", 100_000_000, "largest amount accepted, in minor units")
 	horizon := fs.Duration("horizon", 365*24*time.Hour, "how far ahead dueAt may be")
-	cursorSecret := fs.String("cursor-secret", "paysched-dev-cursor-secret", "HMAC key of list cursors")
+	cursorSecret := config.SecretVar(fs, "cursor-secret", "HMAC key of list cursors")
 	gwf := dial.Register(fs, "127.0.0.1:9300") // the gateway the admin API reconciles against and probes; an empty --gateway-addr turns that off
 	workers := fs.Int("create-workers", 8, "concurrent statements that write coalesced single creates")
 	actorRate := fs.Float64("actor-rate", ratelimit.DefaultRate, "requests per second allowed to one actor (token bucket per actor, per instance); 0 disables the limit")
 	actorBurst := fs.Int("actor-burst", ratelimit.DefaultBurst, "requests one actor may send at once after being idle")
 	svc.Main("payments-api", fs, func(ctx context.Context, log *slog.Logger) error {
+		mode.Announce(log)
+		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+			return err
+		}
 		if gwf.Kind == dial.KindGRPC && gwf.Addr == "" {
 			gwf = nil
-		} else if err := gwf.Validate(); err != nil {
+		} else if err := gwf.ValidateFor(mode); err != nil {
+			return err
+		}
+		hs256, err := tokenSecret(mode, secret, *jwks)
+		if err != nil {
+			return err
+		}
+		cursorKey, err := mode.Secret(cursorSecret, config.DevCursorSecret)
+		if err != nil {
 			return err
 		}
 		cfg := server.Config{
 			Gateway:     gwf,
 			DatabaseURL: *dbURL,
 			DBMaxConns:  int32(*dbConns),
-			Auth: auth.Config{HS256Secret: []byte(*secret), JWKSFile: *jwks, Issuer: *issuer,
+			Auth: auth.Config{HS256Secret: []byte(hs256), JWKSFile: *jwks, Issuer: *issuer,
 				Audience: *audience, AdminAudience: *adminAudience, Leeway: 30 * time.Second},
 			Rules:         payments.Rules{DefaultCurrency: *currency, AmountCap: *amountCap, Horizon: *horizon},
-			CursorSecret:  []byte(*cursorSecret),
+			CursorSecret:  []byte(cursorKey),
 			CreateWorkers: *workers,
 			RateLimit:     ratelimit.Config{Rate: *actorRate, Burst: *actorBurst},
 		}
@@ -75,4 +89,19 @@ func main() {
 		}
 		return srv.Serve(ctx, gl, hl)
 	})
+}
+
+// tokenSecret is the HS256 secret to verify tokens with, "" for none. With
+// a JWKS file there is none (RS256 only; both together are refused by
+// auth). Without one, production wants a secret of its own; development
+// falls back to the published one.
+func tokenSecret(mode *config.Mode, s *config.Secret, jwks string) (string, error) {
+	v, err := s.Read()
+	if err != nil || jwks != "" {
+		return v, err
+	}
+	if v == "" && !mode.Dev {
+		return "", fmt.Errorf("no token verifier: set --jwt-jwks-file (RS256, production) or --jwt-secret-file (HS256) (or --dev for a development run)")
+	}
+	return mode.Secret(s, auth.DevSecret)
 }

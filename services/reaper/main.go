@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/paysched/paysched/pkg/engine/reaper"
+	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
 func main() {
 	fs := flag.NewFlagSet("reaper", flag.ExitOnError)
+	mode := config.RegisterMode(fs)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9210", "metrics and health listen address")
 	interval := fs.Duration("interval", 2*time.Second, "lease scan and gauge interval")
@@ -23,6 +25,10 @@ func main() {
 	retention := fs.Duration("retention", 0, "drop partitions older than this (0: keep)")
 	keyTTL := fs.Duration("idempotency-key-ttl", 7*24*time.Hour, "forget idempotency keys after this")
 	svc.Main("reaper", fs, func(ctx context.Context, log *slog.Logger) error {
+		mode.Announce(log)
+		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+			return err
+		}
 		cfg := reaper.Config{Interval: *interval, Horizon: *horizon, Retention: *retention, KeyTTL: *keyTTL, Batch: 1000}
 		if err := cfg.Validate(); err != nil {
 			return err

@@ -25,6 +25,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("reconciler", flag.ExitOnError)
+	mode := config.RegisterMode(fs)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9420", "metrics, health and webhook listen address")
 	gwf := dial.Register(fs, "127.0.0.1:9300")
@@ -32,7 +33,8 @@ func main() {
 	retry := fs.Duration("run-retry", 10*time.Minute, "delay before retrying a failed daily run")
 	probeEvery := fs.Duration("probe-interval", 5*time.Second, "how often ambiguous dead letters are looked at")
 	probeBackoff := fs.Duration("probe-backoff", 10*time.Second, "first delay after an unanswered probe (doubling, up to 1h)")
-	secret := fs.String("webhook-secret", "", "HMAC-SHA256 secret of the gateway webhooks (the receiver is off when empty)")
+	hooks := fs.Bool("webhooks", true, "receive the gateway's signed webhooks on POST /webhooks/gateway (needs --webhook-secret)")
+	secret := config.SecretVar(fs, "webhook-secret", "HMAC-SHA256 secret of the gateway's webhooks")
 	tolerance := fs.Duration("webhook-tolerance", 5*time.Minute, "accepted age of a webhook's signed timestamp")
 	stripeSecretFile := fs.String("stripe-webhook-secret-file", "", "file holding the Stripe endpoint's signing secret (whsec_...); set, POST /webhooks/stripe receives Stripe's events")
 	svc.Main("reconciler", fs, func(ctx context.Context, log *slog.Logger) error {
@@ -46,8 +48,29 @@ func main() {
 				return fmt.Errorf("%s must be positive, got %s", name, d)
 			}
 		}
-		if err := gwf.Validate(); err != nil {
+		mode.Announce(log)
+		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
 			return err
+		}
+		if err := gwf.ValidateFor(mode); err != nil {
+			return err
+		}
+		hookSecret := ""
+		if *hooks {
+			// Development without a secret runs without the receiver; in
+			// production a missing secret is a mistake, not a choice.
+			if hookSecret, err = mode.Secret(secret, ""); err != nil {
+				return fmt.Errorf("%w; --webhooks=false runs without the gateway's webhooks", err)
+			}
+		}
+		var stripeSecret string
+		if *stripeSecretFile != "" {
+			if stripeSecret, err = config.ReadSecret(*stripeSecretFile); err != nil {
+				return fmt.Errorf("--stripe-webhook-secret-file: %w", err)
+			}
+			if err := mode.Require(!config.Published(stripeSecret), errors.New("--stripe-webhook-secret-file holds a development secret published in the paysched repository")); err != nil {
+				return err
+			}
 		}
 		pool, err := svc.Pool(ctx, *dbURL, 8)
 		if err != nil {
@@ -67,19 +90,15 @@ func main() {
 		runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}
 		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
 		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}
-		recv := &reconcile.Receiver{DB: pool, Secret: []byte(*secret), Tolerance: *tolerance, Metrics: m, Log: log}
+		recv := &reconcile.Receiver{DB: pool, Secret: []byte(hookSecret), Tolerance: *tolerance, Metrics: m, Log: log}
 		srv.Handlers = map[string]http.Handler{}
-		if *secret != "" {
+		if hookSecret != "" {
 			srv.Handlers["POST /webhooks/gateway"] = recv
 		} else {
-			log.Warn("no --webhook-secret: gateway-sim webhooks are not received")
+			log.Warn("gateway webhooks are not received (--webhooks=false, or no --webhook-secret in development)")
 		}
-		if *stripeSecretFile != "" {
-			sec, err := config.ReadSecret(*stripeSecretFile)
-			if err != nil {
-				return fmt.Errorf("--stripe-webhook-secret-file: %w", err)
-			}
-			recv.StripeSecret = []byte(sec)
+		if stripeSecret != "" {
+			recv.StripeSecret = []byte(stripeSecret)
 			srv.Handlers["POST /webhooks/stripe"] = recv.Stripe()
 		}
 		work := func(ctx context.Context) error {

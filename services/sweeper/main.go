@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/engine/pacing"
 	"github.com/paysched/paysched/pkg/engine/sweeper"
+	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/mtls"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
@@ -18,6 +20,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("sweeper", flag.ExitOnError)
+	mode := config.RegisterMode(fs)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9200", "metrics and health listen address")
 	id := fs.String("id", obs.InstanceID("sweeper"), "lease owner id")
@@ -32,6 +35,13 @@ func main() {
 	execTLS := mtls.RegisterClient(fs, "executor")
 	resolveEvery := fs.Duration("resolve-every", 15*time.Second, "how often the executors' name is resolved again (rollouts, autoscaling)")
 	svc.Main("sweeper", fs, func(ctx context.Context, log *slog.Logger) error {
+		mode.Announce(log)
+		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+			return err
+		}
+		if err := mode.Require(execTLS.On(), errors.New("the executor hop is plaintext: production needs --executor-ca-file, --executor-cert-file and --executor-key-file (mutual TLS)")); err != nil {
+			return err
+		}
 		// A tenth of a second of burst keeps every wall-clock second under the ceiling.
 		bucket := pacing.Bucket{Name: "gateway", Rate: *ceiling, Burst: max(1, *ceiling/10)}
 		cfg := sweeper.Config{

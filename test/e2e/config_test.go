@@ -2,10 +2,15 @@ package e2e_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 // TestBadConfigIsRefused: every service checks its configuration before it
@@ -44,6 +49,82 @@ func TestBadConfigIsRefused(t *testing.T) {
 			}
 			if !strings.Contains(string(out), c.want) {
 				t.Fatalf("%s %v said:\n%s\nwant it to mention %q", c.service, c.args, out, c.want)
+			}
+		})
+	}
+}
+
+// TestProductionRefusesDevelopmentSettings: without --dev every service
+// refuses to start with a missing, published or short secret, a plaintext
+// internal hop or a database connection that does not verify the server,
+// and the error names the flag to set.
+func TestProductionRefusesDevelopmentSettings(t *testing.T) {
+	bin := build(t, "./services/...")
+	dir := t.TempDir()
+	file := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	strong := strings.Repeat("k", config.MinSecretLen)
+	devJWT := file("dev-jwt", auth.DevSecret+"\n")
+	// A database URL production accepts: nothing listens there, so a
+	// service that got past its checks fails on connecting instead.
+	db := "postgres://nobody@127.0.0.1:1/none?sslmode=verify-full&connect_timeout=1"
+	// Mutual TLS flags for the gateway hop; the files are not read before
+	// the mode's checks.
+	gwTLS := []string{"--gateway-ca-file", "ca.pem", "--gateway-cert-file", "c.pem", "--gateway-key-file", "k.pem"}
+	apiOK := []string{"--gateway-addr", "", "--jwt-secret", strong}
+	for _, c := range []struct {
+		service string
+		args    []string
+		want    string
+	}{
+		{"payments-api", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable"}, "--database-url: sslmode is disable"},
+		{"payments-api", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none"}, "--database-url: sslmode is not set"},
+		{"payments-api", []string{"--database-url", "postgres://app:" + config.DevPrefix + "pg-api@db/none?sslmode=verify-full"}, "--database-url carries a development password"},
+		{"payments-api", []string{"--jwt-secret", strong}, "the gateway hop is plaintext"},
+		{"payments-api", []string{"--gateway-addr", ""}, "no token verifier: set --jwt-jwks-file"},
+		{"payments-api", []string{"--gateway-addr", "", "--jwt-secret", auth.DevSecret}, "--jwt-secret is a development secret"},
+		{"payments-api", []string{"--gateway-addr", "", "--jwt-secret-file", devJWT}, "--jwt-secret is a development secret"},
+		{"payments-api", []string{"--gateway-addr", "", "--jwt-secret", "short"}, "--jwt-secret is 5 bytes"},
+		{"payments-api", apiOK, "--cursor-secret is missing"},
+		{"payments-api", append(apiOK, "--cursor-secret", config.DevCursorSecret), "--cursor-secret is a development secret"},
+		{"executor", nil, "--tls-cert-file"},
+		{"executor", []string{"--tls-cert-file", "c", "--tls-key-file", "k", "--tls-client-ca-file", "ca"}, "--gateway-ca-file, --gateway-cert-file and --gateway-key-file"},
+		{"executor", []string{"--tls-cert-file", "c", "--tls-key-file", "k", "--tls-client-ca-file", "ca", "--gateway-ca-file", "ca.pem"}, "--gateway-cert-file"},
+		{"sweeper", nil, "--executor-ca-file"},
+		{"reconciler", nil, "--gateway-ca-file"},
+		{"reconciler", gwTLS, "--webhook-secret is missing"},
+		{"reconciler", append(gwTLS, "--webhook-secret", config.DevWebhookSecret), "--webhook-secret is a development secret"},
+		{"reconciler", append(gwTLS, "--gateway", "stripe", "--stripe-key-file", "k", "--stripe-api-url", "http://127.0.0.1:12111"), "--stripe-api-url"},
+		{"cdc", nil, "--kafka-tls"},
+		{"cdc", []string{"--kafka-tls"}, "--kafka-sasl-mechanism"},
+		{"audit-consumer", nil, "--kafka-tls"},
+		{"reaper", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=require"}, "sslmode=verify-full"},
+		{"migrate", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=verify-ca"}, "sslmode=verify-full"},
+	} {
+		t.Run(c.service+"/"+c.want, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			args := append([]string{"--dev=false", "--database-url", db}, c.args...)
+			out, err := exec.CommandContext(ctx, bin+"/"+c.service, args...).CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("%s %v still running after 20s:\n%s", c.service, c.args, out)
+			}
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+				t.Fatalf("%s %v: %v, want exit status 1:\n%s", c.service, c.args, err, out)
+			}
+			if !strings.Contains(string(out), c.want) {
+				t.Fatalf("%s %v said:\n%s\nwant it to mention %q", c.service, c.args, out, c.want)
+			}
+			// The secret itself is never repeated back.
+			for _, s := range []string{strong, auth.DevSecret, config.DevCursorSecret, config.DevWebhookSecret} {
+				if strings.Contains(string(out), s) {
+					t.Fatalf("%s printed a secret:\n%s", c.service, out)
+				}
 			}
 		})
 	}

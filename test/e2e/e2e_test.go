@@ -21,7 +21,13 @@ import (
 	"github.com/paysched/paysched/test/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs the binaries in development mode (PAYSCHED_DEV): the test
+// database and Kafka are plaintext on loopback. The production-mode tests
+// turn it off with --dev=false.
+func TestMain(m *testing.M) {
+	os.Setenv("PAYSCHED_DEV", "1")
+	pgtest.Main(m)
+}
 
 func build(t *testing.T, pkgs ...string) string {
 	t.Helper()

@@ -20,6 +20,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 // Local defaults, used by `make up` and payctl. They are for development
@@ -31,7 +33,9 @@ const (
 	// the payments API (DefaultAudience) is never an admin's, whatever
 	// claims it carries.
 	DefaultAdminAudience = "paysched-admin"
-	DevSecret            = "paysched-dev-secret-do-not-use-in-production"
+	// DevSecret is the published development HS256 secret: a service in
+	// production mode refuses it (config.Published).
+	DevSecret = config.DevJWTSecret
 )
 
 // Principal is the authenticated caller.

@@ -57,6 +57,9 @@ func split(v string) []string {
 	return out
 }
 
+// On reports whether the server serves mutual TLS.
+func (s *Server) On() bool { return s.CertFile != "" }
+
 // Validate names the flag of a configuration that cannot work.
 func (s *Server) Validate() error {
 	if s.CertFile == "" && s.KeyFile == "" && s.ClientCAFile == "" {
@@ -145,6 +148,9 @@ func RegisterClient(fs *flag.FlagSet, peer string) *Client {
 	fs.StringVar(&c.ServerName, peer+"-server-name", "", "name the "+peer+"s' certificates must carry (default: the host dialed)")
 	return c
 }
+
+// On reports whether calls use mutual TLS.
+func (c *Client) On() bool { return c.CAFile != "" }
 
 // Validate names the flag of a configuration that cannot work.
 func (c *Client) Validate() error {

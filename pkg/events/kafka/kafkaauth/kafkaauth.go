@@ -71,6 +71,18 @@ func (f *Flags) Validate() error {
 	return err
 }
 
+// ValidateFor is Validate plus the mode's rules: outside development the
+// brokers are reached over TLS and the client proves who it is (SASL or a
+// client certificate), since the ACLs that keep other clients from forging
+// CDC events rest on that identity.
+func (f *Flags) ValidateFor(m *config.Mode) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	return m.Require(f.tls() && !f.AllowPlaintextSASL && (f.Mechanism != "" || f.CertFile != ""),
+		errors.New("Kafka is plaintext or anonymous: production needs --kafka-tls (or --kafka-ca-file) and a client identity, --kafka-sasl-mechanism with --kafka-username and --kafka-password-file, or --kafka-cert-file"))
+}
+
 // Opts validates the flags and returns the client options they ask for:
 // none for the zero value.
 func (f *Flags) Opts() ([]kgo.Opt, error) {
