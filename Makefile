@@ -27,7 +27,7 @@ up: build
 	@deploy/local/stack.sh up
 
 demo: up
-	@bin/demo --gateway-ca-file .data/tls/ca.pem --gateway-token-file .data/tls/gateway-sim-token
+	@. .data/env && bin/demo
 
 down:
 	@deploy/local/stack.sh down

@@ -223,6 +223,13 @@ func flags(t *testing.T, name string) map[string]bool {
 	if bytes.Contains(b, []byte("svc.Boot(")) || bytes.Contains(b, []byte("svc.Main(")) {
 		out["pprof-addr"] = true
 	}
+	if bytes.Contains(b, []byte("config.RegisterMode(fs")) {
+		out["dev"] = true
+	}
+	// config.SecretVar(fs, "name", ...) registers --name and --name-file.
+	for _, m := range regexp.MustCompile(`config\.SecretVar\(fs,\s*"([a-z0-9-]+)"`).FindAllStringSubmatch(string(b), -1) {
+		out[m[1]], out[m[1]+"-file"] = true, true
+	}
 	if bytes.Contains(b, []byte("dial.Register(fs")) {
 		// The gateway flags every gateway client shares.
 		gfs := flag.NewFlagSet(name, flag.ContinueOnError)

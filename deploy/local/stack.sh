@@ -16,6 +16,10 @@ set -euo pipefail
 # the processes share two cores with Postgres; with two each, their
 # schedulers spun against each other (the spike ran ~8% slower).
 export GOMAXPROCS=${GOMAXPROCS:-1}
+# Development mode (--dev): the local database and Kafka are plaintext on
+# loopback. The secrets are still this checkout's own (generated below, in
+# .data/secrets), and the gRPC hops are still mutual TLS.
+export PAYSCHED_DEV=1
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DATA="$ROOT/.data"
 RUN="$DATA/run"
@@ -25,8 +29,6 @@ HTTP_ADDR=${PAYSCHED_HTTP_ADDR:-127.0.0.1:8080}
 GRPC_ADDR=${PAYSCHED_GRPC_ADDR:-127.0.0.1:9090}
 KAFKA_PORT=${PAYSCHED_KAFKA_PORT:-9092}
 DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
-# Local only: the gateway-sim signs its webhooks with it, the reconciler checks them.
-WEBHOOK_SECRET=${PAYSCHED_WEBHOOK_SECRET:-paysched-dev-webhook-secret}
 PG="$ROOT/deploy/local/pg.sh"
 GATEWAY=${GATEWAY:-grpc}
 STRIPE_MOCK_HTTP=127.0.0.1:12111
@@ -50,6 +52,15 @@ start_service() { # start_service NAME[-N] ARGS...: runs bin/NAME, logs to NAME[
   PAYSCHED_DATABASE_URL="$DB_URL" nohup "$ROOT/bin/${name%-[0-9]*}" "$@" >>"$LOGS/$name.log" 2>&1 &
   echo $! >"$RUN/$name.pid"
   echo "  started $name (pid $!)"
+}
+
+secret() { # secret NAME: .data/secrets/NAME, 32 random bytes made once for this checkout
+  local f="$DATA/secrets/$1"
+  if [ ! -s "$f" ]; then
+    mkdir -p "$DATA/secrets"; chmod 700 "$DATA/secrets"
+    (umask 077; head -c 32 /dev/urandom | base64 >"$f")
+  fi
+  echo "$f"
 }
 
 start_stripe_mock() { # stripe-mock on the ports the Stripe adapter is given, and a test key for it
@@ -92,27 +103,38 @@ up() {
   # bearer token; the services that call it read both from these variables.
   "$ROOT/bin/devcerts" --dir "$DATA/tls" --name gateway-sim --hosts 127.0.0.1,localhost >/dev/null
   # Sweeper to executor is mutual TLS from the same CA: an executor admits
-  # only the sweeper's certificate.
+  # only the sweeper's certificate. Every caller of gateway-sim presents its
+  # own certificate too (gateway-sim admits executor, reconciler,
+  # payments-api and operator: payctl and the demo).
   "$ROOT/bin/devcerts" --dir "$DATA/tls" --name executor --hosts 127.0.0.1,localhost >/dev/null
-  "$ROOT/bin/devcerts" --dir "$DATA/tls" --name sweeper --hosts sweeper >/dev/null
+  local n
+  for n in sweeper reconciler payments-api operator; do
+    "$ROOT/bin/devcerts" --dir "$DATA/tls" --name "$n" --hosts "$n" >/dev/null
+  done
   local exec_tls=(--tls-cert-file "$DATA/tls/executor.pem" --tls-key-file "$DATA/tls/executor-key.pem" --tls-client-ca-file "$DATA/tls/ca.pem")
+  gwc() { echo --gateway-cert-file "$DATA/tls/$1.pem" --gateway-key-file "$DATA/tls/$1-key.pem"; }
   export PAYSCHED_GATEWAY_CA_FILE="$DATA/tls/ca.pem" PAYSCHED_GATEWAY_TOKEN_FILE="$DATA/tls/gateway-sim-token"
+  # This checkout's own secrets: the API's token and cursor keys, and the
+  # webhook key gateway-sim signs with and the reconciler checks.
+  local jwt_secret cursor_secret webhook_secret
+  jwt_secret=$(secret jwt-secret); cursor_secret=$(secret cursor-secret); webhook_secret=$(secret webhook-secret)
   start_service kafka --kafka-port "$KAFKA_PORT" --kafka-data-dir "$DATA/kafka"
-  start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR" ${gw[@]+"${gw[@]}"}
+  start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR" --jwt-secret-file "$jwt_secret" \
+    --cursor-secret-file "$cursor_secret" $(gwc payments-api) ${gw[@]+"${gw[@]}"}
   # cdc streams over Postgres's Unix socket where it can (see pkg/events/cdc's
   # pacedConn: cheaper for the walsender than loopback TCP).
   start_service cdc --database-url "$("$PG" socket-url "$DATA/pg" "$PGPORT" paysched)" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service audit-consumer --kafka-brokers "127.0.0.1:$KAFKA_PORT"
-  start_service reconciler --http-addr 127.0.0.1:9420 --webhook-secret "$WEBHOOK_SECRET" ${gw[@]+"${gw[@]}"} ${RECONCILER_FLAGS:-}
+  start_service reconciler --http-addr 127.0.0.1:9420 --webhook-secret-file "$webhook_secret" $(gwc reconciler) ${gw[@]+"${gw[@]}"} ${RECONCILER_FLAGS:-}
   start_service gateway-sim --gateway-database-url "postgres://postgres@127.0.0.1:$PGPORT/paysched_gateway?sslmode=disable" \
-    --webhook-url http://127.0.0.1:9420/webhooks/gateway --webhook-secret "$WEBHOOK_SECRET" \
-    --tls-cert-file "$DATA/tls/gateway-sim.pem" --tls-key-file "$DATA/tls/gateway-sim-key.pem" \
+    --webhook-url http://127.0.0.1:9420/webhooks/gateway --webhook-secret-file "$webhook_secret" \
+    --tls-cert-file "$DATA/tls/gateway-sim.pem" --tls-key-file "$DATA/tls/gateway-sim-key.pem" --tls-client-ca-file "$DATA/tls/ca.pem" \
     --token-file "$DATA/tls/gateway-sim-token" ${GATEWAY_FLAGS:-}
   # Local retries are quick (production default: 1m,5m,30m,2h,12h) so that a
   # retried payment settles while you watch.
   local backoff=${PAYSCHED_LOCAL_BACKOFF:-2s,4s,8s,16s,32s}
-  start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 --backoff "$backoff" ${gw[@]+"${gw[@]}"} "${exec_tls[@]}" ${EXECUTOR_FLAGS:-}
-  start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 --backoff "$backoff" ${gw[@]+"${gw[@]}"} "${exec_tls[@]}" ${EXECUTOR_FLAGS:-}
+  start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 --backoff "$backoff" $(gwc executor) ${gw[@]+"${gw[@]}"} "${exec_tls[@]}" ${EXECUTOR_FLAGS:-}
+  start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 --backoff "$backoff" $(gwc executor) ${gw[@]+"${gw[@]}"} "${exec_tls[@]}" ${EXECUTOR_FLAGS:-}
   start_service sweeper --executors 127.0.0.1:9100,127.0.0.1:9110 --executor-ca-file "$DATA/tls/ca.pem" \
     --executor-cert-file "$DATA/tls/sweeper.pem" --executor-key-file "$DATA/tls/sweeper-key.pem" ${SWEEPER_FLAGS:-}
   start_service reaper ${REAPER_FLAGS:-}
@@ -123,7 +145,8 @@ up() {
   fi
   local i
   for i in $(seq 40); do
-    "$ROOT/bin/payctl" gateway report >/dev/null 2>&1 && break
+    PAYSCHED_GATEWAY_CERT_FILE="$DATA/tls/operator.pem" PAYSCHED_GATEWAY_KEY_FILE="$DATA/tls/operator-key.pem" \
+      "$ROOT/bin/payctl" gateway report >/dev/null 2>&1 && break
     [ "$i" = 40 ] && { echo "gateway-sim did not answer over TLS; see .data/logs/gateway-sim.log" >&2; exit 1; }
     sleep 0.5
   done
@@ -135,6 +158,9 @@ export PAYSCHED_API_GRPC='$GRPC_ADDR'
 export PAYSCHED_GATEWAY_ADDR='127.0.0.1:9300'
 export PAYSCHED_GATEWAY_CA_FILE='$DATA/tls/ca.pem'
 export PAYSCHED_GATEWAY_TOKEN_FILE='$DATA/tls/gateway-sim-token'
+export PAYSCHED_GATEWAY_CERT_FILE='$DATA/tls/operator.pem'
+export PAYSCHED_GATEWAY_KEY_FILE='$DATA/tls/operator-key.pem'
+export PAYSCHED_JWT_SECRET_FILE='$jwt_secret'
 export PAYSCHED_KAFKA_BROKERS='127.0.0.1:$KAFKA_PORT'
 ENV
   cat <<MSG

@@ -14,6 +14,8 @@ func gatewayCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "gateway", Short: "Talk to gateway-sim: report, faults"}
 	c.PersistentFlags().StringVar(&gw.Addr, "gateway", env("gateway-addr", "127.0.0.1:9300"), "gateway-sim address (env PAYSCHED_GATEWAY_ADDR)")
 	c.PersistentFlags().StringVar(&gw.CAFile, "gateway-ca-file", env("gateway-ca-file", ""), "CA of gateway-sim's TLS certificate (env PAYSCHED_GATEWAY_CA_FILE)")
+	c.PersistentFlags().StringVar(&gw.CertFile, "gateway-cert-file", env("gateway-cert-file", ""), "client certificate presented to gateway-sim, mutual TLS (env PAYSCHED_GATEWAY_CERT_FILE)")
+	c.PersistentFlags().StringVar(&gw.KeyFile, "gateway-key-file", env("gateway-key-file", ""), "private key of --gateway-cert-file (env PAYSCHED_GATEWAY_KEY_FILE)")
 	c.PersistentFlags().StringVar(&gw.TokenFile, "gateway-token-file", env("gateway-token-file", ""), "gateway-sim's bearer token file (env PAYSCHED_GATEWAY_TOKEN_FILE)")
 	admin := func() (gatewayv1.GatewayAdminServiceClient, func(), context.Context, context.CancelFunc, error) {
 		if err := gw.Validate(); err != nil {

@@ -114,3 +114,32 @@ func TestImageContextLeavesOutLocalState(t *testing.T) {
 		}
 	}
 }
+
+// TestBaseImagesArePinnedByDigest: every image the Dockerfile builds on is
+// pinned by its digest, so a moved tag cannot change what ships; a stage
+// built on an earlier stage names that stage.
+func TestBaseImagesArePinnedByDigest(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "deploy/docker/Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := regexp.MustCompile(`^[^@\s]+:[^@\s]+@sha256:[0-9a-f]{64}$`)
+	stages := map[string]bool{}
+	froms := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.EqualFold(f[0], "FROM") {
+			continue
+		}
+		froms++
+		if !stages[f[1]] && !pinned.MatchString(f[1]) {
+			t.Errorf("FROM %s: want image:tag@sha256:<digest>", f[1])
+		}
+		if len(f) == 4 && strings.EqualFold(f[2], "AS") {
+			stages[f[3]] = true
+		}
+	}
+	if froms == 0 {
+		t.Fatal("no FROM line in the Dockerfile")
+	}
+}

@@ -120,15 +120,22 @@ func (r *run) violation(format string, args ...any) {
 func (r *run) topology() {
 	b := func(n string) string { return filepath.Join(r.cfg.Bin, n) }
 	tlsPath := func(n string) string { return filepath.Join(filepath.Dir(r.tls.CAFile), n) }
-	env := []string{"PAYSCHED_DATABASE_URL=" + r.dbURL("paysched")}
+	// Development mode: the run's database and Kafka are local and
+	// plaintext; the gRPC hops are still mutual TLS, as production's.
+	env := []string{"PAYSCHED_DATABASE_URL=" + r.dbURL("paysched"), "PAYSCHED_DEV=1"}
+	// Every caller of gateway-sim presents its own certificate.
+	gw := func(client string) []string {
+		return []string{"--gateway-addr", r.addr(300), "--gateway-ca-file", r.tls.CAFile, "--gateway-token-file", r.tls.TokenFile,
+			"--gateway-cert-file", tlsPath(client + ".pem"), "--gateway-key-file", tlsPath(client + "-key.pem")}
+	}
 	d := r.cfg.Dir
 	kafka := r.addr(92)
 	execs := []string{r.addr(100), r.addr(110), r.addr(120)}
 	r.procs = []*proc{
 		newProc(d, "kafka", "kafka", b("kafka"), env, "--kafka-port", fmt.Sprint(r.cfg.Base+92),
 			"--kafka-data-dir", filepath.Join(d, "kafka"), "--http-addr", r.addr(93)),
-		newProc(d, "payments-api", "payments-api", b("payments-api"), env, "--http-addr", r.addr(80), "--grpc-addr", r.addr(90),
-			"--gateway-addr", r.addr(300), "--gateway-ca-file", r.tls.CAFile, "--gateway-token-file", r.tls.TokenFile),
+		newProc(d, "payments-api", "payments-api", b("payments-api"), env, append([]string{"--http-addr", r.addr(80), "--grpc-addr", r.addr(90)},
+			gw("payments-api")...)...),
 		newProc(d, "gateway-sim", "gateway-sim", b("gateway-sim"), env, "--grpc-addr", r.addr(300), "--http-addr", r.addr(301),
 			"--gateway-database-url", r.dbURL("paysched_gateway"), "--latency-min-ms", "5", "--latency-max-ms", "50",
 			"--unavailable-rate", "0.05", "--timeout-after-commit-rate", "0.02", "--decline-rate", "0.01",
@@ -142,20 +149,22 @@ func (r *run) topology() {
 			// first are dead-lettered, and re-driven once it is back.
 			"--payee-outage-prefix", outagePayee, "--payee-outage-until", r.t0.Add(outageFor).Format(time.RFC3339Nano),
 			"--webhook-url", "http://"+r.addr(420)+"/webhooks/gateway", "--webhook-secret", webhookSecret,
-			// Over TLS with a bearer token, as a real PSP would be.
-			"--tls-cert-file", r.tls.CertFile, "--tls-key-file", r.tls.KeyFile, "--token-file", r.tls.TokenFile),
+			// Mutual TLS and a bearer token, as a PSP adapter would have.
+			"--tls-cert-file", r.tls.CertFile, "--tls-key-file", r.tls.KeyFile, "--tls-client-ca-file", r.tls.CAFile,
+			"--token-file", r.tls.TokenFile),
 		newProc(d, "reaper", "reaper", b("reaper"), env, "--http-addr", r.addr(210), "--interval", "1s"),
 		newProc(d, "cdc", "cdc", b("cdc"), env, "--database-url", r.cdcURL(), "--http-addr", r.addr(400), "--kafka-brokers", kafka,
 			"--status-interval", "500ms", "--heartbeat-interval", "2s"),
 		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), env, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
-		newProc(d, "reconciler", "reconciler", b("reconciler"), env, "--http-addr", r.addr(420), "--gateway-addr", r.addr(300), "--gateway-ca-file", r.tls.CAFile, "--gateway-token-file", r.tls.TokenFile,
-			"--webhook-secret", webhookSecret, "--probe-interval", "1s", "--probe-backoff", "1s"),
+		newProc(d, "reconciler", "reconciler", b("reconciler"), env, append([]string{"--http-addr", r.addr(420),
+			"--webhook-secret", webhookSecret, "--probe-interval", "1s", "--probe-backoff", "1s"}, gw("reconciler")...)...),
 	}
 	for i, a := range execs {
-		r.procs = append(r.procs, newProc(d, fmt.Sprint("executor-", i+1), "executor", b("executor"), env,
-			"--grpc-addr", a, "--http-addr", r.addr(101+10*i), "--gateway-addr", r.addr(300), "--gateway-ca-file", r.tls.CAFile, "--gateway-token-file", r.tls.TokenFile,
+		r.procs = append(r.procs, newProc(d, fmt.Sprint("executor-", i+1), "executor", b("executor"), env, append([]string{
+			"--grpc-addr", a, "--http-addr", r.addr(101 + 10*i),
 			"--backoff", "1s,2s,4s,8s,16s", "--charge-timeout", "2s", "--probe-timeout", "1s",
-			"--tls-cert-file", tlsPath("executor.pem"), "--tls-key-file", tlsPath("executor-key.pem"), "--tls-client-ca-file", r.tls.CAFile))
+			"--tls-cert-file", tlsPath("executor.pem"), "--tls-key-file", tlsPath("executor-key.pem"), "--tls-client-ca-file", r.tls.CAFile},
+			gw("executor")...)...))
 	}
 	for i := range 2 {
 		r.procs = append(r.procs, newProc(d, fmt.Sprint("sweeper-", i+1), "sweeper", b("sweeper"), env,
@@ -183,7 +192,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return r.res, err
 	}
-	migrate := exec.CommandContext(ctx, filepath.Join(cfg.Bin, "migrate"), "--database-url", r.dbURL("paysched"))
+	migrate := exec.CommandContext(ctx, filepath.Join(cfg.Bin, "migrate"), "--dev", "--database-url", r.dbURL("paysched"))
 	if out, err := migrate.CombinedOutput(); err != nil {
 		return r.res, fmt.Errorf("migrate: %w: %s", err, out)
 	}
@@ -192,12 +201,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return r.res, fmt.Errorf("development TLS: %w", err)
 	}
 	r.tls = tlsFiles
-	// Sweeper to executor is mutual TLS from the same CA.
+	// Sweeper to executor, and every service to gateway-sim, is mutual TLS
+	// from the same CA; "operator" is this run's own gateway client.
 	ca, err := devtls.LoadOrCreateCA(filepath.Dir(tlsFiles.CAFile))
 	if err != nil {
 		return r.res, fmt.Errorf("development TLS: %w", err)
 	}
-	for name, hosts := range map[string][]string{"executor": {"127.0.0.1", "localhost"}, "sweeper": nil} {
+	for name, hosts := range map[string][]string{"executor": {"127.0.0.1", "localhost"}, "sweeper": nil,
+		"reconciler": nil, "payments-api": nil, "operator": nil} {
 		if err := ca.Issue(filepath.Dir(tlsFiles.CAFile), name, hosts); err != nil {
 			return r.res, fmt.Errorf("development TLS: %w", err)
 		}
@@ -278,7 +289,7 @@ func (r *run) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gwf := &gwdial.Flags{Kind: gwdial.KindGRPC, Addr: r.addr(300), CAFile: r.tls.CAFile, TokenFile: r.tls.TokenFile}
+	gwf := r.operator()
 	gwConn, err := gwf.DialGRPC(svc.FastReconnect())
 	if err != nil {
 		return err
@@ -302,13 +313,28 @@ func (r *run) connect(ctx context.Context) error {
 	return err
 }
 
-// checkGatewayRefusesStrangers makes sure the run really is over TLS with a
-// token: a plaintext client and a TLS client without the token are both
-// refused.
+// operator is this run's gateway client: mutual TLS as "operator", with
+// the token.
+func (r *run) operator() *gwdial.Flags {
+	dir := filepath.Dir(r.tls.CAFile)
+	return &gwdial.Flags{Kind: gwdial.KindGRPC, Addr: r.addr(300), CAFile: r.tls.CAFile, TokenFile: r.tls.TokenFile,
+		CertFile: filepath.Join(dir, "operator.pem"), KeyFile: filepath.Join(dir, "operator-key.pem")}
+}
+
+// checkGatewayRefusesStrangers makes sure the run really is mutual TLS
+// with a token: a plaintext client, a TLS client without a certificate, a
+// client with a sweeper's certificate (not a gateway caller) and one
+// without the token are all refused.
 func (r *run) checkGatewayRefusesStrangers(ctx context.Context) {
+	dir := filepath.Dir(r.tls.CAFile)
+	sweeper, noToken := r.operator(), r.operator()
+	sweeper.CertFile, sweeper.KeyFile = filepath.Join(dir, "sweeper.pem"), filepath.Join(dir, "sweeper-key.pem")
+	noToken.TokenFile = ""
 	for name, f := range map[string]*gwdial.Flags{
-		"plaintext": {Kind: gwdial.KindGRPC, Addr: r.addr(300)},
-		"no token":  {Kind: gwdial.KindGRPC, Addr: r.addr(300), CAFile: r.tls.CAFile},
+		"plaintext":        {Kind: gwdial.KindGRPC, Addr: r.addr(300)},
+		"no certificate":   {Kind: gwdial.KindGRPC, Addr: r.addr(300), CAFile: r.tls.CAFile, TokenFile: r.tls.TokenFile},
+		"sweeper identity": sweeper,
+		"no token":         noToken,
 	} {
 		cc, err := f.DialGRPC()
 		if err != nil {

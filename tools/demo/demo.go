@@ -43,8 +43,9 @@ type Options struct {
 	// (read for the live view), Brokers the Kafka brokers.
 	Gateway, DatabaseURL, Brokers string
 	// GatewayCAFile and GatewayTokenFile: gateway-sim's TLS CA and bearer
-	// token (the local stack's, in .data/tls).
-	GatewayCAFile, GatewayTokenFile string
+	// token; GatewayCertFile and GatewayKeyFile the demo's own client
+	// certificate (the local stack's, in .data/tls).
+	GatewayCAFile, GatewayTokenFile, GatewayCertFile, GatewayKeyFile string
 	// Unavailable and Lost are the injected fault rates: UNAVAILABLE
 	// answers, and charges whose answer is lost.
 	Unavailable, Lost float64
@@ -89,7 +90,8 @@ func Run(o Options) error {
 		return err
 	}
 	defer cc.Close()
-	gwf := &dial.Flags{Kind: dial.KindGRPC, Addr: o.Gateway, CAFile: o.GatewayCAFile, TokenFile: o.GatewayTokenFile}
+	gwf := &dial.Flags{Kind: dial.KindGRPC, Addr: o.Gateway, CAFile: o.GatewayCAFile, TokenFile: o.GatewayTokenFile,
+		CertFile: o.GatewayCertFile, KeyFile: o.GatewayKeyFile}
 	if err := gwf.Validate(); err != nil {
 		return err
 	}

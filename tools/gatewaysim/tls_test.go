@@ -2,15 +2,14 @@ package gatewaysim_test
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/pkg/gateway"
@@ -18,21 +17,33 @@ import (
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/devtls"
+	"github.com/paysched/paysched/pkg/platform/mtls"
 	"github.com/paysched/paysched/tools/gatewaysim"
 )
 
-// TestTLSAndTokenRefuseStrangers serves gateway-sim over TLS with a bearer
-// token, as the local stack and chaos do, and charges through the engine's
-// own dial path: only a client with the CA and the token is answered, and
-// no refused call leaves a charge behind.
-func TestTLSAndTokenRefuseStrangers(t *testing.T) {
+// TestMutualTLSAndTokenRefuseStrangers serves gateway-sim with mutual TLS
+// and a bearer token, as the local stack and chaos do, and charges through
+// the engine's own dial path: only a client that trusts the CA, presents a
+// certificate of an admitted service and carries the token is answered,
+// and no refused call leaves a charge behind.
+func TestMutualTLSAndTokenRefuseStrangers(t *testing.T) {
 	dir := t.TempDir()
 	files, err := devtls.Prepare(dir, "gateway-sim", []string{"127.0.0.1", "localhost"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Another CA, for a client that trusts the wrong root.
-	other, err := devtls.Prepare(filepath.Join(dir, "other"), "x", []string{"127.0.0.1"})
+	client := func(name string) (cert, key string) {
+		f, err := devtls.Prepare(dir, name, []string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.CertFile, f.KeyFile
+	}
+	execCert, execKey := client("executor")
+	sweepCert, sweepKey := client("sweeper")
+	// Another CA, for a client that trusts the wrong root, and for an
+	// "executor" certificate the gateway's CA never signed.
+	other, err := devtls.Prepare(filepath.Join(dir, "other"), "executor", []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,16 +51,13 @@ func TestTLSAndTokenRefuseStrangers(t *testing.T) {
 	if err := os.WriteFile(wrongToken, []byte("not-the-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cert, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := config.ReadSecret(files.TokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sim := gatewaysim.New(gatewaysim.NewMemLedger(), nil)
-	opts := append([]grpc.ServerOption{grpc.Creds(credentials.NewServerTLSFromCert(&cert))}, gatewaysim.RequireBearer(tok)...)
+	srvTLS := &mtls.Server{CertFile: files.CertFile, KeyFile: files.KeyFile, ClientCAFile: files.CAFile,
+		Allowed: strings.Split(gatewaysim.DefaultClients, ",")}
+	opts, err := gatewaysim.ServerOptions(srvTLS, files.TokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	gs := grpc.NewServer(opts...)
 	gatewayv1.RegisterGatewayServiceServer(gs, sim)
 	gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)
@@ -65,16 +73,20 @@ func TestTLSAndTokenRefuseStrangers(t *testing.T) {
 		name  string
 		flags dial.Flags
 		ok    bool
-		// refused: the gateway answered UNAUTHENTICATED, so the engine
-		// knows nothing was charged (a failed handshake instead reads as
-		// a transport error: ambiguous, probed later).
+		// refused: the gateway answered UNAUTHENTICATED or
+		// PERMISSION_DENIED, so the engine knows nothing was charged (a
+		// failed handshake instead reads as a transport error: ambiguous,
+		// probed later).
 		refused bool
 	}{
 		{"plaintext", dial.Flags{}, false, false},
-		{"another CA", dial.Flags{CAFile: other.CAFile, TokenFile: files.TokenFile}, false, false},
-		{"CA, no token", dial.Flags{CAFile: files.CAFile}, false, true},
-		{"CA, wrong token", dial.Flags{CAFile: files.CAFile, TokenFile: wrongToken}, false, true},
-		{"CA and token", dial.Flags{CAFile: files.CAFile, TokenFile: files.TokenFile}, true, false},
+		{"another CA", dial.Flags{CAFile: other.CAFile, CertFile: execCert, KeyFile: execKey, TokenFile: files.TokenFile}, false, false},
+		{"CA and token, no certificate", dial.Flags{CAFile: files.CAFile, TokenFile: files.TokenFile}, false, false},
+		{"a certificate of another CA", dial.Flags{CAFile: files.CAFile, CertFile: other.CertFile, KeyFile: other.KeyFile, TokenFile: files.TokenFile}, false, false},
+		{"a sweeper's certificate", dial.Flags{CAFile: files.CAFile, CertFile: sweepCert, KeyFile: sweepKey, TokenFile: files.TokenFile}, false, true},
+		{"certificate, no token", dial.Flags{CAFile: files.CAFile, CertFile: execCert, KeyFile: execKey}, false, true},
+		{"certificate, wrong token", dial.Flags{CAFile: files.CAFile, CertFile: execCert, KeyFile: execKey, TokenFile: wrongToken}, false, true},
+		{"an executor's certificate and the token", dial.Flags{CAFile: files.CAFile, CertFile: execCert, KeyFile: execKey, TokenFile: files.TokenFile}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tc.flags
@@ -108,7 +120,39 @@ func TestTLSAndTokenRefuseStrangers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rep.GetCharges() != 1 {
-		t.Fatalf("%d charges recorded, want 1 (only the client with the CA and the token)", rep.GetCharges())
+		t.Fatalf("%d charges recorded, want 1 (only the admitted client with the token)", rep.GetCharges())
+	}
+}
+
+// TestProductionGatewayIsMutualTLS: outside --dev the services refuse a
+// gateway.v1 hop that is plaintext or presents no client certificate.
+func TestProductionGatewayIsMutualTLS(t *testing.T) {
+	prod, dev := &config.Mode{}, &config.Mode{Dev: true}
+	for _, tc := range []struct {
+		name  string
+		flags dial.Flags
+		ok    bool
+	}{
+		{"plaintext", dial.Flags{}, false},
+		{"server TLS only", dial.Flags{CAFile: "ca.pem", TokenFile: "token"}, false},
+		{"mutual TLS", dial.Flags{CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem"}, true},
+		{"stripe over http", dial.Flags{Kind: dial.KindStripe, StripeKeyFile: "k", StripeURL: "http://127.0.0.1:12111"}, false},
+		{"stripe over https", dial.Flags{Kind: dial.KindStripe, StripeKeyFile: "k", StripeURL: "https://api.stripe.com"}, true},
+	} {
+		f := tc.flags
+		if f.Kind == "" {
+			f.Kind, f.Addr = dial.KindGRPC, "gw:443"
+		}
+		err := f.ValidateFor(prod)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s in production: %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--") {
+			t.Errorf("%s: %q names no flag", tc.name, err)
+		}
+		if err := f.ValidateFor(dev); err != nil {
+			t.Errorf("%s in development: %v", tc.name, err)
+		}
 	}
 }
 

@@ -34,6 +34,9 @@ type Flags struct {
 	CAFile     string
 	ServerName string
 	TokenFile  string
+	// CertFile and KeyFile are the client certificate presented to the
+	// gateway: mutual TLS, the gateway knows which service calls.
+	CertFile, KeyFile string
 	// Stripe.
 	StripeKeyFile string
 	StripeURL     string
@@ -47,6 +50,8 @@ func Register(fs *flag.FlagSet, defaultAddr string) *Flags {
 	fs.StringVar(&f.Addr, "gateway-addr", defaultAddr, "gateway.v1 address, host:port (--gateway=grpc)")
 	fs.StringVar(&f.CAFile, "gateway-ca-file", "", "PEM CA bundle the gateway's certificate must chain to; set, the connection uses TLS (--gateway=grpc)")
 	fs.StringVar(&f.ServerName, "gateway-server-name", "", "name the gateway's certificate must carry (default: the host of --gateway-addr)")
+	fs.StringVar(&f.CertFile, "gateway-cert-file", "", "PEM client certificate presented to the gateway, for mutual TLS (with --gateway-key-file; needs --gateway-ca-file) (--gateway=grpc)")
+	fs.StringVar(&f.KeyFile, "gateway-key-file", "", "PEM private key of --gateway-cert-file")
 	fs.StringVar(&f.TokenFile, "gateway-token-file", "", "file holding the bearer token sent with every gateway call; needs --gateway-ca-file (--gateway=grpc)")
 	fs.StringVar(&f.StripeKeyFile, "stripe-key-file", "", "file holding the Stripe secret key (--gateway=stripe)")
 	fs.StringVar(&f.StripeURL, "stripe-api-url", "https://api.stripe.com", "Stripe API base URL; stripe-mock's for local runs (--gateway=stripe)")
@@ -66,6 +71,12 @@ func (f *Flags) Validate() error {
 		if f.TokenFile != "" && f.CAFile == "" {
 			return errors.New("--gateway-token-file needs --gateway-ca-file: a bearer token is never sent in the clear")
 		}
+		if (f.CertFile == "") != (f.KeyFile == "") {
+			return errors.New("--gateway-cert-file and --gateway-key-file go together")
+		}
+		if f.CertFile != "" && f.CAFile == "" {
+			return errors.New("--gateway-cert-file needs --gateway-ca-file: mutual TLS verifies the gateway too")
+		}
 	case KindStripe:
 		if f.StripeKeyFile == "" {
 			return errors.New("--gateway=stripe needs --stripe-key-file")
@@ -76,6 +87,25 @@ func (f *Flags) Validate() error {
 		}
 	default:
 		return fmt.Errorf("--gateway %q: want %s or %s", f.Kind, KindGRPC, KindStripe)
+	}
+	return nil
+}
+
+// ValidateFor is Validate plus the mode's rules: outside development a
+// gateway.v1 hop is mutual TLS (the gateway's certificate checked against
+// --gateway-ca-file, ours presented from --gateway-cert-file), and Stripe
+// is reached over HTTPS.
+func (f *Flags) ValidateFor(m *config.Mode) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	switch f.Kind {
+	case KindGRPC:
+		return m.Require(f.CAFile != "" && f.CertFile != "",
+			errors.New("the gateway hop is plaintext or one-sided: production needs --gateway-ca-file, --gateway-cert-file and --gateway-key-file (mutual TLS)"))
+	case KindStripe:
+		u, _ := url.Parse(f.StripeURL)
+		return m.Require(u.Scheme == "https", fmt.Errorf("--stripe-api-url %q is not HTTPS: production sends the secret key only over TLS", f.StripeURL))
 	}
 	return nil
 }
@@ -148,7 +178,15 @@ func (f *Flags) transport() (credentials.TransportCredentials, error) {
 	if name == "" {
 		name, _, _ = net.SplitHostPort(f.Addr)
 	}
-	return credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: name, MinVersion: tls.VersionTLS12}), nil
+	cfg := &tls.Config{RootCAs: pool, ServerName: name, MinVersion: tls.VersionTLS12}
+	if f.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--gateway-cert-file/--gateway-key-file: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return credentials.NewTLS(cfg), nil
 }
 
 // Bearer is a per-call credential: "authorization: Bearer <token>". It

@@ -18,7 +18,8 @@ func main() {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
 	o := demo.Options{Out: os.Stdout}
 	fs.StringVar(&o.API, "api-grpc", "127.0.0.1:9090", "payments-api gRPC address")
-	fs.StringVar(&o.Secret, "jwt-secret", auth.DevSecret, "local HS256 secret")
+	secret := fs.String("jwt-secret", auth.DevSecret, "local HS256 secret")
+	secretFile := fs.String("jwt-secret-file", "", "file holding the local HS256 secret, instead of --jwt-secret (the local stack's: .data/secrets/jwt-secret)")
 	fs.StringVar(&o.Issuer, "jwt-issuer", auth.DefaultIssuer, "token issuer")
 	fs.StringVar(&o.Audience, "jwt-audience", auth.DefaultAudience, "token audience")
 	fs.IntVar(&o.N, "n", 2000, "payments to schedule")
@@ -29,11 +30,22 @@ func main() {
 	fs.StringVar(&o.Gateway, "gateway-addr", "127.0.0.1:9300", "gateway-sim address")
 	fs.StringVar(&o.GatewayCAFile, "gateway-ca-file", "", "CA of gateway-sim's TLS certificate (the local stack's: .data/tls/ca.pem)")
 	fs.StringVar(&o.GatewayTokenFile, "gateway-token-file", "", "gateway-sim's bearer token file (the local stack's: .data/tls/gateway-sim-token)")
+	fs.StringVar(&o.GatewayCertFile, "gateway-cert-file", "", "client certificate presented to gateway-sim (the local stack's: .data/tls/operator.pem)")
+	fs.StringVar(&o.GatewayKeyFile, "gateway-key-file", "", "private key of --gateway-cert-file")
 	fs.StringVar(&o.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "the stack's database, read for the live view")
 	fs.StringVar(&o.Brokers, "kafka-brokers", "127.0.0.1:9092", "Kafka brokers")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(2)
+	}
+	o.Secret = *secret
+	if *secretFile != "" {
+		s, err := config.ReadSecret(*secretFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "demo: --jwt-secret-file:", err)
+			os.Exit(2)
+		}
+		o.Secret = s
 	}
 	if o.N <= 0 || o.Within <= 0 || o.Timeout <= 0 {
 		fmt.Fprintln(os.Stderr, "demo: --n, --within and --timeout must be positive")

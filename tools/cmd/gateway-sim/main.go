@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/pkg/gateway/webhook"
 	"github.com/paysched/paysched/pkg/platform/config"
+	"github.com/paysched/paysched/pkg/platform/mtls"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/platform/tracing"
@@ -45,9 +45,8 @@ func main() {
 	outagePrefix := fs.String("payee-outage-prefix", "", "answer UNAVAILABLE (not charged) to charges for payees with this prefix, until --payee-outage-until")
 	outageUntil := fs.String("payee-outage-until", "", "end of the payee outage (RFC 3339)")
 	hookURL := fs.String("webhook-url", "", "deliver charge-outcome webhooks here (off when empty)")
-	hookSecret := fs.String("webhook-secret", "", "HMAC-SHA256 secret signing the webhooks")
-	certFile := fs.String("tls-cert-file", "", "PEM certificate to serve gRPC over TLS (with --tls-key-file)")
-	keyFile := fs.String("tls-key-file", "", "PEM private key of --tls-cert-file")
+	hookSecret := config.SecretVar(fs, "webhook-secret", "HMAC-SHA256 secret signing the webhooks")
+	serverTLS := mtls.RegisterServer(fs, gatewaysim.DefaultClients)
 	tokenFile := fs.String("token-file", "", "file holding the bearer token every call must carry (needs TLS)")
 	svc.Main("gateway-sim", fs, func(ctx context.Context, log *slog.Logger) error {
 		f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
@@ -86,35 +85,24 @@ func main() {
 			sim.PayeeOutage = gatewaysim.Outage{Prefix: *outagePrefix, Until: until}
 		}
 		if *hookURL != "" {
-			if *hookSecret == "" {
-				return fmt.Errorf("--webhook-url needs --webhook-secret")
+			secret, err := hookSecret.Read()
+			if err != nil {
+				return err
 			}
-			sender := &webhook.Sender{URL: *hookURL, Secret: []byte(*hookSecret), Log: log}
+			if secret == "" {
+				return fmt.Errorf("--webhook-url needs --webhook-secret or --webhook-secret-file")
+			}
+			sender := &webhook.Sender{URL: *hookURL, Secret: []byte(secret), Log: log}
 			sender.Start(ctx, 4)
 			sim.OnCharge = func(c *gatewaysim.Charge) { sender.Enqueue(gatewaysim.Event(c)) }
 		}
 		opts := []grpc.ServerOption{grpc.SharedWriteBuffer(true), grpc.NumStreamWorkers(uint32(4 * runtime.NumCPU())),
 			tracing.ServerOption()}
-		if (*certFile == "") != (*keyFile == "") {
-			return fmt.Errorf("--tls-cert-file and --tls-key-file go together")
+		sec, err := gatewaysim.ServerOptions(serverTLS, *tokenFile)
+		if err != nil {
+			return err
 		}
-		if *certFile != "" {
-			creds, err := credentials.NewServerTLSFromFile(*certFile, *keyFile)
-			if err != nil {
-				return fmt.Errorf("--tls-cert-file: %w", err)
-			}
-			opts = append(opts, grpc.Creds(creds))
-		}
-		if *tokenFile != "" {
-			if *certFile == "" {
-				return fmt.Errorf("--token-file needs --tls-cert-file: a bearer token is never taken in the clear")
-			}
-			tok, err := config.ReadSecret(*tokenFile)
-			if err != nil {
-				return fmt.Errorf("--token-file: %w", err)
-			}
-			opts = append(opts, gatewaysim.RequireBearer(tok)...)
-		}
+		opts = append(opts, sec...)
 		gs := grpc.NewServer(svc.GRPCServerOptions(opts...)...)
 		gatewayv1.RegisterGatewayServiceServer(gs, sim)
 		gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)
