@@ -34,6 +34,7 @@ func main() {
 	status := fs.Duration("status-interval", time.Second, "how often the acknowledged LSN is reported to Postgres")
 	compression := fs.String("kafka-compression", "snappy", "producer batch compression: none, gzip, snappy, lz4 or zstd")
 	resync := fs.Bool("resync", false, "when the replication slot is missing or does not continue from the last position cdc confirmed (a failover, a dropped slot), recreate it and emit snapshot events (op r) for the rows changed since then; without it cdc refuses to start")
+	failover := fs.Bool("slot-failover", true, "make the slot a failover slot on PostgreSQL 17 and later (CREATE or ALTER with FAILOVER), so standbys running sync_replication_slots keep it across a failover")
 	schemas := fs.Bool("envelope-schemas", false, "write keys and envelopes in the schema-ful form ({\"schema\":...,\"payload\":...}), as Debezium's JsonConverter does with schemas.enable=true (for sinks that need it; the audit-consumer reads both)")
 	beat := fs.Duration("heartbeat-interval", 10*time.Second, "heartbeat write and event interval")
 	svc.Main("cdc", fs, func(ctx context.Context, log *slog.Logger) error {
@@ -60,7 +61,7 @@ func main() {
 		}
 		cfg := cdc.Config{KafkaOpts: kafkaOpts, DatabaseURL: *dbURL, Slot: *slot, Publication: *pub,
 			Source: envelope.Source{Name: *prefix, DB: pcfg.Database}, Brokers: strings.Split(*brokers, ","), Compression: codec,
-			HeartbeatTopic: kafka.TopicsFor(*prefix).Heartbeat, StatusInterval: *status, HeartbeatInterval: *beat, Schemas: *schemas, Resync: *resync}
+			HeartbeatTopic: kafka.TopicsFor(*prefix).Heartbeat, StatusInterval: *status, HeartbeatInterval: *beat, Schemas: *schemas, Resync: *resync, Failover: *failover}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}

@@ -123,7 +123,10 @@ func startConnectorAt(t *testing.T, db *pgxpool.Pool, url string, seeds []string
 	t.Helper()
 	cfg := cdc.Config{DatabaseURL: url, Slot: slot, Publication: "paysched",
 		Source: envelope.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
-		HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: status, HeartbeatInterval: heartbeat}
+		HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: status, HeartbeatInterval: heartbeat,
+		// As in production: a failover slot where the server has them (17+),
+		// the older command on older servers.
+		Failover: true}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -46,6 +46,10 @@ type Config struct {
 	// position, recreate it and emit snapshot events for the rows changed
 	// since then, instead of refusing to start.
 	Resync bool
+	// Failover makes the slot a failover slot on PostgreSQL 17 and later
+	// (failover.go): standbys with sync_replication_slots keep a copy, so a
+	// promotion does not lose it.
+	Failover bool
 	// KafkaOpts are extra client options: the brokers' TLS and SASL
 	// (kafkaauth.Flags.Opts).
 	KafkaOpts []kgo.Opt
@@ -58,6 +62,8 @@ func (c Config) Validate() error {
 		return errors.New("--database-url must not be empty")
 	case c.Slot == "" || c.Publication == "":
 		return errors.New("--slot and --publication must not be empty")
+	case !slotNameRE.MatchString(c.Slot):
+		return fmt.Errorf("--slot %q: a slot name is 1 to 63 lower-case letters, digits and underscores", c.Slot)
 	case c.Source.Name == "":
 		return errors.New("--topic-prefix must not be empty")
 	case len(c.Brokers) == 0 || c.Brokers[0] == "":
@@ -201,7 +207,16 @@ func (c *Connector) Setup(ctx context.Context) error {
 			exists = false
 		}
 	}
+	failover, err := c.failoverSlots(ctx)
+	if err != nil {
+		return err
+	}
 	if exists {
+		if failover {
+			if err := c.ensureFailover(ctx); err != nil {
+				return err
+			}
+		}
 		if rec == nil {
 			// First start with cdc_state (or the first ever with a slot made
 			// by hand): record where the slot is.
@@ -215,20 +230,10 @@ func (c *Connector) Setup(ctx context.Context) error {
 		}
 		return nil
 	}
-	conn, err := c.replConn(ctx)
+	at, err := c.createSlot(ctx, failover)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
-	made, err := pglogrepl.CreateReplicationSlot(ctx, conn, c.cfg.Slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{})
-	if err != nil {
-		return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
-	}
-	at, err := pglogrepl.ParseLSN(made.ConsistentPoint)
-	if err != nil {
-		return fmt.Errorf("create slot %s: consistent point %q: %w", c.cfg.Slot, made.ConsistentPoint, err)
-	}
-	c.log.Info("created replication slot", "slot", c.cfg.Slot, "lsn", made.ConsistentPoint)
 	if gap != nil {
 		n, err := c.resync(ctx, rec.at, at, rec.lsn)
 		if err != nil {
