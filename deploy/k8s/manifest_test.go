@@ -1150,7 +1150,12 @@ func TestAlertRules(t *testing.T) {
 		{"lease expiries", "paysched_lease_expiries_total"},
 		{"DLQ arrivals", "paysched_dead_letters_total"},
 		{"gateway errors", "paysched_gateway_outcomes_total"},
-		{"CDC slot lag", "paysched_cdc_slot_lag_bytes"},
+		// From the database's side (CloudNativePG's exporter), guarded.
+		{"CDC slot lag", "cnpg_cdc_slot_lag_bytes"},
+		{"CDC slot gone", `absent(cnpg_cdc_slot_lag_bytes{slot_name="paysched_cdc"})`},
+		{"CDC consumer gone", "cnpg_cdc_slot_active"},
+		{"Postgres exporter gone", `absent(cnpg_collector_up`},
+		{"CDC slot not on a standby", "cnpg_cdc_failover_ready"},
 		{"reconciliation mismatches", "paysched_reconciliation_mismatches_total"},
 		{"duplicate charges", `kind="DUPLICATE_CHARGE"`},
 	} {
@@ -1220,6 +1225,47 @@ func TestDashboard(t *testing.T) {
 // External metrics: not exported by paysched code.
 var externalMetrics = map[string]string{
 	"kafka_consumergroup_lag": "Strimzi's Kafka Exporter",
+	"cnpg_collector_up":       "CloudNativePG's exporter",
+}
+
+// cnpgQueryMetrics are the metrics the Cluster's custom queries
+// (base/postgres-monitoring.yaml) make: cnpg_<query>_<column> for every
+// column that is not a label.
+func cnpgQueryMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile("base/postgres-monitoring.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal(b, &cm); err != nil {
+		t.Fatal(err)
+	}
+	var queries map[string]struct {
+		Query   string `yaml:"query"`
+		Metrics []map[string]struct {
+			Usage string `yaml:"usage"`
+		} `yaml:"metrics"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["queries"]), &queries); err != nil {
+		t.Fatalf("postgres-monitoring.yaml queries: %v", err)
+	}
+	out := map[string]bool{}
+	for name, q := range queries {
+		for _, m := range q.Metrics {
+			for col, spec := range m {
+				if !strings.Contains(q.Query, col) {
+					t.Errorf("query %s has no column %s", name, col)
+				}
+				if spec.Usage != "LABEL" {
+					out["cnpg_"+name+"_"+col] = true
+				}
+			}
+		}
+	}
+	return out
 }
 
 // checkMetricNames checks that every paysched metric the expressions read
@@ -1227,9 +1273,14 @@ var externalMetrics = map[string]string{
 func checkMetricNames(t *testing.T, what string, exprs []string) {
 	t.Helper()
 	registered := registeredMetrics(t)
-	re := regexp.MustCompile(`\b(paysched_[a-z0-9_]+|oldest_due_pending_age_seconds|backlog|processing|kafka_[a-z0-9_]+)\b`)
+	for m := range cnpgQueryMetrics(t) {
+		registered[m] = true
+	}
+	re := regexp.MustCompile(`\b(paysched_[a-z0-9_]+|oldest_due_pending_age_seconds|backlog|processing|kafka_[a-z0-9_]+|cnpg_[a-z0-9_]+)\b`)
+	quoted := regexp.MustCompile(`"[^"]*"`)
 	for _, e := range exprs {
-		for _, m := range re.FindAllString(e, -1) {
+		// Label values ("paysched_cdc") are not metrics.
+		for _, m := range re.FindAllString(quoted.ReplaceAllString(e, `""`), -1) {
 			base := m
 			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 				if b, ok := strings.CutSuffix(m, suffix); ok && registered[b] {

@@ -56,3 +56,69 @@ func TestSlotCannotFillTheWALVolume(t *testing.T) {
 		})
 	}
 }
+
+// TestFailoverSlots: Postgres is 17 or later (failover slots), pinned by
+// digest; the Cluster synchronizes cdc's logical slot to its standbys
+// (synchronizeLogicalDecoding, with the two parameters PostgreSQL needs
+// for it); cdc streams from the primary and does not turn failover off;
+// and the exporter queries the slot alerts read are installed and scraped.
+func TestFailoverSlots(t *testing.T) {
+	for _, overlay := range []string{"dev", "prod"} {
+		t.Run(overlay, func(t *testing.T) {
+			docs := render(t, overlay)
+			var cluster obj
+			for _, c := range byKind(docs, "Cluster") {
+				if strings.HasPrefix(str(c, "apiVersion"), "postgresql.cnpg.io/") {
+					cluster = c
+				}
+			}
+			if cluster == nil {
+				t.Fatal("no CloudNativePG Cluster")
+			}
+			image := str(cluster, "spec", "imageName")
+			ref, digest, pinned := strings.Cut(image, "@sha256:")
+			if !pinned || len(digest) != 64 {
+				t.Errorf("imageName %s is not pinned by digest", image)
+			}
+			tag := ref[strings.LastIndex(ref, ":")+1:]
+			major, err := strconv.Atoi(strings.SplitN(tag, ".", 2)[0])
+			if err != nil || major < 17 {
+				t.Errorf("imageName %s: want PostgreSQL 17 or later (failover slots)", image)
+			}
+			if get(cluster, "spec", "replicationSlots", "highAvailability", "synchronizeLogicalDecoding") != true ||
+				get(cluster, "spec", "replicationSlots", "highAvailability", "enabled") == false {
+				t.Error("the Cluster does not synchronize logical slots to its standbys")
+			}
+			for _, p := range []string{"sync_replication_slots", "hot_standby_feedback"} {
+				if v := str(cluster, "spec", "postgresql", "parameters", p); v != "on" {
+					t.Errorf("%s = %q, want on", p, v)
+				}
+			}
+			cdc := named(docs, "Deployment", "cdc")
+			env, _, _, _ := containerEnv(t, cdc)
+			if v := env["PAYSCHED_SLOT_FAILOVER"]; v != "" && v != "true" {
+				t.Errorf("cdc runs with PAYSCHED_SLOT_FAILOVER=%s", v)
+			}
+			if name := str(cluster, "metadata", "name"); !strings.Contains(env["PAYSCHED_DATABASE_URL"], "@"+name+"-rw:") {
+				t.Errorf("cdc does not stream from the primary (%s-rw): a standby's synchronized slot cannot be decoded", name)
+			}
+			queries := list(cluster, "spec", "monitoring", "customQueriesConfigMap")
+			if len(queries) != 1 {
+				t.Fatalf("customQueriesConfigMap: %v, want the slot queries", queries)
+			}
+			cm := named(docs, "ConfigMap", str(queries[0], "name"))
+			if cm == nil || str(cm, "data", str(queries[0], "key")) == "" {
+				t.Errorf("the Cluster's custom queries %v are not rendered", queries[0])
+			}
+			scraped := false
+			for _, pm := range byKind(docs, "PodMonitor") {
+				if str(pm, "spec", "selector", "matchLabels", "cnpg.io/cluster") == str(cluster, "metadata", "name") {
+					scraped = true
+				}
+			}
+			if !scraped {
+				t.Error("no PodMonitor scrapes the Postgres instances' exporter")
+			}
+		})
+	}
+}
