@@ -25,6 +25,18 @@ func bytesOf(t *testing.T, s string) float64 {
 	return 0
 }
 
+// pgCluster is the rendered CloudNativePG Cluster.
+func pgCluster(t *testing.T, docs []obj) obj {
+	t.Helper()
+	for _, c := range byKind(docs, "Cluster") {
+		if strings.HasPrefix(str(c, "apiVersion"), "postgresql.cnpg.io/") {
+			return c
+		}
+	}
+	t.Fatal("no CloudNativePG Cluster")
+	return nil
+}
+
 // TestSlotCannotFillTheWALVolume: max_slot_wal_keep_size leaves a quarter
 // of the volume that holds WAL for everything else, so a stuck slot is
 // invalidated (and alerted on) before the disk fills and stops the primary.
@@ -32,15 +44,7 @@ func TestSlotCannotFillTheWALVolume(t *testing.T) {
 	for _, overlay := range []string{"dev", "prod"} {
 		t.Run(overlay, func(t *testing.T) {
 			docs := render(t, overlay)
-			var cluster obj
-			for _, c := range byKind(docs, "Cluster") {
-				if strings.HasPrefix(str(c, "apiVersion"), "postgresql.cnpg.io/") {
-					cluster = c
-				}
-			}
-			if cluster == nil {
-				t.Fatal("no CloudNativePG Cluster")
-			}
+			cluster := pgCluster(t, docs)
 			keep := str(cluster, "spec", "postgresql", "parameters", "max_slot_wal_keep_size")
 			if keep == "" || keep == "-1" {
 				t.Fatal("max_slot_wal_keep_size is unset: a stuck slot keeps WAL until the disk is full")
@@ -66,15 +70,7 @@ func TestFailoverSlots(t *testing.T) {
 	for _, overlay := range []string{"dev", "prod"} {
 		t.Run(overlay, func(t *testing.T) {
 			docs := render(t, overlay)
-			var cluster obj
-			for _, c := range byKind(docs, "Cluster") {
-				if strings.HasPrefix(str(c, "apiVersion"), "postgresql.cnpg.io/") {
-					cluster = c
-				}
-			}
-			if cluster == nil {
-				t.Fatal("no CloudNativePG Cluster")
-			}
+			cluster := pgCluster(t, docs)
 			image := str(cluster, "spec", "imageName")
 			ref, digest, pinned := strings.Cut(image, "@sha256:")
 			if !pinned || len(digest) != 64 {

@@ -50,7 +50,7 @@ func main() {
 		} else if err := gwf.ValidateFor(mode); err != nil {
 			return err
 		}
-		hs256, err := tokenSecret(mode, secret, *jwks)
+		hs256, err := auth.HS256Secret(mode, secret, *jwks)
 		if err != nil {
 			return err
 		}
@@ -89,19 +89,4 @@ func main() {
 		}
 		return srv.Serve(ctx, gl, hl)
 	})
-}
-
-// tokenSecret is the HS256 secret to verify tokens with, "" for none. With
-// a JWKS file there is none (RS256 only; both together are refused by
-// auth). Without one, production wants a secret of its own; development
-// falls back to the published one.
-func tokenSecret(mode *config.Mode, s *config.Secret, jwks string) (string, error) {
-	v, err := s.Read()
-	if err != nil || jwks != "" {
-		return v, err
-	}
-	if v == "" && !mode.Dev {
-		return "", fmt.Errorf("no token verifier: set --jwt-jwks-file (RS256, production) or --jwt-secret-file (HS256) (or --dev for a development run)")
-	}
-	return mode.Secret(s, auth.DevSecret)
 }

@@ -35,23 +35,30 @@ func TestBadConfigIsRefused(t *testing.T) {
 		{"payments-api", []string{"--amount-cap", "0"}, "--amount-cap must be positive"},
 	} {
 		t.Run(c.service+strings.Join(c.args, "="), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
 			// Unreachable database: a service that got past validation
 			// would hang or fail on connecting, not on the flag.
-			args := append([]string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"}, c.args...)
-			out, err := exec.CommandContext(ctx, bin+"/"+c.service, args...).CombinedOutput()
-			if ctx.Err() != nil {
-				t.Fatalf("%s %v still running after 20s:\n%s", c.service, c.args, out)
-			}
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
-				t.Fatalf("%s %v: %v, want exit status 1:\n%s", c.service, c.args, err, out)
-			}
-			if !strings.Contains(string(out), c.want) {
-				t.Fatalf("%s %v said:\n%s\nwant it to mention %q", c.service, c.args, out, c.want)
-			}
+			refused(t, bin, c.service, append([]string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"}, c.args...), c.want)
 		})
 	}
+}
+
+// refused runs service with args and expects it to exit 1 within 20 s,
+// saying want; it returns what the service printed.
+func refused(t *testing.T, bin, service string, args []string, want string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin+"/"+service, args...).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v still running after 20s:\n%s", service, args, out)
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("%s %v: %v, want exit status 1:\n%s", service, args, err, out)
+	}
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("%s %v said:\n%s\nwant it to mention %q", service, args, out, want)
+	}
+	return string(out)
 }
 
 // TestProductionRefusesDevelopmentSettings: without --dev every service
@@ -107,22 +114,10 @@ func TestProductionRefusesDevelopmentSettings(t *testing.T) {
 		{"migrate", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=verify-ca"}, "sslmode=verify-full"},
 	} {
 		t.Run(c.service+"/"+c.want, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			args := append([]string{"--dev=false", "--database-url", db}, c.args...)
-			out, err := exec.CommandContext(ctx, bin+"/"+c.service, args...).CombinedOutput()
-			if ctx.Err() != nil {
-				t.Fatalf("%s %v still running after 20s:\n%s", c.service, c.args, out)
-			}
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
-				t.Fatalf("%s %v: %v, want exit status 1:\n%s", c.service, c.args, err, out)
-			}
-			if !strings.Contains(string(out), c.want) {
-				t.Fatalf("%s %v said:\n%s\nwant it to mention %q", c.service, c.args, out, c.want)
-			}
+			out := refused(t, bin, c.service, append([]string{"--dev=false", "--database-url", db}, c.args...), c.want)
 			// The secret itself is never repeated back.
 			for _, s := range []string{strong, auth.DevSecret, config.DevCursorSecret, config.DevWebhookSecret} {
-				if strings.Contains(string(out), s) {
+				if strings.Contains(out, s) {
 					t.Fatalf("%s printed a secret:\n%s", c.service, out)
 				}
 			}

@@ -38,6 +38,21 @@ const (
 	DevSecret = config.DevJWTSecret
 )
 
+// HS256Secret is the HS256 secret payments-api verifies tokens with, ""
+// for none: with a JWKS file there is none (RS256 only; NewVerifier
+// refuses both). Without one, production wants a secret of its own
+// (config.CheckSecret); development falls back to DevSecret.
+func HS256Secret(mode *config.Mode, s *config.Secret, jwksFile string) (string, error) {
+	v, err := s.Read()
+	if err != nil || jwksFile != "" {
+		return v, err
+	}
+	if v == "" && !mode.Dev {
+		return "", errors.New("no token verifier: set --jwt-jwks-file (RS256, production) or --jwt-secret-file (HS256) (or --dev for a development run)")
+	}
+	return mode.Secret(s, DevSecret)
+}
+
 // Principal is the authenticated caller.
 type Principal struct {
 	// Actor is the token's subject; it is the payer of every payment it creates.

@@ -15,6 +15,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 func writeJWKS(t *testing.T, kid string, pub *rsa.PublicKey) string {
@@ -152,5 +153,41 @@ func TestAdminNeedsTheAdminAudience(t *testing.T) {
 	}
 	if _, err := auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), Issuer: "i", Audience: "a", AdminAudience: "a"}); err == nil {
 		t.Error("one audience for both was accepted")
+	}
+}
+
+// TestHS256SecretForTheMode: with a JWKS file there is no HS256 secret;
+// without one, production needs a secret of its own and development falls
+// back to the published one.
+func TestHS256SecretForTheMode(t *testing.T) {
+	prod, dev := &config.Mode{}, &config.Mode{Dev: true}
+	strong := strings.Repeat("s", config.MinSecretLen)
+	for _, tc := range []struct {
+		name    string
+		mode    *config.Mode
+		value   string
+		jwks    string
+		want    string
+		wantErr string
+	}{
+		{"production, RS256", prod, "", "jwks.json", "", ""},
+		{"production, nothing", prod, "", "", "", "no token verifier"},
+		{"production, published", prod, auth.DevSecret, "", "", "development secret"},
+		{"production, own secret", prod, strong, "", strong, ""},
+		{"development, nothing", dev, "", "", auth.DevSecret, ""},
+		{"development, RS256", dev, "", "jwks.json", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := auth.HS256Secret(tc.mode, &config.Secret{Name: "jwt-secret", Value: tc.value}, tc.jwks)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("%q %v, want an error with %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("%q %v, want %q", got, err, tc.want)
+			}
+		})
 	}
 }
