@@ -52,12 +52,14 @@ type service struct {
 var services = []service{
 	{name: "payments-api", grpcHealth: true, hpa: true},
 	{name: "sweeper"},
-	{name: "executor", grpcHealth: true, hpa: true},
+	// The executor and gateway-sim serve gRPC with mutual TLS only, which
+	// kubelet's gRPC probe cannot speak: they are probed on /healthz.
+	{name: "executor", hpa: true},
 	{name: "reaper"},
 	{name: "cdc"},
 	{name: "audit-consumer"},
 	{name: "reconciler"},
-	{name: "gateway-sim", grpcHealth: true},
+	{name: "gateway-sim"},
 }
 
 var overlays = []struct {
@@ -346,11 +348,18 @@ func checkDeployment(t *testing.T, docs []obj, s service, wantReplicas int, atLe
 			ports[str(p, "name")] = n
 			portNums[n] = true
 		}
+		mutualTLS := false
+		for _, e := range list(c, "env") {
+			mutualTLS = mutualTLS || str(e, "name") == "PAYSCHED_TLS_CERT_FILE"
+		}
 		for _, probe := range []string{"livenessProbe", "readinessProbe"} {
 			p := get(c, probe)
 			if p == nil {
 				t.Errorf("%s: no %s", cname, probe)
 				continue
+			}
+			if mutualTLS && get(p, "grpc") != nil {
+				t.Errorf("%s: %s is a gRPC probe, but the gRPC port takes only mutual TLS, which kubelet's probe cannot speak", cname, probe)
 			}
 			if s.grpcHealth {
 				port, ok := num(p, "grpc", "port")
