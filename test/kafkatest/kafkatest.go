@@ -24,7 +24,14 @@ import (
 // and returns its seed addresses; it is closed when the test ends.
 func NewCluster(t testing.TB, topics ...string) []string {
 	t.Helper()
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.DefaultNumPartitions(3)}
+	return start(t, nil, topics)
+}
+
+// start runs a one-broker cluster with opts and topics (3 partitions
+// each), closed when the test ends, and returns its seed addresses.
+func start(t testing.TB, opts []kfake.Opt, topics []string) []string {
+	t.Helper()
+	opts = append([]kfake.Opt{kfake.NumBrokers(1), kfake.DefaultNumPartitions(3)}, opts...)
 	if len(topics) > 0 {
 		opts = append(opts, kfake.SeedTopics(3, topics...))
 	}
@@ -72,7 +79,7 @@ func NewSecureCluster(t testing.TB, users map[string][]kafka.Grant, topics ...st
 		t.Fatalf("kafkatest: %v", err)
 	}
 	s := Secure{CAFile: filepath.Join(dir, devtls.CAFile), dir: dir}
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.DefaultNumPartitions(3), kfake.EnableSASL(), kfake.EnableACLs(),
+	opts := []kfake.Opt{kfake.EnableSASL(), kfake.EnableACLs(),
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}),
 		kfake.Superuser(kafkaauth.ScramSHA512, Admin, s.writePassword(t, Admin))}
 	for user, grants := range users {
@@ -82,15 +89,7 @@ func NewSecureCluster(t testing.TB, users map[string][]kafka.Grant, topics ...st
 		}
 		opts = append(opts, kfake.User(kafkaauth.ScramSHA512, user, s.writePassword(t, user), acls...))
 	}
-	if len(topics) > 0 {
-		opts = append(opts, kfake.SeedTopics(3, topics...))
-	}
-	c, err := kfake.NewCluster(opts...)
-	if err != nil {
-		t.Fatalf("kafkatest: %v", err)
-	}
-	t.Cleanup(c.Close)
-	s.Seeds = c.ListenAddrs()
+	s.Seeds = start(t, opts, topics)
 	return s
 }
 

@@ -57,18 +57,5 @@ func RequireBearer(token string) []grpc.ServerOption {
 		}
 		return status.Error(codes.Unauthenticated, "missing or wrong bearer token")
 	}
-	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if err := check(ctx); err != nil {
-				return nil, err
-			}
-			return h(ctx, req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if err := check(ss.Context()); err != nil {
-				return err
-			}
-			return h(srv, ss)
-		}),
-	}
+	return mtls.Gate(check)
 }

@@ -211,30 +211,40 @@ func TestConsumeStream(t *testing.T) {
 	c := newConsumer(t, db, seeds)
 	c.batch = 300
 	c.copyBufs = make([][]byte, 2) // batches of 300 go out on two streams
-	errc := make(chan error, 1)
-	rctx, stop := context.WithCancel(ctx)
-	go func() { errc <- c.Run(rctx) }()
 	notes, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Notifications),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer notes.Close()
+	runUntilCreationsNotified(ctx, t, c, db, notes, n)
+}
+
+// runUntilCreationsNotified runs c until notes holds a creation
+// notification for each of n payments, checks each has its audit row
+// (a notification follows its audit row), and stops c cleanly.
+func runUntilCreationsNotified(ctx context.Context, t *testing.T, c *Consumer, db *pgxpool.Pool, notes *kgo.Client, n int) {
+	t.Helper()
+	errc := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	go func() { errc <- c.Run(rctx) }()
 	created := map[string]bool{}
 	kafkatest.Drain(ctx, notes, func() bool { return len(created) == n }, func(r *kgo.Record) {
 		if header(r, "ce_type") == "paysched.payment.created" {
 			created[string(r.Key)] = true
 		}
 	})
+	// Counted before stopping: the notifications alone were waited for.
+	rows := count(t, db, `SELECT count(*) FROM audit_events`)
+	stop()
+	err := <-errc
 	if len(created) != n {
 		t.Fatalf("%d creations notified, want %d", len(created), n)
 	}
-	// A notification follows its audit row.
-	if got := count(t, db, `SELECT count(*) FROM audit_events`); got != n {
-		t.Fatalf("%d audit rows, want %d", got, n)
+	if rows != n {
+		t.Fatalf("%d audit rows, want %d", rows, n)
 	}
-	stop()
-	if err := <-errc; err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -324,24 +334,6 @@ func TestConsumeWithLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	errc := make(chan error, 1)
-	rctx, stop := context.WithCancel(ctx)
-	go func() { errc <- c.Run(rctx) }()
 	notes := admin(kgo.ConsumeTopics(kafka.Default.Notifications), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	created := map[string]bool{}
-	kafkatest.Drain(ctx, notes, func() bool { return len(created) == n }, func(r *kgo.Record) {
-		if header(r, "ce_type") == "paysched.payment.created" {
-			created[string(r.Key)] = true
-		}
-	})
-	if len(created) != n {
-		t.Fatalf("%d creations notified, want %d", len(created), n)
-	}
-	if got := count(t, db, `SELECT count(*) FROM audit_events`); got != n {
-		t.Fatalf("%d audit rows, want %d", got, n)
-	}
-	stop()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
+	runUntilCreationsNotified(ctx, t, c, db, notes, n)
 }

@@ -103,21 +103,27 @@ func (s *Server) Options() ([]grpc.ServerOption, error) {
 		}
 		return nil
 	}
+	return append([]grpc.ServerOption{grpc.Creds(creds)}, Gate(admit)...), nil
+}
+
+// Gate returns server options that run check before every unary and
+// stream handler and answer its error instead: a refused call reaches no
+// handler.
+func Gate(check func(context.Context) error) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.Creds(creds),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if err := admit(ctx); err != nil {
+			if err := check(ctx); err != nil {
 				return nil, err
 			}
 			return h(ctx, req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if err := admit(ss.Context()); err != nil {
+			if err := check(ss.Context()); err != nil {
 				return err
 			}
 			return h(srv, ss)
 		}),
-	}, nil
+	}
 }
 
 // clientName is the common name of the verified client certificate.
