@@ -325,7 +325,13 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 		}
 		return 20 * time.Millisecond
 	}
-	claimed, err := s.claim.Claim(ctx, granted)
+	// Shutdown does not cut a claim short: a statement cancelled by the
+	// client may still commit on the server, leaving rows claimed that
+	// nobody dispatches until their lease ends. A claim once started
+	// finishes and its batch goes out; shutdown waits for the batch.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
+	claimed, err := s.claim.Claim(cctx, granted)
+	ccancel()
 	if err != nil && len(claimed) > 0 {
 		// A later partition failed; these are claimed and must go out.
 		s.log.Error("claim", "err", err, "claimed", len(claimed))
