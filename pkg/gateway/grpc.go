@@ -25,9 +25,14 @@ import (
 type Gateway interface {
 	// Charge charges once per idempotency key.
 	Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error)
-	// GetCharge returns the charge recorded under key, or NOT_FOUND. It must
-	// work after the gateway has forgotten the key for idempotency.
-	GetCharge(ctx context.Context, key string) (*gatewayv1.Charge, error)
+	// GetCharge returns the charge recorded under the request's key, or
+	// NOT_FOUND: Absent's when a strongly consistent read proved there is
+	// none, a plain NOT_FOUND when it could not. It must work after the
+	// gateway has forgotten the key for idempotency.
+	GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest) (*gatewayv1.Charge, error)
+	// CancelCharge cancels an undecided charge and returns it as it then
+	// stands (proto/gateway/v1).
+	CancelCharge(ctx context.Context, req *gatewayv1.CancelChargeRequest) (*gatewayv1.Charge, error)
 	// ListSettlements pages the charges settled on a UTC day.
 	ListSettlements(ctx context.Context, req *gatewayv1.ListSettlementsRequest) (*gatewayv1.ListSettlementsResponse, error)
 }
@@ -47,8 +52,16 @@ func (u unary) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatew
 	return resp.GetCharge(), nil
 }
 
-func (u unary) GetCharge(ctx context.Context, key string) (*gatewayv1.Charge, error) {
-	resp, err := u.c.GetCharge(ctx, &gatewayv1.GetChargeRequest{IdempotencyKey: key})
+func (u unary) GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest) (*gatewayv1.Charge, error) {
+	resp, err := u.c.GetCharge(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetCharge(), nil
+}
+
+func (u unary) CancelCharge(ctx context.Context, req *gatewayv1.CancelChargeRequest) (*gatewayv1.Charge, error) {
+	resp, err := u.c.CancelCharge(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -213,8 +226,17 @@ func (s *chargeStream) send() {
 			s.mu.Unlock()
 			return
 		}
-		items := s.queue
-		s.queue = nil // a fresh slice: the message may be read after Send returns
+		// A caller that gave up (its deadline passed while the item was
+		// queued) has been answered already and reads that as ambiguous:
+		// its item is never sent, so a charge it no longer waits for cannot
+		// land behind its back.
+		items := make([]*gatewayv1.ChargeItem, 0, len(s.queue)) // a fresh slice: the message may be read after Send returns
+		for _, it := range s.queue {
+			if _, waiting := s.pending[it.Tag]; waiting {
+				items = append(items, it)
+			}
+		}
+		s.queue = s.queue[:0]
 		s.mu.Unlock()
 		if len(items) == 0 {
 			continue

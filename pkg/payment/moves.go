@@ -30,7 +30,8 @@ const (
 	Webhook Actor = "webhook"
 	// Resolver: asks the gateway about payments parked as ambiguous.
 	Resolver Actor = "resolver"
-	// Operator: an admin's re-drive or resolve of a dead letter.
+	// Operator: an admin's re-drive, resolve or cancel of a payment at
+	// rest (a dead letter, or a PENDING one waiting for its retry).
 	Operator Actor = "operator"
 )
 
@@ -71,6 +72,8 @@ var Moves = []Move{
 	{DeadLettered, Pending, Resolver, "resolve-ambiguous"},
 	{DeadLettered, Pending, Operator, "redrive"},
 	{DeadLettered, Failed, Operator, "resolve"},
+	{Pending, Cancelled, Operator, "cancel"},
+	{DeadLettered, Cancelled, Operator, "cancel"},
 }
 
 // Allowed reports whether by may move a payment from from to to.

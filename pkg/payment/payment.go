@@ -88,6 +88,35 @@ const (
 	// KeyConflicted: the gateway answered that the payment's key names a
 	// charge with other parameters.
 	KeyConflicted DeadReason = "KEY_CONFLICT"
+	// LeaseTooShort: the payment's claims were released untouched, again
+	// and again, because each lease ended before a call could fit in it: a
+	// sweeper's --lease is shorter than its executors need. Retrying would
+	// only loop; an operator fixes the lease and re-drives.
+	LeaseTooShort DeadReason = "LEASE_TOO_SHORT"
+	// OutcomeUnrecordable: the executor could not write what the gateway
+	// answered (the row was refused even on its own, with its strings
+	// cleaned). It may have been charged: re-drive and resolve ask first.
+	OutcomeUnrecordable DeadReason = "OUTCOME_UNRECORDABLE"
+)
+
+// FailReason says why a payment ended FAILED: a stable code, for payers
+// and notifications, beside the gateway's own words (last_error).
+type FailReason string
+
+// The failure reasons.
+const (
+	// FailDeclined: the gateway declined the charge.
+	FailDeclined FailReason = "DECLINED"
+	// FailAuthenticationRequired: the charge waited for the customer to
+	// authenticate (3-D Secure) past the bound, and was cancelled at the
+	// gateway: nobody authenticates an off-session payment.
+	FailAuthenticationRequired FailReason = "AUTHENTICATION_REQUIRED"
+	// FailPSPTimeout: the gateway kept the charge processing past the
+	// bound, and it was cancelled there.
+	FailPSPTimeout FailReason = "PSP_TIMEOUT"
+	// FailResolved: an operator resolved a dead letter the gateway holds no
+	// charge for as failed.
+	FailResolved FailReason = "RESOLVED_BY_OPERATOR"
 )
 
 // Payment is one row of payments, as the API shows it.
@@ -104,8 +133,13 @@ type Payment struct {
 	Attempt     int32
 	GatewayRef  string
 	LastError   string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// FailReason is set when Status is FAILED.
+	FailReason FailReason
+	// ProbeFirst: an earlier attempt may have charged it; the next one
+	// asks the gateway first, and until then a cancel is refused.
+	ProbeFirst bool
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 	// Attempts is filled by Get only.
 	Attempts []Attempt
 	// Seq orders an actor's payments for listing (newest has the highest).

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -21,6 +22,7 @@ type Metrics struct {
 	charges    prometheus.Counter
 	last       *prometheus.GaugeVec
 	resolved   *prometheus.CounterVec
+	unresolved prometheus.Counter
 	webhooks   *prometheus.CounterVec
 	// lastSuccess is when a run last succeeded (Unix seconds).
 	lastSuccess prometheus.Gauge
@@ -41,12 +43,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Mismatches found by the last run of each kind."}, []string{"kind"}),
 		resolved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_ambiguous_resolved_total",
 			Help: "Ambiguous dead letters settled by probing the gateway, by the status they moved to."}, []string{"status"}),
+		unresolved: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_ambiguous_resolve_failures_total",
+			Help: "Ambiguous dead letters the resolver could not move after the gateway answered (postponed, never blocking the rest)."}),
 		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_webhooks_total",
 			Help: "Gateway webhooks received, by result."}, []string{"result"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_reconciliation_last_success_timestamp_seconds",
 			Help: "When the last reconciliation run succeeded (Unix seconds; the reconciler's first start when none has yet)."}),
 	}
-	reg.MustRegister(m.mismatches, m.runs, m.repaired, m.charges, m.last, m.resolved, m.webhooks, m.lastSuccess)
+	reg.MustRegister(m.mismatches, m.runs, m.repaired, m.charges, m.last, m.resolved, m.unresolved, m.webhooks, m.lastSuccess)
+	gateway.RegisterMetrics(reg)
 	for _, k := range []string{KindMissingAtGateway, KindAmountMismatch, KindDuplicateCharge, KindUnknownCharge} {
 		m.mismatches.WithLabelValues(k)
 		m.last.WithLabelValues(k)
@@ -91,6 +96,12 @@ func (m *Metrics) Restore(ctx context.Context, db *pgxpool.Pool) error {
 func (m *Metrics) resolvedTo(status payment.Status) {
 	if m != nil {
 		m.resolved.WithLabelValues(string(status)).Inc()
+	}
+}
+
+func (m *Metrics) resolveFailed() {
+	if m != nil {
+		m.unresolved.Inc()
 	}
 }
 

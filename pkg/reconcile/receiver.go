@@ -107,6 +107,12 @@ func (rc *Receiver) handle(w http.ResponseWriter, r *http.Request, header string
 		rc.fail(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
+	if (e.Type == webhook.TypeSucceeded || e.Type == webhook.TypeDeclined) && (e.Data.Amount <= 0 || e.Data.Currency == "") {
+		// An outcome without its amount cannot be checked against the
+		// payment's: never applied, whoever signed it.
+		rc.fail(w, http.StatusBadRequest, "bad_request", "the event's charge has no amount or currency")
+		return
+	}
 	result, err := rc.apply(r, e)
 	if err != nil {
 		// Our failure: the gateway retries the delivery.
@@ -146,9 +152,14 @@ func (rc *Receiver) apply(r *http.Request, e webhook.Event) (string, error) {
 		if err != nil {
 			return nil // not one of ours: recorded, nothing to move
 		}
-		// Only rows no executor is working on: a PROCESSING payment gets its
-		// outcome from its executor (or, if that dies, from a retry with the
-		// same key). PENDING here means an earlier attempt was ambiguous.
+		// Only rows no executor is working on. A PROCESSING payment is left
+		// to its executor, and that is harmless: the executor reads the
+		// same outcome from the gateway (its Charge's answer, or its probe
+		// when the answer is lost), and if its attempt ends without it the
+		// payment keeps probe_first, so the next attempt asks the gateway,
+		// which holds the charge (TestWebhookWhileProcessingIsHarmless).
+		// PENDING here means an earlier attempt was ambiguous. A charge of
+		// another amount or currency moves nothing (the move's check).
 		m := store.Move{ID: id, By: payment.Webhook, Actor: "gateway-webhook",
 			Action: "WEBHOOK", Amount: e.Data.Amount, Currency: e.Data.Currency}
 		switch e.Type {

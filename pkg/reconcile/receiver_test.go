@@ -10,7 +10,9 @@ import (
 	"time"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/reconcile"
 	"github.com/paysched/paysched/tools/gatewaysim"
 )
@@ -137,5 +139,69 @@ func TestGatewaySimDeliversWebhooks(t *testing.T) {
 	}
 	if sender.Delivered.Load() != 1 {
 		t.Fatalf("delivered %d", sender.Delivered.Load())
+	}
+}
+
+// A correctly signed event about a charge of another amount or currency
+// than the payment's moves nothing; one without an amount is refused
+// outright (the amount check would otherwise be skipped).
+func TestWebhookAmountMustMatch(t *testing.T) {
+	e := newEnv(t)
+	secret := []byte("hook-secret")
+	srv := httptest.NewServer(&reconcile.Receiver{DB: e.db, Secret: secret, Log: quiet})
+	defer srv.Close()
+	for _, c := range []struct {
+		name     string
+		amount   int64
+		currency string
+		want     int
+	}{
+		{"another amount", 101, "USD", http.StatusOK},
+		{"another currency", 100, "EUR", http.StatusOK},
+		{"amount 0", 0, "USD", http.StatusBadRequest},
+		{"no currency", 100, "", http.StatusBadRequest},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
+			ch := &gatewaysim.Charge{ID: "ch_" + p.String()[:8], Key: p.String(), Reference: p.String(), Amount: c.amount, Currency: c.currency, CreatedAt: time.Now()}
+			body, _ := json.Marshal(gatewaysim.Event(ch))
+			if got := post(t, srv.URL, webhook.Sign(secret, time.Now(), body), body); got != c.want {
+				t.Fatalf("answered %d, want %d", got, c.want)
+			}
+			if st, _ := e.status(p); st != "DEAD_LETTERED" {
+				t.Fatalf("a signed event about another charge moved the payment to %s", st)
+			}
+		})
+	}
+}
+
+// An event that arrives while the payment is PROCESSING is recorded and
+// not applied, and that is harmless: here the executor's attempt ends
+// without the outcome (its answer lost, its probe unanswered: PENDING,
+// asking first), and the next attempt's probe finds the very charge the
+// event spoke of. One charge, COMPLETED with it.
+func TestWebhookWhileProcessingIsHarmless(t *testing.T) {
+	e := newEnv(t)
+	secret := []byte("hook-secret")
+	srv := httptest.NewServer(&reconcile.Receiver{DB: e.db, Secret: secret, Log: quiet})
+	defer srv.Close()
+	p := e.payment("PROCESSING", "", 100)
+	ch := e.charge(p.String(), p.String(), 100, time.Now())
+	c, _ := e.ledger.Get(context.Background(), p.String())
+	body, _ := json.Marshal(gatewaysim.Event(c))
+	if got := post(t, srv.URL, webhook.Sign(secret, time.Now(), body), body); got != http.StatusOK {
+		t.Fatalf("delivery: %d", got)
+	}
+	if st, _ := e.status(p); st != "PROCESSING" {
+		t.Fatalf("applied over the executor: %s", st)
+	}
+	// The attempt ends uncertain (as an executor whose answer and probe
+	// were lost records it): PENDING, probe_first.
+	e.exec(`UPDATE payments SET status = 'PENDING', probe_first = true, lease_until = NULL, lease_owner = NULL WHERE id = $1`, p)
+	// The next attempt asks the gateway first, as the executor does.
+	charger := &gateway.Charger{Gateway: e.gw, ProbeTimeout: 5 * time.Second}
+	r := charger.Probe(context.Background(), gateway.Payment{ID: p.String(), Payer: "alice", Amount: 100, Currency: "USD"})
+	if r.Outcome != payment.Succeeded || r.Ref != ch {
+		t.Fatalf("the next attempt's probe: %+v, want the event's charge %s", r, ch)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -295,6 +296,88 @@ func TestResolverSettlesAmbiguousDeadLetters(t *testing.T) {
 	}
 	if n, _ := res.Once(context.Background()); n != 0 {
 		t.Fatal("a postponed probe ran again at once")
+	}
+}
+
+// The resolver acts on "no charge" only when the gateway proved it: an
+// index that may lag (and a listing that fails) leaves the dead letter
+// where it is, probed again later, never re-driven as uncharged.
+func TestResolverNeedsAProvenAbsence(t *testing.T) {
+	e := newEnv(t)
+	never := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 300)
+	e.exec(`UPDATE payments SET run_at = now() - interval '1 minute' WHERE id = $1`, never)
+	e.sim.SetFaults(context.Background(), &gatewayv1.SetFaultsRequest{Faults: &gatewayv1.Faults{ProbeLagMs: 60_000, ProbeUnprovenRate: 1}}) //nolint:errcheck
+	res := &reconcile.Resolver{DB: e.db, Gateway: e.gw, Log: quiet}
+	if n, err := res.Once(context.Background()); err != nil || n != 0 {
+		t.Fatalf("settled %d, err %v; want none", n, err)
+	}
+	if n := e.count(`SELECT count(*) FROM payments WHERE id = $1 AND status = 'DEAD_LETTERED' AND probes = 1 AND run_at > now()`, never); n != 1 {
+		t.Fatal("an unproven absence must postpone the dead letter, not re-drive it")
+	}
+}
+
+// A charge still waiting for the customer's authentication past its bound
+// is cancelled at the gateway by the resolver, and the payment FAILED
+// AUTHENTICATION_REQUIRED; within its bound it is asked about again.
+func TestResolverCancelsAnUndecidedChargePastItsBound(t *testing.T) {
+	e := newEnv(t)
+	stuck := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
+	fresh := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 200)
+	for id, age := range map[uuid.UUID]time.Duration{stuck: 2 * time.Hour, fresh: time.Minute} {
+		if _, _, err := e.ledger.Record(context.Background(), &gatewaysim.Charge{ID: "ch_" + id.String()[:8], Key: id.String(),
+			Reference: id.String(), Amount: map[uuid.UUID]int64{stuck: 100, fresh: 200}[id], Currency: "USD", Payer: "alice", Payee: "bob",
+			Pending: gatewaysim.PendingAction, CreatedAt: time.Now().Add(-age)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.exec(`UPDATE payments SET run_at = now() - interval '1 minute' WHERE status = 'DEAD_LETTERED'`)
+	res := &reconcile.Resolver{DB: e.db, Gateway: e.gw, Bounds: gateway.Bounds{Action: time.Hour}, Log: quiet}
+	if n, err := res.Once(context.Background()); err != nil || n != 1 {
+		t.Fatalf("settled %d, err %v; want 1", n, err)
+	}
+	var st, why string
+	if err := e.db.QueryRow(context.Background(), `SELECT status, coalesce(failure_reason, '') FROM payments WHERE id = $1`, stuck).Scan(&st, &why); err != nil {
+		t.Fatal(err)
+	}
+	if st != "FAILED" || why != "AUTHENTICATION_REQUIRED" {
+		t.Fatalf("past its bound: %s %q", st, why)
+	}
+	if c, _ := e.ledger.Get(context.Background(), stuck.String()); !c.Declined || !strings.HasPrefix(c.DeclineReason, "canceled") {
+		t.Fatalf("the gateway holds %+v: it must have been cancelled there", c)
+	}
+	if st, _ := e.status(fresh); st != "DEAD_LETTERED" {
+		t.Fatalf("within its bound: %s", st)
+	}
+}
+
+// A dead letter the resolver cannot move (the database refuses it) is
+// postponed like an unanswered one, counted, and the rows behind it are
+// still settled: one bad row never stalls the rest.
+func TestResolverAdvancesPastARowItCannotMove(t *testing.T) {
+	e := newEnv(t)
+	stuck := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
+	e.charge(stuck.String(), stuck.String(), 100, time.Now())
+	next := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 200)
+	e.exec(`UPDATE payments SET run_at = now() - interval '2 minutes' WHERE id = $1`, stuck)
+	e.exec(`UPDATE payments SET run_at = now() - interval '1 minute' WHERE id = $1`, next)
+	e.exec(`CREATE FUNCTION refuse_stuck() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		  IF NEW.id = '` + stuck.String() + `' AND NEW.status = 'COMPLETED' THEN
+		    RAISE EXCEPTION 'refused' USING ERRCODE = '22021';
+		  END IF;
+		  RETURN NEW;
+		END $$`)
+	e.exec(`CREATE TRIGGER refuse_stuck BEFORE UPDATE ON payments FOR EACH ROW EXECUTE FUNCTION refuse_stuck()`)
+	m := reconcile.NewMetrics(prometheusRegistry())
+	res := &reconcile.Resolver{DB: e.db, Gateway: e.gw, Metrics: m, Log: quiet}
+	if n, err := res.Once(context.Background()); err != nil || n != 1 {
+		t.Fatalf("settled %d, err %v; want the row behind the bad one settled", n, err)
+	}
+	if st, _ := e.status(next); st != "PENDING" {
+		t.Fatalf("the row behind: %s, want PENDING (proven never charged)", st)
+	}
+	if n := e.count(`SELECT count(*) FROM payments WHERE id = $1 AND status = 'DEAD_LETTERED' AND probes = 1 AND run_at > now()`, stuck); n != 1 {
+		t.Fatal("the row that cannot move was not postponed")
 	}
 }
 

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -20,11 +21,20 @@ import (
 //
 //   - a succeeded charge: COMPLETED;
 //   - a declined one: FAILED;
-//   - no charge under the key: PENDING again with a fresh budget. Safe: a
-//     retry uses the same key, so a charge that lands late is the same one.
+//   - an undecided one past its bound (Bounds): cancelled at the gateway,
+//     then FAILED AUTHENTICATION_REQUIRED or PSP_TIMEOUT;
+//   - a proven absence (a strongly consistent read found no charge under
+//     the key): PENDING again with a fresh budget, still asking first.
+//
+// Anything else (no answer, an absence the gateway could not prove, an
+// undecided charge within its bound, a charge that is not this payment's)
+// is asked again later, with backoff. A row that cannot be moved is
+// postponed like an unanswered one, so it never holds the rows behind it.
 type Resolver struct {
 	DB      *pgxpool.Pool
 	Gateway gateway.Gateway
+	// Bounds for undecided charges (zero: never cancelled).
+	Bounds gateway.Bounds
 	// Interval between scans (default 5s).
 	Interval time.Duration
 	// Backoff after an unanswered probe, doubling up to MaxBackoff
@@ -73,36 +83,49 @@ func (r *Resolver) Once(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	settled := 0
-	charger := &gateway.Charger{Gateway: r.Gateway, ProbeTimeout: 5 * time.Second}
+	charger := &gateway.Charger{Gateway: r.Gateway, ProbeTimeout: 5 * time.Second,
+		ActionTimeout: r.Bounds.Action, ProcessingTimeout: r.Bounds.Processing}
 	for _, d := range ds {
 		// Read strictly: only a charge naming this payment's key, amount
 		// and currency with an explicit status settles it.
-		res := charger.Probe(ctx, gateway.Payment{ID: d.ID.String(), Amount: d.Amount, Currency: d.Currency})
+		res := charger.Probe(ctx, gateway.Payment{ID: d.ID.String(), Payer: d.Payer, Amount: d.Amount, Currency: d.Currency, DueAt: d.DueTime})
 		m := store.Move{ID: d.ID, By: payment.Resolver, Actor: "reconciler", Action: "RESOLVE_AMBIGUOUS"}
 		switch {
-		case !res.Found && res.Outcome == payment.Retryable:
-			// The next attempt still asks first (the move sets probe_first).
-			m.To, m.Redrive, m.Reason = payment.Pending, true, "the gateway has no charge under its key: retried with the same key"
+		case res.Absent:
+			// Proven: no charge under the key. The next attempt still asks
+			// first (the move sets probe_first).
+			m.To, m.Redrive, m.Reason = payment.Pending, true, "the gateway proved it holds no charge under its key: retried with the same key"
 		case res.Found && res.Outcome == payment.Succeeded:
 			m.To, m.GatewayRef, m.Amount, m.Currency = payment.Completed, res.Ref, d.Amount, d.Currency
 			m.Reason = "the gateway settled charge " + res.Ref
 		case res.Found && res.Outcome == payment.Declined:
-			m.To, m.LastError = payment.Failed, res.Error
+			m.To, m.LastError, m.FailReason = payment.Failed, res.Error, res.FailReason
 			m.Reason = "the gateway declined charge " + res.Ref
+			if res.FailReason != payment.FailDeclined {
+				m.Reason = res.Error
+			}
 		default:
-			// No answer, an unknown status, or a charge that is not this
-			// payment's: ask again later (a mismatch is the daily run's to report).
+			// No answer, an unproven absence, an undecided or unknown
+			// status, or a charge that is not this payment's: ask again
+			// later (a mismatch is the daily run's to report).
 			if err := r.postpone(ctx, d.ID, d.DueTime, d.Probes, errors.New(res.Error)); err != nil {
 				return settled, err
 			}
 			continue
 		}
 		if _, err := store.Apply(ctx, r.DB, m); err != nil {
-			if err == store.ErrNotMoved {
+			if errors.Is(err, store.ErrNotMoved) {
 				// Moved meanwhile (an operator, a webhook).
 				continue
 			}
-			return settled, err
+			// This row cannot be moved (the database refuses it): count it,
+			// push its next probe back, and go on with the others.
+			r.Metrics.resolveFailed()
+			r.log().Error("resolve ambiguous dead letter", "payment", d.ID, "to", m.To, "err", err)
+			if perr := r.postpone(ctx, d.ID, d.DueTime, d.Probes, fmt.Errorf("could not move it to %s: %w", m.To, err)); perr != nil {
+				return settled, perr
+			}
+			continue
 		}
 		r.Metrics.resolvedTo(m.To)
 		settled++
@@ -122,5 +145,5 @@ func (r *Resolver) postpone(ctx context.Context, id uuid.UUID, due time.Time, pr
 	if d <= 0 || d > maxB {
 		d = maxB
 	}
-	return store.PostponeProbe(ctx, r.DB, id, due, probes, d, "probe: "+cause.Error())
+	return store.PostponeProbe(ctx, r.DB, id, due, probes, d, gateway.Clean("probe: "+cause.Error(), 1000))
 }

@@ -11,8 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/pkg/gateway"
@@ -285,7 +283,10 @@ func (r *Runner) loadReport(ctx context.Context, conn *pgx.Conn, day string) (in
 				if id, err := uuid.Parse(c.GetReference()); err == nil {
 					ref = id
 				}
-				return []any{c.GetChargeId(), c.GetReference(), ref, c.GetAmount(), c.GetCurrency(), c.GetCreatedAt().AsTime()}, nil
+				// The gateway's strings are cleaned as every answer is: one
+				// bad byte must not fail the day's run.
+				return []any{gateway.Clean(c.GetChargeId(), 255), gateway.Clean(c.GetReference(), 255), ref, c.GetAmount(),
+					gateway.Clean(c.GetCurrency(), 8), c.GetCreatedAt().AsTime()}, nil
 			}))
 		if err != nil {
 			return 0, fmt.Errorf("copy report: %w", err)
@@ -319,7 +320,7 @@ func (r *Runner) checkUnsettled(ctx context.Context, tx pgx.Tx, run *Run, from, 
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			it, err := r.probeCompleted(ctx, c.ID, c.Amount, c.Currency)
+			it, err := r.probeCompleted(ctx, c)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && first == nil {
@@ -342,22 +343,23 @@ func (r *Runner) checkUnsettled(ctx context.Context, tx pgx.Tx, run *Run, from, 
 	return nil
 }
 
-func (r *Runner) probeCompleted(ctx context.Context, id uuid.UUID, amount int64, currency string) (*Item, error) {
+func (r *Runner) probeCompleted(ctx context.Context, p store.Completed) (*Item, error) {
+	id, amount, currency := p.ID, p.Amount, p.Currency
 	var c *gatewayv1.Charge
 	var err error
 	for try := 0; try < 3; try++ {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		c, err = r.Gateway.GetCharge(pctx, id.String())
+		c, err = r.Gateway.GetCharge(pctx, gateway.ProbeRequest(gateway.Payment{ID: id.String(), Payer: p.Payer, DueAt: p.DueTime}))
 		cancel()
-		if err == nil || status.Code(err) == codes.NotFound {
+		if err == nil || gateway.ProvenAbsent(err) {
 			break
 		}
 		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
 	}
 	missing := &Item{Kind: KindMissingAtGateway, Severity: "CRITICAL", PaymentID: id.String(), Reference: id.String(), ChargeIDs: []string{}}
 	switch {
-	case status.Code(err) == codes.NotFound:
-		missing.Detail = "COMPLETED, but the gateway has no charge under its key"
+	case gateway.ProvenAbsent(err):
+		missing.Detail = "COMPLETED, but the gateway proved it holds no charge under its key"
 		return missing, nil
 	case err != nil:
 		return nil, fmt.Errorf("probe %s: %w", id, err)

@@ -87,6 +87,22 @@ func TestStripeWebhooks(t *testing.T) {
 		t.Fatalf("after payment_intent.payment_failed: %s %q", st, lastErr)
 	}
 
+	// payment_failed reports a failed try, not a finished PaymentIntent:
+	// one that is processing (or awaiting authentication) may still
+	// succeed, so it moves nothing.
+	for _, state := range []string{"processing", "requires_action"} {
+		open := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 1500)
+		ob := stripeEvent(t, "payment_intent.payment_failed", open)
+		ob = bytes.Replace(ob, []byte(`"status": "requires_payment_method"`), []byte(`"status": "`+state+`"`), 1)
+		ob = bytes.Replace(ob, []byte("evt_3PaySchedFailed"), []byte("evt_"+state), 1)
+		if got := postStripe(t, srv.URL, webhook.Sign(secret, time.Now(), ob), ob); got != http.StatusOK {
+			t.Fatalf("payment_failed while %s: %d", state, got)
+		}
+		if st, _ := e.status(open); st != "DEAD_LETTERED" {
+			t.Fatalf("payment_failed while the PaymentIntent is %s moved the payment to %s", state, st)
+		}
+	}
+
 	// A payment an executor holds is left to it; an event of another type
 	// is recorded and ignored.
 	busy := e.payment("PROCESSING", "", 1500)

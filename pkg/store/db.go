@@ -9,6 +9,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,4 +23,29 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// ErrNotAllowed: the statement was asked for a move the state machine does
+// not let its actor make; nothing was written.
+var ErrNotAllowed = errors.New("move not in payment.Moves")
+
+// Transient reports whether err may pass if the same statement is tried
+// again: a lost connection, a timeout, a serialization failure or a
+// deadlock, a server shutting down or out of resources. A refusal of the
+// data itself (SQLSTATE classes 22 data exception, 23 constraint, 42
+// access or syntax, P0 raised by a trigger) or a move the state machine
+// refuses is not: trying it again would fail again.
+func Transient(err error) bool {
+	if err == nil || errors.Is(err, ErrNotAllowed) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return true // no answer from the server: the network, a deadline
+	}
+	switch pe.Code[:2] {
+	case "22", "23", "42", "P0", "2F", "39", "44":
+		return false
+	}
+	return true
 }

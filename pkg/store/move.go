@@ -35,6 +35,12 @@ type Move struct {
 	Redrive bool
 	// LastError replaces the payment's last error when set.
 	LastError string
+	// FailReason, for a move to FAILED: why, as a stable code.
+	FailReason payment.FailReason
+	// Attempt, when > 0, is the attempt number the mover read before it
+	// asked the gateway: the move is made only while the payment is still
+	// at it, for a claim since may have charged it (operators' moves).
+	Attempt int32
 	// Who and why, for payment_actions.
 	Actor, Action, Reason string
 	RunID                 int64
@@ -55,13 +61,16 @@ var ErrNotMoved = errors.New("payment not in a status this move may leave")
 // row is written by the same statement, so a move is never unaudited. A
 // move back to PENDING (re-drive, a resolver's "not charged") sets
 // probe_first: a dead letter may have reached the gateway, so the next
-// attempt asks it before charging, whatever the mover saw earlier.
+// attempt asks it before charging, whatever the mover saw earlier. An
+// operator's move also names the attempt it read before asking the
+// gateway, so a claim (and perhaps a charge) in between makes it miss.
 const moveSQL = `
 WITH cur AS (
     SELECT p.id, p.due_time, p.status, p.attempt FROM payments p
     WHERE p.id = $1 AND p.due_time = $13
       AND p.status = ANY($2::text[])
       AND ($4::bigint = 0 OR (p.amount_minor = $4 AND p.currency = $5))
+      AND ($14::int = 0 OR p.attempt = $14)
     FOR UPDATE OF p
 ), moved AS (
     UPDATE payments p
@@ -72,6 +81,8 @@ WITH cur AS (
         run_at = CASE WHEN $7 THEN GREATEST(p.due_time, now()) ELSE p.run_at END,
         probe_first = ($3 = 'PENDING'),
         dead_letter_reason = CASE WHEN $3 = 'DEAD_LETTERED' THEN p.dead_letter_reason END,
+        failure_reason = CASE WHEN $3 = 'FAILED' THEN NULLIF($15, '') END,
+        releases = CASE WHEN $7 THEN 0 ELSE p.releases END,
         last_error = COALESCE(NULLIF($8, ''), p.last_error),
         lease_until = NULL, lease_owner = NULL, updated_at = now()
     FROM cur
@@ -89,7 +100,12 @@ func Apply(ctx context.Context, db DB, m Move) (payment.Status, error) {
 		from = append(from, string(s))
 	}
 	if len(from) == 0 {
-		return "", fmt.Errorf("move payment %s: %s may not move a payment to %s", m.ID, m.By, m.To)
+		return "", fmt.Errorf("move payment %s: %w: %s may not move a payment to %s", m.ID, ErrNotAllowed, m.By, m.To)
+	}
+	if m.By == payment.Webhook && m.Amount <= 0 {
+		// Gateway truth about money names its amount: a webhook that does
+		// not is never applied (the amount check would be skipped).
+		return "", fmt.Errorf("move payment %s: a webhook move needs the charge's amount", m.ID)
 	}
 	// The partition key first (it never changes): with it as a parameter
 	// the move plans and locks one partition, not every day of the year.
@@ -103,7 +119,7 @@ func Apply(ctx context.Context, db DB, m Move) (payment.Status, error) {
 	}
 	var prev payment.Status
 	err = db.QueryRow(ctx, moveSQL, m.ID, from, m.To, m.Amount, m.Currency, m.GatewayRef, m.Redrive,
-		m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due).Scan(&prev)
+		m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due, m.Attempt, string(m.FailReason)).Scan(&prev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotMoved
 	}

@@ -193,7 +193,10 @@ func TestStoreMovesAreInTheTable(t *testing.T) {
 			for _, by := range []payment.Actor{payment.Webhook, payment.Resolver, payment.Operator, payment.Reconciler} {
 				for _, to := range payment.Statuses {
 					id, _ := seed(s, true)
-					_, _ = store.Apply(ctx, db, store.Move{ID: id, By: by, To: to, Actor: string(by), Action: "TEST", Reason: "test"})
+					// The amount the gateway speaks of is the payment's (a
+					// webhook names it, or moves nothing).
+					_, _ = store.Apply(ctx, db, store.Move{ID: id, By: by, To: to, Actor: string(by), Action: "TEST", Reason: "test",
+						Amount: 100, Currency: "USD"})
 					expect(by, fmt.Sprintf("Apply to %s", to))
 					cleanup()
 				}

@@ -30,10 +30,13 @@ type Work struct {
 	Item
 	Retries    int32
 	ProbeFirst bool
-	Payer      string
-	Payee      string
-	Amount     int64
-	Currency   string
+	// Releases counts the claims of this payment released untouched in a
+	// row before this one.
+	Releases int32
+	Payer    string
+	Payee    string
+	Amount   int64
+	Currency string
 	// LeaseLeft is how long the claim's lease still ran when it was read
 	// (by the database's clock).
 	LeaseLeft time.Duration
@@ -48,7 +51,7 @@ type Work struct {
 // PROCESSING implies a lease (the claim sets it); a lease already past is
 // read as none left, and the executor does not start it.
 const loadSQL = `
-SELECT p.id, p.due_time, p.attempt, p.retries, p.probe_first, p.payer, p.payee, p.amount_minor, p.currency,
+SELECT p.id, p.due_time, p.attempt, p.retries, p.probe_first, p.releases, p.payer, p.payee, p.amount_minor, p.currency,
        COALESCE(EXTRACT(epoch FROM p.lease_until - clock_timestamp())::float8, 0)
 FROM unnest($1::uuid[], $2::timestamptz[], $3::int[]) AS u(id, due_time, attempt)
 JOIN %s p ON p.id = u.id AND p.due_time = u.due_time
@@ -75,7 +78,7 @@ func Load(ctx context.Context, db DB, items []Item) ([]Work, error) {
 		}
 		var w Work
 		var left float64
-		_, err = pgx.ForEachRow(rows, []any{&w.ID, &w.DueTime, &w.Attempt, &w.Retries, &w.ProbeFirst, &w.Payer, &w.Payee, &w.Amount, &w.Currency, &left},
+		_, err = pgx.ForEachRow(rows, []any{&w.ID, &w.DueTime, &w.Attempt, &w.Retries, &w.ProbeFirst, &w.Releases, &w.Payer, &w.Payee, &w.Amount, &w.Currency, &left},
 			func() error {
 				w.LeaseLeft = time.Duration(left * float64(time.Second))
 				out = append(out, w)
@@ -103,8 +106,13 @@ type Transition struct {
 	RunAt      time.Time
 	NewRetries int32
 	DeadReason payment.DeadReason
+	// FailReason, when Status is FAILED: why, as a stable code.
+	FailReason payment.FailReason
 	// ProbeFirst: the next attempt must ask the gateway before charging.
 	ProbeFirst bool
+	// Releases is the new count of claims released untouched in a row:
+	// one more for a release, 0 once an attempt is recorded.
+	Releases int32
 }
 
 // completeSQL applies a batch of transitions, all in one partition (%s),
@@ -123,8 +131,10 @@ type Transition struct {
 const completeSQL = `
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::text[], $5::timestamptz[], $6::int[],
-                         $7::text[], $8::text[], $9::text[], $10::bool[], $11::text[], $12::timestamptz[])
-        AS u(id, due_time, attempt, status, run_at, retries, ref, err, dead, probe_first, outcome, started_at)
+                         $7::text[], $8::text[], $9::text[], $10::bool[], $11::text[], $12::timestamptz[],
+                         $14::int[], $15::text[])
+        AS u(id, due_time, attempt, status, run_at, retries, ref, err, dead, probe_first, outcome, started_at,
+             releases, fail)
 ), moved AS (
     UPDATE %s p
     SET status = u.status,
@@ -134,6 +144,8 @@ WITH u AS (
         gateway_ref = COALESCE(NULLIF(u.ref, ''), p.gateway_ref),
         last_error = COALESCE(NULLIF(u.err, ''), CASE WHEN u.outcome = '' THEN p.last_error END),
         dead_letter_reason = NULLIF(u.dead, ''),
+        failure_reason = NULLIF(u.fail, ''),
+        releases = u.releases,
         lease_until = NULL, lease_owner = NULL, updated_at = now()
     FROM u
     WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING' AND p.attempt = u.attempt
@@ -163,7 +175,7 @@ func Complete(ctx context.Context, db DB, executor string, ts []Transition) (map
 	applied := make(map[Applied]bool, len(ts))
 	for _, t := range ts {
 		if !payment.Allowed(payment.Processing, t.Status, payment.Executor) {
-			return nil, fmt.Errorf("complete %s: the executor may not move a payment to %q", t.ID, t.Status)
+			return nil, fmt.Errorf("complete %s: %w: the executor may not move a payment to %q", t.ID, ErrNotAllowed, t.Status)
 		}
 	}
 	groups := groupByPartition(len(ts), func(i int) time.Time { return ts[i].DueTime })
@@ -179,8 +191,8 @@ func complete(ctx context.Context, q DB, executor string, ts []Transition, g []i
 	n := len(g)
 	ids := make([][16]byte, n)
 	dues := make([]time.Time, n)
-	attempts, retries := make([]int32, n), make([]int32, n)
-	statuses, refs, errs, deads, outcomes := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts, retries, releases := make([]int32, n), make([]int32, n), make([]int32, n)
+	statuses, refs, errs, deads, outcomes, fails := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	runAts := make([]*time.Time, n)
 	starts := make([]time.Time, n)
 	probes := make([]bool, n)
@@ -189,6 +201,7 @@ func complete(ctx context.Context, q DB, executor string, ts []Transition, g []i
 		t := &ts[i]
 		ids[j], dues[j], attempts[j], retries[j] = t.ID, t.DueTime, t.Attempt, t.NewRetries
 		statuses[j], refs[j], errs[j], deads[j], outcomes[j] = string(t.Status), t.Ref, t.Error, string(t.DeadReason), string(t.Outcome)
+		fails[j], releases[j] = string(t.FailReason), t.Releases
 		if !t.RunAt.IsZero() {
 			runAts[j] = &t.RunAt
 		}
@@ -199,7 +212,7 @@ func complete(ctx context.Context, q DB, executor string, ts []Transition, g []i
 		probes[j] = t.ProbeFirst
 	}
 	rows, err := q.Query(ctx, partitionSQL(completeSQL, dues[0]), ids, dues, attempts, statuses, runAts, retries, refs, errs, deads, probes,
-		outcomes, starts, executor)
+		outcomes, starts, executor, releases, fails)
 	if err != nil {
 		return err
 	}

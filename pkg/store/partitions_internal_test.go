@@ -170,7 +170,8 @@ func TestBatchStatementsReadByKey(t *testing.T) {
 				strs[i] = string(payment.Completed)
 			}
 			explain("load", partitionSQL(loadSQL, due), ids, dues, attempts)
-			explain("complete", partitionSQL(completeSQL, due), ids, dues, attempts, strs, runs, attempts, strs, strs, strs, bools, strs, starts, "executor-t")
+			explain("complete", partitionSQL(completeSQL, due), ids, dues, attempts, strs, runs, attempts, strs, strs, strs, bools, strs, starts, "executor-t",
+				attempts, strs)
 			explain("release", partitionSQL(releaseSQL, due), ids, dues, attempts, "sweeper-t")
 		})
 	}

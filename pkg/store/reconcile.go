@@ -36,7 +36,7 @@ LEFT JOIN payments p ON p.id = i.id AND p.due_time = i.due_time AND p.due_time B
 const repairSQL = `
 WITH upd AS (
     UPDATE payments p
-    SET status = 'COMPLETED', gateway_ref = m.charge_id, dead_letter_reason = NULL,
+    SET status = 'COMPLETED', gateway_ref = m.charge_id, dead_letter_reason = NULL, failure_reason = NULL,
         lease_until = NULL, lease_owner = NULL, updated_at = now()
     FROM matched m
     WHERE m.pid IS NOT NULL AND m.status <> 'COMPLETED' AND m.amount = m.amount_minor AND m.currency = m.pcurrency
@@ -60,7 +60,7 @@ WHERE p.status = 'COMPLETED' AND p.due_time >= $1 AND p.due_time < $3
   AND p.updated_at >= $2 AND p.updated_at < $3`
 
 const unsettledSQL = `
-SELECT p.id, p.amount_minor, p.currency FROM payments p
+SELECT p.id, p.amount_minor, p.currency, p.payer, p.due_time FROM payments p
 WHERE p.status = 'COMPLETED' AND p.due_time >= $1 AND p.due_time < $3
   AND p.updated_at >= $2 AND p.updated_at < $3
   AND NOT EXISTS (SELECT 1 FROM settle s WHERE s.ref_id = p.id)`
@@ -97,6 +97,8 @@ type Completed struct {
 	ID       uuid.UUID
 	Amount   int64
 	Currency string
+	Payer    string
+	DueTime  time.Time
 }
 
 // Unsettled lists the payments CountCompleted counts that settle does not name.
@@ -107,7 +109,7 @@ func Unsettled(ctx context.Context, db DB, from, day, to time.Time) ([]Completed
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Completed, error) {
 		var c Completed
-		err := row.Scan(&c.ID, &c.Amount, &c.Currency)
+		err := row.Scan(&c.ID, &c.Amount, &c.Currency, &c.Payer, &c.DueTime)
 		return c, err
 	})
 	if err != nil {
@@ -120,6 +122,7 @@ func Unsettled(ctx context.Context, db DB, from, day, to time.Time) ([]Completed
 type Probe struct {
 	ID       uuid.UUID
 	DueTime  time.Time
+	Payer    string
 	Amount   int64
 	Currency string
 	// Probes already made.
@@ -129,7 +132,7 @@ type Probe struct {
 // dueProbesSQL finds ambiguous dead letters whose next probe is due. Dead
 // letters are always past due, so only partitions up to now are read.
 const dueProbesSQL = `
-SELECT id, due_time, amount_minor, currency, probes FROM payments
+SELECT id, due_time, payer, amount_minor, currency, probes FROM payments
 WHERE status = 'DEAD_LETTERED' AND dead_letter_reason = 'AMBIGUOUS_UNRESOLVED'
   AND due_time <= now() AND run_at <= now()
 ORDER BY run_at LIMIT $1`
@@ -142,7 +145,7 @@ func DueProbes(ctx context.Context, db DB, limit int) ([]Probe, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Probe, error) {
 		var p Probe
-		err := row.Scan(&p.ID, &p.DueTime, &p.Amount, &p.Currency, &p.Probes)
+		err := row.Scan(&p.ID, &p.DueTime, &p.Payer, &p.Amount, &p.Currency, &p.Probes)
 		return p, err
 	})
 	if err != nil {

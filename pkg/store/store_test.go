@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,6 +249,47 @@ func TestCancelRefusedWhileAChargeMayLand(t *testing.T) {
 	got, err := st.Cancel(ctx, "alice", p.ID)
 	if !errors.Is(err, store.ErrAlreadyProcessing) || got.Status != payment.Pending {
 		t.Fatalf("cancel of a payment that may be charged: %v %+v, want ALREADY_PROCESSING", err, got)
+	}
+}
+
+// TestOperatorMoveIsFencedOnTheAttemptItRead: an operator's move names the
+// attempt it read before asking the gateway; a claim since (which may
+// have charged, and may have come back to PENDING) makes it miss, and it
+// moves nothing. Many movers racing on one row: at most the one at the
+// current attempt wins.
+func TestOperatorMoveIsFencedOnTheAttemptItRead(t *testing.T) {
+	db := pgtest.NewPool(t)
+	st := store.NewStore(db)
+	ctx := context.Background()
+	p := newPayment("k", time.Now().Add(time.Hour), 100)
+	if _, err := st.Create(ctx, as("alice", p)); err != nil {
+		t.Fatal(err)
+	}
+	// Read at attempt 0; a claim and a retry since: attempt 1, PENDING again.
+	if _, err := db.Exec(ctx, `UPDATE payments SET attempt = 1, probe_first = true WHERE id = $1`, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := store.Apply(ctx, db, store.Move{ID: p.ID, By: payment.Operator, To: payment.Cancelled, Attempt: int32(i % 2),
+				Actor: "admin:ops", Action: "CANCEL", Reason: "race"})
+			switch {
+			case err == nil && i%2 == 0:
+				t.Errorf("a move fenced on attempt 0 applied at attempt 1")
+			case err == nil:
+				won.Add(1)
+			case !errors.Is(err, store.ErrNotMoved):
+				t.Errorf("move: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if won.Load() != 1 {
+		t.Fatalf("%d moves at the current attempt applied, want exactly 1", won.Load())
 	}
 }
 

@@ -43,6 +43,8 @@ func main() {
 	completers := fs.Int("completers", 1, "outcome-writing statements at once (each writes whatever outcomes are ready)")
 	completeBatch := fs.Int("complete-batch", 1000, "outcomes written per statement at most")
 	margin := fs.Duration("lease-margin", 2*time.Second, "a call starts only if its deadline falls this long before its claim's lease ends")
+	maxReleases := fs.Int("max-releases", 5, "claims of one payment released untouched in a row (its lease could not hold a call) before it is dead-lettered LEASE_TOO_SHORT")
+	bounds := gateway.RegisterBounds(fs)
 	svc.Main("executor", fs, func(ctx context.Context, log *slog.Logger) error {
 		mode.Announce(log)
 		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
@@ -60,7 +62,13 @@ func main() {
 		}
 		reg := obs.Registry()
 		cfg := executor.Config{ID: *id, MaxInFlight: *maxInFlight, Concurrency: *conc, Backoff: sched, LeaseMargin: *margin,
-			Completers: *completers, CompleteBatch: *completeBatch}
+			Completers: *completers, CompleteBatch: *completeBatch, MaxReleases: *maxReleases}
+		if *maxReleases < 1 {
+			return fmt.Errorf("--max-releases must be at least 1, got %d", *maxReleases)
+		}
+		if err := bounds.Validate(); err != nil {
+			return err
+		}
 		if *completers < 1 || *completeBatch < 1 {
 			return fmt.Errorf("--completers and --complete-batch must be at least 1, got %d and %d", *completers, *completeBatch)
 		}
@@ -85,7 +93,8 @@ func main() {
 		}
 		defer gw.Close()
 		ex, err := executor.New(cfg, pool,
-			&gateway.Charger{Gateway: gw, ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout},
+			&gateway.Charger{Gateway: gw, ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout,
+				ActionTimeout: bounds.Action, ProcessingTimeout: bounds.Processing},
 			reg, log)
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/obs"
@@ -37,6 +38,7 @@ func main() {
 	secret := config.SecretVar(fs, "webhook-secret", "HMAC-SHA256 secret of the gateway's webhooks")
 	tolerance := fs.Duration("webhook-tolerance", 5*time.Minute, "accepted age of a webhook's signed timestamp")
 	stripeSecretFile := fs.String("stripe-webhook-secret-file", "", "file holding the Stripe endpoint's signing secret (whsec_...); set, POST /webhooks/stripe receives Stripe's events")
+	bounds := gateway.RegisterBounds(fs)
 	svc.Main("reconciler", fs, func(ctx context.Context, log *slog.Logger) error {
 		at, err := reconcile.ParseTimeOfDay(*runAt)
 		if err != nil {
@@ -47,6 +49,9 @@ func main() {
 			if d <= 0 {
 				return fmt.Errorf("%s must be positive, got %s", name, d)
 			}
+		}
+		if err := bounds.Validate(); err != nil {
+			return err
 		}
 		mode.Announce(log)
 		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
@@ -88,7 +93,7 @@ func main() {
 			return err
 		}
 		runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}
-		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
+		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Bounds: *bounds, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
 		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}
 		recv := &reconcile.Receiver{DB: pool, Secret: []byte(hookSecret), Tolerance: *tolerance, Metrics: m, Log: log}
 		srv.Handlers = map[string]http.Handler{}

@@ -47,7 +47,11 @@ type opts struct {
 	batch     int
 	ceiling   float64
 	wrapExec  func(i int, real internalv1.ExecutorServiceServer) internalv1.ExecutorServiceServer
-	noReaper  bool
+	// wrapGW wraps the executors' gateway client (to watch or hold calls).
+	wrapGW func(gateway.Gateway) gateway.Gateway
+	// bounds for undecided charges (zero: never cancelled).
+	bounds   gateway.Bounds
+	noReaper bool
 }
 
 type cluster struct {
@@ -113,12 +117,17 @@ func newCluster(t *testing.T, o opts) *cluster {
 	c.admin = gatewayv1.NewGatewayAdminServiceClient(dial(t, c.simAddr))
 	// The executors share one client, as an executor's callers do: charges
 	// go over its Charges stream.
-	gw := gateway.NewGRPC(dial(t, c.simAddr))
-	t.Cleanup(gw.Close)
+	grpcGW := gateway.NewGRPC(dial(t, c.simAddr))
+	t.Cleanup(grpcGW.Close)
+	var gw gateway.Gateway = grpcGW
+	if o.wrapGW != nil {
+		gw = o.wrapGW(gw)
+	}
 	for i := range o.executors {
 		ex, err := executor.New(executor.Config{ID: fmt.Sprint("executor-", i), MaxInFlight: 2000, Concurrency: 64, Backoff: o.backoff,
 			LeaseMargin: 100 * time.Millisecond},
-			c.db, &gateway.Charger{Gateway: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: o.probeTO},
+			c.db, &gateway.Charger{Gateway: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: o.probeTO,
+				ActionTimeout: o.bounds.Action, ProcessingTimeout: o.bounds.Processing},
 			prometheus.NewRegistry(), quiet)
 		if err != nil {
 			t.Fatal(err)

@@ -2,11 +2,13 @@ package enginetest
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -87,5 +89,98 @@ func TestRedrivenUnchargedDeadLetterIsChargedOnce(t *testing.T) {
 	}
 	if r := c.report(); r.GetSucceeded() != 1 || len(r.GetDoubleCharged()) != 0 {
 		t.Fatalf("gateway report %v: want exactly one charge", r)
+	}
+}
+
+// reasonOf is the ErrorInfo reason of a gRPC error.
+func reasonOf(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			return ei.GetReason()
+		}
+	}
+	return ""
+}
+
+// An operator's resolve (to FAILED: "not charged") and re-drive need the
+// gateway to prove it holds no charge. A gateway whose lookup lags (a
+// charge made a moment ago is invisible to it) is not proof: refused with
+// ABSENCE_UNPROVEN, the payment left where it is, here rightly so, for it
+// was charged.
+func TestResolveNeedsAProvenAbsence(t *testing.T) {
+	c := newCluster(t, opts{faults: &gatewayv1.Faults{ProbeLagMs: 60_000, ProbeUnprovenRate: 1}})
+	id := c.schedule(1, "bob", time.Now().Add(2*time.Second))[0]
+	ctx := context.Background()
+	if _, err := c.sim.Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: id.String(), Reference: id.String(),
+		Amount: 100, Currency: "USD", Payer: "alice", Payee: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	deadLetter(t, c, id)
+	adm := admin.New(c.db, nil, c.charger(), quiet)
+	actx := auth.WithPrincipal(ctx, auth.Principal{Actor: "ops", Admin: true})
+	_, err := adm.ResolvePayment(actx, &payschedv1.ResolvePaymentRequest{PaymentId: id.String(), Note: "give up"})
+	if status.Code(err) != codes.Unavailable || reasonOf(err) != "ABSENCE_UNPROVEN" {
+		t.Fatalf("resolve on an unproven absence: %v, want UNAVAILABLE ABSENCE_UNPROVEN", err)
+	}
+	_, err = adm.RedrivePayment(actx, &payschedv1.RedrivePaymentRequest{PaymentId: id.String(), Note: "retry"})
+	if reasonOf(err) != "ABSENCE_UNPROVEN" {
+		t.Fatalf("re-drive on an unproven absence: %v", err)
+	}
+	if st, _ := c.status(id); st != "DEAD_LETTERED" {
+		t.Fatalf("status %s", st)
+	}
+}
+
+// An operator cancels a payment at rest whose charge waits for the
+// customer's authentication: the charge is cancelled at the gateway
+// first, then the payment is CANCELLED, both names in the audit. One the
+// gateway charged is refused; one a claim took meanwhile is fenced.
+func TestOperatorCancel(t *testing.T) {
+	c := newCluster(t, opts{})
+	ctx := context.Background()
+	adm := admin.New(c.db, nil, c.charger(), quiet)
+	actx := auth.WithPrincipal(ctx, auth.Principal{Actor: "ops", Admin: true})
+	ids := c.schedule(3, "bob", time.Now().Add(3*time.Second))
+	waiting, charged, never := ids[0], ids[1], ids[2]
+	c.setFaults(&gatewayv1.Faults{ActionRequiredRate: 1})
+	for i, id := range []uuid.UUID{waiting, charged} {
+		if i == 1 {
+			c.setFaults(&gatewayv1.Faults{})
+		}
+		if _, err := c.sim.Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: id.String(), Reference: id.String(),
+			Amount: 100 + int64(i), Currency: "USD", Payer: "alice", Payee: "bob" + strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		deadLetter(t, c, id)
+	}
+	got, err := adm.CancelPayment(actx, &payschedv1.CancelPaymentRequest{PaymentId: waiting.String(), Note: "customer never authenticated"})
+	if err != nil || got.GetPayment().GetStatus() != payschedv1.PaymentStatus_CANCELLED || got.GetCancelledChargeId() == "" {
+		t.Fatalf("cancel of a payment awaiting authentication: %v %v", got, err)
+	}
+	ch, _ := c.sim.GetCharge(ctx, &gatewayv1.GetChargeRequest{IdempotencyKey: waiting.String()})
+	if ch.GetCharge().GetStatus() != gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED {
+		t.Fatalf("the gateway still holds %v", ch.GetCharge())
+	}
+	if _, err := adm.CancelPayment(actx, &payschedv1.CancelPaymentRequest{PaymentId: charged.String(), Note: "x"}); reasonOf(err) != "ALREADY_CHARGED" {
+		t.Fatalf("cancel of a charged payment: %v", err)
+	}
+	if _, err := adm.CancelPayment(actx, &payschedv1.CancelPaymentRequest{PaymentId: never.String(), Note: "duplicate order"}); err != nil {
+		t.Fatalf("cancel of a never-charged dead letter: %v", err)
+	}
+	var actor, action string
+	if err := c.db.QueryRow(ctx, `SELECT actor, action FROM payment_actions WHERE payment_id = $1`, waiting).Scan(&actor, &action); err != nil ||
+		actor != "admin:ops" || action != "CANCEL" {
+		t.Fatalf("audit: %s %s %v", actor, action, err)
+	}
+	time.Sleep(3500 * time.Millisecond) // past due: nothing charges a cancelled payment
+	for _, id := range []uuid.UUID{waiting, never} {
+		if st, _ := c.status(id); st != "CANCELLED" {
+			t.Fatalf("%s: %s", id, st)
+		}
+	}
+	if r := c.report(); r.GetSucceeded() != 1 {
+		t.Fatalf("report %v", r)
 	}
 }

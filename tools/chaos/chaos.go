@@ -114,6 +114,14 @@ func (r *run) violation(format string, args ...any) {
 	r.findings = append(r.findings, "VIOLATION: "+fmt.Sprintf(format, args...))
 }
 
+// The bounds after which an undecided charge is cancelled at the gateway:
+// short, so that the run sees both the cancels (authentication never
+// comes) and processing charges that succeed before their bound.
+const (
+	actionBound     = "10s"
+	processingBound = "1m"
+)
+
 // topology is the full local stack: 2 sweepers, 3 executors, the reaper,
 // cdc, the audit-consumer, the reconciler, and gateway-sim with its
 // Postgres ledger and the faults.
@@ -144,6 +152,13 @@ func (r *run) topology() {
 			// (a real PSP forgets them too), so any re-charge that does not
 			// ask first shows up as a double charge.
 			"--unavailable-after-commit-rate", "0.02", "--key-retention", "30s",
+			// Stripe's semantics: a lookup by key that lags new charges (as
+			// Search does) and sometimes cannot prove an absence or fails;
+			// a NUL and terminal escapes in some answers' strings; charges
+			// that wait for the customer's authentication until cancelled,
+			// and charges that stay processing a while.
+			"--probe-lag", "3s", "--probe-unproven-rate", "0.05", "--probe-unavailable-rate", "0.03", "--poison-rate", "0.05",
+			"--action-required-rate", "0.005", "--processing-rate", "0.01", "--processing-time", "5s",
 			// One merchant's bank down for the run's first 40 s: longer than
 			// the executors' budget (1+2+4+8+16 s), so its payments due
 			// first are dead-lettered, and re-driven once it is back.
@@ -157,12 +172,14 @@ func (r *run) topology() {
 			"--status-interval", "500ms", "--heartbeat-interval", "2s"),
 		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), env, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
 		newProc(d, "reconciler", "reconciler", b("reconciler"), env, append([]string{"--http-addr", r.addr(420),
-			"--webhook-secret", webhookSecret, "--probe-interval", "1s", "--probe-backoff", "1s"}, gw("reconciler")...)...),
+			"--webhook-secret", webhookSecret, "--probe-interval", "1s", "--probe-backoff", "1s",
+			"--action-required-timeout", actionBound, "--processing-timeout", processingBound}, gw("reconciler")...)...),
 	}
 	for i, a := range execs {
 		r.procs = append(r.procs, newProc(d, fmt.Sprint("executor-", i+1), "executor", b("executor"), env, append([]string{
 			"--grpc-addr", a, "--http-addr", r.addr(101 + 10*i),
 			"--backoff", "1s,2s,4s,8s,16s", "--charge-timeout", "2s", "--probe-timeout", "1s",
+			"--action-required-timeout", actionBound, "--processing-timeout", processingBound,
 			"--tls-cert-file", tlsPath("executor.pem"), "--tls-key-file", tlsPath("executor-key.pem"), "--tls-client-ca-file", r.tls.CAFile},
 			gw("executor")...)...))
 	}

@@ -127,10 +127,24 @@ func (r *run) checkBooks(ctx context.Context, w *workload) {
 		return
 	}
 	r.res.DoubleCharged = len(rep.GetDoubleCharged())
-	charged, err := amounts(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges WHERE NOT declined`)
+	// Succeeded charges: a processing one counts once its time is up.
+	charged, err := amounts(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges
+		WHERE NOT declined AND (pending = '' OR (pending = 'processing' AND decide_at <= now()))`)
 	if err != nil {
 		r.violation("gateway ledger: %v", err)
 		return
+	}
+	// Every charge that waited for authentication was cancelled by the
+	// engine once past its bound: none is left undecided.
+	r.logf("failed awaiting authentication (cancelled at the gateway): %d",
+		r.count(ctx, `SELECT count(*) FROM payments WHERE failure_reason = 'AUTHENTICATION_REQUIRED'`))
+	undecided, err := amounts(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges WHERE NOT declined AND pending = 'action_required'`)
+	if err != nil {
+		r.violation("gateway ledger: %v", err)
+		return
+	}
+	for id := range undecided {
+		r.violation("payment %s: its charge still waits for authentication at the gateway, long past the bound:\n%s", id, r.rows(ctx, id))
 	}
 	completed, err := amounts(ctx, r.db, `SELECT id::text, amount_minor FROM payments WHERE status = $1`, string(payment.Completed))
 	if err != nil {

@@ -253,11 +253,13 @@ func (w *workload) redrives(ctx context.Context, end time.Time) {
 			switch {
 			case err == nil:
 				w.redriven++
-			case status.Code(err) == codes.FailedPrecondition:
+			case status.Code(err) == codes.FailedPrecondition, status.Code(err) == codes.Unavailable:
+				// Charged, no longer dead, or the gateway could not prove it
+				// holds no charge (its lookup lags): refused, as it must be.
 				w.refused++
 			}
 			w.mu.Unlock()
 		}
 	}
-	w.r.logf("re-drives during the run: %d re-driven, %d refused (charged, or no longer dead)", w.redriven, w.refused)
+	w.r.logf("re-drives during the run: %d re-driven, %d refused (charged, no longer dead, or no proven absence)", w.redriven, w.refused)
 }

@@ -24,6 +24,27 @@ type Charge struct {
 	Declined               bool
 	DeclineReason          string
 	CreatedAt              time.Time
+	// Pending, when set, holds the charge undecided: PendingAction (the
+	// customer must authenticate: until cancelled) or PendingProcessing
+	// (until DecideAt, then it succeeded).
+	Pending  string
+	DecideAt time.Time
+}
+
+// The undecided states of a charge.
+const (
+	PendingAction     = "action_required"
+	PendingProcessing = "processing"
+)
+
+// Succeeded says whether c had succeeded at now.
+func (c *Charge) Succeeded(now time.Time) bool {
+	return !c.Declined && (c.Pending == "" || c.Pending == PendingProcessing && !now.Before(c.DecideAt))
+}
+
+// Undecided says whether c was still undecided at now.
+func (c *Charge) Undecided(now time.Time) bool {
+	return !c.Declined && !c.Succeeded(now)
 }
 
 // sameParams says whether a repeat of key asks for the same charge.
@@ -41,12 +62,20 @@ var ErrBadPage = errors.New("invalid page token")
 // ErrNotFound: no charge under that key.
 var ErrNotFound = errors.New("no charge under this key")
 
+// ErrDecided: the charge to cancel is decided (or is not the key's).
+var ErrDecided = errors.New("the charge is decided: it cannot be cancelled")
+
 // Ledger records charges exactly once per key.
 type Ledger interface {
 	// Record stores c unless its key exists; it returns the stored charge
 	// and whether it was new. Calls with one key are serialized.
 	Record(ctx context.Context, c *Charge) (*Charge, bool, error)
 	Get(ctx context.Context, key string) (*Charge, error)
+	// Cancel declines the undecided charge id under key (reason as its
+	// decline reason) and returns it; a charge already declined is
+	// returned as it is; ErrDecided if it succeeded meanwhile or is not the
+	// key's, ErrNotFound if the key holds none.
+	Cancel(ctx context.Context, key, id, reason string) (*Charge, error)
 	// Settled lists up to limit succeeded charges of a UTC day from page
 	// (empty: the first), and the token of the next page (empty: no more).
 	// Charges whose answer was lost are included: they were recorded.
@@ -116,8 +145,46 @@ func (l *MemLedger) Get(_ context.Context, key string) (*Charge, error) {
 	return nil, ErrNotFound
 }
 
+// Cancel implements Ledger. The cancelled charge replaces the undecided
+// one (entries are never changed in place: readers hold them unlocked).
+func (l *MemLedger) Cancel(_ context.Context, key, id, reason string) (*Charge, error) {
+	s := &l.shards[l.shard(key)]
+	s.Lock()
+	defer s.Unlock()
+	c, ok := s.m[key]
+	switch {
+	case !ok:
+		return nil, ErrNotFound
+	case c.ID != id:
+		return nil, ErrDecided
+	case c.Declined:
+		return c, nil
+	case !c.Undecided(time.Now()):
+		return nil, ErrDecided
+	}
+	d := *c
+	d.Declined, d.DeclineReason, d.Pending = true, reason, ""
+	s.m[key] = &d
+	return &d, nil
+}
+
+// current is the entry now held for c's key (a cancel replaces one).
+func (l *MemLedger) current(c *Charge) *Charge {
+	if c.Pending == "" {
+		return c
+	}
+	s := &l.shards[l.shard(c.Key)]
+	s.Lock()
+	defer s.Unlock()
+	if now, ok := s.m[c.Key]; ok && now.ID == c.ID {
+		return now
+	}
+	return c
+}
+
 // Settled implements Ledger. The page token is an offset into the day's
-// append-only list, so pages stay stable while charges keep arriving.
+// append-only list, so pages stay stable while charges keep arriving; a
+// charge undecided when listed is left out.
 func (l *MemLedger) Settled(_ context.Context, day time.Time, page string, limit int) ([]*Charge, string, error) {
 	from := 0
 	if page != "" {
@@ -134,7 +201,13 @@ func (l *MemLedger) Settled(_ context.Context, day time.Time, page string, limit
 		return nil, "", nil
 	}
 	to := min(len(list), from+limit)
-	out := append([]*Charge(nil), list[from:to]...)
+	out := make([]*Charge, 0, to-from)
+	now := time.Now()
+	for _, c := range list[from:to] {
+		if c = l.current(c); c.Succeeded(now) {
+			out = append(out, c)
+		}
+	}
 	next := ""
 	if to < len(list) {
 		next = strconv.Itoa(to)
@@ -146,12 +219,13 @@ func (l *MemLedger) Settled(_ context.Context, day time.Time, page string, limit
 func (l *MemLedger) Counts(context.Context) (int64, int64, []string, error) {
 	var total, ok int64
 	perRef := map[string]int{}
+	now := time.Now()
 	for i := range l.shards {
 		s := &l.shards[i]
 		s.Lock()
 		for _, c := range s.m {
 			total++
-			if !c.Declined {
+			if c.Succeeded(now) {
 				ok++
 				perRef[c.Reference]++
 			}
@@ -190,6 +264,8 @@ CREATE TABLE IF NOT EXISTS gateway_charges (
     decline_reason  text NOT NULL DEFAULT '',
     created_at      timestamptz NOT NULL DEFAULT now()
 );
+ALTER TABLE gateway_charges ADD COLUMN IF NOT EXISTS pending text NOT NULL DEFAULT '';
+ALTER TABLE gateway_charges ADD COLUMN IF NOT EXISTS decide_at timestamptz;
 CREATE INDEX IF NOT EXISTS gateway_charges_day ON gateway_charges (created_at, charge_id) WHERE NOT declined;
 CREATE INDEX IF NOT EXISTS gateway_charges_ref ON gateway_charges (reference);`
 
@@ -201,20 +277,36 @@ func NewPGLedger(ctx context.Context, db *pgxpool.Pool) (*PGLedger, error) {
 	return &PGLedger{db: db}, nil
 }
 
-const chargeCols = `charge_id, idempotency_key, reference, amount, currency, payer, payee, declined, decline_reason, created_at`
+const chargeCols = `charge_id, idempotency_key, reference, amount, currency, payer, payee, declined, decline_reason, created_at, pending, decide_at`
 
 func scanCharge(r pgx.Row) (*Charge, error) {
 	c := &Charge{}
-	err := r.Scan(&c.ID, &c.Key, &c.Reference, &c.Amount, &c.Currency, &c.Payer, &c.Payee, &c.Declined, &c.DeclineReason, &c.CreatedAt)
+	var decide *time.Time
+	err := r.Scan(&c.ID, &c.Key, &c.Reference, &c.Amount, &c.Currency, &c.Payer, &c.Payee, &c.Declined, &c.DeclineReason, &c.CreatedAt,
+		&c.Pending, &decide)
+	if decide != nil {
+		c.DecideAt = *decide
+	}
 	return c, err
 }
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// succeededSQL is Charge.Succeeded in SQL.
+const succeededSQL = `NOT declined AND (pending = '' OR (pending = 'processing' AND decide_at <= now()))`
 
 // Record implements Ledger. The insert waits on a concurrent insert of the
 // same key (unique index), so one key is serialized by Postgres.
 func (l *PGLedger) Record(ctx context.Context, c *Charge) (*Charge, bool, error) {
-	_, err := l.db.Exec(ctx, `INSERT INTO gateway_charges (`+chargeCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)
+	_, err := l.db.Exec(ctx, `INSERT INTO gateway_charges (`+chargeCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
 		ON CONFLICT (idempotency_key) DO NOTHING`,
-		c.ID, c.Key, c.Reference, c.Amount, c.Currency, c.Payer, c.Payee, c.Declined, c.DeclineReason, c.CreatedAt)
+		c.ID, c.Key, c.Reference, c.Amount, c.Currency, c.Payer, c.Payee, c.Declined, c.DeclineReason, c.CreatedAt,
+		c.Pending, nullTime(c.DecideAt))
 	if err != nil {
 		return nil, false, fmt.Errorf("record charge: %w", err)
 	}
@@ -243,11 +335,33 @@ func (l *PGLedger) Get(ctx context.Context, key string) (*Charge, error) {
 	return c, nil
 }
 
+// Cancel implements Ledger.
+func (l *PGLedger) Cancel(ctx context.Context, key, id, reason string) (*Charge, error) {
+	c, err := scanCharge(l.db.QueryRow(ctx, `UPDATE gateway_charges SET declined = true, decline_reason = $3, pending = ''
+		WHERE idempotency_key = $1 AND charge_id = $2 AND NOT declined AND pending <> ''
+		  AND NOT (pending = 'processing' AND decide_at <= now())
+		RETURNING `+chargeCols, key, id, reason))
+	if err == nil {
+		return c, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("cancel charge: %w", err)
+	}
+	c, err = l.Get(ctx, key)
+	switch {
+	case err != nil:
+		return nil, err
+	case c.ID == id && c.Declined:
+		return c, nil
+	}
+	return nil, ErrDecided
+}
+
 // Settled implements Ledger. The page token is the last charge id listed.
 func (l *PGLedger) Settled(ctx context.Context, day time.Time, page string, limit int) ([]*Charge, string, error) {
 	start := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
 	rows, err := l.db.Query(ctx, `SELECT `+chargeCols+` FROM gateway_charges
-		WHERE NOT declined AND created_at >= $1 AND created_at < $2 AND charge_id > $3
+		WHERE `+succeededSQL+` AND created_at >= $1 AND created_at < $2 AND charge_id > $3
 		ORDER BY charge_id LIMIT $4`, start, start.AddDate(0, 0, 1), page, limit+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("list settlements: %w", err)
@@ -266,10 +380,10 @@ func (l *PGLedger) Settled(ctx context.Context, day time.Time, page string, limi
 // Counts implements Ledger.
 func (l *PGLedger) Counts(ctx context.Context) (int64, int64, []string, error) {
 	var total, ok int64
-	if err := l.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT declined) FROM gateway_charges`).Scan(&total, &ok); err != nil {
+	if err := l.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE `+succeededSQL+`) FROM gateway_charges`).Scan(&total, &ok); err != nil {
 		return 0, 0, nil, fmt.Errorf("count charges: %w", err)
 	}
-	rows, err := l.db.Query(ctx, `SELECT reference FROM gateway_charges WHERE NOT declined GROUP BY reference HAVING count(*) > 1 ORDER BY 1`)
+	rows, err := l.db.Query(ctx, `SELECT reference FROM gateway_charges WHERE `+succeededSQL+` GROUP BY reference HAVING count(*) > 1 ORDER BY 1`)
 	if err != nil {
 		return 0, 0, nil, fmt.Errorf("double charges: %w", err)
 	}

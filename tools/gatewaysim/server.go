@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/webhook"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/tracing"
@@ -229,6 +230,12 @@ func (s *Server) charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gat
 	switch {
 	case strings.HasPrefix(c.Payee, DeclinePrefix):
 		c.Declined, c.DeclineReason = true, "payee_blocked"
+	case strings.HasPrefix(c.Payee, ActionPrefix) || chance(f.GetActionRequiredRate()):
+		// 3-D Secure wanted: undecided until cancelled, as an off-session
+		// Stripe PaymentIntent in requires_action.
+		c.Pending = PendingAction
+	case chance(f.GetProcessingRate()):
+		c.Pending, c.DecideAt = PendingProcessing, c.CreatedAt.Add(time.Duration(f.GetProcessingMs())*time.Millisecond)
 	case chance(f.GetDeclineRate()):
 		c.Declined, c.DeclineReason = true, "insufficient_funds"
 	}
@@ -249,36 +256,102 @@ func (s *Server) charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gat
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}
-	if isNew && s.OnCharge != nil {
+	if isNew && s.OnCharge != nil && stored.Pending == "" {
+		// Undecided charges send no webhook: the engine's probes find how
+		// they end.
 		s.OnCharge(stored)
 	}
 	if chance(f.GetTimeoutAfterCommitRate()) {
-		return nil, status.Error(codes.DeadlineExceeded, "gateway timed out (the charge was recorded)")
+		return nil, status.Error(codes.DeadlineExceeded, poison(f, "gateway timed out (the charge was recorded)"))
 	}
 	if chance(f.GetUnavailableAfterCommitRate()) {
 		// The ambiguous transport fault: what a client sees when the
 		// connection drops after the request was sent.
-		return nil, status.Error(codes.Unavailable, "connection reset (the charge was recorded)")
+		return nil, status.Error(codes.Unavailable, poison(f, "connection reset (the charge was recorded)"))
 	}
-	ch := toProto(stored)
+	ch := toProto(stored, time.Now())
 	ch.IdempotencyKey = req.GetIdempotencyKey() // also for a charge filed under a forgotten key
+	ch.DeclineReason = poison(f, ch.GetDeclineReason())
 	return ch, nil
 }
 
-// GetCharge implements GatewayService.
+// ActionPrefix: a payee starting with it always wants the customer's
+// authentication (the charge stays undecided until cancelled).
+const ActionPrefix = "3ds-"
+
+// poison, at the faults' poison rate, spoils s as a careless gateway
+// might: a NUL byte (which no Postgres text value holds) and terminal
+// escapes. Invalid UTF-8 cannot cross gateway.v1 (a proto3 string must be
+// valid UTF-8: the sender fails to encode it), so the Stripe adapter's
+// tests and Clean's own cover that.
+func poison(f *gatewayv1.Faults, s string) string {
+	if s == "" || !chance(f.GetPoisonRate()) {
+		return s
+	}
+	return s + "\x00\x1b[31m poisoned"
+}
+
+// GetCharge implements GatewayService as a PSP with an eventually
+// consistent lookup does (Stripe's Search): with --probe-lag a new charge
+// is invisible to the lookup by key for that long. A miss is then
+// answered as a careful adapter would: by a strongly consistent listing of
+// the payer's charges since not_before, which finds a lagging charge (if
+// the request names its payer and a window that holds it) and otherwise
+// proves the absence (gateway.Absent). Without a payer, or when the
+// listing fails (--probe-unproven-rate), the miss is a plain NOT_FOUND,
+// which proves nothing.
 func (s *Server) GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest) (*gatewayv1.GetChargeResponse, error) {
 	// Latency is injected on Charge only, so a probe can answer while charges time out.
-	if s.faults.Load().GetOutage() {
-		return nil, status.Error(codes.Unavailable, "gateway unavailable")
+	f := s.faults.Load()
+	if f.GetOutage() || chance(f.GetProbeUnavailableRate()) {
+		return nil, status.Error(codes.Unavailable, poison(f, "gateway unavailable"))
 	}
+	now := time.Now()
 	c, err := s.ledger.Get(ctx, req.GetIdempotencyKey())
-	if errors.Is(err, ErrNotFound) {
-		return nil, status.Error(codes.NotFound, "no charge under this key")
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &gatewayv1.GetChargeResponse{Charge: toProto(c)}, nil
+	lag := time.Duration(f.GetProbeLagMs()) * time.Millisecond
+	if err == nil && now.Sub(c.CreatedAt) >= lag {
+		return &gatewayv1.GetChargeResponse{Charge: toProto(c, now)}, nil
+	}
+	// The lookup by key missed: list the payer's charges.
+	if chance(f.GetProbeUnprovenRate()) || lag > 0 && req.GetPayer() == "" {
+		return nil, status.Error(codes.NotFound, "no charge under this key in the index (it may lag)")
+	}
+	if err == nil && c.Payer == req.GetPayer() && (req.GetNotBefore() == nil || !c.CreatedAt.Before(req.GetNotBefore().AsTime())) {
+		return &gatewayv1.GetChargeResponse{Charge: toProto(c, now)}, nil
+	}
+	return nil, gateway.Absent("no charge under this key")
+}
+
+// CancelCharge implements GatewayService: an undecided charge is declined
+// ("canceled: <reason>"); a declined one is answered again; a succeeded
+// one is answered as it is.
+func (s *Server) CancelCharge(ctx context.Context, req *gatewayv1.CancelChargeRequest) (*gatewayv1.CancelChargeResponse, error) {
+	f := s.faults.Load()
+	if f.GetOutage() {
+		return nil, status.Error(codes.Unavailable, "gateway unavailable")
+	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "abandoned"
+	}
+	c, err := s.ledger.Cancel(ctx, req.GetIdempotencyKey(), req.GetChargeId(), "canceled: "+reason)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, gateway.Absent("no charge under this key")
+	case errors.Is(err, ErrDecided):
+		if c, err = s.ledger.Get(ctx, req.GetIdempotencyKey()); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if c.ID != req.GetChargeId() {
+			return nil, status.Errorf(codes.FailedPrecondition, "charge %s is not the one under this key", req.GetChargeId())
+		}
+	case err != nil:
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &gatewayv1.CancelChargeResponse{Charge: toProto(c, time.Now())}, nil
 }
 
 // ListSettlements implements GatewayService.
@@ -300,8 +373,9 @@ func (s *Server) ListSettlements(ctx context.Context, req *gatewayv1.ListSettlem
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	out := &gatewayv1.ListSettlementsResponse{NextPageToken: next}
+	now := time.Now()
 	for _, c := range cs {
-		out.Charges = append(out.Charges, toProto(c))
+		out.Charges = append(out.Charges, toProto(c, now))
 	}
 	return out, nil
 }
@@ -334,14 +408,22 @@ func (s *Server) Report(ctx context.Context, _ *gatewayv1.ReportRequest) (*gatew
 		RateLimited: s.rateLimited.Load(), MaxChargesPerSecond: maxPS}, nil
 }
 
-func toProto(c *Charge) *gatewayv1.Charge {
+// toProto is c as it stands at now.
+func toProto(c *Charge, now time.Time) *gatewayv1.Charge {
 	st := gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED
-	if c.Declined {
+	var why gatewayv1.PendingReason
+	switch {
+	case c.Declined:
 		st = gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED
+	case c.Pending == PendingAction:
+		st, why = gatewayv1.ChargeStatus_CHARGE_STATUS_PENDING, gatewayv1.PendingReason_PENDING_REASON_ACTION_REQUIRED
+	case !c.Succeeded(now):
+		st, why = gatewayv1.ChargeStatus_CHARGE_STATUS_PENDING, gatewayv1.PendingReason_PENDING_REASON_PROCESSING
 	}
 	return &gatewayv1.Charge{
 		ChargeId: c.ID, IdempotencyKey: c.Key, Reference: c.Reference, Amount: c.Amount, Currency: c.Currency,
 		Payer: c.Payer, Payee: c.Payee, Status: st, DeclineReason: c.DeclineReason, CreatedAt: timestamppb.New(c.CreatedAt),
+		PendingReason: why,
 	}
 }
 

@@ -81,6 +81,61 @@ func (ChargeStatus) EnumDescriptor() ([]byte, []int) {
 	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{0}
 }
 
+// PendingReason says what a PENDING charge waits for.
+type PendingReason int32
+
+const (
+	// PENDING_REASON_UNSPECIFIED: not pending, or the gateway does not say.
+	PendingReason_PENDING_REASON_UNSPECIFIED PendingReason = 0
+	// PENDING_REASON_ACTION_REQUIRED: the customer must authenticate (3-D
+	// Secure, Stripe's requires_action). Off-session nobody will: the engine
+	// cancels it after a bound.
+	PendingReason_PENDING_REASON_ACTION_REQUIRED PendingReason = 1
+	// PENDING_REASON_PROCESSING: the gateway or the bank is still deciding.
+	PendingReason_PENDING_REASON_PROCESSING PendingReason = 2
+)
+
+// Enum value maps for PendingReason.
+var (
+	PendingReason_name = map[int32]string{
+		0: "PENDING_REASON_UNSPECIFIED",
+		1: "PENDING_REASON_ACTION_REQUIRED",
+		2: "PENDING_REASON_PROCESSING",
+	}
+	PendingReason_value = map[string]int32{
+		"PENDING_REASON_UNSPECIFIED":     0,
+		"PENDING_REASON_ACTION_REQUIRED": 1,
+		"PENDING_REASON_PROCESSING":      2,
+	}
+)
+
+func (x PendingReason) Enum() *PendingReason {
+	p := new(PendingReason)
+	*p = x
+	return p
+}
+
+func (x PendingReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PendingReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_gateway_v1_gateway_proto_enumTypes[1].Descriptor()
+}
+
+func (PendingReason) Type() protoreflect.EnumType {
+	return &file_gateway_v1_gateway_proto_enumTypes[1]
+}
+
+func (x PendingReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PendingReason.Descriptor instead.
+func (PendingReason) EnumDescriptor() ([]byte, []int) {
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{1}
+}
+
 // Charge is one ledger entry.
 type Charge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -103,7 +158,9 @@ type Charge struct {
 	// Why it was declined.
 	DeclineReason string `protobuf:"bytes,9,opt,name=decline_reason,json=declineReason,proto3" json:"decline_reason,omitempty"`
 	// When it was recorded.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Why a PENDING charge waits.
+	PendingReason PendingReason `protobuf:"varint,11,opt,name=pending_reason,json=pendingReason,proto3,enum=gateway.v1.PendingReason" json:"pending_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -206,6 +263,13 @@ func (x *Charge) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Charge) GetPendingReason() PendingReason {
+	if x != nil {
+		return x.PendingReason
+	}
+	return PendingReason_PENDING_REASON_UNSPECIFIED
 }
 
 // ChargeRequest asks for one charge.
@@ -589,13 +653,20 @@ func (x *ChargeResult) GetMessage() string {
 	return ""
 }
 
-// GetChargeRequest names a key.
+// GetChargeRequest names a key, and where a strongly consistent read can
+// look for it.
 type GetChargeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The paymentId.
 	IdempotencyKey string `protobuf:"bytes,1,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Who pays (as in ChargeRequest): a gateway whose lookup by key is only
+	// eventually consistent proves an absence by listing the payer's charges.
+	Payer string `protobuf:"bytes,2,opt,name=payer,proto3" json:"payer,omitempty"`
+	// No charge under the key can be older than this (the payment's due
+	// time): the window such a listing covers. Unset: unbounded.
+	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetChargeRequest) Reset() {
@@ -633,6 +704,20 @@ func (x *GetChargeRequest) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *GetChargeRequest) GetPayer() string {
+	if x != nil {
+		return x.Payer
+	}
+	return ""
+}
+
+func (x *GetChargeRequest) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
 }
 
 // GetChargeResponse carries the recorded charge.
@@ -681,6 +766,116 @@ func (x *GetChargeResponse) GetCharge() *Charge {
 	return nil
 }
 
+// CancelChargeRequest names the charge to cancel.
+type CancelChargeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The paymentId.
+	IdempotencyKey string `protobuf:"bytes,1,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// The charge id GetCharge or Charge answered.
+	ChargeId string `protobuf:"bytes,2,opt,name=charge_id,json=chargeId,proto3" json:"charge_id,omitempty"`
+	// Why, for the gateway's records (e.g. "abandoned").
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelChargeRequest) Reset() {
+	*x = CancelChargeRequest{}
+	mi := &file_gateway_v1_gateway_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelChargeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelChargeRequest) ProtoMessage() {}
+
+func (x *CancelChargeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_v1_gateway_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelChargeRequest.ProtoReflect.Descriptor instead.
+func (*CancelChargeRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CancelChargeRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *CancelChargeRequest) GetChargeId() string {
+	if x != nil {
+		return x.ChargeId
+	}
+	return ""
+}
+
+func (x *CancelChargeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// CancelChargeResponse carries the charge after the cancel.
+type CancelChargeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The charge as it stands.
+	Charge        *Charge `protobuf:"bytes,1,opt,name=charge,proto3" json:"charge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelChargeResponse) Reset() {
+	*x = CancelChargeResponse{}
+	mi := &file_gateway_v1_gateway_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelChargeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelChargeResponse) ProtoMessage() {}
+
+func (x *CancelChargeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_v1_gateway_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelChargeResponse.ProtoReflect.Descriptor instead.
+func (*CancelChargeResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CancelChargeResponse) GetCharge() *Charge {
+	if x != nil {
+		return x.Charge
+	}
+	return nil
+}
+
 // ListSettlementsRequest asks for one day.
 type ListSettlementsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -696,7 +891,7 @@ type ListSettlementsRequest struct {
 
 func (x *ListSettlementsRequest) Reset() {
 	*x = ListSettlementsRequest{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +903,7 @@ func (x *ListSettlementsRequest) String() string {
 func (*ListSettlementsRequest) ProtoMessage() {}
 
 func (x *ListSettlementsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +916,7 @@ func (x *ListSettlementsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSettlementsRequest.ProtoReflect.Descriptor instead.
 func (*ListSettlementsRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListSettlementsRequest) GetDay() string {
@@ -758,7 +953,7 @@ type ListSettlementsResponse struct {
 
 func (x *ListSettlementsResponse) Reset() {
 	*x = ListSettlementsResponse{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +965,7 @@ func (x *ListSettlementsResponse) String() string {
 func (*ListSettlementsResponse) ProtoMessage() {}
 
 func (x *ListSettlementsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +978,7 @@ func (x *ListSettlementsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSettlementsResponse.ProtoReflect.Descriptor instead.
 func (*ListSettlementsResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListSettlementsResponse) GetCharges() []*Charge {
@@ -825,13 +1020,35 @@ type Faults struct {
 	// Like a real PSP's (Stripe: 24 h), a charge with a key older than this
 	// is a new charge. GetCharge still finds the first charge of a key.
 	KeyRetentionMs int64 `protobuf:"varint,9,opt,name=key_retention_ms,json=keyRetentionMs,proto3" json:"key_retention_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How long a new charge stays invisible to GetCharge's lookup by key, as
+	// Stripe's Search index lags its writes (0: never). A lagging charge is
+	// still found by the strongly consistent listing of the payer's charges
+	// (when the request names the payer and a window), else NOT_FOUND
+	// without the CHARGE_ABSENT proof.
+	ProbeLagMs int64 `protobuf:"varint,10,opt,name=probe_lag_ms,json=probeLagMs,proto3" json:"probe_lag_ms,omitempty"`
+	// Fraction of GetCharge calls answered UNAVAILABLE.
+	ProbeUnavailableRate float64 `protobuf:"fixed64,11,opt,name=probe_unavailable_rate,json=probeUnavailableRate,proto3" json:"probe_unavailable_rate,omitempty"`
+	// Fraction of GetCharge misses whose consistent listing fails: NOT_FOUND
+	// without the proof.
+	ProbeUnprovenRate float64 `protobuf:"fixed64,12,opt,name=probe_unproven_rate,json=probeUnprovenRate,proto3" json:"probe_unproven_rate,omitempty"`
+	// Fraction of answers whose strings are poisoned: a NUL byte and
+	// control characters in the decline reason or the status message.
+	PoisonRate float64 `protobuf:"fixed64,13,opt,name=poison_rate,json=poisonRate,proto3" json:"poison_rate,omitempty"`
+	// Fraction of charges held PENDING for the customer's authentication
+	// (ACTION_REQUIRED) until cancelled.
+	ActionRequiredRate float64 `protobuf:"fixed64,14,opt,name=action_required_rate,json=actionRequiredRate,proto3" json:"action_required_rate,omitempty"`
+	// Fraction of charges held PENDING (PROCESSING) for processing_ms, then
+	// SUCCEEDED.
+	ProcessingRate float64 `protobuf:"fixed64,15,opt,name=processing_rate,json=processingRate,proto3" json:"processing_rate,omitempty"`
+	// How long a processing charge stays PENDING.
+	ProcessingMs  int64 `protobuf:"varint,16,opt,name=processing_ms,json=processingMs,proto3" json:"processing_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Faults) Reset() {
 	*x = Faults{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[11]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +1060,7 @@ func (x *Faults) String() string {
 func (*Faults) ProtoMessage() {}
 
 func (x *Faults) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[11]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +1073,7 @@ func (x *Faults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Faults.ProtoReflect.Descriptor instead.
 func (*Faults) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Faults) GetLatencyMinMs() int32 {
@@ -922,6 +1139,55 @@ func (x *Faults) GetKeyRetentionMs() int64 {
 	return 0
 }
 
+func (x *Faults) GetProbeLagMs() int64 {
+	if x != nil {
+		return x.ProbeLagMs
+	}
+	return 0
+}
+
+func (x *Faults) GetProbeUnavailableRate() float64 {
+	if x != nil {
+		return x.ProbeUnavailableRate
+	}
+	return 0
+}
+
+func (x *Faults) GetProbeUnprovenRate() float64 {
+	if x != nil {
+		return x.ProbeUnprovenRate
+	}
+	return 0
+}
+
+func (x *Faults) GetPoisonRate() float64 {
+	if x != nil {
+		return x.PoisonRate
+	}
+	return 0
+}
+
+func (x *Faults) GetActionRequiredRate() float64 {
+	if x != nil {
+		return x.ActionRequiredRate
+	}
+	return 0
+}
+
+func (x *Faults) GetProcessingRate() float64 {
+	if x != nil {
+		return x.ProcessingRate
+	}
+	return 0
+}
+
+func (x *Faults) GetProcessingMs() int64 {
+	if x != nil {
+		return x.ProcessingMs
+	}
+	return 0
+}
+
 // SetFaultsRequest replaces the faults.
 type SetFaultsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -933,7 +1199,7 @@ type SetFaultsRequest struct {
 
 func (x *SetFaultsRequest) Reset() {
 	*x = SetFaultsRequest{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[12]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1211,7 @@ func (x *SetFaultsRequest) String() string {
 func (*SetFaultsRequest) ProtoMessage() {}
 
 func (x *SetFaultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[12]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1224,7 @@ func (x *SetFaultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetFaultsRequest.ProtoReflect.Descriptor instead.
 func (*SetFaultsRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetFaultsRequest) GetFaults() *Faults {
@@ -979,7 +1245,7 @@ type SetFaultsResponse struct {
 
 func (x *SetFaultsResponse) Reset() {
 	*x = SetFaultsResponse{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[13]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1257,7 @@ func (x *SetFaultsResponse) String() string {
 func (*SetFaultsResponse) ProtoMessage() {}
 
 func (x *SetFaultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[13]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1270,7 @@ func (x *SetFaultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetFaultsResponse.ProtoReflect.Descriptor instead.
 func (*SetFaultsResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetFaultsResponse) GetFaults() *Faults {
@@ -1023,7 +1289,7 @@ type GetFaultsRequest struct {
 
 func (x *GetFaultsRequest) Reset() {
 	*x = GetFaultsRequest{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[14]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1301,7 @@ func (x *GetFaultsRequest) String() string {
 func (*GetFaultsRequest) ProtoMessage() {}
 
 func (x *GetFaultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[14]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1314,7 @@ func (x *GetFaultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFaultsRequest.ProtoReflect.Descriptor instead.
 func (*GetFaultsRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{14}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{16}
 }
 
 // GetFaultsResponse carries the faults.
@@ -1062,7 +1328,7 @@ type GetFaultsResponse struct {
 
 func (x *GetFaultsResponse) Reset() {
 	*x = GetFaultsResponse{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[15]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1340,7 @@ func (x *GetFaultsResponse) String() string {
 func (*GetFaultsResponse) ProtoMessage() {}
 
 func (x *GetFaultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[15]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1353,7 @@ func (x *GetFaultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFaultsResponse.ProtoReflect.Descriptor instead.
 func (*GetFaultsResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{15}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetFaultsResponse) GetFaults() *Faults {
@@ -1106,7 +1372,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[16]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1384,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[16]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1397,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{16}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{18}
 }
 
 // ReportResponse is the double-charge detector.
@@ -1153,7 +1419,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_gateway_v1_gateway_proto_msgTypes[17]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1431,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_v1_gateway_proto_msgTypes[17]
+	mi := &file_gateway_v1_gateway_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1444,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{17}
+	return file_gateway_v1_gateway_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReportResponse) GetCharges() int64 {
@@ -1221,7 +1487,7 @@ var File_gateway_v1_gateway_proto protoreflect.FileDescriptor
 const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"\x18gateway/v1/gateway.proto\x12\n" +
-	"gateway.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x02\n" +
+	"gateway.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa2\x03\n" +
 	"\x06Charge\x12\x1b\n" +
 	"\tcharge_id\x18\x01 \x01(\tR\bchargeId\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x1c\n" +
@@ -1234,7 +1500,8 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x0edecline_reason\x18\t \x01(\tR\rdeclineReason\x129\n" +
 	"\n" +
 	"created_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xb6\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12@\n" +
+	"\x0epending_reason\x18\v \x01(\x0e2\x19.gateway.v1.PendingReasonR\rpendingReason\"\xb6\x01\n" +
 	"\rChargeRequest\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x16\n" +
 	"\x06amount\x18\x02 \x01(\x03R\x06amount\x12\x1a\n" +
@@ -1262,10 +1529,19 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12*\n" +
 	"\x06charge\x18\x02 \x01(\v2\x12.gateway.v1.ChargeR\x06charge\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\";\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x8c\x01\n" +
 	"\x10GetChargeRequest\x12'\n" +
-	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\"?\n" +
+	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x14\n" +
+	"\x05payer\x18\x02 \x01(\tR\x05payer\x129\n" +
+	"\n" +
+	"not_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\"?\n" +
 	"\x11GetChargeResponse\x12*\n" +
+	"\x06charge\x18\x01 \x01(\v2\x12.gateway.v1.ChargeR\x06charge\"s\n" +
+	"\x13CancelChargeRequest\x12'\n" +
+	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x1b\n" +
+	"\tcharge_id\x18\x02 \x01(\tR\bchargeId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"B\n" +
+	"\x14CancelChargeResponse\x12*\n" +
 	"\x06charge\x18\x01 \x01(\v2\x12.gateway.v1.ChargeR\x06charge\"f\n" +
 	"\x16ListSettlementsRequest\x12\x10\n" +
 	"\x03day\x18\x01 \x01(\tR\x03day\x12\x1d\n" +
@@ -1274,7 +1550,7 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"o\n" +
 	"\x17ListSettlementsResponse\x12,\n" +
 	"\acharges\x18\x01 \x03(\v2\x12.gateway.v1.ChargeR\acharges\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x85\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xae\x05\n" +
 	"\x06Faults\x12$\n" +
 	"\x0elatency_min_ms\x18\x01 \x01(\x05R\flatencyMinMs\x12$\n" +
 	"\x0elatency_max_ms\x18\x02 \x01(\x05R\flatencyMaxMs\x12!\n" +
@@ -1284,7 +1560,17 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\frate_ceiling\x18\x06 \x01(\x01R\vrateCeiling\x12\x16\n" +
 	"\x06outage\x18\a \x01(\bR\x06outage\x12A\n" +
 	"\x1dunavailable_after_commit_rate\x18\b \x01(\x01R\x1aunavailableAfterCommitRate\x12(\n" +
-	"\x10key_retention_ms\x18\t \x01(\x03R\x0ekeyRetentionMs\">\n" +
+	"\x10key_retention_ms\x18\t \x01(\x03R\x0ekeyRetentionMs\x12 \n" +
+	"\fprobe_lag_ms\x18\n" +
+	" \x01(\x03R\n" +
+	"probeLagMs\x124\n" +
+	"\x16probe_unavailable_rate\x18\v \x01(\x01R\x14probeUnavailableRate\x12.\n" +
+	"\x13probe_unproven_rate\x18\f \x01(\x01R\x11probeUnprovenRate\x12\x1f\n" +
+	"\vpoison_rate\x18\r \x01(\x01R\n" +
+	"poisonRate\x120\n" +
+	"\x14action_required_rate\x18\x0e \x01(\x01R\x12actionRequiredRate\x12'\n" +
+	"\x0fprocessing_rate\x18\x0f \x01(\x01R\x0eprocessingRate\x12#\n" +
+	"\rprocessing_ms\x18\x10 \x01(\x03R\fprocessingMs\">\n" +
 	"\x10SetFaultsRequest\x12*\n" +
 	"\x06faults\x18\x01 \x01(\v2\x12.gateway.v1.FaultsR\x06faults\"?\n" +
 	"\x11SetFaultsResponse\x12*\n" +
@@ -1303,11 +1589,16 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x19CHARGE_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CHARGE_STATUS_SUCCEEDED\x10\x01\x12\x1a\n" +
 	"\x16CHARGE_STATUS_DECLINED\x10\x02\x12\x19\n" +
-	"\x15CHARGE_STATUS_PENDING\x10\x032\xbf\x02\n" +
+	"\x15CHARGE_STATUS_PENDING\x10\x03*r\n" +
+	"\rPendingReason\x12\x1e\n" +
+	"\x1aPENDING_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1ePENDING_REASON_ACTION_REQUIRED\x10\x01\x12\x1d\n" +
+	"\x19PENDING_REASON_PROCESSING\x10\x022\x92\x03\n" +
 	"\x0eGatewayService\x12?\n" +
 	"\x06Charge\x12\x19.gateway.v1.ChargeRequest\x1a\x1a.gateway.v1.ChargeResponse\x12F\n" +
 	"\aCharges\x12\x1a.gateway.v1.ChargesRequest\x1a\x1b.gateway.v1.ChargesResponse(\x010\x01\x12H\n" +
-	"\tGetCharge\x12\x1c.gateway.v1.GetChargeRequest\x1a\x1d.gateway.v1.GetChargeResponse\x12Z\n" +
+	"\tGetCharge\x12\x1c.gateway.v1.GetChargeRequest\x1a\x1d.gateway.v1.GetChargeResponse\x12Q\n" +
+	"\fCancelCharge\x12\x1f.gateway.v1.CancelChargeRequest\x1a .gateway.v1.CancelChargeResponse\x12Z\n" +
 	"\x0fListSettlements\x12\".gateway.v1.ListSettlementsRequest\x1a#.gateway.v1.ListSettlementsResponse2\xea\x01\n" +
 	"\x13GatewayAdminService\x12H\n" +
 	"\tSetFaults\x12\x1c.gateway.v1.SetFaultsRequest\x1a\x1d.gateway.v1.SetFaultsResponse\x12H\n" +
@@ -1326,64 +1617,72 @@ func file_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_gateway_v1_gateway_proto_rawDescData
 }
 
-var file_gateway_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_gateway_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_gateway_v1_gateway_proto_goTypes = []any{
 	(ChargeStatus)(0),               // 0: gateway.v1.ChargeStatus
-	(*Charge)(nil),                  // 1: gateway.v1.Charge
-	(*ChargeRequest)(nil),           // 2: gateway.v1.ChargeRequest
-	(*ChargeResponse)(nil),          // 3: gateway.v1.ChargeResponse
-	(*ChargesRequest)(nil),          // 4: gateway.v1.ChargesRequest
-	(*ChargeItem)(nil),              // 5: gateway.v1.ChargeItem
-	(*ChargesResponse)(nil),         // 6: gateway.v1.ChargesResponse
-	(*ChargeResult)(nil),            // 7: gateway.v1.ChargeResult
-	(*GetChargeRequest)(nil),        // 8: gateway.v1.GetChargeRequest
-	(*GetChargeResponse)(nil),       // 9: gateway.v1.GetChargeResponse
-	(*ListSettlementsRequest)(nil),  // 10: gateway.v1.ListSettlementsRequest
-	(*ListSettlementsResponse)(nil), // 11: gateway.v1.ListSettlementsResponse
-	(*Faults)(nil),                  // 12: gateway.v1.Faults
-	(*SetFaultsRequest)(nil),        // 13: gateway.v1.SetFaultsRequest
-	(*SetFaultsResponse)(nil),       // 14: gateway.v1.SetFaultsResponse
-	(*GetFaultsRequest)(nil),        // 15: gateway.v1.GetFaultsRequest
-	(*GetFaultsResponse)(nil),       // 16: gateway.v1.GetFaultsResponse
-	(*ReportRequest)(nil),           // 17: gateway.v1.ReportRequest
-	(*ReportResponse)(nil),          // 18: gateway.v1.ReportResponse
-	nil,                             // 19: gateway.v1.ChargeItem.TraceContextEntry
-	(*timestamppb.Timestamp)(nil),   // 20: google.protobuf.Timestamp
+	(PendingReason)(0),              // 1: gateway.v1.PendingReason
+	(*Charge)(nil),                  // 2: gateway.v1.Charge
+	(*ChargeRequest)(nil),           // 3: gateway.v1.ChargeRequest
+	(*ChargeResponse)(nil),          // 4: gateway.v1.ChargeResponse
+	(*ChargesRequest)(nil),          // 5: gateway.v1.ChargesRequest
+	(*ChargeItem)(nil),              // 6: gateway.v1.ChargeItem
+	(*ChargesResponse)(nil),         // 7: gateway.v1.ChargesResponse
+	(*ChargeResult)(nil),            // 8: gateway.v1.ChargeResult
+	(*GetChargeRequest)(nil),        // 9: gateway.v1.GetChargeRequest
+	(*GetChargeResponse)(nil),       // 10: gateway.v1.GetChargeResponse
+	(*CancelChargeRequest)(nil),     // 11: gateway.v1.CancelChargeRequest
+	(*CancelChargeResponse)(nil),    // 12: gateway.v1.CancelChargeResponse
+	(*ListSettlementsRequest)(nil),  // 13: gateway.v1.ListSettlementsRequest
+	(*ListSettlementsResponse)(nil), // 14: gateway.v1.ListSettlementsResponse
+	(*Faults)(nil),                  // 15: gateway.v1.Faults
+	(*SetFaultsRequest)(nil),        // 16: gateway.v1.SetFaultsRequest
+	(*SetFaultsResponse)(nil),       // 17: gateway.v1.SetFaultsResponse
+	(*GetFaultsRequest)(nil),        // 18: gateway.v1.GetFaultsRequest
+	(*GetFaultsResponse)(nil),       // 19: gateway.v1.GetFaultsResponse
+	(*ReportRequest)(nil),           // 20: gateway.v1.ReportRequest
+	(*ReportResponse)(nil),          // 21: gateway.v1.ReportResponse
+	nil,                             // 22: gateway.v1.ChargeItem.TraceContextEntry
+	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
 }
 var file_gateway_v1_gateway_proto_depIdxs = []int32{
 	0,  // 0: gateway.v1.Charge.status:type_name -> gateway.v1.ChargeStatus
-	20, // 1: gateway.v1.Charge.created_at:type_name -> google.protobuf.Timestamp
-	1,  // 2: gateway.v1.ChargeResponse.charge:type_name -> gateway.v1.Charge
-	5,  // 3: gateway.v1.ChargesRequest.items:type_name -> gateway.v1.ChargeItem
-	2,  // 4: gateway.v1.ChargeItem.request:type_name -> gateway.v1.ChargeRequest
-	19, // 5: gateway.v1.ChargeItem.trace_context:type_name -> gateway.v1.ChargeItem.TraceContextEntry
-	7,  // 6: gateway.v1.ChargesResponse.results:type_name -> gateway.v1.ChargeResult
-	1,  // 7: gateway.v1.ChargeResult.charge:type_name -> gateway.v1.Charge
-	1,  // 8: gateway.v1.GetChargeResponse.charge:type_name -> gateway.v1.Charge
-	1,  // 9: gateway.v1.ListSettlementsResponse.charges:type_name -> gateway.v1.Charge
-	12, // 10: gateway.v1.SetFaultsRequest.faults:type_name -> gateway.v1.Faults
-	12, // 11: gateway.v1.SetFaultsResponse.faults:type_name -> gateway.v1.Faults
-	12, // 12: gateway.v1.GetFaultsResponse.faults:type_name -> gateway.v1.Faults
-	2,  // 13: gateway.v1.GatewayService.Charge:input_type -> gateway.v1.ChargeRequest
-	4,  // 14: gateway.v1.GatewayService.Charges:input_type -> gateway.v1.ChargesRequest
-	8,  // 15: gateway.v1.GatewayService.GetCharge:input_type -> gateway.v1.GetChargeRequest
-	10, // 16: gateway.v1.GatewayService.ListSettlements:input_type -> gateway.v1.ListSettlementsRequest
-	13, // 17: gateway.v1.GatewayAdminService.SetFaults:input_type -> gateway.v1.SetFaultsRequest
-	15, // 18: gateway.v1.GatewayAdminService.GetFaults:input_type -> gateway.v1.GetFaultsRequest
-	17, // 19: gateway.v1.GatewayAdminService.Report:input_type -> gateway.v1.ReportRequest
-	3,  // 20: gateway.v1.GatewayService.Charge:output_type -> gateway.v1.ChargeResponse
-	6,  // 21: gateway.v1.GatewayService.Charges:output_type -> gateway.v1.ChargesResponse
-	9,  // 22: gateway.v1.GatewayService.GetCharge:output_type -> gateway.v1.GetChargeResponse
-	11, // 23: gateway.v1.GatewayService.ListSettlements:output_type -> gateway.v1.ListSettlementsResponse
-	14, // 24: gateway.v1.GatewayAdminService.SetFaults:output_type -> gateway.v1.SetFaultsResponse
-	16, // 25: gateway.v1.GatewayAdminService.GetFaults:output_type -> gateway.v1.GetFaultsResponse
-	18, // 26: gateway.v1.GatewayAdminService.Report:output_type -> gateway.v1.ReportResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	23, // 1: gateway.v1.Charge.created_at:type_name -> google.protobuf.Timestamp
+	1,  // 2: gateway.v1.Charge.pending_reason:type_name -> gateway.v1.PendingReason
+	2,  // 3: gateway.v1.ChargeResponse.charge:type_name -> gateway.v1.Charge
+	6,  // 4: gateway.v1.ChargesRequest.items:type_name -> gateway.v1.ChargeItem
+	3,  // 5: gateway.v1.ChargeItem.request:type_name -> gateway.v1.ChargeRequest
+	22, // 6: gateway.v1.ChargeItem.trace_context:type_name -> gateway.v1.ChargeItem.TraceContextEntry
+	8,  // 7: gateway.v1.ChargesResponse.results:type_name -> gateway.v1.ChargeResult
+	2,  // 8: gateway.v1.ChargeResult.charge:type_name -> gateway.v1.Charge
+	23, // 9: gateway.v1.GetChargeRequest.not_before:type_name -> google.protobuf.Timestamp
+	2,  // 10: gateway.v1.GetChargeResponse.charge:type_name -> gateway.v1.Charge
+	2,  // 11: gateway.v1.CancelChargeResponse.charge:type_name -> gateway.v1.Charge
+	2,  // 12: gateway.v1.ListSettlementsResponse.charges:type_name -> gateway.v1.Charge
+	15, // 13: gateway.v1.SetFaultsRequest.faults:type_name -> gateway.v1.Faults
+	15, // 14: gateway.v1.SetFaultsResponse.faults:type_name -> gateway.v1.Faults
+	15, // 15: gateway.v1.GetFaultsResponse.faults:type_name -> gateway.v1.Faults
+	3,  // 16: gateway.v1.GatewayService.Charge:input_type -> gateway.v1.ChargeRequest
+	5,  // 17: gateway.v1.GatewayService.Charges:input_type -> gateway.v1.ChargesRequest
+	9,  // 18: gateway.v1.GatewayService.GetCharge:input_type -> gateway.v1.GetChargeRequest
+	11, // 19: gateway.v1.GatewayService.CancelCharge:input_type -> gateway.v1.CancelChargeRequest
+	13, // 20: gateway.v1.GatewayService.ListSettlements:input_type -> gateway.v1.ListSettlementsRequest
+	16, // 21: gateway.v1.GatewayAdminService.SetFaults:input_type -> gateway.v1.SetFaultsRequest
+	18, // 22: gateway.v1.GatewayAdminService.GetFaults:input_type -> gateway.v1.GetFaultsRequest
+	20, // 23: gateway.v1.GatewayAdminService.Report:input_type -> gateway.v1.ReportRequest
+	4,  // 24: gateway.v1.GatewayService.Charge:output_type -> gateway.v1.ChargeResponse
+	7,  // 25: gateway.v1.GatewayService.Charges:output_type -> gateway.v1.ChargesResponse
+	10, // 26: gateway.v1.GatewayService.GetCharge:output_type -> gateway.v1.GetChargeResponse
+	12, // 27: gateway.v1.GatewayService.CancelCharge:output_type -> gateway.v1.CancelChargeResponse
+	14, // 28: gateway.v1.GatewayService.ListSettlements:output_type -> gateway.v1.ListSettlementsResponse
+	17, // 29: gateway.v1.GatewayAdminService.SetFaults:output_type -> gateway.v1.SetFaultsResponse
+	19, // 30: gateway.v1.GatewayAdminService.GetFaults:output_type -> gateway.v1.GetFaultsResponse
+	21, // 31: gateway.v1.GatewayAdminService.Report:output_type -> gateway.v1.ReportResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_gateway_v1_gateway_proto_init() }
@@ -1396,8 +1695,8 @@ func file_gateway_v1_gateway_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_v1_gateway_proto_rawDesc), len(file_gateway_v1_gateway_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   19,
+			NumEnums:      2,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

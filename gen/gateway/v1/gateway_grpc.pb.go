@@ -22,6 +22,7 @@ const (
 	GatewayService_Charge_FullMethodName          = "/gateway.v1.GatewayService/Charge"
 	GatewayService_Charges_FullMethodName         = "/gateway.v1.GatewayService/Charges"
 	GatewayService_GetCharge_FullMethodName       = "/gateway.v1.GatewayService/GetCharge"
+	GatewayService_CancelCharge_FullMethodName    = "/gateway.v1.GatewayService/CancelCharge"
 	GatewayService_ListSettlements_FullMethodName = "/gateway.v1.GatewayService/ListSettlements"
 )
 
@@ -49,8 +50,22 @@ type GatewayServiceClient interface {
 	// dropped. A gateway may leave Charges unimplemented; clients then call
 	// Charge.
 	Charges(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChargesRequest, ChargesResponse], error)
-	// GetCharge returns the charge recorded under a key, or NOT_FOUND.
+	// GetCharge returns the charge recorded under a key. An absence is
+	// answered NOT_FOUND, and it is definite only when the gateway proved it
+	// with a strongly consistent read: then the status carries a
+	// google.rpc.ErrorInfo with reason "CHARGE_ABSENT" (domain
+	// "gateway.paysched.dev"). A NOT_FOUND without it (an eventually
+	// consistent index that may lag the charges, as Stripe's Search does) is
+	// read as "not known": the engine never acts on it as a proof that
+	// nothing was charged.
 	GetCharge(ctx context.Context, in *GetChargeRequest, opts ...grpc.CallOption) (*GetChargeResponse, error)
+	// CancelCharge cancels the undecided (PENDING) charge under a key, so
+	// that it can never succeed, and answers the charge as it then stands:
+	// DECLINED (cancelled), or SUCCEEDED or DECLINED if it was decided
+	// before the cancel. Idempotent: cancelling a cancelled charge answers it
+	// again. NOT_FOUND as GetCharge; FAILED_PRECONDITION when the gateway
+	// cannot cancel it now (e.g. the bank is processing it).
+	CancelCharge(ctx context.Context, in *CancelChargeRequest, opts ...grpc.CallOption) (*CancelChargeResponse, error)
 	// ListSettlements pages through one UTC day's settled charges.
 	ListSettlements(ctx context.Context, in *ListSettlementsRequest, opts ...grpc.CallOption) (*ListSettlementsResponse, error)
 }
@@ -96,6 +111,16 @@ func (c *gatewayServiceClient) GetCharge(ctx context.Context, in *GetChargeReque
 	return out, nil
 }
 
+func (c *gatewayServiceClient) CancelCharge(ctx context.Context, in *CancelChargeRequest, opts ...grpc.CallOption) (*CancelChargeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelChargeResponse)
+	err := c.cc.Invoke(ctx, GatewayService_CancelCharge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gatewayServiceClient) ListSettlements(ctx context.Context, in *ListSettlementsRequest, opts ...grpc.CallOption) (*ListSettlementsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListSettlementsResponse)
@@ -130,8 +155,22 @@ type GatewayServiceServer interface {
 	// dropped. A gateway may leave Charges unimplemented; clients then call
 	// Charge.
 	Charges(grpc.BidiStreamingServer[ChargesRequest, ChargesResponse]) error
-	// GetCharge returns the charge recorded under a key, or NOT_FOUND.
+	// GetCharge returns the charge recorded under a key. An absence is
+	// answered NOT_FOUND, and it is definite only when the gateway proved it
+	// with a strongly consistent read: then the status carries a
+	// google.rpc.ErrorInfo with reason "CHARGE_ABSENT" (domain
+	// "gateway.paysched.dev"). A NOT_FOUND without it (an eventually
+	// consistent index that may lag the charges, as Stripe's Search does) is
+	// read as "not known": the engine never acts on it as a proof that
+	// nothing was charged.
 	GetCharge(context.Context, *GetChargeRequest) (*GetChargeResponse, error)
+	// CancelCharge cancels the undecided (PENDING) charge under a key, so
+	// that it can never succeed, and answers the charge as it then stands:
+	// DECLINED (cancelled), or SUCCEEDED or DECLINED if it was decided
+	// before the cancel. Idempotent: cancelling a cancelled charge answers it
+	// again. NOT_FOUND as GetCharge; FAILED_PRECONDITION when the gateway
+	// cannot cancel it now (e.g. the bank is processing it).
+	CancelCharge(context.Context, *CancelChargeRequest) (*CancelChargeResponse, error)
 	// ListSettlements pages through one UTC day's settled charges.
 	ListSettlements(context.Context, *ListSettlementsRequest) (*ListSettlementsResponse, error)
 	mustEmbedUnimplementedGatewayServiceServer()
@@ -152,6 +191,9 @@ func (UnimplementedGatewayServiceServer) Charges(grpc.BidiStreamingServer[Charge
 }
 func (UnimplementedGatewayServiceServer) GetCharge(context.Context, *GetChargeRequest) (*GetChargeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetCharge not implemented")
+}
+func (UnimplementedGatewayServiceServer) CancelCharge(context.Context, *CancelChargeRequest) (*CancelChargeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelCharge not implemented")
 }
 func (UnimplementedGatewayServiceServer) ListSettlements(context.Context, *ListSettlementsRequest) (*ListSettlementsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSettlements not implemented")
@@ -220,6 +262,24 @@ func _GatewayService_GetCharge_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GatewayService_CancelCharge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelChargeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).CancelCharge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayService_CancelCharge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).CancelCharge(ctx, req.(*CancelChargeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _GatewayService_ListSettlements_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListSettlementsRequest)
 	if err := dec(in); err != nil {
@@ -252,6 +312,10 @@ var GatewayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCharge",
 			Handler:    _GatewayService_GetCharge_Handler,
+		},
+		{
+			MethodName: "CancelCharge",
+			Handler:    _GatewayService_CancelCharge_Handler,
 		},
 		{
 			MethodName: "ListSettlements",

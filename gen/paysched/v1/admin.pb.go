@@ -416,6 +416,125 @@ func (x *ResolvePaymentResponse) GetPreviousStatus() PaymentStatus {
 	return PaymentStatus_STATUS_UNSPECIFIED
 }
 
+// CancelPaymentRequest names the payment to cancel.
+type CancelPaymentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The payment (UUID).
+	PaymentId string `protobuf:"bytes,1,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// Why: required, at most 500 characters.
+	Note          string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelPaymentRequest) Reset() {
+	*x = CancelPaymentRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelPaymentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelPaymentRequest) ProtoMessage() {}
+
+func (x *CancelPaymentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelPaymentRequest.ProtoReflect.Descriptor instead.
+func (*CancelPaymentRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CancelPaymentRequest) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *CancelPaymentRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// CancelPaymentResponse carries the payment after the move.
+type CancelPaymentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Now CANCELLED.
+	Payment *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	// The status it left (PENDING or DEAD_LETTERED).
+	PreviousStatus PaymentStatus `protobuf:"varint,2,opt,name=previous_status,json=previousStatus,proto3,enum=paysched.v1.PaymentStatus" json:"previous_status,omitempty"`
+	// The gateway's charge cancelled on the way, if there was one.
+	CancelledChargeId string `protobuf:"bytes,3,opt,name=cancelled_charge_id,json=cancelledChargeId,proto3" json:"cancelled_charge_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *CancelPaymentResponse) Reset() {
+	*x = CancelPaymentResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelPaymentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelPaymentResponse) ProtoMessage() {}
+
+func (x *CancelPaymentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelPaymentResponse.ProtoReflect.Descriptor instead.
+func (*CancelPaymentResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CancelPaymentResponse) GetPayment() *ScheduledPayment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+func (x *CancelPaymentResponse) GetPreviousStatus() PaymentStatus {
+	if x != nil {
+		return x.PreviousStatus
+	}
+	return PaymentStatus_STATUS_UNSPECIFIED
+}
+
+func (x *CancelPaymentResponse) GetCancelledChargeId() string {
+	if x != nil {
+		return x.CancelledChargeId
+	}
+	return ""
+}
+
 // ReconciliationItem is one finding of a run.
 type ReconciliationItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -437,7 +556,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	mi := &file_paysched_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +568,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	mi := &file_paysched_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +581,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReconciliationItem) GetKind() string {
@@ -540,7 +659,7 @@ type ReconciliationRun struct {
 
 func (x *ReconciliationRun) Reset() {
 	*x = ReconciliationRun{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	mi := &file_paysched_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +671,7 @@ func (x *ReconciliationRun) String() string {
 func (*ReconciliationRun) ProtoMessage() {}
 
 func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	mi := &file_paysched_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +684,7 @@ func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationRun.ProtoReflect.Descriptor instead.
 func (*ReconciliationRun) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReconciliationRun) GetRunId() int64 {
@@ -667,7 +786,7 @@ type ListReconciliationRunsRequest struct {
 
 func (x *ListReconciliationRunsRequest) Reset() {
 	*x = ListReconciliationRunsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	mi := &file_paysched_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +798,7 @@ func (x *ListReconciliationRunsRequest) String() string {
 func (*ListReconciliationRunsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	mi := &file_paysched_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +811,7 @@ func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListReconciliationRunsRequest) GetDay() string {
@@ -729,7 +848,7 @@ type ListReconciliationRunsResponse struct {
 
 func (x *ListReconciliationRunsResponse) Reset() {
 	*x = ListReconciliationRunsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[10]
+	mi := &file_paysched_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +860,7 @@ func (x *ListReconciliationRunsResponse) String() string {
 func (*ListReconciliationRunsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[10]
+	mi := &file_paysched_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +873,7 @@ func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListReconciliationRunsResponse) GetRuns() []*ReconciliationRun {
@@ -782,7 +901,7 @@ type TriggerReconciliationRunRequest struct {
 
 func (x *TriggerReconciliationRunRequest) Reset() {
 	*x = TriggerReconciliationRunRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[11]
+	mi := &file_paysched_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +913,7 @@ func (x *TriggerReconciliationRunRequest) String() string {
 func (*TriggerReconciliationRunRequest) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[11]
+	mi := &file_paysched_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +926,7 @@ func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunRequest.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TriggerReconciliationRunRequest) GetDay() string {
@@ -828,7 +947,7 @@ type TriggerReconciliationRunResponse struct {
 
 func (x *TriggerReconciliationRunResponse) Reset() {
 	*x = TriggerReconciliationRunResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[12]
+	mi := &file_paysched_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +959,7 @@ func (x *TriggerReconciliationRunResponse) String() string {
 func (*TriggerReconciliationRunResponse) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[12]
+	mi := &file_paysched_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +972,7 @@ func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunResponse.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TriggerReconciliationRunResponse) GetRun() *ReconciliationRun {
@@ -893,7 +1012,15 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x04note\x18\x02 \x01(\tR\x04note\"\x96\x01\n" +
 	"\x16ResolvePaymentResponse\x127\n" +
 	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x12C\n" +
-	"\x0fprevious_status\x18\x02 \x01(\x0e2\x1a.paysched.v1.PaymentStatusR\x0epreviousStatus\"\xb8\x01\n" +
+	"\x0fprevious_status\x18\x02 \x01(\x0e2\x1a.paysched.v1.PaymentStatusR\x0epreviousStatus\"I\n" +
+	"\x14CancelPaymentRequest\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"\xc5\x01\n" +
+	"\x15CancelPaymentResponse\x127\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x12C\n" +
+	"\x0fprevious_status\x18\x02 \x01(\x0e2\x1a.paysched.v1.PaymentStatusR\x0epreviousStatus\x12.\n" +
+	"\x13cancelled_charge_id\x18\x03 \x01(\tR\x11cancelledChargeId\"\xb8\x01\n" +
 	"\x12ReconciliationItem\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1a\n" +
 	"\bseverity\x18\x02 \x01(\tR\bseverity\x12\x1d\n" +
@@ -932,11 +1059,12 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x1fTriggerReconciliationRunRequest\x12\x10\n" +
 	"\x03day\x18\x01 \x01(\tR\x03day\"T\n" +
 	" TriggerReconciliationRunResponse\x120\n" +
-	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\x8e\x04\n" +
+	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\xe6\x04\n" +
 	"\fAdminService\x12\\\n" +
 	"\x0fListDeadLetters\x12#.paysched.v1.ListDeadLettersRequest\x1a$.paysched.v1.ListDeadLettersResponse\x12Y\n" +
 	"\x0eRedrivePayment\x12\".paysched.v1.RedrivePaymentRequest\x1a#.paysched.v1.RedrivePaymentResponse\x12Y\n" +
-	"\x0eResolvePayment\x12\".paysched.v1.ResolvePaymentRequest\x1a#.paysched.v1.ResolvePaymentResponse\x12q\n" +
+	"\x0eResolvePayment\x12\".paysched.v1.ResolvePaymentRequest\x1a#.paysched.v1.ResolvePaymentResponse\x12V\n" +
+	"\rCancelPayment\x12!.paysched.v1.CancelPaymentRequest\x1a\".paysched.v1.CancelPaymentResponse\x12q\n" +
 	"\x16ListReconciliationRuns\x12*.paysched.v1.ListReconciliationRunsRequest\x1a+.paysched.v1.ListReconciliationRunsResponse\x12w\n" +
 	"\x18TriggerReconciliationRun\x12,.paysched.v1.TriggerReconciliationRunRequest\x1a-.paysched.v1.TriggerReconciliationRunResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
 
@@ -952,7 +1080,7 @@ func file_paysched_v1_admin_proto_rawDescGZIP() []byte {
 	return file_paysched_v1_admin_proto_rawDescData
 }
 
-var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_paysched_v1_admin_proto_goTypes = []any{
 	(*DeadLetter)(nil),                       // 0: paysched.v1.DeadLetter
 	(*ListDeadLettersRequest)(nil),           // 1: paysched.v1.ListDeadLettersRequest
@@ -961,43 +1089,49 @@ var file_paysched_v1_admin_proto_goTypes = []any{
 	(*RedrivePaymentResponse)(nil),           // 4: paysched.v1.RedrivePaymentResponse
 	(*ResolvePaymentRequest)(nil),            // 5: paysched.v1.ResolvePaymentRequest
 	(*ResolvePaymentResponse)(nil),           // 6: paysched.v1.ResolvePaymentResponse
-	(*ReconciliationItem)(nil),               // 7: paysched.v1.ReconciliationItem
-	(*ReconciliationRun)(nil),                // 8: paysched.v1.ReconciliationRun
-	(*ListReconciliationRunsRequest)(nil),    // 9: paysched.v1.ListReconciliationRunsRequest
-	(*ListReconciliationRunsResponse)(nil),   // 10: paysched.v1.ListReconciliationRunsResponse
-	(*TriggerReconciliationRunRequest)(nil),  // 11: paysched.v1.TriggerReconciliationRunRequest
-	(*TriggerReconciliationRunResponse)(nil), // 12: paysched.v1.TriggerReconciliationRunResponse
-	(*ScheduledPayment)(nil),                 // 13: paysched.v1.ScheduledPayment
-	(PaymentStatus)(0),                       // 14: paysched.v1.PaymentStatus
-	(*timestamppb.Timestamp)(nil),            // 15: google.protobuf.Timestamp
+	(*CancelPaymentRequest)(nil),             // 7: paysched.v1.CancelPaymentRequest
+	(*CancelPaymentResponse)(nil),            // 8: paysched.v1.CancelPaymentResponse
+	(*ReconciliationItem)(nil),               // 9: paysched.v1.ReconciliationItem
+	(*ReconciliationRun)(nil),                // 10: paysched.v1.ReconciliationRun
+	(*ListReconciliationRunsRequest)(nil),    // 11: paysched.v1.ListReconciliationRunsRequest
+	(*ListReconciliationRunsResponse)(nil),   // 12: paysched.v1.ListReconciliationRunsResponse
+	(*TriggerReconciliationRunRequest)(nil),  // 13: paysched.v1.TriggerReconciliationRunRequest
+	(*TriggerReconciliationRunResponse)(nil), // 14: paysched.v1.TriggerReconciliationRunResponse
+	(*ScheduledPayment)(nil),                 // 15: paysched.v1.ScheduledPayment
+	(PaymentStatus)(0),                       // 16: paysched.v1.PaymentStatus
+	(*timestamppb.Timestamp)(nil),            // 17: google.protobuf.Timestamp
 }
 var file_paysched_v1_admin_proto_depIdxs = []int32{
-	13, // 0: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
+	15, // 0: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
 	0,  // 1: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
-	13, // 2: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	14, // 3: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	13, // 4: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	14, // 5: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	15, // 6: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
-	15, // 7: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
-	7,  // 8: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
-	8,  // 9: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
-	8,  // 10: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
-	1,  // 11: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
-	3,  // 12: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
-	5,  // 13: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
-	9,  // 14: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
-	11, // 15: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
-	2,  // 16: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
-	4,  // 17: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
-	6,  // 18: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
-	10, // 19: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
-	12, // 20: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	15, // 2: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	16, // 3: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	15, // 4: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	16, // 5: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	15, // 6: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	16, // 7: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	17, // 8: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
+	17, // 9: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
+	9,  // 10: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
+	10, // 11: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
+	10, // 12: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
+	1,  // 13: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
+	3,  // 14: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
+	5,  // 15: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
+	7,  // 16: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
+	11, // 17: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
+	13, // 18: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
+	2,  // 19: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
+	4,  // 20: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
+	6,  // 21: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
+	8,  // 22: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
+	12, // 23: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
+	14, // 24: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_admin_proto_init() }
@@ -1012,7 +1146,7 @@ func file_paysched_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_v1_admin_proto_rawDesc), len(file_paysched_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	AdminService_ListDeadLetters_FullMethodName          = "/paysched.v1.AdminService/ListDeadLetters"
 	AdminService_RedrivePayment_FullMethodName           = "/paysched.v1.AdminService/RedrivePayment"
 	AdminService_ResolvePayment_FullMethodName           = "/paysched.v1.AdminService/ResolvePayment"
+	AdminService_CancelPayment_FullMethodName            = "/paysched.v1.AdminService/CancelPayment"
 	AdminService_ListReconciliationRuns_FullMethodName   = "/paysched.v1.AdminService/ListReconciliationRuns"
 	AdminService_TriggerReconciliationRun_FullMethodName = "/paysched.v1.AdminService/TriggerReconciliationRun"
 )
@@ -41,8 +42,15 @@ type AdminServiceClient interface {
 	// RedrivePayment moves a dead letter back to PENDING, due now, with a
 	// fresh retry budget and the same gateway key (the paymentId).
 	RedrivePayment(ctx context.Context, in *RedrivePaymentRequest, opts ...grpc.CallOption) (*RedrivePaymentResponse, error)
-	// ResolvePayment moves a dead letter to FAILED with an operator note.
+	// ResolvePayment moves a dead letter to FAILED with an operator note,
+	// once the gateway has proven it holds no charge for it (or declined it).
 	ResolvePayment(ctx context.Context, in *ResolvePaymentRequest, opts ...grpc.CallOption) (*ResolvePaymentResponse, error)
+	// CancelPayment cancels a payment at rest (a dead letter, or PENDING
+	// waiting for its retry): an undecided charge at the gateway (waiting for
+	// the customer's authentication, or processing) is cancelled there
+	// first; then the payment moves to CANCELLED. Refused while the gateway
+	// holds a succeeded charge for it, or cannot prove it holds none.
+	CancelPayment(ctx context.Context, in *CancelPaymentRequest, opts ...grpc.CallOption) (*CancelPaymentResponse, error)
 	// ListReconciliationRuns lists runs, newest first, each with its items.
 	ListReconciliationRuns(ctx context.Context, in *ListReconciliationRunsRequest, opts ...grpc.CallOption) (*ListReconciliationRunsResponse, error)
 	// TriggerReconciliationRun reconciles one UTC day now and returns the run.
@@ -87,6 +95,16 @@ func (c *adminServiceClient) ResolvePayment(ctx context.Context, in *ResolvePaym
 	return out, nil
 }
 
+func (c *adminServiceClient) CancelPayment(ctx context.Context, in *CancelPaymentRequest, opts ...grpc.CallOption) (*CancelPaymentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelPaymentResponse)
+	err := c.cc.Invoke(ctx, AdminService_CancelPayment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ListReconciliationRuns(ctx context.Context, in *ListReconciliationRunsRequest, opts ...grpc.CallOption) (*ListReconciliationRunsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListReconciliationRunsResponse)
@@ -122,8 +140,15 @@ type AdminServiceServer interface {
 	// RedrivePayment moves a dead letter back to PENDING, due now, with a
 	// fresh retry budget and the same gateway key (the paymentId).
 	RedrivePayment(context.Context, *RedrivePaymentRequest) (*RedrivePaymentResponse, error)
-	// ResolvePayment moves a dead letter to FAILED with an operator note.
+	// ResolvePayment moves a dead letter to FAILED with an operator note,
+	// once the gateway has proven it holds no charge for it (or declined it).
 	ResolvePayment(context.Context, *ResolvePaymentRequest) (*ResolvePaymentResponse, error)
+	// CancelPayment cancels a payment at rest (a dead letter, or PENDING
+	// waiting for its retry): an undecided charge at the gateway (waiting for
+	// the customer's authentication, or processing) is cancelled there
+	// first; then the payment moves to CANCELLED. Refused while the gateway
+	// holds a succeeded charge for it, or cannot prove it holds none.
+	CancelPayment(context.Context, *CancelPaymentRequest) (*CancelPaymentResponse, error)
 	// ListReconciliationRuns lists runs, newest first, each with its items.
 	ListReconciliationRuns(context.Context, *ListReconciliationRunsRequest) (*ListReconciliationRunsResponse, error)
 	// TriggerReconciliationRun reconciles one UTC day now and returns the run.
@@ -146,6 +171,9 @@ func (UnimplementedAdminServiceServer) RedrivePayment(context.Context, *RedriveP
 }
 func (UnimplementedAdminServiceServer) ResolvePayment(context.Context, *ResolvePaymentRequest) (*ResolvePaymentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolvePayment not implemented")
+}
+func (UnimplementedAdminServiceServer) CancelPayment(context.Context, *CancelPaymentRequest) (*CancelPaymentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelPayment not implemented")
 }
 func (UnimplementedAdminServiceServer) ListReconciliationRuns(context.Context, *ListReconciliationRunsRequest) (*ListReconciliationRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReconciliationRuns not implemented")
@@ -228,6 +256,24 @@ func _AdminService_ResolvePayment_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_CancelPayment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelPaymentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CancelPayment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CancelPayment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CancelPayment(ctx, req.(*CancelPaymentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ListReconciliationRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListReconciliationRunsRequest)
 	if err := dec(in); err != nil {
@@ -282,6 +328,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolvePayment",
 			Handler:    _AdminService_ResolvePayment_Handler,
+		},
+		{
+			MethodName: "CancelPayment",
+			Handler:    _AdminService_CancelPayment_Handler,
 		},
 		{
 			MethodName: "ListReconciliationRuns",

@@ -39,7 +39,8 @@ const (
 	PaymentStatus_COMPLETED PaymentStatus = 3
 	// FAILED was declined, or resolved as failed by an operator.
 	PaymentStatus_FAILED PaymentStatus = 4
-	// CANCELLED was cancelled by the payer before it was claimed.
+	// CANCELLED was cancelled by the payer before it was claimed, or by an
+	// operator once the gateway proved no charge of it can land.
 	PaymentStatus_CANCELLED PaymentStatus = 5
 	// DEAD_LETTERED exhausted its retry budget and waits for an operator.
 	PaymentStatus_DEAD_LETTERED PaymentStatus = 6
@@ -183,7 +184,13 @@ type ScheduledPayment struct {
 	// Last change.
 	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// Execution attempts, oldest first (filled by Get only).
-	Attempts      []*PaymentAttempt `protobuf:"bytes,15,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	Attempts []*PaymentAttempt `protobuf:"bytes,15,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// Why a FAILED payment failed, as a stable code: DECLINED (the gateway
+	// declined it), AUTHENTICATION_REQUIRED (it waited for the customer's
+	// authentication past its bound and was cancelled at the gateway),
+	// PSP_TIMEOUT (the gateway kept processing it past its bound),
+	// RESOLVED_BY_OPERATOR. Empty otherwise.
+	FailureReason string `protobuf:"bytes,16,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -321,6 +328,13 @@ func (x *ScheduledPayment) GetAttempts() []*PaymentAttempt {
 		return x.Attempts
 	}
 	return nil
+}
+
+func (x *ScheduledPayment) GetFailureReason() string {
+	if x != nil {
+		return x.FailureReason
+	}
+	return ""
 }
 
 // PaymentAttempt is one call to the gateway.
@@ -1105,7 +1119,7 @@ var File_paysched_v1_payments_proto protoreflect.FileDescriptor
 
 const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\n" +
-	"\x1apaysched/v1/payments.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x05\n" +
+	"\x1apaysched/v1/payments.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x05\n" +
 	"\x10ScheduledPayment\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x14\n" +
@@ -1127,7 +1141,8 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"created_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x127\n" +
-	"\battempts\x18\x0f \x03(\v2\x1b.paysched.v1.PaymentAttemptR\battempts\x1a;\n" +
+	"\battempts\x18\x0f \x03(\v2\x1b.paysched.v1.PaymentAttemptR\battempts\x12%\n" +
+	"\x0efailure_reason\x18\x10 \x01(\tR\rfailureReason\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x01\n" +

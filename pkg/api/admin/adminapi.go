@@ -40,10 +40,11 @@ type Server struct {
 	log    *slog.Logger
 }
 
-// Prober asks the gateway whether it holds a charge for a payment
-// (gateway.Charger).
+// Prober asks the gateway whether it holds a charge for a payment, and
+// cancels an undecided one (gateway.Charger).
 type Prober interface {
 	Probe(ctx context.Context, p gateway.Payment) gateway.Result
+	Cancel(ctx context.Context, p gateway.Payment, chargeID string) gateway.Result
 }
 
 // New returns the admin service. runner and prober may be nil (no gateway
@@ -144,8 +145,12 @@ func checkNote(note string, required bool) error {
 	return nil
 }
 
-// move applies one operator transition on a dead letter.
-func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired bool, m store.Move) (*payschedv1.ScheduledPayment, payschedv1.PaymentStatus, error) {
+// move applies one operator transition: it reads the payment, asks the
+// gateway what it holds for it (decide turns the answer into the move, or
+// a refusal), and makes the move fenced on the attempt it read, so a claim
+// in between (which may charge) makes it miss.
+func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired bool, from []payment.Status, m store.Move,
+	decide func(p *payment.Payment, r gateway.Result, m *store.Move) error) (*payschedv1.ScheduledPayment, payschedv1.PaymentStatus, error) {
 	who, err := admin(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -157,78 +162,116 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 	if err := checkNote(note, noteRequired); err != nil {
 		return nil, 0, err
 	}
-	if err := s.askGateway(ctx, id); err != nil {
+	p, err := s.atRest(ctx, id, from)
+	if err != nil {
 		return nil, 0, err
 	}
-	m.ID, m.By, m.Actor, m.Reason = id, payment.Operator, "admin:"+who, note
+	if s.prober == nil {
+		return nil, 0, apierr.New(codes.FailedPrecondition, "GATEWAY_NOT_CONFIGURED",
+			"an operator moves a payment only after asking the gateway whether it was charged, and this service has no gateway configured", nil)
+	}
+	r := s.prober.Probe(ctx, gateway.Payment{ID: id.String(), Payer: p.Payer, Payee: p.Payee, Currency: p.Currency, Amount: p.Amount, DueAt: p.DueAt})
+	if err := decide(p, r, &m); err != nil {
+		return nil, 0, err
+	}
+	m.ID, m.By, m.Actor, m.Reason, m.Attempt = id, payment.Operator, "admin:"+who, note, p.Attempt
 	prev, err := store.Apply(ctx, s.db, m)
 	if errors.Is(err, store.ErrNotMoved) {
-		p, gerr := s.store.GetAny(ctx, id)
+		now, gerr := s.store.GetAny(ctx, id)
 		if errors.Is(gerr, store.ErrNotFound) {
 			return nil, 0, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
 		}
 		if gerr != nil {
 			return nil, 0, s.internal("read payment", gerr)
 		}
-		return nil, 0, apierr.New(codes.FailedPrecondition, "NOT_DEAD_LETTERED",
-			"only a DEAD_LETTERED payment can be re-driven or resolved; this one is "+string(p.Status),
-			map[string]string{"status": string(p.Status)})
+		return nil, 0, apierr.New(codes.Aborted, "MOVED_MEANWHILE",
+			"the payment moved while the gateway was asked (it is "+string(now.Status)+", attempt "+strconv.Itoa(int(now.Attempt))+"): look again",
+			map[string]string{"status": string(now.Status)})
 	}
 	if err != nil {
 		return nil, 0, s.internal("move payment", err)
 	}
-	p, err := s.store.GetAny(ctx, id)
+	out, err := s.store.GetAny(ctx, id)
 	if err != nil {
 		return nil, 0, s.internal("read payment", err)
 	}
 	s.log.Info("admin action", "actor", who, "action", m.Action, "payment", id, "from", prev, "to", m.To, "note", note)
-	return payments.ToProto(p), payments.StatusToProto(prev), nil
+	return payments.ToProto(out), payments.StatusToProto(prev), nil
 }
 
-// askGateway is the probe before an operator's move: a dead letter may have
-// been charged (its answer lost, its lease expired), and the gateway may
-// have forgotten the key (Stripe: after 24 h), so a re-drive could charge
-// twice and a resolve to FAILED could contradict the books. Only a gateway
-// that answers "no charge" or "declined" lets the move through. Nothing
-// charges a DEAD_LETTERED payment meanwhile, and a re-drive still sets
-// probe_first, so the executor asks again before it charges.
-func (s *Server) askGateway(ctx context.Context, id uuid.UUID) error {
+// atRest reads payment id and refuses it unless its status is one of from.
+func (s *Server) atRest(ctx context.Context, id uuid.UUID, from []payment.Status) (*payment.Payment, error) {
 	p, err := s.store.GetAny(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
+		return nil, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
 	}
 	if err != nil {
-		return s.internal("read payment", err)
+		return nil, s.internal("read payment", err)
 	}
-	if p.Status != payment.DeadLettered {
-		return apierr.New(codes.FailedPrecondition, "NOT_DEAD_LETTERED",
-			"only a DEAD_LETTERED payment can be re-driven or resolved; this one is "+string(p.Status),
-			map[string]string{"status": string(p.Status)})
+	for _, st := range from {
+		if p.Status == st {
+			return p, nil
+		}
 	}
-	if s.prober == nil {
-		return apierr.New(codes.FailedPrecondition, "GATEWAY_NOT_CONFIGURED",
-			"a dead letter is re-driven or resolved only after asking the gateway whether it was charged, and this payments-api has no --gateway-addr", nil)
+	names := make([]string, len(from))
+	for i, st := range from {
+		names[i] = string(st)
 	}
-	r := s.prober.Probe(ctx, gateway.Payment{ID: id.String(), Payer: p.Payer, Payee: p.Payee, Currency: p.Currency, Amount: p.Amount})
+	reason := "NOT_DEAD_LETTERED"
+	if len(from) > 1 {
+		reason = "NOT_AT_REST"
+	}
+	return nil, apierr.New(codes.FailedPrecondition, reason,
+		"only a payment that is "+strings.Join(names, " or ")+" can be moved so; this one is "+string(p.Status),
+		map[string]string{"status": string(p.Status)})
+}
+
+// notCharged is the rule for an operator's move to a status that says
+// "no charge" (re-drive, resolve): a dead letter may have been charged
+// (its answer lost, its lease expired), and the gateway may have forgotten
+// the key (Stripe: after 24 h), so a re-drive could charge twice and a
+// resolve to FAILED could contradict the books. Only a gateway that proves
+// it holds no charge (a strongly consistent read), or declined the one it
+// holds, lets the move through. Nothing charges a DEAD_LETTERED payment
+// meanwhile, and a re-drive still sets probe_first, so the executor asks
+// again before it charges.
+func notCharged(_ *payment.Payment, r gateway.Result, _ *store.Move) error {
 	switch {
 	case r.Found && r.Outcome == payment.Succeeded:
-		return apierr.New(codes.FailedPrecondition, "ALREADY_CHARGED",
-			"the gateway holds charge "+r.Ref+" for this payment: it was charged, so it is not re-driven or resolved (the reconciler completes it)",
-			map[string]string{"chargeId": r.Ref})
+		return alreadyCharged(r.Ref)
 	case r.Mismatch:
 		return apierr.New(codes.FailedPrecondition, "GATEWAY_MISMATCH", r.Error, map[string]string{"chargeId": r.Ref})
-	case r.Found && r.Outcome == payment.Declined, !r.Found && r.Outcome == payment.Retryable:
+	case r.Found && r.Outcome == payment.Declined, r.Absent:
 		return nil
-	default:
-		return apierr.New(codes.Unavailable, "GATEWAY_UNAVAILABLE",
-			"could not learn from the gateway whether this payment was charged; try again: "+r.Error, nil)
+	case r.Found:
+		return apierr.New(codes.FailedPrecondition, "CHARGE_UNDECIDED",
+			"the gateway holds charge "+r.Ref+" undecided (waiting for the customer's authentication, or processing): cancel the payment instead, which cancels that charge first",
+			map[string]string{"chargeId": r.Ref})
 	}
+	return unproven(r)
+}
+
+func alreadyCharged(ref string) error {
+	return apierr.New(codes.FailedPrecondition, "ALREADY_CHARGED",
+		"the gateway holds charge "+ref+" for this payment: it was charged, so it is not moved (the reconciler completes it)",
+		map[string]string{"chargeId": ref})
+}
+
+// unproven is the refusal when the gateway could not say, or could not
+// prove, that it holds no charge.
+func unproven(r gateway.Result) error {
+	if !r.Unhealthy && !r.Found {
+		return apierr.New(codes.Unavailable, "ABSENCE_UNPROVEN",
+			"the gateway found no charge for this payment but could not prove it holds none (its index may lag recent charges); try again later: "+r.Error, nil)
+	}
+	return apierr.New(codes.Unavailable, "GATEWAY_UNAVAILABLE",
+		"could not learn from the gateway whether this payment was charged; try again: "+r.Error, nil)
 }
 
 // RedrivePayment implements AdminService.
 func (s *Server) RedrivePayment(ctx context.Context, req *payschedv1.RedrivePaymentRequest) (*payschedv1.RedrivePaymentResponse, error) {
-	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), false,
-		store.Move{To: payment.Pending, Redrive: true, Action: "REDRIVE"})
+	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), false, []payment.Status{payment.DeadLettered},
+		store.Move{To: payment.Pending, Redrive: true, Action: "REDRIVE"}, notCharged)
 	if err != nil {
 		return nil, err
 	}
@@ -237,12 +280,49 @@ func (s *Server) RedrivePayment(ctx context.Context, req *payschedv1.RedrivePaym
 
 // ResolvePayment implements AdminService.
 func (s *Server) ResolvePayment(ctx context.Context, req *payschedv1.ResolvePaymentRequest) (*payschedv1.ResolvePaymentResponse, error) {
-	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), true,
-		store.Move{To: payment.Failed, Action: "RESOLVE", LastError: "resolved by an operator: " + req.GetNote()})
+	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), true, []payment.Status{payment.DeadLettered},
+		store.Move{To: payment.Failed, Action: "RESOLVE", FailReason: payment.FailResolved,
+			LastError: "resolved by an operator: " + req.GetNote()}, notCharged)
 	if err != nil {
 		return nil, err
 	}
 	return &payschedv1.ResolvePaymentResponse{Payment: p, PreviousStatus: prev}, nil
+}
+
+// CancelPayment implements AdminService: a payment at rest is cancelled
+// once no charge of it can land. An undecided charge (waiting for the
+// customer's authentication, or processing) is cancelled at the gateway
+// first; a declined one, or a proven absence, lets it through; a
+// succeeded one refuses. A PENDING payment is fenced on the attempt read
+// before asking, so a claim in between makes the move miss.
+func (s *Server) CancelPayment(ctx context.Context, req *payschedv1.CancelPaymentRequest) (*payschedv1.CancelPaymentResponse, error) {
+	var cancelled string
+	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), true, payment.From(payment.Cancelled, payment.Operator),
+		store.Move{To: payment.Cancelled, Action: "CANCEL", LastError: "cancelled by an operator: " + req.GetNote()},
+		func(p *payment.Payment, r gateway.Result, _ *store.Move) error {
+			if r.Found && r.Outcome == payment.Ambiguous && !r.Mismatch {
+				// Undecided at the gateway: cancel it there first, and read
+				// what it is then.
+				r = s.prober.Cancel(ctx, gateway.Payment{ID: p.ID.String(), Payer: p.Payer, Payee: p.Payee,
+					Currency: p.Currency, Amount: p.Amount, DueAt: p.DueAt}, r.Ref)
+				switch {
+				case r.Outcome == payment.Declined:
+					cancelled = r.Ref
+					return nil
+				case !r.Found:
+					return apierr.New(codes.Unavailable, "GATEWAY_CANCEL_FAILED", "the gateway did not cancel the charge: "+r.Error,
+						map[string]string{"chargeId": r.Ref})
+				case r.Outcome == payment.Ambiguous && !r.Mismatch:
+					return apierr.New(codes.FailedPrecondition, "CHARGE_NOT_CANCELLABLE",
+						"the gateway keeps charge "+r.Ref+" undecided and would not cancel it: "+r.Error, map[string]string{"chargeId": r.Ref})
+				}
+			}
+			return notCharged(p, r, nil)
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.CancelPaymentResponse{Payment: p, PreviousStatus: prev, CancelledChargeId: cancelled}, nil
 }
 
 // ListReconciliationRuns implements AdminService.

@@ -12,20 +12,21 @@ import (
 // ToProto is the API form of p (attempts included when loaded).
 func ToProto(p *payment.Payment) *payschedv1.ScheduledPayment {
 	out := &payschedv1.ScheduledPayment{
-		PaymentId:   p.ID.String(),
-		Payer:       p.Payer,
-		Payee:       p.Payee,
-		Amount:      p.Amount,
-		Currency:    p.Currency,
-		DueAt:       timestamppb.New(p.DueAt),
-		Status:      StatusToProto(p.Status),
-		Description: p.Description,
-		Metadata:    p.Metadata,
-		Attempt:     p.Attempt,
-		GatewayRef:  p.GatewayRef,
-		LastError:   p.LastError,
-		CreatedAt:   timestamppb.New(p.CreatedAt),
-		UpdatedAt:   timestamppb.New(p.UpdatedAt),
+		PaymentId:     p.ID.String(),
+		Payer:         p.Payer,
+		Payee:         p.Payee,
+		Amount:        p.Amount,
+		Currency:      p.Currency,
+		DueAt:         timestamppb.New(p.DueAt),
+		Status:        StatusToProto(p.Status),
+		Description:   p.Description,
+		Metadata:      p.Metadata,
+		Attempt:       p.Attempt,
+		GatewayRef:    p.GatewayRef,
+		LastError:     p.LastError,
+		FailureReason: string(p.FailReason),
+		CreatedAt:     timestamppb.New(p.CreatedAt),
+		UpdatedAt:     timestamppb.New(p.UpdatedAt),
 	}
 	for _, a := range p.Attempts {
 		pa := &payschedv1.PaymentAttempt{

@@ -18,12 +18,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
@@ -53,7 +56,17 @@ type Config struct {
 	// LeaseMargin is kept between a call's deadline and the end of its
 	// claim's lease, for clock skew and the outcome write (default 2s).
 	LeaseMargin time.Duration
+	// MaxReleases is how many claims of one payment in a row may be
+	// released untouched (the lease could not hold a call) before it is
+	// dead-lettered LEASE_TOO_SHORT rather than claimed again (default 5).
+	MaxReleases int
 }
+
+// MinLeaseHeader is the response header in which an executor tells a
+// sweeper, as each Execute stream opens, the shortest lease it can work
+// under (milliseconds): the longest call it may make plus its margin. A
+// sweeper with a shorter --lease would only loop claim, release, claim.
+const MinLeaseHeader = "paysched-min-lease-ms"
 
 // Validate reports the first configuration error.
 func (c Config) Validate() error {
@@ -71,6 +84,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--complete-batch must be at least 1, got %d", c.CompleteBatch)
 	case c.LeaseMargin < 0:
 		return fmt.Errorf("--lease-margin must not be negative, got %s", c.LeaseMargin)
+	case c.MaxReleases < 0:
+		return fmt.Errorf("--max-releases must be at least 1, got %d", c.MaxReleases)
 	}
 	return nil
 }
@@ -90,12 +105,15 @@ type Server struct {
 
 // task is one claimed payment on its way through the executor.
 type task struct {
-	ctx    context.Context
-	w      store.Work
-	readAt time.Time // local time the lease was read
-	out    chan<- *internalv1.Outcome
-	tr     store.Transition
-	result internalv1.Result
+	ctx context.Context
+	w   store.Work
+	// leaseEnd is when the claim's lease ends by this process's clock,
+	// measured conservatively: the database's "lease left" counted from
+	// before the batch was read.
+	leaseEnd time.Time
+	out      chan<- *internalv1.Outcome
+	tr       store.Transition
+	result   internalv1.Result
 	// gatewayOK feeds the sweeper's breaker.
 	gatewayOK bool
 }
@@ -108,6 +126,8 @@ type metrics struct {
 	released   prometheus.Counter
 	mismatches prometheus.Counter
 	unrecorded prometheus.Counter
+	poisoned   prometheus.Counter
+	tooShort   prometheus.Counter
 	flush      prometheus.Histogram
 }
 
@@ -124,6 +144,9 @@ func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Regis
 	}
 	if cfg.LeaseMargin == 0 {
 		cfg.LeaseMargin = 2 * time.Second
+	}
+	if cfg.MaxReleases == 0 {
+		cfg.MaxReleases = 5
 	}
 	s := &Server{cfg: cfg, db: db, charger: charger, log: log,
 		// Buffered to MaxInFlight: admission already bounds what is queued,
@@ -145,10 +168,16 @@ func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Regis
 		Name: "paysched_gateway_mismatches_total", Help: "Gateway answers naming another key, amount or currency than the payment's (alert: never a success)."})
 	s.m.unrecorded = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "paysched_executor_unrecorded_total", Help: "Outcomes that could not be written (the lease expires; the next attempt probes)."})
+	s.m.poisoned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_unrecordable_total", Help: "Outcomes the database refused even alone, written instead as a dead letter OUTCOME_UNRECORDABLE (the rest of their batch recorded row by row)."})
+	s.m.tooShort = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_lease_too_short_total", Help: "Payments dead-lettered LEASE_TOO_SHORT: released untouched --max-releases times in a row."})
 	s.m.flush = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "paysched_executor_complete_batch_size", Help: "Outcomes written per completion statement.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
-	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced, s.m.dead, s.m.released, s.m.mismatches, s.m.unrecorded, s.m.flush)
+	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced, s.m.dead, s.m.released, s.m.mismatches, s.m.unrecorded,
+		s.m.poisoned, s.m.tooShort, s.m.flush)
+	gateway.RegisterMetrics(reg)
 	// Fixed pools: callers bound gateway concurrency, and long-lived
 	// goroutines keep their grown stacks instead of regrowing one per call.
 	for range cfg.Concurrency {
@@ -160,8 +189,21 @@ func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Regis
 	return s, nil
 }
 
+// MinLease is the shortest lease this executor works under without
+// cutting any call short: its longest attempt (a probe first, the charge,
+// the probe after an uncertain answer, the cancel of an undecided charge)
+// and its margin. Sweepers refuse to give it work under a shorter --lease.
+func (s *Server) MinLease() time.Duration {
+	return s.charger.Deadline(true) + s.cfg.LeaseMargin
+}
+
 // Execute implements ExecutorService.
 func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.ExecutorService_ExecuteServer) error {
+	// The sweeper learns, before anything else, whether its lease can hold
+	// this executor's calls at all.
+	if err := stream.SendHeader(metadata.Pairs(MinLeaseHeader, strconv.FormatInt(s.MinLease().Milliseconds(), 10))); err != nil {
+		return err
+	}
 	items := make([]store.Item, 0, len(req.GetItems()))
 	seen := make(map[uuid.UUID]bool, len(req.GetItems()))
 	for _, w := range req.GetItems() {
@@ -188,6 +230,10 @@ func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.Execu
 	// The work must finish even if the sweeper goes away: outcomes are
 	// money's record. Each call is bounded by the gateway timeouts.
 	ctx := context.WithoutCancel(stream.Context())
+	// The lease left is read by the database's clock, as lease_until (set
+	// by the claim) minus its now; it is counted from before the read was
+	// sent, so the time the read took is never counted as lease.
+	readAt := time.Now()
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	works, err := store.Load(lctx, s.db, items)
 	cancel()
@@ -197,17 +243,16 @@ func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.Execu
 		// Nothing was started: the sweeper may release the claims.
 		return status.Error(codes.Aborted, "could not read the batch; nothing was started")
 	}
-	readAt := time.Now()
 	out := make(chan *internalv1.Outcome, n)
 	loaded := make(map[store.Item]bool, len(works))
 	for _, w := range works {
 		loaded[store.Item{ID: w.ID, Attempt: w.Attempt}] = true
-		t := &task{ctx: ctx, w: w, readAt: readAt, out: out, gatewayOK: true}
+		t := &task{ctx: ctx, w: w, leaseEnd: readAt.Add(w.LeaseLeft), out: out, gatewayOK: true}
 		if s.cfg.Backoff.Spent(w.Retries) && !w.ProbeFirst {
 			// Spent by expired leases whose attempts were all settled as
 			// not charged: nothing to ask, nothing more to try.
 			t.tr = store.Transition{Item: w.Item, Status: payment.DeadLettered, DeadReason: payment.RetriesExhausted,
-				NewRetries: w.Retries, Error: "retry budget spent"}
+				NewRetries: w.Retries, Error: "retry budget spent", Releases: w.Releases}
 			t.result = internalv1.Result_RESULT_DEAD_LETTERED
 			s.done <- t
 			continue
@@ -257,35 +302,62 @@ func (s *Server) caller() {
 // call decides one task: release it, probe it, charge it.
 func (s *Server) call(t *task) {
 	w := t.w
-	// Lease discipline: never start a call that could outlive the claim.
-	need := s.charger.Deadline(w.ProbeFirst) + s.cfg.LeaseMargin
-	if time.Now().Add(need).After(t.readAt.Add(w.LeaseLeft)) {
+	// Lease discipline: start only if the lease holds the probe that must
+	// come first and the charge itself, with the margin; every call of the
+	// attempt then ends by the lease's end less the margin (the deadline
+	// below), so what follows an uncertain answer (the probe, a cancel)
+	// gets what is left, and a probe cut short is only ambiguous.
+	need := s.charger.ChargeTimeout + s.cfg.LeaseMargin
+	if w.ProbeFirst {
+		need += s.charger.ProbeTimeout
+	}
+	if time.Now().Add(need).After(t.leaseEnd) {
 		s.m.released.Inc()
-		t.tr = store.Transition{Item: w.Item, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: w.ProbeFirst}
+		t.tr = store.Transition{Item: w.Item, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: w.ProbeFirst,
+			Releases: w.Releases + 1}
 		t.result = internalv1.Result_RESULT_RELEASED
+		if int(w.Releases)+1 >= s.cfg.MaxReleases {
+			// Claimed and released again and again, nothing charged, nothing
+			// learned: the lease cannot hold a call. Looping helps nobody.
+			s.m.tooShort.Inc()
+			t.tr.Status, t.tr.DeadReason = payment.DeadLettered, payment.LeaseTooShort
+			t.tr.Error = fmt.Sprintf("released untouched %d times in a row: each claim's lease left less than the %s a charge needs (raise the sweepers' --lease)",
+				w.Releases+1, need)
+			t.result = internalv1.Result_RESULT_DEAD_LETTERED
+		}
 		return
 	}
-	p := gateway.Payment{ID: w.ID.String(), Payer: w.Payer, Payee: w.Payee, Currency: w.Currency, Amount: w.Amount}
+	// Every call of the attempt ends by the lease's end less the margin,
+	// whatever its own timeout says: no call outlives the claim.
+	ctx, cancel := context.WithDeadline(t.ctx, t.leaseEnd.Add(-s.cfg.LeaseMargin))
+	defer cancel()
+	p := gateway.Payment{ID: w.ID.String(), Payer: w.Payer, Payee: w.Payee, Currency: w.Currency, Amount: w.Amount, DueAt: w.DueTime}
 	start := time.Now()
 	var r gateway.Result
+	// proven: this attempt learned from the gateway, by a strongly
+	// consistent read, that no earlier attempt charged the payment.
+	proven := false
 	if w.ProbeFirst {
 		// An earlier attempt may have charged it: ask before charging again,
 		// for the gateway may have forgotten the key (Stripe: after 24 h).
-		r = s.charger.Probe(t.ctx, p)
-		if !r.Found && r.Outcome == payment.Retryable {
+		// Only a proven absence lets it charge again (or end without a
+		// charge): an index that may lag says nothing.
+		r = s.charger.Probe(ctx, p)
+		if r.Absent {
+			proven = true
 			if s.cfg.Backoff.Spent(w.Retries) {
-				r.Error = "retry budget spent; the gateway holds no charge"
+				r.Error = "retry budget spent; the gateway proved it holds no charge"
 			} else {
-				r = s.charger.Charge(t.ctx, p)
+				r = s.chargeWithin(ctx, p, t.leaseEnd)
 			}
 		}
 	} else {
-		r = s.charger.Charge(t.ctx, p)
+		r = s.chargeWithin(ctx, p, t.leaseEnd)
 	}
 	s.m.latency.Observe(time.Since(start).Seconds())
 	s.m.outcomes.WithLabelValues(string(r.Outcome)).Inc()
 	t.gatewayOK = !r.Unhealthy
-	t.tr = s.decide(w, r, time.Now())
+	t.tr = s.decide(w, r, proven, time.Now())
 	t.tr.StartedAt = start
 	switch t.tr.Status {
 	case payment.Completed:
@@ -299,16 +371,31 @@ func (s *Server) call(t *task) {
 	}
 }
 
-// decide maps an attempt's result to the payment's next state.
-func (s *Server) decide(w store.Work, r gateway.Result, now time.Time) store.Transition {
+// chargeWithin charges p with the charge's deadline capped at the lease's
+// end less the margin.
+func (s *Server) chargeWithin(ctx context.Context, p gateway.Payment, leaseEnd time.Time) gateway.Result {
+	limit := time.Until(leaseEnd) - s.cfg.LeaseMargin
+	return s.charger.ChargeWithin(ctx, p, max(limit, time.Millisecond))
+}
+
+// decide maps an attempt's result to the payment's next state. proven:
+// the attempt's probe proved no earlier attempt charged it.
+func (s *Server) decide(w store.Work, r gateway.Result, proven bool, now time.Time) store.Transition {
 	t := store.Transition{Item: w.Item, Outcome: r.Outcome, Ref: r.Ref, Error: r.Error, NewRetries: w.Retries}
+	// May it be charged? This attempt's own request may have landed
+	// (Uncertain), or an earlier one may have that this attempt did not
+	// disprove: probe_first is only ever cleared by a proven absence.
+	mayBeCharged := r.Uncertain || (w.ProbeFirst && !proven)
 	switch {
 	case r.Outcome == payment.Succeeded:
 		t.Status, t.Error = payment.Completed, ""
 	case r.Outcome == payment.Declined:
-		t.Status = payment.Failed
+		t.Status, t.FailReason = payment.Failed, r.FailReason
+		if t.FailReason == "" {
+			t.FailReason = payment.FailDeclined
+		}
 	case r.Outcome == payment.KeyConflict:
-		t.Status, t.DeadReason = payment.DeadLettered, payment.KeyConflicted
+		t.Status, t.DeadReason, t.ProbeFirst = payment.DeadLettered, payment.KeyConflicted, mayBeCharged
 	case r.Mismatch:
 		// The gateway speaks of another charge: never a success, and
 		// retrying will not make it this payment's. A human looks.
@@ -316,15 +403,16 @@ func (s *Server) decide(w store.Work, r gateway.Result, now time.Time) store.Tra
 		s.log.Error("gateway answered a charge that is not this payment's", "payment", w.ID, "err", r.Error)
 		t.Status, t.DeadReason, t.ProbeFirst = payment.DeadLettered, payment.AmbiguousUnresolved, true
 	case s.cfg.Backoff.Spent(w.Retries) || s.cfg.Backoff.Exhausted(w.Retries):
-		t.Status, t.DeadReason, t.ProbeFirst = payment.DeadLettered, payment.RetriesExhausted, r.Uncertain
-		if r.Uncertain {
+		// RETRIES_EXHAUSTED says "not charged": only when proven.
+		t.Status, t.DeadReason, t.ProbeFirst = payment.DeadLettered, payment.RetriesExhausted, mayBeCharged
+		if mayBeCharged {
 			t.DeadReason = payment.AmbiguousUnresolved
 		}
 	default:
 		t.Status = payment.Pending
 		t.RunAt = now.Add(s.cfg.Backoff.Delay(w.Retries))
 		t.NewRetries = w.Retries + 1
-		t.ProbeFirst = r.Uncertain
+		t.ProbeFirst = mayBeCharged
 	}
 	return t
 }
@@ -348,29 +436,39 @@ func (s *Server) completer() {
 	}
 }
 
-// flush writes ts, retrying briefly, and reports each outcome.
+// flush writes ts, retrying briefly, and reports each outcome. A batch
+// the database refuses is written row by row, so one bad row costs only
+// itself: it is dead-lettered OUTCOME_UNRECORDABLE, and the rest are
+// recorded.
 func (s *Server) flush(ts []*task) {
 	trs := make([]store.Transition, len(ts))
 	for i, t := range ts {
 		trs[i] = t.tr
 	}
 	s.m.flush.Observe(float64(len(ts)))
-	var applied map[store.Applied]bool
-	var err error
-	for try, wait := 0, 100*time.Millisecond; try < 4; try, wait = try+1, wait*3 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		applied, err = store.Complete(ctx, s.db, s.cfg.ID, trs)
-		cancel()
-		if err == nil {
-			break
+	applied, err := s.write(trs, 4)
+	if err != nil && len(ts) > 1 {
+		s.log.Warn("outcome batch refused; writing it row by row", "err", err, "items", len(ts))
+		applied, err = map[store.Applied]bool{}, nil
+		for i, t := range ts {
+			a, rerr := s.write(trs[i:i+1], 2)
+			if rerr != nil && !store.Transient(rerr) {
+				a, rerr = s.unrecordable(t, rerr)
+			}
+			if rerr != nil {
+				// Nothing recorded for it: its lease expires and the next
+				// attempt asks the gateway first.
+				t.result = internalv1.Result_RESULT_UNRECORDED
+				s.log.Error("outcome not recorded; its lease will expire and the next attempt probes", "payment", t.w.ID, "err", rerr)
+				continue
+			}
+			maps.Copy(applied, a)
 		}
-		s.log.Warn("complete attempts; retrying", "err", err, "items", len(ts), "try", try)
-		time.Sleep(wait)
 	}
 	for _, t := range ts {
 		res := t.result
 		switch {
-		case err != nil:
+		case err != nil || res == internalv1.Result_RESULT_UNRECORDED:
 			// The leases expire; the reaper sets probe_first, so the next
 			// attempt asks the gateway what this one did.
 			res = internalv1.Result_RESULT_UNRECORDED
@@ -387,4 +485,43 @@ func (s *Server) flush(ts []*task) {
 	if err != nil {
 		s.log.Error("outcomes not recorded; their leases will expire and the next attempts probe", "err", err, "items", len(ts))
 	}
+}
+
+// write runs store.Complete up to tries times, with a growing pause.
+func (s *Server) write(trs []store.Transition, tries int) (map[store.Applied]bool, error) {
+	var applied map[store.Applied]bool
+	var err error
+	for try, wait := 0, 100*time.Millisecond; try < tries; try, wait = try+1, wait*3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		applied, err = store.Complete(ctx, s.db, s.cfg.ID, trs)
+		cancel()
+		if err == nil || !store.Transient(err) {
+			return applied, err
+		}
+		s.log.Warn("complete attempts; retrying", "err", err, "items", len(trs), "try", try)
+		time.Sleep(wait)
+	}
+	return applied, err
+}
+
+// unrecordable writes, for a task whose outcome the database refused on
+// its own, what can always be written: a dead letter OUTCOME_UNRECORDABLE
+// with a plain message, still asking first (whatever the gateway said, it
+// may have charged), and an attempt row AMBIGUOUS.
+func (s *Server) unrecordable(t *task, cause error) (map[store.Applied]bool, error) {
+	s.m.poisoned.Inc()
+	s.log.Error("outcome refused by the database; dead-lettering the payment OUTCOME_UNRECORDABLE", "payment", t.w.ID, "err", cause)
+	tr := store.Transition{Item: t.w.Item, Outcome: payment.Ambiguous, StartedAt: t.tr.StartedAt,
+		Status: payment.DeadLettered, DeadReason: payment.OutcomeUnrecordable, NewRetries: t.w.Retries, ProbeFirst: true,
+		Error: "the gateway's answer could not be recorded (" + gateway.Clean(string(t.tr.Outcome), 40) + "): " +
+			gateway.Clean(cause.Error(), 300)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	applied, err := store.Complete(ctx, s.db, s.cfg.ID, []store.Transition{tr})
+	if err != nil {
+		return nil, err
+	}
+	t.tr = tr
+	t.result = internalv1.Result_RESULT_DEAD_LETTERED
+	return applied, nil
 }

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -102,6 +104,11 @@ type executor struct {
 	free atomic.Int64
 	// streams counts its dispatches in flight.
 	streams atomic.Int32
+	// admitted: its minimum lease (MinLeaseHeader) is known and this
+	// sweeper's --lease holds it. Until then it gets no work.
+	admitted atomic.Bool
+	// asking: a hello to it is in flight.
+	asking atomic.Bool
 }
 
 // Sweeper is one sweeper process's loop.
@@ -122,6 +129,7 @@ type metrics struct {
 	claimed, released, dispatchErrors prometheus.Counter
 	lateness                          prometheus.Histogram
 	breakerOpen                       prometheus.Gauge
+	refused                           prometheus.Gauge
 }
 
 // maxExecutors bounds the executors one sweeper dispatches to.
@@ -156,9 +164,80 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	s.m.lateness = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "paysched_trigger_lateness_seconds",
 		Help: "Due time to first store.", Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 20, 30, 60, 120, 300}})
 	s.m.breakerOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_breaker_open", Help: "1 while the circuit breaker stops claims."})
-	reg.MustRegister(s.m.claimed, s.m.released, s.m.dispatchErrors, s.m.lateness, s.m.breakerOpen)
+	s.m.refused = prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_sweeper_executors_refused",
+		Help: "Executors that get no work from this sweeper: their minimum lease is longer than its --lease (or they have not answered yet)."})
+	reg.MustRegister(s.m.claimed, s.m.released, s.m.dispatchErrors, s.m.lateness, s.m.breakerOpen, s.m.refused)
+	s.mu.Lock()
+	for _, e := range s.execs {
+		go s.hello(e)
+	}
+	s.mu.Unlock()
 	return s, nil
 }
+
+// hello asks e, with an empty Execute, for the shortest lease it can work
+// under (executor.MinLeaseHeader), and admits it only if --lease holds
+// it: a shorter lease would have every claim released untouched, again
+// and again, with nothing charged. Unanswered, it is asked again at the
+// next refresh.
+func (s *Sweeper) hello(e *executor) {
+	if !e.asking.CompareAndSwap(false, true) {
+		return
+	}
+	defer e.asking.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := e.client.Execute(ctx, &internalv1.ExecuteRequest{SweeperId: s.cfg.ID})
+	var md metadata.MD
+	if err == nil {
+		md, err = stream.Header()
+	}
+	if err != nil {
+		s.log.Warn("executor did not answer; asking again later", "executor", e.addr, "err", err)
+		s.countRefused()
+		return
+	}
+	s.admit(e, md, true)
+}
+
+// admit reads an executor's minimum lease from its header and admits it,
+// or refuses it with the reason (logged when loud, or when it was
+// admitted until now).
+func (s *Sweeper) admit(e *executor, md metadata.MD, loud bool) {
+	ok := true
+	var need time.Duration
+	if v := md.Get(MinLeaseHeader); len(v) > 0 {
+		// An executor that does not say (an older version) is admitted.
+		ms, err := strconv.ParseInt(v[0], 10, 64)
+		need = time.Duration(ms) * time.Millisecond
+		ok = err != nil || need <= s.cfg.Lease
+	}
+	was := e.admitted.Swap(ok)
+	if !ok && (loud || was) {
+		s.log.Error(fmt.Sprintf("--lease %s is shorter than executor %s needs (%s: its charge and probe timeouts and its lease margin): it gets no work from this sweeper until --lease is at least that",
+			s.cfg.Lease, e.addr, need), "executor", e.addr, "lease", s.cfg.Lease, "min_lease", need)
+	}
+	s.countRefused()
+	if ok && !was {
+		s.signal()
+	}
+}
+
+func (s *Sweeper) countRefused() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.execs {
+		if !e.admitted.Load() {
+			n++
+		}
+	}
+	s.m.refused.Set(float64(n))
+}
+
+// MinLeaseHeader is executor.MinLeaseHeader (the sweeper does not import
+// the executor's package).
+const MinLeaseHeader = "paysched-min-lease-ms"
 
 // add dials a newly resolved executor and gives it its slots.
 func (s *Sweeper) add(a string) error {
@@ -178,7 +257,9 @@ func (s *Sweeper) add(a string) error {
 	e := &executor{addr: a, client: internalv1.NewExecutorServiceClient(cc), cc: cc}
 	e.free.Store(s.capacity())
 	s.execs[a] = e
-	s.signal()
+	if s.m.refused != nil {
+		go s.hello(e)
+	}
 	return nil
 }
 
@@ -201,6 +282,9 @@ func (s *Sweeper) refresh() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for a, e := range s.execs {
+		if want[a] && !e.admitted.Load() {
+			go s.hello(e)
+		}
 		if !want[a] {
 			e.gone.Store(true)
 			delete(s.execs, a)
@@ -230,7 +314,7 @@ func (s *Sweeper) pick() *executor {
 	defer s.mu.Unlock()
 	var best *executor
 	for _, e := range s.execs {
-		if !e.gone.Load() && (best == nil || e.free.Load() > best.free.Load()) {
+		if !e.gone.Load() && e.admitted.Load() && (best == nil || e.free.Load() > best.free.Load()) {
 			best = e
 		}
 	}
@@ -408,6 +492,14 @@ func (s *Sweeper) dispatch(ctx context.Context, e *executor, claimed []store.Cla
 	good, bad := 0, 0
 	received := 0
 	stream, err := e.client.Execute(ctx, req)
+	if err == nil {
+		// Every Execute says again what lease the executor needs: one
+		// restarted with longer timeouts stops getting work at once.
+		// (A stream that failed has no header; Recv reports why.)
+		if md, herr := stream.Header(); herr == nil {
+			s.admit(e, md, false)
+		}
+	}
 	for err == nil {
 		var msg *internalv1.ExecuteResponse
 		if msg, err = stream.Recv(); err != nil {

@@ -563,6 +563,7 @@ func noteData(r *envelope.Row, id, status string) []byte {
 	field("currency", r.Currency)
 	field("deadLetterReason", r.DeadLetterReason)
 	field("dueAt", r.DueTime)
+	field("failureReason", r.FailureReason)
 	field("gatewayRef", r.GatewayRef)
 	field("payee", r.Payee)
 	field("payer", r.Payer)

@@ -52,7 +52,7 @@ func refNotification(e refEnvelope) *kgo.Record {
 	data, _ := json.Marshal(map[string]any{
 		"paymentId": id, "payer": e.After["payer"], "payee": e.After["payee"], "amount": e.After["amount_minor"],
 		"currency": e.After["currency"], "status": status, "dueAt": e.After["due_time"], "attempt": e.After["attempt"],
-		"gatewayRef": e.After["gateway_ref"], "deadLetterReason": e.After["dead_letter_reason"],
+		"gatewayRef": e.After["gateway_ref"], "deadLetterReason": e.After["dead_letter_reason"], "failureReason": e.After["failure_reason"],
 	})
 	return &kgo.Record{Key: []byte(id), Value: data, Headers: []kgo.RecordHeader{
 		{Key: "ce_id", Value: []byte(hex.EncodeToString(sum[:16]))},

@@ -42,7 +42,7 @@ func (e *Event) After() *Row {
 type Row struct {
 	ID, PaymentID, Status, NewStatus                             []byte
 	Payer, Payee, Amount, Currency, DueTime, Attempt, GatewayRef []byte
-	DeadLetterReason                                             []byte
+	DeadLetterReason, FailureReason                              []byte
 }
 
 // Str is a raw value as a Go string when it is a JSON string (nil
@@ -243,6 +243,8 @@ func (s *scanner) row(r *Row) error {
 			r.GatewayRef = v
 		case "dead_letter_reason":
 			r.DeadLetterReason = v
+		case "failure_reason":
+			r.FailureReason = v
 		}
 		return nil
 	})

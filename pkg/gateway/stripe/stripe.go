@@ -1,6 +1,7 @@
 // Package stripeadapter is the gateway port (gateway.Gateway) over Stripe's
 // API, with stripe-go: a charge is a PaymentIntent created and confirmed
-// off-session under Idempotency-Key = the paymentId, found again by Search
+// off-session under Idempotency-Key = the paymentId, found again by
+// listing the customer's PaymentIntents (or, without a payer, by Search)
 // on its metadata, and settled through the balance transactions. Every
 // answer is a gRPC status error with the port's meaning; docs/GATEWAYS.md
 // has the mapping and why.
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
+	"github.com/paysched/paysched/pkg/gateway"
 )
 
 // Metadata keys the adapter writes on every PaymentIntent.
@@ -140,7 +142,7 @@ func (a *Adapter) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*ga
 			return nil, err
 		}
 		if reason != "" {
-			return declinedLocally(req, reason), nil
+			return a.declineUnlessCharged(ctx, req, cus, reason)
 		}
 	}
 	p := &stripe.PaymentIntentCreateParams{
@@ -235,9 +237,73 @@ func (a *Adapter) defaultPaymentMethod(ctx context.Context, cus string) (pm, rea
 	return pm, "", nil
 }
 
-// GetCharge implements gateway.Gateway with the Search API on the
-// metadata, which outlives the 24 h of Idempotency-Key.
-func (a *Adapter) GetCharge(ctx context.Context, key string) (*gatewayv1.Charge, error) {
+// GetCharge implements gateway.Gateway. With the payer named (the engine
+// always names it) it lists the customer's PaymentIntents created since
+// the payment's due time, a strongly consistent read, and matches
+// metadata[paysched_payment_id]: nothing there is a proven absence
+// (gateway.Absent). Without a payer it can only use the Search API, whose
+// index lags writes (usually under a minute, up to an hour in incidents):
+// a miss there is a plain NOT_FOUND, which proves nothing.
+func (a *Adapter) GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest) (*gatewayv1.Charge, error) {
+	key := req.GetIdempotencyKey()
+	if req.GetPayer() == "" {
+		return a.search(ctx, key)
+	}
+	cus, _, ok := parsePayer(req.GetPayer())
+	if !ok {
+		// Charge never sends a request for a payer that is not a customer
+		// id (payers never change), so no PaymentIntent can exist for it.
+		return nil, gateway.Absent("stripe: payer %q is not a Stripe customer: no PaymentIntent is ever made for it", req.GetPayer())
+	}
+	var since time.Time
+	if nb := req.GetNotBefore(); nb != nil {
+		since = nb.AsTime().Add(-clockSkew)
+	}
+	found, complete, err := a.listFor(ctx, cus, key, since)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 0 && !complete {
+		return nil, status.Errorf(codes.NotFound, "stripe: customer %s has over %d PaymentIntents since %s; none of those listed is %s, the rest were not read",
+			cus, maxListed, since.Format(time.RFC3339), key)
+	}
+	return pick(key, found, fmt.Sprintf("customer %s since %s", cus, since.Format(time.RFC3339)))
+}
+
+// clockSkew widens the listing window: the engine's clock (the due time)
+// and Stripe's (created) need not agree.
+const clockSkew = 10 * time.Minute
+
+// maxListed bounds the PaymentIntents one probe reads (100 a page).
+const maxListed = 1000
+
+// listFor lists customer cus's PaymentIntents created since since (zero:
+// all) and returns those made for key; complete is false if it stopped at
+// maxListed before the end.
+func (a *Adapter) listFor(ctx context.Context, cus, key string, since time.Time) (found []*stripe.PaymentIntent, complete bool, err error) {
+	p := &stripe.PaymentIntentListParams{Customer: stripe.String(cus)}
+	p.Limit = stripe.Int64(100)
+	if !since.IsZero() {
+		p.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}
+	}
+	n := 0
+	for pi, err := range a.sc.V1PaymentIntents.List(ctx, p) {
+		if err != nil {
+			return nil, false, a.toStatus("list payment intents of "+cus, err)
+		}
+		if pi.Metadata[MetaPaymentID] == key {
+			found = append(found, pi)
+		}
+		if n++; n >= maxListed {
+			return found, false, nil
+		}
+	}
+	return found, true, nil
+}
+
+// search looks a key up with the Search API: eventually consistent, so a
+// miss is not a proof.
+func (a *Adapter) search(ctx context.Context, key string) (*gatewayv1.Charge, error) {
 	p := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{
 		Query: fmt.Sprintf("metadata['%s']:'%s'", MetaPaymentID, escapeSearch(key)),
 		Limit: stripe.Int64(100),
@@ -249,16 +315,58 @@ func (a *Adapter) GetCharge(ctx context.Context, key string) (*gatewayv1.Charge,
 		}
 		found = append(found, pi)
 	}
-	return pick(key, found)
+	if len(found) == 0 {
+		return nil, status.Errorf(codes.NotFound, "stripe: Search finds no PaymentIntent with metadata %s=%s (its index may lag)", MetaPaymentID, key)
+	}
+	return pick(key, found, "")
+}
+
+// CancelCharge implements gateway.Gateway: it cancels the PaymentIntent
+// (cancellation_reason as asked, "abandoned" by default) and answers it as
+// it then stands. A PaymentIntent Stripe will not cancel because it was
+// decided meanwhile (or was cancelled already) is read again and answered
+// as it is; one still processing is FAILED_PRECONDITION.
+func (a *Adapter) CancelCharge(ctx context.Context, req *gatewayv1.CancelChargeRequest) (*gatewayv1.Charge, error) {
+	id := req.GetChargeId()
+	if !strings.HasPrefix(id, "pi_") {
+		return nil, status.Errorf(codes.InvalidArgument, "stripe: charge id %q is not a PaymentIntent id", id)
+	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "abandoned"
+	}
+	p := &stripe.PaymentIntentCancelParams{CancellationReason: stripe.String(reason)}
+	p.SetIdempotencyKey("cancel-" + req.GetIdempotencyKey())
+	pi, err := a.sc.V1PaymentIntents.Cancel(ctx, id, p)
+	if err == nil {
+		return toCharge(pi), nil
+	}
+	var se *stripe.Error
+	if !errors.As(err, &se) || se.Code != stripe.ErrorCodePaymentIntentUnexpectedState {
+		return nil, a.toStatus("cancel payment intent "+id, err)
+	}
+	// Not cancellable in its state: read what it is now (a retrieve is
+	// strongly consistent).
+	pi, err = a.sc.V1PaymentIntents.Retrieve(ctx, id, nil)
+	if err != nil {
+		return nil, a.toStatus("retrieve payment intent "+id, err)
+	}
+	c := toCharge(pi)
+	if c.GetStatus() == gatewayv1.ChargeStatus_CHARGE_STATUS_PENDING {
+		return nil, status.Errorf(codes.FailedPrecondition, "stripe: PaymentIntent %s is %s and cannot be cancelled now", id, pi.Status)
+	}
+	return c, nil
 }
 
 // pick chooses what GetCharge answers among the PaymentIntents found:
 // one that succeeded; else one not decided yet (it may still succeed);
 // else the latest decline. Two that succeeded is a double charge: an
-// error, so the engine reads it as unresolved and a human looks.
-func pick(key string, found []*stripe.PaymentIntent) (*gatewayv1.Charge, error) {
+// error, so the engine reads it as unresolved and a human looks. None is
+// the proven absence of a strongly consistent read over where (which
+// names it).
+func pick(key string, found []*stripe.PaymentIntent, where string) (*gatewayv1.Charge, error) {
 	if len(found) == 0 {
-		return nil, status.Errorf(codes.NotFound, "stripe: no PaymentIntent with metadata %s=%s", MetaPaymentID, key)
+		return nil, gateway.Absent("stripe: no PaymentIntent with metadata %s=%s among those of %s", MetaPaymentID, key, where)
 	}
 	var succeeded, open, failed []*stripe.PaymentIntent
 	for _, pi := range found {
@@ -334,9 +442,17 @@ func toCharge(pi *stripe.PaymentIntent) *gatewayv1.Charge {
 		if pi.CancellationReason != "" {
 			c.DeclineReason += ": " + string(pi.CancellationReason)
 		}
-	case stripe.PaymentIntentStatusProcessing, stripe.PaymentIntentStatusRequiresAction,
-		stripe.PaymentIntentStatusRequiresConfirmation, stripe.PaymentIntentStatusRequiresCapture:
+	case stripe.PaymentIntentStatusRequiresAction:
+		// 3-D Secure wanted: off-session nobody will authenticate, so the
+		// engine cancels it after its bound (AUTHENTICATION_REQUIRED).
 		c.Status = gatewayv1.ChargeStatus_CHARGE_STATUS_PENDING
+		c.PendingReason = gatewayv1.PendingReason_PENDING_REASON_ACTION_REQUIRED
+	case stripe.PaymentIntentStatusProcessing,
+		stripe.PaymentIntentStatusRequiresConfirmation, stripe.PaymentIntentStatusRequiresCapture:
+		// Undecided at Stripe or the bank (we confirm with automatic
+		// capture, so the last two are unexpected: undecided too).
+		c.Status = gatewayv1.ChargeStatus_CHARGE_STATUS_PENDING
+		c.PendingReason = gatewayv1.PendingReason_PENDING_REASON_PROCESSING
 	default:
 		// A status this code does not know stays unspecified: the engine
 		// reads it as ambiguous, never as a success.
@@ -379,6 +495,26 @@ func declined(req *gatewayv1.ChargeRequest, se *stripe.Error) *gatewayv1.Charge 
 	c.Status = gatewayv1.ChargeStatus_CHARGE_STATUS_DECLINED
 	c.DeclineReason = declineReason(se, "card_error")
 	return c
+}
+
+// declineUnlessCharged answers a payment the adapter will not send (its
+// customer is gone or cannot pay) DECLINED only once Stripe has proven it
+// holds no PaymentIntent for it: an earlier attempt may have charged it
+// before the customer changed, and that charge is the answer. When that
+// cannot be proven, nothing is decided: UNAVAILABLE, which the engine
+// reads as "may have charged" and asks about again.
+func (a *Adapter) declineUnlessCharged(ctx context.Context, req *gatewayv1.ChargeRequest, cus, reason string) (*gatewayv1.Charge, error) {
+	found, complete, err := a.listFor(ctx, cus, req.GetIdempotencyKey(), time.Time{})
+	switch {
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "stripe: %s, and whether an earlier attempt charged it is unknown: %s",
+			reason, status.Convert(err).Message())
+	case len(found) > 0:
+		return pick(req.GetIdempotencyKey(), found, "")
+	case !complete:
+		return nil, status.Errorf(codes.Unavailable, "stripe: %s, and customer %s has too many PaymentIntents to prove none is this payment's", reason, cus)
+	}
+	return declinedLocally(req, reason), nil
 }
 
 // declinedLocally is the Charge of a payment refused before anything was

@@ -127,6 +127,7 @@ func serve(t *testing.T, routes map[string]reply) (*stripeadapter.Adapter, *fake
 const (
 	createPI = "POST /v1/payment_intents"
 	searchPI = "GET /v1/payment_intents/search"
+	listPI   = "GET /v1/payment_intents"
 )
 
 var pay = gateway.Payment{ID: "0190b6c2-8f00-7000-8000-000000000001", Payer: "cus_alice/pm_card", Payee: "acct_bob", Currency: "EUR", Amount: 1500}
@@ -134,7 +135,9 @@ var pay = gateway.Payment{ID: "0190b6c2-8f00-7000-8000-000000000001", Payer: "cu
 // TestChargeOutcomes: each Stripe answer, read by the engine's Charger,
 // ends in the outcome docs/GATEWAYS.md's table gives it.
 func TestChargeOutcomes(t *testing.T) {
-	notFound := reply{200, "search_empty.json", false}
+	// The probe lists the customer's PaymentIntents: strongly consistent,
+	// so nothing there is a proven absence.
+	notFound := reply{200, "list_empty.json", false}
 	for _, c := range []struct {
 		name      string
 		payer     string // default: pay.Payer
@@ -163,33 +166,33 @@ func TestChargeOutcomes(t *testing.T) {
 			want: payment.Declined, errHas: "canceled: abandoned"},
 		{name: "a status we do not know: ambiguous", routes: map[string]reply{createPI: {200, "pi_unknown_status.json", false}},
 			want: payment.Ambiguous, uncertain: true, errHas: "without a status"},
-		{name: "a body that does not decode: probed", routes: map[string]reply{createPI: {200, "not_json.html", false}, searchPI: notFound},
+		{name: "a body that does not decode: probed", routes: map[string]reply{createPI: {200, "not_json.html", false}, listPI: notFound},
 			want: payment.Retryable, uncertain: true, probed: 1},
-		{name: "502 with an HTML body: probed", routes: map[string]reply{createPI: {502, "not_json.html", false}, searchPI: notFound},
+		{name: "502 with an HTML body: probed", routes: map[string]reply{createPI: {502, "not_json.html", false}, listPI: notFound},
 			want: payment.Retryable, uncertain: true, probed: 1},
-		{name: "an answer we do not know (418): probed", routes: map[string]reply{createPI: {418, "err_teapot.json", false}, searchPI: notFound},
+		{name: "an answer we do not know (418): probed", routes: map[string]reply{createPI: {418, "err_teapot.json", false}, listPI: notFound},
 			want: payment.Retryable, uncertain: true, probed: 1},
 		{name: "another amount: mismatch", routes: map[string]reply{createPI: {200, "pi_other_amount.json", false}},
 			want: payment.Ambiguous, uncertain: true, mismatch: true},
 		{name: "idempotency_error: key conflict", routes: map[string]reply{createPI: {400, "err_idempotency.json", false}},
 			want: payment.KeyConflict},
-		{name: "409 idempotency_key_in_use: may charge, probed", routes: map[string]reply{createPI: {409, "err_idempotency_in_use.json", false}, searchPI: notFound},
+		{name: "409 idempotency_key_in_use: may charge, probed", routes: map[string]reply{createPI: {409, "err_idempotency_in_use.json", false}, listPI: notFound},
 			want: payment.Retryable, uncertain: true, probed: 1},
 		{name: "429: rate limited", routes: map[string]reply{createPI: {429, "err_rate_limit.json", false}},
 			want: payment.Retryable, errHas: "rate limited"},
-		{name: "500, probe finds nothing: retry, asking first", routes: map[string]reply{createPI: {500, "err_api.json", false}, searchPI: notFound},
+		{name: "500, probe finds nothing: retry, asking first", routes: map[string]reply{createPI: {500, "err_api.json", false}, listPI: notFound},
 			want: payment.Retryable, uncertain: true, probed: 1},
-		{name: "500, probe finds it succeeded", routes: map[string]reply{createPI: {500, "err_api.json", false}, searchPI: {200, "search_succeeded.json", false}},
+		{name: "500, probe finds it succeeded", routes: map[string]reply{createPI: {500, "err_api.json", false}, listPI: {200, "list_succeeded.json", false}},
 			want: payment.Succeeded, probed: 1},
-		{name: "500, probe fails too", routes: map[string]reply{createPI: {500, "err_api.json", false}, searchPI: {503, "err_api.json", false}},
+		{name: "500, probe fails too", routes: map[string]reply{createPI: {500, "err_api.json", false}, listPI: {503, "err_api.json", false}},
 			want: payment.Ambiguous, uncertain: true, probed: 1},
 		{name: "401: refused, nothing charged", routes: map[string]reply{createPI: {401, "err_auth.json", false}},
 			want: payment.Retryable, errHas: "refused"},
 		{name: "403: refused, nothing charged", routes: map[string]reply{createPI: {403, "err_permission.json", false}},
 			want: payment.Retryable, errHas: "refused"},
-		{name: "connection cut after sending: probed", routes: map[string]reply{createPI: {cut: true}, searchPI: notFound},
+		{name: "connection cut after sending: probed", routes: map[string]reply{createPI: {cut: true}, listPI: notFound},
 			want: payment.Retryable, uncertain: true, probed: 1},
-		{name: "connection cut, probe finds it succeeded", routes: map[string]reply{createPI: {cut: true}, searchPI: {200, "search_succeeded.json", false}},
+		{name: "connection cut, probe finds it succeeded", routes: map[string]reply{createPI: {cut: true}, listPI: {200, "list_succeeded.json", false}},
 			want: payment.Succeeded, probed: 1},
 		{name: "400 invalid_request_error: nothing charged, for a human", routes: map[string]reply{createPI: {400, "err_invalid_request.json", false}},
 			want: payment.KeyConflict, errHas: "invalid request, nothing charged"},
@@ -198,12 +201,18 @@ func TestChargeOutcomes(t *testing.T) {
 		{name: "payer without pm: the customer's default", payer: "cus_alice", routes: map[string]reply{
 			"GET /v1/customers/cus_alice": {200, "customer.json", false}, createPI: {200, "pi_succeeded.json", false}},
 			want: payment.Succeeded},
-		{name: "payer without a default pm: declined unsent", payer: "cus_nopm", routes: map[string]reply{
-			"GET /v1/customers/cus_nopm": {200, "customer_no_pm.json", false}},
-			want: payment.Declined, errHas: "no_payment_method"},
-		{name: "payer not found: declined unsent", payer: "cus_gone", routes: map[string]reply{
-			"GET /v1/customers/cus_gone": {404, "err_no_such_customer.json", false}},
-			want: payment.Declined, errHas: "no_such_customer"},
+		{name: "payer without a default pm: declined unsent, once Stripe proves no earlier charge", payer: "cus_nopm", routes: map[string]reply{
+			"GET /v1/customers/cus_nopm": {200, "customer_no_pm.json", false}, listPI: {200, "list_other_payment.json", false}},
+			want: payment.Declined, errHas: "no_payment_method", probed: 1},
+		{name: "payer not found: declined unsent, once Stripe proves no earlier charge", payer: "cus_gone", routes: map[string]reply{
+			"GET /v1/customers/cus_gone": {404, "err_no_such_customer.json", false}, listPI: notFound},
+			want: payment.Declined, errHas: "no_such_customer", probed: 1},
+		{name: "payer deleted after an earlier attempt charged: that charge, never a decline", payer: "cus_gone", routes: map[string]reply{
+			"GET /v1/customers/cus_gone": {404, "err_no_such_customer.json", false}, listPI: {200, "list_succeeded.json", false}},
+			want: payment.Succeeded, probed: 1},
+		{name: "payer gone and Stripe cannot be asked: unknown, never a decline", payer: "cus_gone", routes: map[string]reply{
+			"GET /v1/customers/cus_gone": {404, "err_no_such_customer.json", false}, listPI: {503, "err_api.json", false}},
+			want: payment.Ambiguous, uncertain: true, probed: 2},
 		{name: "customer read fails: nothing charged, retry", payer: "cus_alice", routes: map[string]reply{
 			"GET /v1/customers/cus_alice": {500, "err_api.json", false}},
 			want: payment.Retryable, errHas: "nothing charged"},
@@ -216,7 +225,7 @@ func TestChargeOutcomes(t *testing.T) {
 			}
 			ch := &gateway.Charger{Gateway: a, ChargeTimeout: 5 * time.Second, ProbeTimeout: 5 * time.Second}
 			r := ch.Charge(context.Background(), p)
-			probed := f.count(http.MethodGet, "/v1/payment_intents/search")
+			probed := f.count(http.MethodGet, "/v1/payment_intents")
 			if r.Outcome != c.want || r.Uncertain != c.uncertain || r.Mismatch != c.mismatch || probed != c.probed {
 				t.Fatalf("got %+v (probed %d), want %s uncertain=%v mismatch=%v probed=%d", r, probed, c.want, c.uncertain, c.mismatch, c.probed)
 			}
@@ -291,28 +300,53 @@ func TestCustomerCache(t *testing.T) {
 	}
 }
 
+// TestGetCharge: with the payer, the probe lists the customer's
+// PaymentIntents since the due time (strongly consistent) and matches the
+// metadata: nothing matching is a proven absence. Without a payer it can
+// only search, and a miss there proves nothing.
 func TestGetCharge(t *testing.T) {
+	due := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		name     string
+		route    string
 		file     string
+		payer    string
 		code     codes.Code
+		proven   bool
 		chargeID string
 		status   gatewayv1.ChargeStatus
 	}{
-		{"found", "search_succeeded.json", codes.OK, "pi_succeeded", gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED},
-		{"not found", "search_empty.json", codes.NotFound, "", 0},
-		{"a decline, then a success: the success", "search_declined_then_succeeded.json", codes.OK, "pi_succeeded", gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED},
-		{"two successes: an error, never an answer", "search_twice_succeeded.json", codes.Internal, "", 0},
+		{"listed", listPI, "list_succeeded.json", "cus_alice/pm_card", codes.OK, false, "pi_succeeded", gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED},
+		{"listed: none", listPI, "list_empty.json", "cus_alice", codes.NotFound, true, "", 0},
+		{"listed: only another payment's", listPI, "list_other_payment.json", "cus_alice", codes.NotFound, true, "", 0},
+		{"listed: a decline, then a success: the success", listPI, "list_declined_then_succeeded.json", "cus_alice", codes.OK, false, "pi_succeeded", gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED},
+		{"listed: two successes: an error, never an answer", listPI, "list_twice_succeeded.json", "cus_alice", codes.Internal, false, "", 0},
+		{"payer not a customer: never charged, proven by construction", "", "", "alice", codes.NotFound, true, "", 0},
+		{"searched", searchPI, "search_succeeded.json", "", codes.OK, false, "pi_succeeded", gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED},
+		{"searched: none, which proves nothing (Search lags)", searchPI, "search_empty.json", "", codes.NotFound, false, "", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			a, f := serve(t, map[string]reply{searchPI: {200, c.file, false}})
-			ch, err := a.GetCharge(context.Background(), pay.ID)
-			if status.Code(err) != c.code {
-				t.Fatalf("code %v (%v), want %v", status.Code(err), err, c.code)
+			routes := map[string]reply{}
+			if c.route != "" {
+				routes[c.route] = reply{200, c.file, false}
 			}
-			q, _ := f.find(http.MethodGet, "/v1/payment_intents/search")
-			if want := "metadata['paysched_payment_id']:'" + pay.ID + "'"; q.form.Get("query") != want {
-				t.Errorf("query %q, want %q", q.form.Get("query"), want)
+			a, f := serve(t, routes)
+			ch, err := a.GetCharge(context.Background(), gateway.ProbeRequest(gateway.Payment{ID: pay.ID, Payer: c.payer, DueAt: due}))
+			if status.Code(err) != c.code || gateway.ProvenAbsent(err) != c.proven {
+				t.Fatalf("code %v proven %v (%v), want %v proven %v", status.Code(err), gateway.ProvenAbsent(err), err, c.code, c.proven)
+			}
+			switch c.route {
+			case searchPI:
+				q, _ := f.find(http.MethodGet, "/v1/payment_intents/search")
+				if want := "metadata['paysched_payment_id']:'" + pay.ID + "'"; q.form.Get("query") != want {
+					t.Errorf("query %q, want %q", q.form.Get("query"), want)
+				}
+			case listPI:
+				q, _ := f.find(http.MethodGet, "/v1/payment_intents")
+				// The window starts at the due time less the clock skew allowed.
+				if q.form.Get("customer") != "cus_alice" || q.form.Get("created[gte]") != strconv.FormatInt(due.Add(-10*time.Minute).Unix(), 10) {
+					t.Errorf("list %v: want customer cus_alice, created[gte] ten minutes before the due time", q.form)
+				}
 			}
 			if err != nil {
 				return
@@ -374,14 +408,15 @@ func TestListSettlements(t *testing.T) {
 // that names the key, fails without it.
 func TestKeyNeverInErrors(t *testing.T) {
 	auth := reply{401, "err_auth.json", false}
-	a, _ := serve(t, map[string]reply{createPI: auth, searchPI: auth, "GET /v1/balance_transactions": auth,
-		"GET /v1/customers/cus_alice": auth})
+	a, _ := serve(t, map[string]reply{createPI: auth, listPI: auth, "GET /v1/balance_transactions": auth,
+		"GET /v1/customers/cus_alice": auth, "POST /v1/payment_intents/pi_1/cancel": auth})
 	ctx := context.Background()
 	_, e1 := a.Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: pay.ID, Amount: 1, Currency: "EUR", Payer: "cus_alice/pm_1"})
 	_, e2 := a.Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: pay.ID, Amount: 1, Currency: "EUR", Payer: "cus_alice"})
-	_, e3 := a.GetCharge(ctx, pay.ID)
+	_, e3 := a.GetCharge(ctx, &gatewayv1.GetChargeRequest{IdempotencyKey: pay.ID, Payer: "cus_alice"})
 	_, e4 := a.ListSettlements(ctx, &gatewayv1.ListSettlementsRequest{Day: "2026-01-01"})
-	for i, err := range []error{e1, e2, e3, e4} {
+	_, e5 := a.CancelCharge(ctx, &gatewayv1.CancelChargeRequest{IdempotencyKey: pay.ID, ChargeId: "pi_1"})
+	for i, err := range []error{e1, e2, e3, e4, e5} {
 		if status.Code(err) != codes.Unauthenticated {
 			t.Errorf("call %d: %v, want Unauthenticated", i+1, err)
 		}

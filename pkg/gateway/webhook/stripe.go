@@ -70,6 +70,15 @@ func ParseStripe(body []byte) (Event, error) {
 			e.Type = TypeSucceeded
 		}
 	case StripeFailed:
+		// payment_failed reports that an attempt failed, not that the
+		// PaymentIntent is finished: only a PaymentIntent left without a
+		// method to retry (requires_payment_method, as the adapter confirms
+		// once) or cancelled is declined for good. Any other status (it may
+		// still be authenticated, processed or succeed) is left to the
+		// engine's probes.
+		if o.Status != "requires_payment_method" && o.Status != "canceled" {
+			break
+		}
 		e.Type = TypeDeclined
 		if pe := o.LastPaymentError; pe != nil {
 			e.Data.DeclineReason = pe.DeclineCode

@@ -42,6 +42,13 @@ func main() {
 	fs.BoolVar(&f.Outage, "outage", false, "answer every call UNAVAILABLE")
 	fs.Float64Var(&f.UnavailableAfterCommitRate, "unavailable-after-commit-rate", 0, "fraction of charges recorded, then answered UNAVAILABLE (a connection dropped after sending)")
 	keyRetention := fs.Duration("key-retention", 0, "forget idempotency keys after this, like a real PSP (0: never); a repeated key after it is a new charge")
+	probeLag := fs.Duration("probe-lag", 0, "a new charge stays invisible to GetCharge's lookup by key this long, as Stripe's Search index lags (a listing of the payer's charges still finds it, and proves absences)")
+	fs.Float64Var(&f.ProbeUnavailableRate, "probe-unavailable-rate", 0, "fraction of GetCharge calls answered UNAVAILABLE")
+	fs.Float64Var(&f.ProbeUnprovenRate, "probe-unproven-rate", 0, "fraction of GetCharge misses whose listing fails: NOT_FOUND without the proof of absence")
+	fs.Float64Var(&f.PoisonRate, "poison-rate", 0, "fraction of decline reasons and error messages spoiled with a NUL byte and invalid UTF-8")
+	fs.Float64Var(&f.ActionRequiredRate, "action-required-rate", 0, "fraction of charges held undecided for the customer's authentication until cancelled (also every payee starting "+gatewaysim.ActionPrefix+")")
+	fs.Float64Var(&f.ProcessingRate, "processing-rate", 0, "fraction of charges held undecided (processing) for --processing-time, then succeeded")
+	processing := fs.Duration("processing-time", 10*time.Second, "how long a processing charge stays undecided")
 	outagePrefix := fs.String("payee-outage-prefix", "", "answer UNAVAILABLE (not charged) to charges for payees with this prefix, until --payee-outage-until")
 	outageUntil := fs.String("payee-outage-until", "", "end of the payee outage (RFC 3339)")
 	hookURL := fs.String("webhook-url", "", "deliver charge-outcome webhooks here (off when empty)")
@@ -54,6 +61,16 @@ func main() {
 			return fmt.Errorf("--key-retention must not be negative, got %s", *keyRetention)
 		}
 		f.KeyRetentionMs = keyRetention.Milliseconds()
+		if *probeLag < 0 || *processing < 0 {
+			return fmt.Errorf("--probe-lag and --processing-time must not be negative, got %s and %s", *probeLag, *processing)
+		}
+		f.ProbeLagMs, f.ProcessingMs = probeLag.Milliseconds(), processing.Milliseconds()
+		for name, v := range map[string]float64{"--probe-unavailable-rate": f.ProbeUnavailableRate, "--probe-unproven-rate": f.ProbeUnprovenRate,
+			"--poison-rate": f.PoisonRate, "--action-required-rate": f.ActionRequiredRate, "--processing-rate": f.ProcessingRate} {
+			if v < 0 || v > 1 {
+				return fmt.Errorf("%s must be in [0, 1], got %g", name, v)
+			}
+		}
 		var l gatewaysim.Ledger
 		switch *ledger {
 		case "memory":
