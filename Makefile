@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools:$(PATH)
 
-.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady chaos clean
+.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync chaos clean
 
 help:
 	@echo "make up         build and start the local stack (Postgres, payments-api and the engine)"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench-full 1,000,000 payments due in one second, every process running, cdc and audit included"
 	@echo "make bench-recon reconcile a day of N=1000000 attempts against the gateway's report"
 	@echo "make bench-steady RATE=1000 payments due every second for STEADY_FOR=120s, full stack with CDC and gateway faults"
+	@echo "make bench-sync what a synchronous standby costs an acknowledged write (API creates, pgbench), async against sync"
 
 build:
 	@mkdir -p bin
@@ -75,6 +76,9 @@ bench-steady: build
 
 chaos: build
 	@deploy/local/chaos.sh
+
+bench-sync: build
+	@deploy/local/bench-sync.sh
 
 bench-recon: build
 	@N=$(or $(N),1000000) deploy/local/bench-recon.sh

@@ -118,3 +118,38 @@ func TestFailoverSlots(t *testing.T) {
 		})
 	}
 }
+
+// TestAcknowledgedWritesAreReplicated: with standbys (prod), every commit
+// waits for at least one of them (synchronous replication, data
+// durability required, synchronous_commit not weakened), so a failover
+// keeps every create, cancel and outcome already answered; a single
+// instance (dev) has none to wait for and must not be told to.
+func TestAcknowledgedWritesAreReplicated(t *testing.T) {
+	for _, overlay := range []string{"dev", "prod"} {
+		t.Run(overlay, func(t *testing.T) {
+			cluster := pgCluster(t, render(t, overlay))
+			instances, _ := num(cluster, "spec", "instances")
+			sync, _ := get(cluster, "spec", "postgresql", "synchronous").(map[string]any)
+			if instances < 2 {
+				if sync != nil {
+					t.Fatalf("%v instance(s) with synchronous replication %v: every write would wait forever", instances, sync)
+				}
+				return
+			}
+			if sync == nil {
+				t.Fatal("no synchronous replication: a failover can lose acknowledged writes")
+			}
+			number, _ := num(sync, "number")
+			if m := sync["method"]; (m != "any" && m != "first") || number < 1 || number > instances-1 {
+				t.Errorf("synchronous %v: want method any or first, number between 1 and %v", sync, instances-1)
+			}
+			if sync["dataDurability"] != "required" {
+				t.Errorf("dataDurability %v: with 'preferred' the primary commits alone when no standby answers", sync["dataDurability"])
+			}
+			if v := str(cluster, "spec", "postgresql", "parameters", "synchronous_commit"); v == "off" || v == "local" {
+				t.Errorf("synchronous_commit = %s does not wait for the standby", v)
+			}
+		})
+	}
+}
+

@@ -10,6 +10,15 @@
 #   pg.sh socket-url DIR PORT [DB] the same over the cluster's Unix socket (cdc
 #                                 beside Postgres, see pkg/events/cdc's pacedConn), or
 #                                 over TCP when that socket is not there
+#   pg.sh standby DIR PORT PRIMARY_PORT
+#                                 make (once) and start a streaming standby of the
+#                                 cluster on PRIMARY_PORT (pg_basebackup), named
+#                                 paysched_standby
+#   pg.sh synchronous PRIMARY_PORT [on|off]
+#                                 make the primary wait for paysched_standby to flush
+#                                 every commit (synchronous_standby_names), or stop
+#   pg.sh crash DIR               kill -9 the cluster's postmaster (a failover test)
+#   pg.sh promote DIR             promote a standby to primary
 #
 # PAYSCHED_PG_FAST=1 at first start turns fsync off (throwaway test clusters);
 # PAYSCHED_PG_STATS=1 loads pg_stat_statements (profiling).
@@ -134,6 +143,41 @@ socket_url() {
   fi
 }
 
+standby() { # DIR PORT PRIMARY_PORT
+  local want=$1 port=$2 primary=$3 bin data
+  install_server
+  bin=$(pg_bindir)
+  data=$(datadir "$want")
+  if [ ! -f "$data/PG_VERSION" ]; then
+    mkdir -p "$data"
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$data"
+    chmod 700 "$data"
+    # -R writes standby.signal and primary_conninfo; the name is what
+    # synchronous_standby_names waits for.
+    # (The primary's Unix socket lives in its data directory: the copy
+    # skips it, and says so; that warning is noise.)
+    as_pg "$bin/pg_basebackup" -h 127.0.0.1 -p "$primary" -U postgres -D "$data" -R -X stream -c fast \
+      -d "application_name=paysched_standby" 2> >(grep -v 'skipping special file' >&2)
+    # The copy carries the primary's settings; its socket lives with it.
+    echo "unix_socket_directories = '$data'" >>"$data/postgresql.conf"
+  fi
+  if as_pg "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then return 0; fi
+  as_pg "$bin/pg_ctl" -D "$data" -w -t 60 -l "$data/server.log" -o "-p $port -c max_locks_per_transaction=$LOCKS" start >/dev/null
+}
+
+synchronous() { # PRIMARY_PORT on|off
+  local names="ANY 1 (paysched_standby)"
+  [ "${2:-on}" = off ] && names=""
+  as_pg "$(pg_bindir)/psql" -h 127.0.0.1 -p "$1" -U postgres -d postgres -qAt \
+    -c "ALTER SYSTEM SET synchronous_standby_names = '$names'" -c "SELECT pg_reload_conf()" >/dev/null
+}
+
+postmaster_pid() { head -n 1 "$(cat "$1/datadir")/postmaster.pid"; }
+
+crash() { kill -9 "$(postmaster_pid "$1")"; }
+
+promote() { as_pg "$(pg_bindir)/pg_ctl" -D "$(cat "$1/datadir")" -w -t 60 promote >/dev/null; }
+
 cmd=${1:-}
 case "$cmd" in
   install) install_server ;;
@@ -143,5 +187,9 @@ case "$cmd" in
   datadir) datadir "$2" ;;
   url) echo "postgres://postgres@127.0.0.1:$2/${3:-postgres}?sslmode=disable" ;;
   socket-url) socket_url "$2" "$3" "${4:-}" ;;
-  *) echo "usage: pg.sh install|start DIR PORT|stop DIR|restart DIR PORT|datadir DIR|url PORT [DB]|socket-url DIR PORT [DB]" >&2; exit 2 ;;
+  standby) standby "$2" "$3" "$4" ;;
+  synchronous) synchronous "$2" "${3:-on}" ;;
+  crash) crash "$2" ;;
+  promote) promote "$2" ;;
+  *) echo "usage: pg.sh install|start DIR PORT|stop DIR|restart DIR PORT|datadir DIR|url PORT [DB]|socket-url DIR PORT [DB]|standby DIR PORT PRIMARY_PORT|synchronous PRIMARY_PORT [on|off]|crash DIR|promote DIR" >&2; exit 2 ;;
 esac

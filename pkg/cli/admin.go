@@ -75,7 +75,16 @@ func resolveCmd(g *globals) *cobra.Command {
 		})
 }
 
-// moveCmd is an operator action on one dead letter, with a --note.
+func abandonCmd(g *globals) *cobra.Command {
+	return moveCmd(g, "abandon PAYMENT_ID --note TEXT",
+		"Cancel a payment at rest (a dead letter, or PENDING awaiting a retry) as an operator: its undecided charge at the gateway is cancelled first (admin)",
+		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
+			resp, err := c.admin.CancelPayment(c.ctx, &payschedv1.CancelPaymentRequest{PaymentId: id, Note: note})
+			return resp, resp.GetPayment(), err
+		})
+}
+
+// moveCmd is an operator action on one payment at rest, with a --note.
 func moveCmd(g *globals, use, short, noteHelp string,
 	call func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error)) *cobra.Command {
 	var note string

@@ -25,6 +25,9 @@ func TestBadConfigIsRefused(t *testing.T) {
 	}{
 		{"executor", []string{"--concurrency", "0"}, "--concurrency must be at least 1"},
 		{"executor", []string{"--backoff", "soon"}, "--backoff"},
+		{"executor", []string{"--max-releases", "0"}, "--max-releases must be at least 1"},
+		{"executor", []string{"--action-required-timeout", "-1m"}, "--action-required-timeout and --processing-timeout must not be negative"},
+		{"reconciler", []string{"--processing-timeout", "-1h"}, "--action-required-timeout and --processing-timeout must not be negative"},
 		{"sweeper", []string{"--batch", "0"}, "--batch must be at least 1"},
 		{"sweeper", []string{"--executors", ""}, "--executors"},
 		{"reaper", []string{"--interval", "0s"}, "--interval must be positive"},

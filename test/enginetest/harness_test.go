@@ -49,6 +49,8 @@ type opts struct {
 	wrapExec  func(i int, real internalv1.ExecutorServiceServer) internalv1.ExecutorServiceServer
 	// wrapGW wraps the executors' gateway client (to watch or hold calls).
 	wrapGW func(gateway.Gateway) gateway.Gateway
+	// wrapDB wraps the executors' database (to slow it).
+	wrapDB func(store.DB) store.DB
 	// bounds for undecided charges (zero: never cancelled).
 	bounds   gateway.Bounds
 	noReaper bool
@@ -123,10 +125,14 @@ func newCluster(t *testing.T, o opts) *cluster {
 	if o.wrapGW != nil {
 		gw = o.wrapGW(gw)
 	}
+	var exDB store.DB = c.db
+	if o.wrapDB != nil {
+		exDB = o.wrapDB(c.db)
+	}
 	for i := range o.executors {
 		ex, err := executor.New(executor.Config{ID: fmt.Sprint("executor-", i), MaxInFlight: 2000, Concurrency: 64, Backoff: o.backoff,
 			LeaseMargin: 100 * time.Millisecond},
-			c.db, &gateway.Charger{Gateway: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: o.probeTO,
+			exDB, &gateway.Charger{Gateway: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: o.probeTO,
 				ActionTimeout: o.bounds.Action, ProcessingTimeout: o.bounds.Processing},
 			prometheus.NewRegistry(), quiet)
 		if err != nil {

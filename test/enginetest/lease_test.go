@@ -2,10 +2,12 @@ package enginetest
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -192,5 +194,49 @@ func TestCallsEndByTheLease(t *testing.T) {
 	var probeFirst bool
 	if err := c.db.QueryRow(context.Background(), `SELECT probe_first FROM payments WHERE id = $1`, id).Scan(&probeFirst); err != nil || !probeFirst {
 		t.Fatalf("probe_first %v (%v): a lost answer with an unanswered probe may have charged", probeFirst, err)
+	}
+}
+
+// slowAnswers is a database whose answers to the executor's read of a
+// batch arrive late, after the database measured the lease left.
+type slowAnswers struct {
+	store.DB
+	delay time.Duration
+}
+
+func (s slowAnswers) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := s.DB.Query(ctx, sql, args...)
+	if strings.Contains(sql, "lease_until - clock_timestamp()") {
+		time.Sleep(s.delay)
+	}
+	return rows, err
+}
+
+// The lease left is counted from before the batch's read was sent: the
+// database measures it, and an answer that comes back late must not be
+// counted as more lease. Here the read's answer takes 1.5 s of a 3 s lease;
+// the probe after a lost answer (which never answers) must still end by
+// the lease's end less the margin.
+func TestLeaseIsCountedFromBeforeTheRead(t *testing.T) {
+	w := &watchProbes{}
+	c := newCluster(t, opts{chargeTO: 500 * time.Millisecond, probeTO: 10 * time.Second, noReaper: true,
+		faults: &gatewayv1.Faults{UnavailableAfterCommitRate: 1},
+		wrapGW: func(g gateway.Gateway) gateway.Gateway { w.Gateway = g; return w },
+		wrapDB: func(db store.DB) store.DB { return slowAnswers{DB: db, delay: 1500 * time.Millisecond} }})
+	c.stop()
+	id := c.schedule(1, "bob", time.Now().Add(50*time.Millisecond))[0]
+	time.Sleep(100 * time.Millisecond)
+	cl := claimOne(t, c, 3*time.Second)
+	var leaseUntil time.Time
+	if err := c.db.QueryRow(context.Background(), `SELECT lease_until FROM payments WHERE id = $1`, id).Scan(&leaseUntil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, c.execs[0], workItem(cl)); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.deadlines) != 1 || w.deadlines[0].After(leaseUntil.Add(-100*time.Millisecond).Add(50*time.Millisecond)) {
+		t.Fatalf("probe deadlines %v; the lease ends %v (margin 100ms): the read's 1.5 s were counted as lease", w.deadlines, leaseUntil)
 	}
 }

@@ -79,6 +79,7 @@ func TestAdminRequiresTheAdminClaim(t *testing.T) {
 		{"GET", "/v1/admin/dead-letters", ""},
 		{"POST", "/v1/admin/scheduled-payments/" + id.String() + ":redrive", `{"note":"x"}`},
 		{"POST", "/v1/admin/scheduled-payments/" + id.String() + ":resolve", `{"note":"x"}`},
+		{"POST", "/v1/admin/scheduled-payments/" + id.String() + ":cancel", `{"note":"x"}`},
 		{"GET", "/v1/admin/reconciliation-runs", ""},
 		{"POST", "/v1/admin/reconciliation-runs", `{"day":"2026-01-01"}`},
 	} {
@@ -104,6 +105,10 @@ func TestAdminRequiresTheAdminClaim(t *testing.T) {
 		},
 		"ResolvePayment": func() error {
 			_, err := admin.ResolvePayment(ctx, &payschedv1.ResolvePaymentRequest{PaymentId: id.String(), Note: "x"})
+			return err
+		},
+		"CancelPayment": func() error {
+			_, err := admin.CancelPayment(ctx, &payschedv1.CancelPaymentRequest{PaymentId: id.String(), Note: "x"})
 			return err
 		},
 		"ListReconciliationRuns": func() error {
@@ -134,6 +139,24 @@ func TestAdminDeadLetterActionsAreAudited(t *testing.T) {
 	a := e.deadLetter("alice", "RETRIES_EXHAUSTED")
 	b := e.deadLetter("carol", "AMBIGUOUS_UNRESOLVED")
 	ops := adminToken(t, "ops-jane")
+	defer func() {
+		// Cancel (an operator's): needs a note; then CANCELLED, audited.
+		c := e.deadLetter("dave", "LEASE_TOO_SHORT")
+		if got := e.do("POST", "/v1/admin/scheduled-payments/"+c.String()+":cancel", ops, nil, `{}`); got.code != 400 {
+			t.Fatalf("cancel without a note: %d", got.code)
+		}
+		got := e.do("POST", "/v1/admin/scheduled-payments/"+c.String()+":cancel", ops, nil, `{"note":"customer asked"}`)
+		if got.code != 200 || got.json(t)["previousStatus"] != "DEAD_LETTERED" || got.json(t)["payment"].(map[string]any)["status"] != "CANCELLED" {
+			t.Fatalf("cancel: %d %s", got.code, got.body)
+		}
+		if n := e.count(`SELECT count(*) FROM payment_actions WHERE payment_id = $1 AND actor = 'admin:ops-jane' AND action = 'CANCEL'
+			AND prev_status = 'DEAD_LETTERED' AND new_status = 'CANCELLED' AND reason = 'customer asked'`, c); n != 1 {
+			t.Fatal("the cancel is not audited")
+		}
+		if got := e.do("POST", "/v1/admin/scheduled-payments/"+c.String()+":cancel", ops, nil, `{"note":"again"}`); got.code != 400 || got.reason(t) != "NOT_AT_REST" {
+			t.Fatalf("second cancel: %d %s", got.code, got.body)
+		}
+	}()
 
 	got := e.do("GET", "/v1/admin/dead-letters?pageSize=1", ops, nil, "")
 	if got.code != 200 {
