@@ -152,4 +152,3 @@ func TestAcknowledgedWritesAreReplicated(t *testing.T) {
 		})
 	}
 }
-
