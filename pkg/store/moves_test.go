@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -242,5 +243,31 @@ func repair(t *testing.T, db *pgxpool.Pool, id uuid.UUID, due time.Time) {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDatabaseMovesAreTheGoMoves: the state machine the database enforces
+// (paysched_move_actors, migration 12, used by the trigger on payments)
+// is payment.Moves, move for move and actor for actor.
+func TestDatabaseMovesAreTheGoMoves(t *testing.T) {
+	db := pgtest.NewPool(t)
+	for _, from := range payment.Statuses {
+		for _, to := range payment.Statuses {
+			var got []string
+			if err := db.QueryRow(context.Background(), `SELECT paysched_move_actors($1, $2)`, string(from), string(to)).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, m := range payment.Moves {
+				if m.From == from && m.To == to && !slices.Contains(want, string(m.By)) {
+					want = append(want, string(m.By))
+				}
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s -> %s: the database allows %v, payment.Moves %v", from, to, got, want)
+			}
+		}
 	}
 }

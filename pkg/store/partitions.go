@@ -98,13 +98,23 @@ func EnsurePartitions(ctx context.Context, db DB, from, to time.Time) (int, erro
 	return n, nil
 }
 
-// DropPartitionsBefore drops the daily partitions of payments that ended
-// before cutoff (retention) and says how many. Dropping a table takes its
-// owner, so it goes through paysched_drop_partitions_before, which runs as
-// the schema's owner for the roles allowed to call it (the reaper's).
+// RetentionFloor is the shortest retention the database accepts
+// (paysched_retention_floor, migration 12): a partition is dropped only
+// once its day is at least this far behind, and only if every payment in
+// it is at an end.
+const RetentionFloor = 30 * 24 * time.Hour
+
+// DropPartitionsBefore drops the daily partitions of payments whose day
+// is before cutoff's (retention) and says how many. Dropping a table takes
+// its owner, so it goes through paysched_drop_partitions_before, which
+// runs as the schema's owner for the roles allowed to call it (the
+// reaper's); it refuses a cutoff within RetentionFloor and keeps a
+// partition that still holds a PENDING, PROCESSING or DEAD_LETTERED
+// payment.
 func DropPartitionsBefore(ctx context.Context, db DB, cutoff time.Time) (int, error) {
 	var n int
-	if err := db.QueryRow(ctx, `SELECT paysched_drop_partitions_before($1)`, Partition(cutoff)).Scan(&n); err != nil {
+	day := cutoff.UTC().Format(time.DateOnly)
+	if err := db.QueryRow(ctx, `SELECT paysched_drop_partitions_before($1::date)`, day).Scan(&n); err != nil {
 		return 0, fmt.Errorf("drop partitions before %s: %w", cutoff.UTC().Format(time.DateOnly), err)
 	}
 	return n, nil

@@ -378,7 +378,7 @@ func (s *Store) List(ctx context.Context, payer string, status payment.Status, b
 // UPDATE locks and re-checks, so it cannot race with the claim, an
 // executor's outcome or the reaper: all of them change the same row.
 const cancelSQL = `
-UPDATE payments p SET status = 'CANCELLED', lease_until = NULL, lease_owner = NULL, updated_at = now()
+UPDATE payments p SET status = 'CANCELLED', updated_at = now()
 WHERE p.id = $1 AND p.payer = $2 AND p.status = 'PENDING' AND NOT p.probe_first
   AND p.due_time = $3
 RETURNING ` + paymentCols
@@ -417,4 +417,19 @@ func (s *Store) Cancel(ctx context.Context, payer string, id uuid.UUID) (*paymen
 			return p, ErrAlreadyProcessing
 		}
 	}
+}
+
+// scheduledSQL counts payer's payments not yet due, up to $2, from the
+// index on payment_index (payer, due_time) (migration 12): a bounded
+// read, however many the payer has.
+const scheduledSQL = `SELECT count(*) FROM (SELECT 1 FROM payment_index WHERE payer = $1 AND due_time > now() LIMIT $2) s`
+
+// Scheduled counts payer's payments scheduled and not yet due, cancelled
+// ones included until their due time, stopping at limit.
+func (s *Store) Scheduled(ctx context.Context, payer string, limit int) (int, error) {
+	var n int
+	if err := s.db.QueryRow(ctx, scheduledSQL, payer, limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count scheduled payments of %s: %w", payer, err)
+	}
+	return n, nil
 }

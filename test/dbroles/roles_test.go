@@ -26,8 +26,8 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// roles are the group roles of migration 0010.
-var roles = []string{"paysched_api", "paysched_sweeper", "paysched_executor", "paysched_reaper",
+// roles are the group roles of migrations 0010 and 0012.
+var roles = []string{"paysched_api", "paysched_admin", "paysched_sweeper", "paysched_executor", "paysched_reaper",
 	"paysched_reconciler", "paysched_audit", "paysched_cdc"}
 
 // env is one migrated database with a LOGIN member of every group role.
@@ -120,7 +120,13 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 			_, err := store.EnsurePartitions(ctx, db, time.Now(), time.Now().AddDate(0, 0, 400))
 			return err
 		}},
-		{"paysched_api", "dead letters", func(*pgxpool.Pool) error { _, err := api.DeadLetters(ctx, time.Time{}, uuid.Nil, 10); return err }},
+		{"paysched_admin", "dead letters, audit history", func(db *pgxpool.Pool) error {
+			if _, err := store.NewStore(db).DeadLetters(ctx, time.Time{}, uuid.Nil, 10); err != nil {
+				return err
+			}
+			_, err := db.Exec(ctx, `SELECT * FROM audit_events LIMIT 1`)
+			return err
+		}},
 		{"paysched_sweeper", "claim", func(db *pgxpool.Pool) error {
 			var err error
 			claimed, err = store.Claim(ctx, db, "sweeper-1", time.Minute, 10)
@@ -171,9 +177,14 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 			return err
 		}},
 		{"paysched_reaper", "partition upkeep", func(db *pgxpool.Pool) error {
-			old := time.Now().AddDate(0, 0, -10)
-			if n, err := store.EnsurePartitions(ctx, db, old, old); err != nil || n != 1 {
-				return fmt.Errorf("ensure: %d, %v", n, err)
+			if _, err := store.EnsurePartitions(ctx, db, time.Now(), time.Now().AddDate(0, 0, 400)); err != nil {
+				return fmt.Errorf("ensure: %v", err)
+			}
+			// A day 40 days gone (the owner made it: ensure looks forward).
+			old := time.Now().AddDate(0, 0, -40)
+			if _, err := e.admin.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF payments FOR VALUES FROM ('%s') TO ('%s')`,
+				store.Partition(old), old.Format(time.DateOnly), old.AddDate(0, 0, 1).Format(time.DateOnly))); err != nil {
+				return err
 			}
 			if n, err := store.DropPartitionsBefore(ctx, db, old.AddDate(0, 0, 1)); err != nil || n != 1 {
 				return fmt.Errorf("drop: %d, %v", n, err)
@@ -214,9 +225,29 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 		{"paysched_reconciler", "move (webhook/resolver)", func(db *pgxpool.Pool) error {
 			// The claim the sweeper released is PENDING; a gateway webhook
 			// completes it.
-			_, err := store.Apply(ctx, db, store.Move{ID: claimed[1].ID, By: payment.Reconciler, To: payment.Completed,
-				Amount: 100, Currency: "USD", GatewayRef: "ch_2", Actor: "webhook", Action: "WEBHOOK"})
+			_, err := store.Apply(ctx, db, store.Move{ID: claimed[1].ID, By: payment.Webhook, To: payment.Completed,
+				Amount: 100, Currency: "USD", GatewayRef: "ch_2", Actor: "gateway-webhook", Action: "WEBHOOK"})
 			return err
+		}},
+		{"paysched_admin", "operator cancel, reconciliation run", func(db *pgxpool.Pool) error {
+			// A PENDING payment an operator cancels.
+			pid := uuid.New()
+			if _, err := store.NewStore(e.admin).Create(ctx, []store.NewPayment{{ID: pid, Payer: "alice", Payee: "bob", Amount: 100,
+				Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: "op-cancel"}}); err != nil {
+				return err
+			}
+			if _, err := store.Apply(ctx, db, store.Move{ID: pid, By: payment.Operator, To: payment.Cancelled,
+				Actor: "admin:ops", Action: "CANCEL", Reason: "test"}); err != nil {
+				return err
+			}
+			return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+				var run int64
+				if err := tx.QueryRow(ctx, `INSERT INTO reconciliation_runs (day, triggered_by) VALUES (current_date, 'admin:ops') RETURNING id`).Scan(&run); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `UPDATE reconciliation_runs SET state = 'SUCCEEDED', finished_at = now() WHERE id = $1`, run)
+				return err
+			})
 		}},
 		{"paysched_audit", "append and overdue check", func(db *pgxpool.Pool) error {
 			if _, err := db.Exec(ctx, `INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
@@ -298,7 +329,16 @@ func TestServicesAreRefused(t *testing.T) {
 			`UPDATE payment_attempts SET outcome = 'SUCCEEDED'`,
 			`SELECT gateway_key FROM payment_attempts`,
 			`SELECT * FROM cdc_state`,
-			`SELECT paysched_drop_partitions_before('payments_p99991231')`,
+			`SELECT paysched_drop_partitions_before(current_date - 100)`,
+			`INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status) VALUES ('` + id.String() + `', 'admin:x', 'x', 'DEAD_LETTERED', 'PENDING')`,
+			`SELECT * FROM reconciliation_runs`,
+			`UPDATE payments SET probe_first = false`,
+			`UPDATE payments SET gateway_ref = 'x'`,
+		},
+		"paysched_admin": {
+			`INSERT INTO payment_attempts (payment_id, attempt, gateway_key) VALUES ('` + id.String() + `', 1, 'k')`,
+			`UPDATE payments SET attempt = 99`,
+			`SELECT paysched_ensure_partitions(current_date, current_date)`,
 		},
 		"paysched_sweeper": {
 			`INSERT INTO payment_attempts (payment_id, attempt, gateway_key) VALUES ('` + id.String() + `', 1, 'k')`,
@@ -395,5 +435,88 @@ func TestOnlyCDCReplicates(t *testing.T) {
 	var attr bool
 	if err := e.admin.QueryRow(ctx, `SELECT bool_or(rolreplication) FROM pg_roles WHERE rolname = ANY($1)`, roles).Scan(&attr); err != nil || attr {
 		t.Fatalf("a group role has REPLICATION (%v, %v)", attr, err)
+	}
+}
+
+// TestCompromisedPod: each service's credentials, used by an attacker
+// holding that pod, cannot move money outside the service's rights: the
+// database refuses (42501, the privilege check or the state machine's
+// guard) marking a payment COMPLETED, reverting a COMPLETED one, clearing
+// probe_first, creating a payment that was never PENDING, forging another
+// actor's payment_actions row; and the partition functions refuse ranges
+// beyond their bounds (22023).
+func TestCompromisedPod(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	seed := func(status string, probeFirst bool) uuid.UUID {
+		t.Helper()
+		id := uuid.New()
+		due := time.Now().Add(-time.Minute).UTC()
+		if _, err := store.NewStore(e.admin).Create(ctx, []store.NewPayment{{ID: id, Payer: "alice", Payee: "bob", Amount: 100,
+			Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: id.String()}}); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+		if _, err := e.admin.Exec(ctx, `UPDATE payments SET status = $2, probe_first = $3, attempt = 1 WHERE id = $1`, id, status, probeFirst); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+		return id
+	}
+	pending, completed, dead := seed("PENDING", false), seed("COMPLETED", false), seed("DEAD_LETTERED", true)
+	maybeCharged := seed("PENDING", true)
+	processing := seed("PROCESSING", true)
+	q := func(format string, id uuid.UUID) string { return fmt.Sprintf(format, id) }
+	markCompleted := q(`UPDATE payments SET status = 'COMPLETED', gateway_ref = 'ch_forged' WHERE id = '%s'`, pending)
+	revert := q(`UPDATE payments SET status = 'PENDING', probe_first = false WHERE id = '%s'`, completed)
+	clearProbe := q(`UPDATE payments SET probe_first = false WHERE id = '%s'`, maybeCharged)
+	forgeAdmin := q(`INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason)
+		VALUES ('%s', 'admin:mallory', 'REDRIVE', 'DEAD_LETTERED', 'PENDING', 'forged')`, dead)
+	forgeWebhook := q(`INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason)
+		VALUES ('%s', 'gateway-webhook', 'WEBHOOK', 'DEAD_LETTERED', 'COMPLETED', 'forged')`, dead)
+	createDone := `INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, status)
+		VALUES (gen_random_uuid(), 'mallory', 'mallory', 1, 'USD', now(), now(), 'COMPLETED')`
+	executorJump := q(`UPDATE payments SET status = 'COMPLETED' WHERE id = '%s'`, pending)
+	sweeperComplete := q(`UPDATE payments SET status = 'COMPLETED' WHERE id = '%s'`, processing)
+	for _, c := range []struct {
+		role  string
+		stmts []string
+	}{
+		{"paysched_api", []string{markCompleted, revert, clearProbe, forgeAdmin, forgeWebhook, createDone,
+			q(`UPDATE payments SET status = 'CANCELLED' WHERE id = '%s'`, completed)}},
+		{"paysched_admin", []string{revert, forgeWebhook, createDone,
+			q(`UPDATE payments SET status = 'FAILED' WHERE id = '%s'`, pending)}},
+		{"paysched_sweeper", []string{markCompleted, revert, sweeperComplete, forgeAdmin}},
+		{"paysched_executor", []string{executorJump, revert, forgeAdmin, createDone,
+			q(`UPDATE payments SET status = 'CANCELLED' WHERE id = '%s'`, pending)}},
+		{"paysched_reaper", []string{markCompleted, revert, clearProbe, sweeperComplete, forgeAdmin,
+			`SELECT paysched_drop_partitions_before(current_date)`,
+			`SELECT paysched_drop_partitions_before(current_date - 29)`,
+			`SELECT paysched_drop_partitions_before('9999-12-31')`,
+			`SELECT paysched_ensure_partitions(current_date, current_date + 5000)`,
+			`SELECT paysched_ensure_partitions(current_date - 400, current_date)`}},
+		{"paysched_reconciler", []string{revert, clearProbe, forgeAdmin,
+			q(`UPDATE payments SET status = 'CANCELLED' WHERE id = '%s'`, pending)}},
+		{"paysched_audit", []string{markCompleted, revert, clearProbe, forgeAdmin}},
+		{"paysched_cdc", []string{markCompleted, revert, clearProbe, forgeAdmin}},
+	} {
+		for _, stmt := range c.stmts {
+			t.Run(c.role+"/"+strings.Join(strings.Fields(stmt), " "), func(t *testing.T) {
+				tx, err := e.pools[c.role].Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx) //nolint:errcheck
+				_, err = tx.Exec(ctx, stmt)
+				var pe *pgconn.PgError
+				if !errors.As(err, &pe) || (pe.Code != "42501" && pe.Code != "22023") {
+					t.Fatalf("as %s: got %v, want a refusal (42501 or 22023)", c.role, err)
+				}
+			})
+		}
+	}
+	// Nothing moved.
+	var n int
+	if err := e.admin.QueryRow(ctx, `SELECT count(*) FROM payments WHERE (id = $1 AND status = 'PENDING') OR (id = $2 AND status = 'COMPLETED')
+		OR (id = $3 AND probe_first)`, pending, completed, maybeCharged).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("the payments moved: %d of 3 unchanged (%v)", n, err)
 	}
 }

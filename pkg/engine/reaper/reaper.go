@@ -21,7 +21,8 @@ type Config struct {
 	Interval time.Duration // lease scan and gauges (2s)
 	// Horizon is how far ahead partitions must exist.
 	Horizon time.Duration
-	// Retention drops partitions whose day ended this long ago; 0 keeps all.
+	// Retention drops partitions whose day ended this long ago (at least
+	// store.RetentionFloor, 30 days); 0 keeps all.
 	Retention time.Duration
 	// KeyTTL is how long idempotency keys are remembered.
 	KeyTTL time.Duration
@@ -38,6 +39,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--horizon must be at least a day, got %s", c.Horizon)
 	case c.Retention < 0:
 		return fmt.Errorf("--retention must not be negative, got %s", c.Retention)
+	case c.Retention > 0 && c.Retention < store.RetentionFloor:
+		// The database refuses it too (paysched_drop_partitions_before).
+		return fmt.Errorf("--retention %s is under the floor of %s: payments are kept at least that long", c.Retention, store.RetentionFloor)
 	case c.KeyTTL <= 0:
 		return fmt.Errorf("--idempotency-key-ttl must be positive, got %s", c.KeyTTL)
 	case c.Batch < 1:

@@ -2,6 +2,7 @@ package reaper_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -126,10 +127,39 @@ func TestExpireKeysForgetsOnlyOldOnes(t *testing.T) {
 	}
 }
 
+// TestDropOldPartitions: retention drops days past the floor whose
+// payments are all at an end, keeps one that still holds an open payment,
+// and refuses a cutoff within the floor, in the database and in the
+// reaper's own configuration.
 func TestDropOldPartitions(t *testing.T) {
 	db := pgtest.NewPool(t)
-	n, err := newReaper(t, db).DropOldPartitions(context.Background(), time.Now())
-	if err != nil || n != 1 { // yesterday's
-		t.Fatalf("dropped %d, %v", n, err)
+	ctx := context.Background()
+	old := func(days int) time.Time { return time.Now().UTC().AddDate(0, 0, -days) }
+	for _, d := range []int{40, 41} {
+		day := old(d)
+		if _, err := db.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF payments FOR VALUES FROM ('%s') TO ('%s')`,
+			store.Partition(day), day.Format(time.DateOnly), day.AddDate(0, 0, 1).Format(time.DateOnly))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Day 41 still holds a dead letter: kept.
+	if _, err := db.Exec(ctx, `INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, status)
+		VALUES (gen_random_uuid(), 'a', 'b', 1, 'USD', $1, $1, 'DEAD_LETTERED')`, old(41)); err != nil {
+		t.Fatal(err)
+	}
+	r := newReaper(t, db)
+	if _, err := r.DropOldPartitions(ctx, old(29)); err == nil {
+		t.Fatal("a cutoff within the 30-day floor was accepted")
+	}
+	if n, err := r.DropOldPartitions(ctx, old(35)); err != nil || n != 1 {
+		t.Fatalf("dropped %d, %v; want day 40's only", n, err)
+	}
+	var kept int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = $1`, store.Partition(old(41))).Scan(&kept); err != nil || kept != 1 {
+		t.Fatalf("the partition with a dead letter was dropped (%v)", err)
+	}
+	if _, err := reaper.New(reaper.Config{Interval: time.Second, Horizon: 24 * time.Hour, KeyTTL: time.Hour, Batch: 2, Retention: 24 * time.Hour},
+		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
+		t.Fatal("--retention 24h under the floor was accepted")
 	}
 }
