@@ -6,13 +6,8 @@ package auth
 
 import (
 	"context"
-	"crypto/rsa"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -73,24 +68,39 @@ type Config struct {
 	HS256Secret []byte
 	// JWKSFile enables RS256 tokens signed by one of its keys (production).
 	JWKSFile string
-	// Issuer must match the token's iss. Audience is the aud of the
-	// payments API's tokens, AdminAudience (default DefaultAdminAudience)
-	// the aud of admin tokens: only a token for AdminAudience with the
-	// admin claim opens the admin API.
+	// JWKSURL, instead of JWKSFile, fetches the keys from the issuer's
+	// JWKS endpoint, again every JWKSRefresh and on a token naming a key
+	// it does not know (at most every few seconds).
+	JWKSURL string
+	// JWKSRefresh is how often the keys are read again (default 5 minutes;
+	// a file too).
+	JWKSRefresh time.Duration
+	// Issuer must match the token's iss. A verifier accepts one kind of
+	// token: payers' (Audience: the payments API's aud) or admins'
+	// (AdminAudience: admin-api's aud, and the admin claim). A token for
+	// the other audience is refused, whatever claims it carries.
 	Issuer        string
 	Audience      string
 	AdminAudience string
+	// MaxLifetime bounds exp - iat (default DefaultMaxLifetime): a leaked
+	// token is good for at most that long.
+	MaxLifetime time.Duration
 	// Leeway tolerates clock skew on exp/nbf/iat.
 	Leeway time.Duration
 }
 
+// DefaultMaxLifetime is the longest lifetime (exp - iat) a token may
+// have: an access token is short-lived; a leaked one must expire soon.
+const DefaultMaxLifetime = time.Hour
+
 // Verifier checks bearer tokens.
 type Verifier struct {
-	parser  *jwt.Parser
-	secret  []byte
-	rsaKeys map[string]*rsa.PublicKey
-	// aud and adminAud: the audiences accepted (see Config).
+	parser *jwt.Parser
+	secret []byte
+	keys   *keySet // RS256 keys, refreshed
+	// aud and adminAud: the audience accepted (see Config), one of them.
 	aud, adminAud string
+	maxLife       time.Duration
 
 	// cache remembers tokens that verified, until they expire: clients send
 	// the same token on every call, and parsing it dominated request CPU.
@@ -118,30 +128,34 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		return nil, errors.New("auth: --jwt-secret and --jwt-jwks-file are exclusive: HS256 and RS256 are never accepted together " +
 			"(production: --jwt-jwks-file with --jwt-secret=''; local runs: --jwt-secret)")
 	}
-	v := &Verifier{secret: cfg.HS256Secret, cache: map[string]cached{}, aud: cfg.Audience, adminAud: cfg.AdminAudience}
-	if v.adminAud == "" {
-		v.adminAud = DefaultAdminAudience
+	if cfg.JWKSFile != "" && cfg.JWKSURL != "" {
+		return nil, errors.New("auth: --jwt-jwks-file and --jwt-jwks-url are exclusive")
 	}
-	if v.adminAud == v.aud {
-		return nil, errors.New("auth: --jwt-admin-audience must differ from --jwt-audience: admin tokens carry their own audience")
+	v := &Verifier{secret: cfg.HS256Secret, cache: map[string]cached{}, aud: cfg.Audience, adminAud: cfg.AdminAudience,
+		maxLife: cfg.MaxLifetime}
+	if v.maxLife <= 0 {
+		v.maxLife = DefaultMaxLifetime
+	}
+	if (v.aud == "") == (v.adminAud == "") {
+		return nil, errors.New("auth: a verifier accepts payers' tokens (an audience) or admins' (an admin audience), one of them")
 	}
 	var methods []string
 	if len(cfg.HS256Secret) > 0 {
 		methods = append(methods, "HS256")
 	}
-	if cfg.JWKSFile != "" {
-		keys, err := loadJWKS(cfg.JWKSFile)
+	if cfg.JWKSFile != "" || cfg.JWKSURL != "" {
+		keys, err := newKeySet(cfg.JWKSFile, cfg.JWKSURL, cfg.JWKSRefresh)
 		if err != nil {
 			return nil, err
 		}
-		v.rsaKeys = keys
+		v.keys = keys
 		methods = append(methods, "RS256")
 	}
 	if len(methods) == 0 {
 		return nil, errors.New("auth: configure an HS256 secret or a JWKS file")
 	}
-	if cfg.Issuer == "" || cfg.Audience == "" {
-		return nil, errors.New("auth: issuer and audience are required")
+	if cfg.Issuer == "" {
+		return nil, errors.New("auth: the issuer is required")
 	}
 	v.parser = jwt.NewParser(
 		jwt.WithValidMethods(methods),
@@ -171,16 +185,23 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	if c.Subject == "" || len(c.Subject) > 256 || !printable(c.Subject) {
 		return Principal{}, fmt.Errorf("%w: token has no usable sub", ErrUnauthenticated)
 	}
-	var forAPI, forAdmin bool
-	for _, a := range c.Audience {
-		forAPI = forAPI || a == v.aud
-		forAdmin = forAdmin || a == v.adminAud
+	if c.IssuedAt == nil || c.ExpiresAt.Sub(c.IssuedAt.Time) > v.maxLife {
+		return Principal{}, fmt.Errorf("%w: token lives longer than %s (exp - iat): mint shorter ones", ErrUnauthenticated, v.maxLife)
 	}
-	if !forAPI && !forAdmin {
+	want := v.aud
+	if want == "" {
+		want = v.adminAud
+	}
+	mine := false
+	for _, a := range c.Audience {
+		mine = mine || a == want
+	}
+	if !mine {
 		return Principal{}, fmt.Errorf("%w: token is for another audience", ErrUnauthenticated)
 	}
-	// The admin claim counts only in a token made for the admin audience.
-	p := Principal{Actor: c.Subject, Admin: c.Admin && forAdmin}
+	// The admin claim counts only in a token made for the admin audience,
+	// which only admin-api accepts.
+	p := Principal{Actor: c.Subject, Admin: c.Admin && v.adminAud != ""}
 	// Cached only until exp (minus the leeway nothing): nbf and iat were
 	// checked now and only move into the past.
 	v.mu.Lock()
@@ -208,6 +229,11 @@ func (v *Verifier) VerifyHeader(h string) (Principal, error) {
 }
 
 func (v *Verifier) key(t *jwt.Token) (any, error) {
+	// The token says what it is: an access token (JWT, or RFC 9068's
+	// at+jwt), never an ID token or another kind a signer also issues.
+	if typ, _ := t.Header["typ"].(string); !strings.EqualFold(typ, "JWT") && !strings.EqualFold(typ, "at+jwt") {
+		return nil, fmt.Errorf("token type %q is not an access token (typ JWT or at+jwt)", typ)
+	}
 	switch t.Method.Alg() {
 	case "HS256":
 		if len(v.secret) == 0 {
@@ -215,16 +241,10 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 		}
 		return v.secret, nil
 	case "RS256":
-		kid, _ := t.Header["kid"].(string)
-		if k, ok := v.rsaKeys[kid]; ok {
-			return k, nil
+		if v.keys == nil {
+			return nil, errors.New("RS256 not accepted")
 		}
-		if kid == "" && len(v.rsaKeys) == 1 {
-			for _, k := range v.rsaKeys {
-				return k, nil
-			}
-		}
-		return nil, fmt.Errorf("unknown key id %q", kid)
+		return v.keys.keyFor(t)
 	}
 	return nil, fmt.Errorf("algorithm %q not accepted", t.Method.Alg())
 }
@@ -248,43 +268,6 @@ func Mint(secret []byte, issuer, audience, actor string, admin bool, ttl time.Du
 		return "", fmt.Errorf("mint token: %w", err)
 	}
 	return s, nil
-}
-
-type jwks struct {
-	Keys []struct {
-		Kty string `json:"kty"`
-		Kid string `json:"kid"`
-		Use string `json:"use"`
-		N   string `json:"n"`
-		E   string `json:"e"`
-	} `json:"keys"`
-}
-
-func loadJWKS(path string) (map[string]*rsa.PublicKey, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("auth: read JWKS: %w", err)
-	}
-	var set jwks
-	if err := json.Unmarshal(b, &set); err != nil {
-		return nil, fmt.Errorf("auth: parse JWKS %s: %w", path, err)
-	}
-	keys := map[string]*rsa.PublicKey{}
-	for _, k := range set.Keys {
-		if k.Kty != "RSA" || (k.Use != "" && k.Use != "sig") {
-			continue
-		}
-		n, err1 := base64.RawURLEncoding.DecodeString(k.N)
-		e, err2 := base64.RawURLEncoding.DecodeString(k.E)
-		if err1 != nil || err2 != nil || len(e) == 0 || len(e) > 4 {
-			return nil, fmt.Errorf("auth: JWKS key %q: bad n or e", k.Kid)
-		}
-		keys[k.Kid] = &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("auth: JWKS %s has no RSA signing keys", path)
-	}
-	return keys, nil
 }
 
 type ctxKey struct{}

@@ -20,17 +20,23 @@ import (
 
 func writeJWKS(t *testing.T, kid string, pub *rsa.PublicKey) string {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(path, jwksJSON(t, kid, pub), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// jwksJSON is a JWK set holding pub as kid.
+func jwksJSON(t *testing.T, kid string, pub *rsa.PublicKey) []byte {
+	t.Helper()
 	set := map[string]any{"keys": []map[string]string{{
 		"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256",
 		"n": base64.RawURLEncoding.EncodeToString(pub.N.Bytes()),
 		"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(pub.E)).Bytes()),
 	}}}
 	b, _ := json.Marshal(set)
-	path := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return b
 }
 
 // claims are a token's claims for iss/aud; an admin's are for the admin
@@ -53,7 +59,7 @@ func TestRS256FromJWKS(t *testing.T) {
 		t.Fatal(err)
 	}
 	other, _ := rsa.GenerateKey(rand.Reader, 2048)
-	v, err := auth.NewVerifier(auth.Config{JWKSFile: writeJWKS(t, "k1", &key.PublicKey), Issuer: "iss", Audience: "aud"})
+	v, err := auth.NewVerifier(auth.Config{JWKSFile: writeJWKS(t, "k1", &key.PublicKey), Issuer: "iss", AdminAudience: auth.DefaultAdminAudience})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +91,7 @@ func TestRS256FromJWKS(t *testing.T) {
 }
 
 func TestMintAndVerifyHS256(t *testing.T) {
-	v, err := auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), Issuer: auth.DefaultIssuer, Audience: auth.DefaultAudience})
+	v, err := auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), Issuer: auth.DefaultIssuer, AdminAudience: auth.DefaultAdminAudience})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,36 +129,123 @@ func TestNeverBothAlgorithms(t *testing.T) {
 	}
 }
 
-// TestAdminNeedsTheAdminAudience: the admin claim opens the admin API only
-// in a token made for the admin audience; a payments token claiming admin
-// is a plain caller, and a token for neither audience is refused.
+// TestAdminNeedsTheAdminAudience: each API accepts one kind of token. The
+// payments API's verifier refuses a token for the admin audience (a
+// leaked admin token is no payer), and the admin API's refuses a payer's
+// token, admin claim or not; the claim counts only in a token for the
+// admin audience.
 func TestAdminNeedsTheAdminAudience(t *testing.T) {
-	v, err := auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), Issuer: auth.DefaultIssuer, Audience: auth.DefaultAudience})
+	payer, err := auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), Issuer: auth.DefaultIssuer, Audience: auth.DefaultAudience})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), Issuer: auth.DefaultIssuer, AdminAudience: auth.DefaultAdminAudience})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
+		v         *auth.Verifier
+		api       string
 		aud       string
 		admin     bool
 		ok, isAdm bool
 	}{
-		{auth.DefaultAdminAudience, true, true, true},
-		{auth.DefaultAudience, true, true, false},
-		{auth.DefaultAudience, false, true, false},
-		{auth.DefaultAdminAudience, false, true, false},
-		{"someone-else", true, false, false},
+		{admin, "admin", auth.DefaultAdminAudience, true, true, true},
+		{admin, "admin", auth.DefaultAdminAudience, false, true, false},
+		{admin, "admin", auth.DefaultAudience, true, false, false},
+		{payer, "payments", auth.DefaultAudience, false, true, false},
+		{payer, "payments", auth.DefaultAudience, true, true, false},
+		{payer, "payments", auth.DefaultAdminAudience, true, false, false},
+		{payer, "payments", "someone-else", false, false, false},
 	} {
 		tok, err := auth.Mint([]byte("s"), auth.DefaultIssuer, tc.aud, "alice", tc.admin, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := v.VerifyHeader("Bearer " + tok)
+		p, err := tc.v.VerifyHeader("Bearer " + tok)
 		if (err == nil) != tc.ok || p.Admin != tc.isAdm {
-			t.Errorf("aud %s admin %v: %+v %v, want ok=%v admin=%v", tc.aud, tc.admin, p, err, tc.ok, tc.isAdm)
+			t.Errorf("%s API, aud %s admin %v: %+v %v, want ok=%v admin=%v", tc.api, tc.aud, tc.admin, p, err, tc.ok, tc.isAdm)
 		}
 	}
-	if _, err := auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), Issuer: "i", Audience: "a", AdminAudience: "a"}); err == nil {
-		t.Error("one audience for both was accepted")
+	for _, c := range []auth.Config{
+		{HS256Secret: []byte("s"), Issuer: "i", Audience: "a", AdminAudience: "b"},
+		{HS256Secret: []byte("s"), Issuer: "i"},
+	} {
+		if _, err := auth.NewVerifier(c); err == nil {
+			t.Errorf("%+v: a verifier must accept exactly one audience", c)
+		}
+	}
+}
+
+// TestTokenLifetimeAndType: a token living longer than MaxLifetime (exp -
+// iat), one without iat, and one that is not an access token (typ) are
+// refused.
+func TestTokenLifetimeAndType(t *testing.T) {
+	v, err := auth.NewVerifier(auth.Config{HS256Secret: []byte("s"), Issuer: "iss", Audience: "aud", MaxLifetime: 15 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	sign := func(c jwt.RegisteredClaims, typ any) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, auth.Claims{RegisteredClaims: c})
+		if typ == nil {
+			delete(tok.Header, "typ")
+		} else {
+			tok.Header["typ"] = typ
+		}
+		s, _ := tok.SignedString([]byte("s"))
+		return s
+	}
+	base := func(life time.Duration) jwt.RegisteredClaims {
+		return jwt.RegisteredClaims{Subject: "alice", Issuer: "iss", Audience: jwt.ClaimStrings{"aud"},
+			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(life))}
+	}
+	noIat := base(time.Minute)
+	noIat.IssuedAt = nil
+	for _, c := range []struct {
+		name string
+		tok  string
+		ok   bool
+	}{
+		{"15 minutes", sign(base(15*time.Minute), "JWT"), true},
+		{"an RFC 9068 access token", sign(base(time.Minute), "at+jwt"), true},
+		{"16 minutes", sign(base(16*time.Minute), "JWT"), false},
+		{"a day", sign(base(24*time.Hour), "JWT"), false},
+		{"no iat", sign(noIat, "JWT"), false},
+		{"an ID token's typ", sign(base(time.Minute), "id_token+jwt"), false},
+		{"no typ", sign(base(time.Minute), nil), false},
+	} {
+		if _, err := v.Verify(c.tok); (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok=%v", c.name, err, c.ok)
+		}
+	}
+}
+
+// TestJWKSRefresh: a key the issuer rotates in is accepted without a
+// restart: a token naming a kid the set lacks makes it be read again.
+func TestJWKSRefresh(t *testing.T) {
+	k1, _ := rsa.GenerateKey(rand.Reader, 2048)
+	k2, _ := rsa.GenerateKey(rand.Reader, 2048)
+	file := writeJWKS(t, "k1", &k1.PublicKey)
+	v, err := auth.NewVerifier(auth.Config{JWKSFile: file, Issuer: "iss", AdminAudience: auth.DefaultAdminAudience, JWKSRefresh: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(k *rsa.PrivateKey, kid string) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims("ops", true))
+		tok.Header["kid"] = kid
+		s, _ := tok.SignedString(k)
+		return s
+	}
+	if _, err := v.Verify(sign(k1, "k1")); err != nil {
+		t.Fatal(err)
+	}
+	// The issuer rotates: the set now holds k2 only.
+	if err := os.WriteFile(file, jwksJSON(t, "k2", &k2.PublicKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(sign(k2, "k2")); err != nil {
+		t.Fatalf("a token of the rotated-in key: %v", err)
 	}
 }
 
