@@ -177,7 +177,9 @@ type ScheduledPayment struct {
 	Attempt int32 `protobuf:"varint,10,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The gateway's reference once charged.
 	GatewayRef string `protobuf:"bytes,11,opt,name=gateway_ref,json=gatewayRef,proto3" json:"gateway_ref,omitempty"`
-	// The last error seen while executing, if any.
+	// The last error seen while executing: in the admin API only (the
+	// gateway's and operators' own words); always empty in the payments API,
+	// whose callers read failure_reason.
 	LastError string `protobuf:"bytes,12,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// Creation time.
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
@@ -350,7 +352,7 @@ type PaymentAttempt struct {
 	Outcome string `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	// Gateway reference, when charged.
 	GatewayRef string `protobuf:"bytes,5,opt,name=gateway_ref,json=gatewayRef,proto3" json:"gateway_ref,omitempty"`
-	// Error text, when any.
+	// Error text, when any: in the admin API only; empty in the payments API.
 	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

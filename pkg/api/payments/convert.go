@@ -9,7 +9,22 @@ import (
 	"github.com/paysched/paysched/pkg/payment"
 )
 
-// ToProto is the API form of p (attempts included when loaded).
+// toPayerProto is what a payer sees of p: no internal text. The gateway's
+// and the transport's error messages and operators' notes (last_error,
+// each attempt's error) stay in the operators' view (ToProto) and the
+// audit log; a payer reads the status, the stable failure_reason, and
+// each attempt's outcome.
+func toPayerProto(p *payment.Payment) *payschedv1.ScheduledPayment {
+	out := ToProto(p)
+	out.LastError = ""
+	for _, a := range out.Attempts {
+		a.Error = ""
+	}
+	return out
+}
+
+// ToProto is the operators' form of p (attempts included when loaded),
+// internal text included: the admin API's.
 func ToProto(p *payment.Payment) *payschedv1.ScheduledPayment {
 	out := &payschedv1.ScheduledPayment{
 		PaymentId:     p.ID.String(),

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -51,12 +52,26 @@ type Server struct {
 	cursors *cursor.Signer
 	log     *slog.Logger
 	now     func() time.Time
+	pending *pendingCap
+	// Spend, when set, charges a batch's items beyond the first to the
+	// caller's rate limit (the call took one token): nil, or the refusal.
+	Spend func(ctx context.Context, n int) error
 }
 
 // New returns a Server. Single creates go through batcher (group commit);
 // cursorSecret keys the list cursors.
 func New(st *store.Store, batcher *store.Batcher, rules Rules, cursorSecret []byte, log *slog.Logger) *Server {
-	return &Server{store: st, single: batcher, rules: rules, cursors: cursor.NewSigner(cursorSecret), log: log, now: time.Now}
+	s := &Server{store: st, single: batcher, rules: rules, cursors: cursor.NewSigner(cursorSecret), log: log, now: time.Now}
+	s.pending = newPendingCap(rules.MaxPending, st, func() time.Time { return s.now() })
+	return s
+}
+
+// limitErr passes a limit's refusal on, and reports a failure to count.
+func (s *Server) limitErr(op string, err error) error {
+	if status.Code(err) == codes.ResourceExhausted {
+		return err
+	}
+	return s.internal(op+": count scheduled payments", err)
 }
 
 // Violations returns what validation finds wrong with req, leaving req as
@@ -181,6 +196,9 @@ func (s *Server) CreateScheduledPayment(ctx context.Context, req *payschedv1.Cre
 		}
 		res = r
 	} else {
+		if err := s.pending.admit(ctx, actorID, 1); err != nil {
+			return nil, s.limitErr("create", err)
+		}
 		r, err := s.single.Create(ctx, pr.item)
 		if err != nil {
 			return nil, s.internal("create", err)
@@ -217,6 +235,12 @@ func (s *Server) BatchCreateScheduledPayments(ctx context.Context, req *paysched
 		return nil, apierr.Invalid("a batch holds 1 to 1000 items",
 			[]apierr.Violation{{Field: "items", Description: fmt.Sprintf("must hold 1 to %d items, got %d", MaxBatchItems, n)}})
 	}
+	if s.Spend != nil {
+		// A batch of n is n payments' worth of the actor's rate.
+		if err := s.Spend(ctx, n-1); err != nil {
+			return nil, err
+		}
+	}
 	now := s.now()
 	results := make([]*payschedv1.BatchCreateResult, n)
 	var valid []store.NewPayment
@@ -244,6 +268,9 @@ func (s *Server) BatchCreateScheduledPayments(ctx context.Context, req *paysched
 			continue
 		}
 		valid, validIdx = append(valid, pr.item), append(validIdx, i)
+	}
+	if err := s.pending.admit(ctx, actorID, len(valid)); err != nil {
+		return nil, s.limitErr("batch create", err)
 	}
 	created, err := s.store.Create(ctx, valid)
 	if err != nil {
@@ -320,7 +347,7 @@ func (s *Server) GetScheduledPayment(ctx context.Context, req *payschedv1.GetSch
 	if err != nil {
 		return nil, s.internal("get", err)
 	}
-	out := ToProto(p)
+	out := toPayerProto(p)
 	if out.Attempts == nil {
 		out.Attempts = []*payschedv1.PaymentAttempt{}
 	}
@@ -369,7 +396,7 @@ func (s *Server) ListScheduledPayments(ctx context.Context, req *payschedv1.List
 		out.NextCursor = s.cursors.Encode(ps[size-1].Seq, scope)
 	}
 	for i := range ps {
-		out.Payments = append(out.Payments, ToProto(&ps[i]))
+		out.Payments = append(out.Payments, toPayerProto(&ps[i]))
 	}
 	return out, nil
 }
@@ -391,7 +418,7 @@ func (s *Server) CancelScheduledPayment(ctx context.Context, req *payschedv1.Can
 	case err != nil:
 		return nil, s.internal("cancel", err)
 	}
-	return &payschedv1.CancelScheduledPaymentResponse{Payment: ToProto(p)}, nil
+	return &payschedv1.CancelScheduledPaymentResponse{Payment: toPayerProto(p)}, nil
 }
 
 // internal logs the cause of a failure of op and returns the client's error.

@@ -33,6 +33,9 @@ type Rules struct {
 	AmountCap int64
 	// Horizon is how far ahead dueAt may be.
 	Horizon time.Duration
+	// MaxPending caps the payments one actor may have scheduled and not
+	// yet due (0: no cap).
+	MaxPending int
 }
 
 // Normalize fills defaults into req and returns every violation it finds,
@@ -51,7 +54,7 @@ func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time
 	case n > MaxPayeeLen:
 		bad("payee", "must be at most %d characters, got %d", MaxPayeeLen, n)
 	case !printable(req.GetPayee(), false):
-		bad("payee", "must be valid UTF-8 without control, bidirectional-override or zero-width characters")
+		bad("payee", "must be valid UTF-8 without control, format, separator or invisible characters")
 	}
 
 	switch a := req.GetAmount(); {
@@ -87,7 +90,7 @@ func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time
 	case n > MaxDescriptionLen:
 		bad("description", "must be at most %d characters, got %d", MaxDescriptionLen, n)
 	case !printable(req.GetDescription(), true):
-		bad("description", "must be valid UTF-8 without control, bidirectional-override or zero-width characters")
+		bad("description", "must be valid UTF-8 without control, format, separator or invisible characters")
 	}
 
 	md := req.GetMetadata()
@@ -102,12 +105,12 @@ func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time
 		case n > MaxMetadataKeyLen:
 			bad("metadata."+k, "key must be at most %d characters", MaxMetadataKeyLen)
 		case !printable(k, false):
-			bad("metadata", "keys must be valid UTF-8 without control, bidirectional-override or zero-width characters")
+			bad("metadata", "keys must be valid UTF-8 without control, format, separator or invisible characters")
 		}
 		if n := utf8.RuneCountInString(v); n > MaxMetadataValLen {
 			bad("metadata."+k, "value must be at most %d characters, got %d", MaxMetadataValLen, n)
 		} else if !printable(v, true) {
-			bad("metadata."+k, "value must be valid UTF-8 without control, bidirectional-override or zero-width characters")
+			bad("metadata."+k, "value must be valid UTF-8 without control, format, separator or invisible characters")
 		}
 	}
 	return vs
@@ -144,22 +147,28 @@ func printable(s string, multiline bool) bool {
 }
 
 // spoofing reports the characters that make a display string show other
-// than it is in an operator's terminal or UI: bidirectional overrides,
-// embeddings, isolates and marks (an "invoice\u202Efdp.exe" reads as
-// "invoiceexe.pdf"), and zero-width characters (two payees that look the
-// same). Emoji joined with U+200D are refused with them: a payee or a
-// description does not need them.
+// than it is in an operator's terminal or UI, or hide in it: every format
+// character (Unicode category Cf: bidirectional overrides, embeddings,
+// isolates and marks, so that "invoice\u202Efdp.exe" reads as
+// "invoiceexe.pdf"; zero-width characters, the soft hyphen, invisible
+// operators, interlinear annotations, tag characters), the line and
+// paragraph separators (Zl, Zp: a line break where none shows), and every
+// other default-ignorable code point (variation selectors, Hangul fillers,
+// the combining grapheme joiner), which renderers draw as nothing: two
+// payees that look the same must be the same. Emoji joined with U+200D or
+// styled with U+FE0F are refused with them: a payee, a description or a
+// note does not need them.
 func spoofing(c rune) bool {
-	switch {
-	case c >= 0x202A && c <= 0x202E, // LRE, RLE, PDF, LRO, RLO
-		c >= 0x2066 && c <= 0x2069,            // LRI, RLI, FSI, PDI
-		c == 0x200E, c == 0x200F, c == 0x061C, // LRM, RLM, ALM
-		c >= 0x200B && c <= 0x200D, // ZWSP, ZWNJ, ZWJ
-		c == 0x2060, c == 0xFEFF:   // word joiner, BOM / ZWNBSP
-		return true
-	}
-	return false
+	return unicode.In(c, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Other_Default_Ignorable_Code_Point,
+		unicode.Variation_Selector) ||
+		c >= 0xE0000 && c <= 0xE0FFF // the rest of the default-ignorable tag and selector block
 }
+
+// Printable reports whether s is text an operator can trust on screen:
+// valid UTF-8, no control characters (but, when multiline, newlines and
+// tabs), and nothing spoofing refuses. The admin API's notes are held to
+// it too.
+func Printable(s string, multiline bool) bool { return printable(s, multiline) }
 
 func humanDuration(d time.Duration) string {
 	if d%(24*time.Hour) == 0 {

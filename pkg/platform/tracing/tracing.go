@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -64,8 +65,9 @@ func Propagator() propagation.TextMapPropagator {
 // Setup installs the global propagator (always) and, when Enabled, a
 // TracerProvider exporting over OTLP/gRPC through a batch span processor,
 // with a resource naming serviceName (OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES override it) and the instance id. Sampling
-// follows OTEL_TRACES_SAMPLER (default: parent-based, always on). The
+// OTEL_RESOURCE_ATTRIBUTES override it) and the instance id. Sampling is
+// Sampler's: OTEL_TRACES_SAMPLER's rate, which a caller's traceparent never
+// overrides. The
 // returned shutdown flushes the spans still buffered and stops the exporter;
 // when tracing is off it does nothing.
 func Setup(ctx context.Context, serviceName string) (shutdown func(context.Context) error, err error) {
@@ -93,7 +95,7 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 		_ = exp.Shutdown(ctx)
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(Sampler()))
 	otel.SetTracerProvider(tp)
 	return func(ctx context.Context) error {
 		if err := tp.Shutdown(ctx); err != nil {
@@ -101,6 +103,31 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 		}
 		return nil
 	}, nil
+}
+
+// Sampler decides which traces are recorded: the rate of
+// OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (always_on, always_off,
+// traceidratio or their parentbased_ forms; default always on), by trace
+// id, for every span without a local parent, a remote one included: a
+// traceparent from the internet that says "sampled" does not make paysched
+// record (and pay for) a trace its own rate would not, and one that says
+// "not sampled" does not hide one. Decided by trace id, every service of
+// one trace decides alike, so the internal hops stay whole. Spans with a
+// local parent follow it.
+func Sampler() sdktrace.Sampler {
+	root := sdktrace.AlwaysSample()
+	name := strings.TrimPrefix(os.Getenv("OTEL_TRACES_SAMPLER"), "parentbased_")
+	switch name {
+	case "always_off":
+		root = sdktrace.NeverSample()
+	case "traceidratio":
+		ratio := 1.0
+		if v, err := strconv.ParseFloat(os.Getenv("OTEL_TRACES_SAMPLER_ARG"), 64); err == nil && v >= 0 && v <= 1 {
+			ratio = v
+		}
+		root = sdktrace.TraceIDRatioBased(ratio)
+	}
+	return sdktrace.ParentBased(root, sdktrace.WithRemoteParentSampled(root), sdktrace.WithRemoteParentNotSampled(root))
 }
 
 // ErrorLogger returns an OpenTelemetry error handler that logs to log at most

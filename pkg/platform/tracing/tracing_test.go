@@ -419,3 +419,37 @@ func TestSetupOn(t *testing.T) {
 		t.Errorf("collector got span %q from service %q instance %q", name, service, instance)
 	}
 }
+
+// TestInboundTraceContextNeverForcesSampling: a caller's traceparent
+// saying "sampled" does not make paysched record a trace its own rate
+// would not, and "not sampled" does not hide one its rate would record.
+func TestInboundTraceContextNeverForcesSampling(t *testing.T) {
+	remote := func(sampled bool) context.Context {
+		flags := trace.TraceFlags(0)
+		if sampled {
+			flags = trace.FlagsSampled
+		}
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5}, TraceFlags: flags, Remote: true})
+		return trace.ContextWithRemoteSpanContext(context.Background(), sc)
+	}
+	for _, c := range []struct {
+		sampler, arg  string
+		remoteSampled bool
+		want          sdktrace.SamplingDecision
+	}{
+		{"parentbased_traceidratio", "0", true, sdktrace.Drop},
+		{"traceidratio", "0", true, sdktrace.Drop},
+		{"always_off", "", true, sdktrace.Drop},
+		{"parentbased_always_on", "", false, sdktrace.RecordAndSample},
+		{"", "", false, sdktrace.RecordAndSample},
+	} {
+		t.Setenv("OTEL_TRACES_SAMPLER", c.sampler)
+		t.Setenv("OTEL_TRACES_SAMPLER_ARG", c.arg)
+		ctx := remote(c.remoteSampled)
+		got := tracing.Sampler().ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx,
+			TraceID: trace.SpanContextFromContext(ctx).TraceID(), Name: "POST /v1/scheduled-payments", Kind: trace.SpanKindServer})
+		if got.Decision != c.want {
+			t.Errorf("%s=%s, caller says sampled=%v: %v, want %v", c.sampler, c.arg, c.remoteSampled, got.Decision, c.want)
+		}
+	}
+}
