@@ -29,7 +29,7 @@ func TestComposeFile(t *testing.T) {
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
-	for _, want := range []string{"postgres", "kafka", "migrate", "payments-api", "gateway-sim", "executor", "sweeper",
+	for _, want := range []string{"postgres", "kafka", "migrate", "payments-api", "admin-api", "gateway-sim", "executor", "sweeper",
 		"reaper", "cdc", "audit-consumer", "reconciler"} {
 		if _, ok := doc.Services[want]; !ok {
 			t.Errorf("service %s missing", want)

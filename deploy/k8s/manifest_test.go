@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -24,8 +25,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
+	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/mtls"
@@ -51,6 +54,7 @@ type service struct {
 
 var services = []service{
 	{name: "payments-api", grpcHealth: true, hpa: true},
+	{name: "admin-api", grpcHealth: true},
 	{name: "sweeper"},
 	// The executor and gateway-sim serve gRPC with mutual TLS only, which
 	// kubelet's gRPC probe cannot speak: they are probed on /healthz.
@@ -71,10 +75,10 @@ var overlays = []struct {
 	atLeast  bool
 }{
 	{name: "dev", gatewaySim: true, replicas: map[string]int{
-		"payments-api": 1, "sweeper": 1, "executor": 1, "reaper": 1, "cdc": 1,
+		"payments-api": 1, "admin-api": 1, "sweeper": 1, "executor": 1, "reaper": 1, "cdc": 1,
 		"audit-consumer": 1, "reconciler": 1, "gateway-sim": 1}},
 	{name: "prod", atLeast: true, replicas: map[string]int{
-		"payments-api": 2, "sweeper": 2, "executor": 3, "reaper": 1, "cdc": 1,
+		"payments-api": 2, "admin-api": 1, "sweeper": 2, "executor": 3, "reaper": 1, "cdc": 1,
 		"audit-consumer": 1, "reconciler": 1}},
 }
 
@@ -238,6 +242,19 @@ func flags(t *testing.T, name string) map[string]bool {
 		dial.Register(gfs, "")
 		gfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
 	}
+	for _, admin := range []bool{false, true} {
+		if bytes.Contains(b, []byte(fmt.Sprintf("auth.RegisterFlags(fs, %v)", admin))) {
+			// The token flags of an API process.
+			afs := flag.NewFlagSet(name, flag.ContinueOnError)
+			auth.RegisterFlags(afs, admin)
+			afs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
+		}
+	}
+	if bytes.Contains(b, []byte("gateway.RegisterBounds(fs")) {
+		bfs := flag.NewFlagSet(name, flag.ContinueOnError)
+		gateway.RegisterBounds(bfs)
+		bfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
+	}
 	if bytes.Contains(b, []byte("mtls.RegisterServer(fs")) {
 		// The mutual TLS server flags (the executor).
 		mfs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -264,6 +281,7 @@ func flags(t *testing.T, name string) map[string]bool {
 var externalSecrets = map[string][]string{
 	"paysched-pg-app":        {"uri", "username", "password", "host", "port", "dbname"},
 	"paysched-pg-api":        {"username", "password"},
+	"paysched-pg-admin":      {"username", "password"},
 	"paysched-pg-sweeper":    {"username", "password"},
 	"paysched-pg-executor":   {"username", "password"},
 	"paysched-pg-reaper":     {"username", "password"},
@@ -601,7 +619,7 @@ func checkPostgres(t *testing.T, docs []obj) {
 
 // dbGroups is each service's group role (pkg/store/schema/sql/0010_roles.sql).
 var dbGroups = map[string]string{
-	"payments-api": "paysched_api", "sweeper": "paysched_sweeper", "executor": "paysched_executor",
+	"payments-api": "paysched_api", "admin-api": "paysched_admin", "sweeper": "paysched_sweeper", "executor": "paysched_executor",
 	"reaper": "paysched_reaper", "reconciler": "paysched_reconciler", "audit-consumer": "paysched_audit",
 	"cdc": "paysched_cdc",
 }

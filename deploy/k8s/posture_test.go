@@ -9,7 +9,7 @@ import (
 )
 
 // products are the product workloads (the services' Deployments).
-var products = []string{"payments-api", "sweeper", "executor", "reaper", "cdc", "audit-consumer", "reconciler"}
+var products = []string{"payments-api", "admin-api", "sweeper", "executor", "reaper", "cdc", "audit-consumer", "reconciler"}
 
 // containerEnv is a workload's first container's literal env values, the
 // names of those that come from a Secret, its pod spec and the container.
@@ -58,10 +58,21 @@ func TestProductionModeInProd(t *testing.T) {
 			secret := map[string]bool{}
 			switch name {
 			case "payments-api":
-				want = []string{"PAYSCHED_JWT_JWKS_FILE", "PAYSCHED_CURSOR_SECRET", "PAYSCHED_GATEWAY_CA_FILE", "PAYSCHED_GATEWAY_CERT_FILE", "PAYSCHED_GATEWAY_KEY_FILE"}
+				want = []string{"PAYSCHED_JWT_JWKS_FILE", "PAYSCHED_CURSOR_SECRET"}
 				secret["PAYSCHED_CURSOR_SECRET"] = true
 				if env["PAYSCHED_JWT_SECRET"] != "" || fromSecret["PAYSCHED_JWT_SECRET"] {
 					t.Error("payments-api accepts HS256 in production")
+				}
+				// The internet's door holds no gateway access.
+				for k := range env {
+					if strings.HasPrefix(k, "PAYSCHED_GATEWAY_") || strings.HasPrefix(k, "PAYSCHED_STRIPE_") {
+						t.Errorf("payments-api has %s: it must hold no gateway access", k)
+					}
+				}
+			case "admin-api":
+				want = []string{"PAYSCHED_JWT_JWKS_FILE", "PAYSCHED_GATEWAY_CA_FILE", "PAYSCHED_GATEWAY_CERT_FILE", "PAYSCHED_GATEWAY_KEY_FILE"}
+				if env["PAYSCHED_JWT_SECRET"] != "" || fromSecret["PAYSCHED_JWT_SECRET"] {
+					t.Error("admin-api accepts HS256 in production")
 				}
 			case "executor":
 				want = []string{"PAYSCHED_TLS_CERT_FILE", "PAYSCHED_TLS_KEY_FILE", "PAYSCHED_TLS_CLIENT_CA_FILE", "PAYSCHED_GATEWAY_CA_FILE", "PAYSCHED_GATEWAY_CERT_FILE", "PAYSCHED_GATEWAY_KEY_FILE"}
@@ -123,7 +134,7 @@ func stringsIn(v any) []string {
 }
 
 // TestGatewayHopIsMutualTLS: every caller of the gateway (the executor,
-// the reconciler and payments-api) checks the gateway's certificate
+// the reconciler and admin-api) checks the gateway's certificate
 // against the namespace CA and presents a client certificate of its own
 // name from it; in dev, gateway-sim serves a certificate for the address
 // they dial and requires theirs.
@@ -135,7 +146,7 @@ func TestGatewayHopIsMutualTLS(t *testing.T) {
 			for _, c := range byKind(docs, "Certificate") {
 				certs[str(c, "spec", "secretName")] = c
 			}
-			for _, name := range []string{"executor", "reconciler", "payments-api"} {
+			for _, name := range []string{"executor", "reconciler", "admin-api"} {
 				d := named(docs, "Deployment", name)
 				env, _, podSpec, c := containerEnv(t, d)
 				var secrets []string

@@ -17,7 +17,7 @@ base=${PAYSCHED_TEST_ADMIN_URL%/postgres*}
 for run in $(seq 1 '"$RUNS"'); do
   db="$base/bench_$run?sslmode=disable"
   "$ROOT/bin/migrate" --database-url "$db" >/dev/null 2>&1
-  "$ROOT/bin/payments-api" --database-url "$db" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 \
+  "$ROOT/bin/payments-api" --database-url "$db" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --actor-rate 0 --max-pending 0 \
     --db-max-conns "${DB_CONNS:-32}" ${API_FLAGS:-} 2>/tmp/paybench-api.log &
   api=$!
   "$ROOT/bin/payctl" --api 127.0.0.1:19090 health --wait 30s >/dev/null

@@ -31,7 +31,8 @@ for run in $(seq 1 "$RUNS"); do
   db="$base/spike_$run?sslmode=disable"
   "$ROOT/bin/migrate" --database-url "$db" >/dev/null 2>&1
   export PAYSCHED_DATABASE_URL="$db"
-  "$ROOT/bin/payments-api" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 2>"$logs/api.log" & api=$!
+  # The benchmarks are one actor at full speed: no per-actor limits.
+  "$ROOT/bin/payments-api" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --actor-rate 0 --max-pending 0 2>"$logs/api.log" & api=$!
   "$ROOT/bin/gateway-sim" --ledger memory --grpc-addr 127.0.0.1:19300 --http-addr 127.0.0.1:19301 ${GATEWAY_FLAGS:-} 2>"$logs/gw.log" & gw=$!
   "$ROOT/bin/executor" --grpc-addr 127.0.0.1:19100 --http-addr 127.0.0.1:19101 --gateway-addr 127.0.0.1:19300 ${EXECUTOR_FLAGS:-} 2>"$logs/ex1.log" & ex1=$!
   "$ROOT/bin/executor" --grpc-addr 127.0.0.1:19110 --http-addr 127.0.0.1:19111 --gateway-addr 127.0.0.1:19300 ${EXECUTOR_FLAGS:-} 2>"$logs/ex2.log" & ex2=$!

@@ -31,7 +31,7 @@ db="$base/steady?sslmode=disable"
 "$ROOT/bin/migrate" --database-url "$db" >/dev/null 2>&1
 export PAYSCHED_DATABASE_URL="$db"
 "$ROOT/bin/kafka" --kafka-port 19092 --kafka-data-dir "$logs/kafka" --http-addr 127.0.0.1:19093 2>"$logs/kafka.log" & kf=$!
-"$ROOT/bin/payments-api" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --gateway-addr 127.0.0.1:19300 2>"$logs/api.log" & api=$!
+"$ROOT/bin/payments-api" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --actor-rate 0 --max-pending 0 2>"$logs/api.log" & api=$!
 "$ROOT/bin/gateway-sim" --ledger memory --grpc-addr 127.0.0.1:19300 --http-addr 127.0.0.1:19301 \
   --unavailable-rate 0.05 --timeout-after-commit-rate 0.03 --latency-min-ms 5 --latency-max-ms 30 2>"$logs/gw.log" & gw=$!
 # Retries within the run (the default schedule waits minutes).

@@ -35,7 +35,7 @@ for run in $(seq 1 "$RUNS"); do
     state=$("$bin/psql" -qAt "$url/postgres" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'paysched_standby'")
     db="$url/bench_${mode}_$run?sslmode=disable"
     "$ROOT/bin/migrate" --database-url "$db" >/dev/null 2>&1
-    "$ROOT/bin/payments-api" --database-url "$db" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 2>/dev/null &
+    "$ROOT/bin/payments-api" --database-url "$db" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --actor-rate 0 --max-pending 0 2>/dev/null &
     api=$!
     "$ROOT/bin/payctl" --api 127.0.0.1:19090 health --wait 30s >/dev/null
     out=$("$ROOT/bin/paybench" --api-http http://127.0.0.1:18080 --api-grpc 127.0.0.1:19090 --duration 10s | tail -n 1)

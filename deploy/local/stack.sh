@@ -27,6 +27,8 @@ LOGS="$DATA/logs"
 PGPORT=${PAYSCHED_PG_PORT:-55432}
 HTTP_ADDR=${PAYSCHED_HTTP_ADDR:-127.0.0.1:8080}
 GRPC_ADDR=${PAYSCHED_GRPC_ADDR:-127.0.0.1:9090}
+ADMIN_HTTP_ADDR=${PAYSCHED_ADMIN_HTTP_ADDR:-127.0.0.1:8081}
+ADMIN_GRPC_ADDR=${PAYSCHED_ADMIN_GRPC_ADDR:-127.0.0.1:9091}
 KAFKA_PORT=${PAYSCHED_KAFKA_PORT:-9092}
 DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
 PG="$ROOT/deploy/local/pg.sh"
@@ -91,7 +93,7 @@ up() {
       gw=(--gateway stripe --stripe-key-file "$DATA/stripe-key" --stripe-api-url "http://$STRIPE_MOCK_HTTP") ;;
     *) echo "GATEWAY=$GATEWAY: want grpc or stripe" >&2; exit 2 ;;
   esac
-  for b in migrate payments-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer reconciler devcerts; do
+  for b in migrate payments-api admin-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer reconciler devcerts; do
     [ -x "$ROOT/bin/$b" ] || { echo "bin/$b is missing: run 'make build'" >&2; exit 1; }
   done
   echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg)"
@@ -105,10 +107,10 @@ up() {
   # Sweeper to executor is mutual TLS from the same CA: an executor admits
   # only the sweeper's certificate. Every caller of gateway-sim presents its
   # own certificate too (gateway-sim admits executor, reconciler,
-  # payments-api and operator: payctl and the demo).
+  # admin-api and operator: payctl and the demo; each to its methods).
   "$ROOT/bin/devcerts" --dir "$DATA/tls" --name executor --hosts 127.0.0.1,localhost >/dev/null
   local n
-  for n in sweeper reconciler payments-api operator; do
+  for n in sweeper reconciler admin-api operator; do
     "$ROOT/bin/devcerts" --dir "$DATA/tls" --name "$n" --hosts "$n" >/dev/null
   done
   local exec_tls=(--tls-cert-file "$DATA/tls/executor.pem" --tls-key-file "$DATA/tls/executor-key.pem" --tls-client-ca-file "$DATA/tls/ca.pem")
@@ -120,7 +122,9 @@ up() {
   jwt_secret=$(secret jwt-secret); cursor_secret=$(secret cursor-secret); webhook_secret=$(secret webhook-secret)
   start_service kafka --kafka-port "$KAFKA_PORT" --kafka-data-dir "$DATA/kafka"
   start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR" --jwt-secret-file "$jwt_secret" \
-    --cursor-secret-file "$cursor_secret" $(gwc payments-api) ${gw[@]+"${gw[@]}"}
+    --cursor-secret-file "$cursor_secret"
+  start_service admin-api --http-addr "$ADMIN_HTTP_ADDR" --grpc-addr "$ADMIN_GRPC_ADDR" --jwt-secret-file "$jwt_secret" \
+    $(gwc admin-api) ${gw[@]+"${gw[@]}"}
   # cdc streams over Postgres's Unix socket where it can (see pkg/events/cdc's
   # pacedConn: cheaper for the walsender than loopback TCP).
   start_service cdc --database-url "$("$PG" socket-url "$DATA/pg" "$PGPORT" paysched)" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
@@ -155,6 +159,7 @@ up() {
 export PAYSCHED_DATABASE_URL='$DB_URL'
 export PAYSCHED_API_HTTP='http://$HTTP_ADDR'
 export PAYSCHED_API_GRPC='$GRPC_ADDR'
+export PAYSCHED_ADMIN_API_GRPC='$ADMIN_GRPC_ADDR'
 export PAYSCHED_GATEWAY_ADDR='127.0.0.1:9300'
 export PAYSCHED_GATEWAY_CA_FILE='$DATA/tls/ca.pem'
 export PAYSCHED_GATEWAY_TOKEN_FILE='$DATA/tls/gateway-sim-token'
@@ -171,6 +176,7 @@ paysched is up.
   kafka    127.0.0.1:$KAFKA_PORT (data in .data/kafka): kcat -b 127.0.0.1:$KAFKA_PORT -C -t paysched.public.payments -o beginning -e
   events   bin/payctl events tail
   engine   gateway-sim 127.0.0.1:9300 (TLS, CA and token in .data/tls), executors 127.0.0.1:9100 and :9110, sweeper and reaper (metrics :9200, :9210)
+  admin    admin-api: REST http://$ADMIN_HTTP_ADDR/v1/admin/..., gRPC $ADMIN_GRPC_ADDR (admin tokens only: bin/payctl token --admin)
   books    reconciler (metrics and webhooks :9420): bin/payctl reconcile --day \$(date -u +%F); bin/payctl dead-letters
   metrics  http://$HTTP_ADDR/metrics
   env      . .data/env
@@ -179,7 +185,7 @@ paysched is up.
   logs     make logs        stop: make down
 MSG
   if [ "$GATEWAY" = stripe ]; then cat <<MSG
-  stripe   the executors, the reconciler and payments-api charge stripe-mock (http://$STRIPE_MOCK_HTTP, key in .data/stripe-key)
+  stripe   the executors, the reconciler and admin-api use stripe-mock (http://$STRIPE_MOCK_HTTP, key in .data/stripe-key)
            through the Stripe adapter; try: bin/payctl create --actor cus_test/pm_card_visa --payee acct_1Payee --amount 1500 --due 5s
 MSG
   fi
@@ -189,7 +195,7 @@ down() {
   shopt -s nullglob
   # Sweepers first (no new claims), then executors (they finish their
   # batches), then the rest.
-  local files=("$RUN"/sweeper*.pid "$RUN"/reaper*.pid "$RUN"/executor*.pid "$RUN"/payments-api.pid "$RUN"/gateway-sim.pid
+  local files=("$RUN"/sweeper*.pid "$RUN"/reaper*.pid "$RUN"/executor*.pid "$RUN"/payments-api.pid "$RUN"/admin-api.pid "$RUN"/gateway-sim.pid
     "$RUN"/reconciler.pid "$RUN"/stripe-mock.pid "$RUN"/cdc.pid "$RUN"/audit-consumer.pid "$RUN"/kafka.pid)
   for f in "$RUN"/*.pid; do
     case " ${files[*]} " in *" $f "*) ;; *) files+=("$f") ;; esac

@@ -5,10 +5,12 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -34,7 +37,11 @@ import (
 
 type globals struct {
 	api           string
+	adminAPI      string
+	caFile        string
+	serverName    string
 	token         string
+	tokenFile     string
 	actor         string
 	secret        string
 	secretFile    string
@@ -67,6 +74,10 @@ func New() *cobra.Command {
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.api, "api", env("api-grpc", "127.0.0.1:9090"), "payments-api gRPC address (env PAYSCHED_API_GRPC)")
+	pf.StringVar(&g.adminAPI, "admin-api", env("admin-api-grpc", "127.0.0.1:9091"), "admin-api gRPC address, for the operators' commands (env PAYSCHED_ADMIN_API_GRPC)")
+	pf.StringVar(&g.caFile, "ca-file", env("ca-file", ""), "PEM CA bundle the API's certificate must chain to: set, payctl speaks TLS (env PAYSCHED_CA_FILE); without it a token is sent only to a loopback address")
+	pf.StringVar(&g.serverName, "server-name", env("server-name", ""), "name the API's certificate must carry (default: the address's host)")
+	pf.StringVar(&g.tokenFile, "token-file", env("token-file", ""), "file holding the bearer token (env PAYSCHED_TOKEN_FILE): a token on the command line shows in ps")
 	pf.StringVar(&g.token, "token", env("token", ""), "bearer token (env PAYSCHED_TOKEN); minted for --actor when empty")
 	pf.StringVar(&g.actor, "actor", env("actor", "demo"), "actor to mint a local token for when --token is empty (env PAYSCHED_ACTOR)")
 	pf.StringVar(&g.secret, "jwt-secret", env("jwt-secret", ""), "HS256 secret to mint tokens with (env PAYSCHED_JWT_SECRET; default: --jwt-secret-file, else the local stack's "+LocalSecretFile+", else the published development secret)")
@@ -105,7 +116,7 @@ func tokenCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&admin, "admin", false, "include the admin claim")
-	c.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "token lifetime")
+	c.Flags().DurationVar(&ttl, "ttl", 15*time.Minute, "token lifetime (the APIs refuse tokens living longer than their --jwt-max-lifetime, 1h by default)")
 	return c
 }
 
@@ -158,25 +169,72 @@ func (g *globals) audienceFor(admin bool) string {
 // admin claim when admin is set.
 func (g *globals) dialAs(admin bool, timeout time.Duration) (*conn, error) {
 	tok := g.token
+	if tok == "" && g.tokenFile != "" {
+		b, err := os.ReadFile(g.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		if tok = strings.TrimSpace(string(b)); tok == "" {
+			return nil, fmt.Errorf("--token-file: %s is empty", g.tokenFile)
+		}
+	}
 	if tok == "" {
 		secret, err := g.signingSecret()
 		if err != nil {
 			return nil, err
 		}
-		tok, err = auth.Mint(secret, g.issuer, g.audienceFor(admin), g.actor, admin, time.Hour)
+		// Minted per command: short-lived.
+		tok, err = auth.Mint(secret, g.issuer, g.audienceFor(admin), g.actor, admin, 5*time.Minute)
 		if err != nil {
 			return nil, err
 		}
 	}
-	cc, err := grpc.NewClient(g.api, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	addr := g.api
+	if admin {
+		addr = g.adminAPI
+	}
+	creds, err := g.transport(addr, true)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", g.api, err)
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
 	return &conn{cc: cc, ctx: ctx, cancel: cancel, payment: payschedv1.NewPaymentsServiceClient(cc),
 		admin: payschedv1.NewAdminServiceClient(cc)}, nil
+}
+
+// transport is TLS with --ca-file, plaintext otherwise; a bearer token
+// (withToken) is never sent in plaintext beyond this host.
+func (g *globals) transport(addr string, withToken bool) (credentials.TransportCredentials, error) {
+	if g.caFile != "" {
+		pool, err := config.ReadCertPool(g.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		return credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: g.serverName, MinVersion: tls.VersionTLS12}), nil
+	}
+	if withToken && !loopback(addr) {
+		return nil, fmt.Errorf("%s is not this host, and payctl sends a bearer token only over TLS there: set --ca-file", addr)
+	}
+	return insecure.NewCredentials(), nil
+}
+
+// loopback reports whether addr's host is this machine.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (c *conn) close() { c.cancel(); _ = c.cc.Close() }
@@ -362,7 +420,11 @@ func healthCmd(g *globals) *cobra.Command {
 			if httpURL != "" {
 				return httpHealth(g, httpURL, deadline)
 			}
-			cc, err := grpc.NewClient(g.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			creds, err := g.transport(g.api, false)
+			if err != nil {
+				return err
+			}
+			cc, err := grpc.NewClient(g.api, grpc.WithTransportCredentials(creds))
 			if err != nil {
 				return err
 			}

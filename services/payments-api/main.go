@@ -1,6 +1,8 @@
 // Command payments-api serves the public scheduling API: gRPC on
-// --grpc-addr and REST (grpc-gateway) on --http-addr. Every flag has a
-// PAYSCHED_* environment equivalent; the defaults suit `make up`.
+// --grpc-addr and REST (grpc-gateway) on --http-addr. It holds the payer's
+// side only: no gateway access and no admin power (admin-api has those).
+// Every flag has a PAYSCHED_* environment equivalent; the defaults suit
+// `make up`.
 package main
 
 import (
@@ -15,7 +17,6 @@ import (
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/server"
-	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
@@ -27,30 +28,21 @@ func main() {
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "REST listen address")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9090", "gRPC listen address")
 	mode := config.RegisterMode(fs)
-	secret := config.SecretVar(fs, "jwt-secret", "HS256 secret of bearer tokens; never together with --jwt-jwks-file")
-	jwks := fs.String("jwt-jwks-file", "", "JWKS file with the RS256 keys that sign bearer tokens (production)")
-	issuer := fs.String("jwt-issuer", auth.DefaultIssuer, "required token issuer")
-	audience := fs.String("jwt-audience", auth.DefaultAudience, "audience of the payments API's tokens")
-	adminAudience := fs.String("jwt-admin-audience", auth.DefaultAdminAudience, "audience of admin tokens: only a token for it, with the admin claim, opens the admin API")
+	tokens := auth.RegisterFlags(fs, false)
 	currency := fs.String("default-currency", "USD", "currency used when a request names none")
 	amountCap := fs.Int64("amount-cap", 100_000_000, "largest amount accepted, in minor units")
 	horizon := fs.Duration("horizon", 365*24*time.Hour, "how far ahead dueAt may be")
 	cursorSecret := config.SecretVar(fs, "cursor-secret", "HMAC key of list cursors")
-	gwf := dial.Register(fs, "127.0.0.1:9300") // the gateway the admin API reconciles against and probes; an empty --gateway-addr turns that off
 	workers := fs.Int("create-workers", 8, "concurrent statements that write coalesced single creates")
-	actorRate := fs.Float64("actor-rate", ratelimit.DefaultRate, "requests per second allowed to one actor (token bucket per actor, per instance); 0 disables the limit")
-	actorBurst := fs.Int("actor-burst", ratelimit.DefaultBurst, "requests one actor may send at once after being idle")
+	actorRate := fs.Float64("actor-rate", ratelimit.DefaultRate, "payments per second allowed to one actor: a request costs one, a batchCreate one per item (token bucket per actor, per instance); 0 disables the limit")
+	actorBurst := fs.Int("actor-burst", ratelimit.DefaultBurst, "payments one actor may send at once after being idle")
+	maxPending := fs.Int("max-pending", payments.DefaultMaxPending, "payments one actor may have scheduled and not yet due (per instance, recounted every 10 s); 0: no cap")
 	svc.Main("payments-api", fs, func(ctx context.Context, log *slog.Logger) error {
 		mode.Announce(log)
 		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
 			return err
 		}
-		if gwf.Kind == dial.KindGRPC && gwf.Addr == "" {
-			gwf = nil
-		} else if err := gwf.ValidateFor(mode); err != nil {
-			return err
-		}
-		hs256, err := auth.HS256Secret(mode, secret, *jwks)
+		authCfg, err := tokens.Config(mode)
 		if err != nil {
 			return err
 		}
@@ -59,12 +51,10 @@ func main() {
 			return err
 		}
 		cfg := server.Config{
-			Gateway:     gwf,
 			DatabaseURL: *dbURL,
 			DBMaxConns:  int32(*dbConns),
-			Auth: auth.Config{HS256Secret: []byte(hs256), JWKSFile: *jwks, Issuer: *issuer,
-				Audience: *audience, AdminAudience: *adminAudience, Leeway: 30 * time.Second},
-			Rules:         payments.Rules{DefaultCurrency: *currency, AmountCap: *amountCap, Horizon: *horizon},
+			Auth:        authCfg,
+			Rules:         payments.Rules{DefaultCurrency: *currency, AmountCap: *amountCap, Horizon: *horizon, MaxPending: *maxPending},
 			CursorSecret:  []byte(cursorKey),
 			CreateWorkers: *workers,
 			RateLimit:     ratelimit.Config{Rate: *actorRate, Burst: *actorBurst},

@@ -73,8 +73,10 @@ func main() {
 			if stripeSecret, err = config.ReadSecret(*stripeSecretFile); err != nil {
 				return fmt.Errorf("--stripe-webhook-secret-file: %w", err)
 			}
-			if err := mode.Require(!config.Published(stripeSecret), errors.New("--stripe-webhook-secret-file holds a development secret published in the paysched repository")); err != nil {
-				return err
+			if !mode.Dev {
+				if err := config.CheckSecret("--stripe-webhook-secret-file", stripeSecret); err != nil {
+					return err
+				}
 			}
 		}
 		pool, err := svc.Pool(ctx, *dbURL, 8)

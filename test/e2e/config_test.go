@@ -86,7 +86,10 @@ func TestProductionRefusesDevelopmentSettings(t *testing.T) {
 	// Mutual TLS flags for the gateway hop; the files are not read before
 	// the mode's checks.
 	gwTLS := []string{"--gateway-ca-file", "ca.pem", "--gateway-cert-file", "c.pem", "--gateway-key-file", "k.pem"}
-	apiOK := []string{"--gateway-addr", "", "--jwt-secret", strong}
+	apiOK := []string{"--jwt-secret", strong}
+	liveKey := file("live", "sk_live_"+strings.Repeat("x", 24))
+	testKey := file("test", "sk_test_"+strings.Repeat("x", 24))
+	shortToken := file("token", "short")
 	for _, c := range []struct {
 		service string
 		args    []string
@@ -95,11 +98,15 @@ func TestProductionRefusesDevelopmentSettings(t *testing.T) {
 		{"payments-api", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable"}, "--database-url: sslmode is disable"},
 		{"payments-api", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none"}, "--database-url: sslmode is not set"},
 		{"payments-api", []string{"--database-url", "postgres://app:" + config.DevPrefix + "pg-api@db/none?sslmode=verify-full"}, "--database-url carries a development password"},
-		{"payments-api", []string{"--jwt-secret", strong}, "the gateway hop is plaintext"},
-		{"payments-api", []string{"--gateway-addr", ""}, "no token verifier: set --jwt-jwks-file"},
-		{"payments-api", []string{"--gateway-addr", "", "--jwt-secret", auth.DevSecret}, "--jwt-secret is a development secret"},
-		{"payments-api", []string{"--gateway-addr", "", "--jwt-secret-file", devJWT}, "--jwt-secret is a development secret"},
-		{"payments-api", []string{"--gateway-addr", "", "--jwt-secret", "short"}, "--jwt-secret is 5 bytes"},
+		{"payments-api", nil, "no token verifier: set --jwt-jwks-file"},
+		{"payments-api", []string{"--jwt-secret", auth.DevSecret}, "--jwt-secret is a development secret"},
+		{"payments-api", []string{"--jwt-secret-file", devJWT}, "--jwt-secret is a development secret"},
+		{"payments-api", []string{"--jwt-secret", "short"}, "--jwt-secret is 5 bytes"},
+		{"admin-api", []string{"--jwt-secret", strong}, "the gateway hop is plaintext"},
+		{"admin-api", append([]string{"--jwt-secret", "short"}, gwTLS...), "--jwt-secret is 5 bytes"},
+		{"admin-api", append([]string{"--jwt-secret", strong, "--gateway-token-file", shortToken}, gwTLS...), "--gateway-token-file is 5 bytes"},
+		{"executor", []string{"--tls-cert-file", "c", "--tls-key-file", "k", "--tls-client-ca-file", "ca", "--gateway", "stripe",
+			"--stripe-key-file", testKey}, "--stripe-key-file holds a Stripe test key"},
 		{"payments-api", apiOK, "--cursor-secret is missing"},
 		{"payments-api", append(apiOK, "--cursor-secret", config.DevCursorSecret), "--cursor-secret is a development secret"},
 		{"executor", nil, "--tls-cert-file"},
@@ -109,7 +116,9 @@ func TestProductionRefusesDevelopmentSettings(t *testing.T) {
 		{"reconciler", nil, "--gateway-ca-file"},
 		{"reconciler", gwTLS, "--webhook-secret is missing"},
 		{"reconciler", append(gwTLS, "--webhook-secret", config.DevWebhookSecret), "--webhook-secret is a development secret"},
-		{"reconciler", append(gwTLS, "--gateway", "stripe", "--stripe-key-file", "k", "--stripe-api-url", "http://127.0.0.1:12111"), "--stripe-api-url"},
+		{"reconciler", append(gwTLS, "--gateway", "stripe", "--stripe-key-file", liveKey, "--stripe-api-url", "http://127.0.0.1:12111"), "--stripe-api-url"},
+		{"reconciler", append(gwTLS, "--webhook-secret", strong, "--stripe-webhook-secret-file", shortToken), "--stripe-webhook-secret-file is 5 bytes"},
+		{"reaper", []string{"--retention", "24h"}, "--retention 24h0m0s is under the floor"},
 		{"cdc", nil, "--kafka-tls"},
 		{"cdc", []string{"--kafka-tls"}, "--kafka-sasl-mechanism"},
 		{"audit-consumer", nil, "--kafka-tls"},

@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/credentials/insecure"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
@@ -142,8 +144,9 @@ func (r *run) topology() {
 	r.procs = []*proc{
 		newProc(d, "kafka", "kafka", b("kafka"), env, "--kafka-port", fmt.Sprint(r.cfg.Base+92),
 			"--kafka-data-dir", filepath.Join(d, "kafka"), "--http-addr", r.addr(93)),
-		newProc(d, "payments-api", "payments-api", b("payments-api"), env, append([]string{"--http-addr", r.addr(80), "--grpc-addr", r.addr(90)},
-			gw("payments-api")...)...),
+		newProc(d, "payments-api", "payments-api", b("payments-api"), env, "--http-addr", r.addr(80), "--grpc-addr", r.addr(90)),
+		newProc(d, "admin-api", "admin-api", b("admin-api"), env, append([]string{"--http-addr", r.addr(81), "--grpc-addr", r.addr(91)},
+			gw("admin-api")...)...),
 		newProc(d, "gateway-sim", "gateway-sim", b("gateway-sim"), env, "--grpc-addr", r.addr(300), "--http-addr", r.addr(301),
 			"--gateway-database-url", r.dbURL("paysched_gateway"), "--latency-min-ms", "5", "--latency-max-ms", "50",
 			"--unavailable-rate", "0.05", "--timeout-after-commit-rate", "0.02", "--decline-rate", "0.01",
@@ -225,7 +228,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return r.res, fmt.Errorf("development TLS: %w", err)
 	}
 	for name, hosts := range map[string][]string{"executor": {"127.0.0.1", "localhost"}, "sweeper": nil,
-		"reconciler": nil, "payments-api": nil, "operator": nil} {
+		"reconciler": nil, "admin-api": nil, "operator": nil} {
 		if err := ca.Issue(filepath.Dir(tlsFiles.CAFile), name, hosts); err != nil {
 			return r.res, fmt.Errorf("development TLS: %w", err)
 		}
@@ -312,7 +315,11 @@ func (r *run) connect(ctx context.Context) error {
 		return err
 	}
 	r.conns = append(r.conns, gwConn)
-	r.api, r.admin = payschedv1.NewPaymentsServiceClient(apiConn), payschedv1.NewAdminServiceClient(apiConn)
+	adminConn, err := dial(r.addr(91))
+	if err != nil {
+		return err
+	}
+	r.api, r.admin = payschedv1.NewPaymentsServiceClient(apiConn), payschedv1.NewAdminServiceClient(adminConn)
 	r.gwAdm = gatewayv1.NewGatewayAdminServiceClient(gwConn)
 	// gateway-sim creates its database on start: wait for it.
 	deadline := time.Now().Add(60 * time.Second)
@@ -363,6 +370,19 @@ func (r *run) checkGatewayRefusesStrangers(ctx context.Context) {
 		cc.Close()
 		if err == nil {
 			r.violation("gateway-sim answered a %s client", name)
+		}
+	}
+	// Only the executor charges: the reconciler's identity is refused.
+	recon := r.operator()
+	recon.CertFile, recon.KeyFile = filepath.Join(dir, "reconciler.pem"), filepath.Join(dir, "reconciler-key.pem")
+	if cc, err := recon.DialGRPC(); err == nil {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err = gatewayv1.NewGatewayServiceClient(cc).Charge(cctx, &gatewayv1.ChargeRequest{IdempotencyKey: "chaos-probe", Amount: 1,
+			Currency: "USD", Payer: "x", Payee: "y", Reference: "chaos-probe"})
+		cancel()
+		cc.Close()
+		if status.Code(err) != codes.PermissionDenied {
+			r.violation("gateway-sim let the reconciler's identity charge: %v", err)
 		}
 	}
 }

@@ -51,8 +51,8 @@ type workload struct {
 
 func newWorkload(r *run) *workload {
 	w := &workload{r: r, actor: "chaos", cancelled: map[string]bool{}}
-	tok, _ := auth.Mint([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAudience, w.actor, false, 2*time.Hour)
-	adm, _ := auth.Mint([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAdminAudience, "chaos-ops", true, 2*time.Hour)
+	tok, _ := auth.Mint([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAudience, w.actor, false, 50*time.Minute)
+	adm, _ := auth.Mint([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAdminAudience, "chaos-ops", true, 50*time.Minute)
 	w.ctx = func(c context.Context) context.Context {
 		return metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+tok)
 	}

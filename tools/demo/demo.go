@@ -33,9 +33,9 @@ import (
 
 // Options configure a demo run.
 type Options struct {
-	// API is payments-api's gRPC address; Secret, Issuer and Audience mint
-	// the demo actor's local token.
-	API, Secret, Issuer, Audience string
+	// API is payments-api's gRPC address, AdminAPI admin-api's; Secret,
+	// Issuer and Audience mint the demo actor's local token.
+	API, AdminAPI, Secret, Issuer, Audience string
 	// N payments fall due over Within; the run gives up after Timeout.
 	N               int
 	Within, Timeout time.Duration
@@ -73,13 +73,13 @@ type demoRun struct {
 // one fails.
 func Run(o Options) error {
 	d := &demoRun{o: &o, actor: "demo-" + time.Now().UTC().Format("150405")}
-	tok, err := auth.Mint([]byte(o.Secret), o.Issuer, o.Audience, d.actor, false, time.Hour)
+	tok, err := auth.Mint([]byte(o.Secret), o.Issuer, o.Audience, d.actor, false, 30*time.Minute)
 	if err != nil {
 		return err
 	}
 	// The reconciliation run at the end is an admin call: admin tokens
 	// have their own audience.
-	admTok, err := auth.Mint([]byte(o.Secret), o.Issuer, auth.DefaultAdminAudience, "demo-ops", true, time.Hour)
+	admTok, err := auth.Mint([]byte(o.Secret), o.Issuer, auth.DefaultAdminAudience, "demo-ops", true, 30*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -90,6 +90,12 @@ func Run(o Options) error {
 		return err
 	}
 	defer cc.Close()
+	ac, err := grpc.NewClient(o.AdminAPI, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		return err
+	}
+	defer ac.Close()
 	gwf := &dial.Flags{Kind: dial.KindGRPC, Addr: o.Gateway, CAFile: o.GatewayCAFile, TokenFile: o.GatewayTokenFile,
 		CertFile: o.GatewayCertFile, KeyFile: o.GatewayKeyFile}
 	if err := gwf.Validate(); err != nil {
@@ -100,7 +106,7 @@ func Run(o Options) error {
 		return err
 	}
 	defer gc.Close()
-	d.api, d.admin = payschedv1.NewPaymentsServiceClient(cc), payschedv1.NewAdminServiceClient(cc)
+	d.api, d.admin = payschedv1.NewPaymentsServiceClient(cc), payschedv1.NewAdminServiceClient(ac)
 	d.gw, d.gwAdm = gatewayv1.NewGatewayServiceClient(gc), gatewayv1.NewGatewayAdminServiceClient(gc)
 	d.ctx = metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
 	if d.db, err = pgxpool.New(context.Background(), o.DatabaseURL); err != nil {

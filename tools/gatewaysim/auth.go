@@ -18,17 +18,36 @@ import (
 
 // DefaultClients are the client certificate names gateway-sim admits: the
 // services that charge, probe and reconcile, and "operator" for payctl,
-// the demo and chaos (report, faults).
-const DefaultClients = "executor,reconciler,payments-api,operator"
+// the demo and chaos (report, faults). payments-api is not one: it holds
+// no gateway access.
+const DefaultClients = "executor,reconciler,admin-api,operator"
+
+// MethodClients is who may call what, whatever else admits them: only the
+// executor charges; the reconciler and admin-api read charges and
+// settlements and cancel undecided charges (which can only stop money,
+// never move it); the operator's tools read charges and drive gateway-sim.
+// A real PSP adapter should enforce the same (docs/GATEWAYS.md).
+var MethodClients = map[string][]string{
+	"/gateway.v1.GatewayService/Charge":          {"executor"},
+	"/gateway.v1.GatewayService/Charges":         {"executor"},
+	"/gateway.v1.GatewayService/GetCharge":       {"executor", "reconciler", "admin-api", "operator"},
+	"/gateway.v1.GatewayService/CancelCharge":    {"executor", "reconciler", "admin-api"},
+	"/gateway.v1.GatewayService/ListSettlements": {"reconciler", "admin-api", "operator"},
+	"/gateway.v1.GatewayAdminService/*":          {"operator"},
+}
 
 // ServerOptions are gateway-sim's transport security, as a real PSP
 // adapter would have it: mutual TLS admitting only the named services
-// (PERMISSION_DENIED for any other certificate of the CA), and, when
-// tokenFile is set, a bearer token on every call as well.
+// (PERMISSION_DENIED for any other certificate of the CA), each only to
+// its methods (MethodClients), and, when tokenFile is set, a bearer token
+// on every call as well.
 func ServerOptions(tlsServer *mtls.Server, tokenFile string) ([]grpc.ServerOption, error) {
 	opts, err := tlsServer.Options()
 	if err != nil {
 		return nil, err
+	}
+	if tlsServer.On() {
+		opts = append(opts, mtls.ByMethod(MethodClients)...)
 	}
 	if tokenFile == "" {
 		return opts, nil

@@ -128,6 +128,17 @@ func TestMutualTLSAndTokenRefuseStrangers(t *testing.T) {
 // gateway.v1 hop that is plaintext or presents no client certificate.
 func TestProductionGatewayIsMutualTLS(t *testing.T) {
 	prod, dev := &config.Mode{}, &config.Mode{Dev: true}
+	dir := t.TempDir()
+	key := func(name, value string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(value+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	live := key("live", "rk_live_"+strings.Repeat("x", 24))
+	test := key("test", "sk_test_"+strings.Repeat("x", 24))
+	junk := key("junk", "not-a-stripe-key")
 	for _, tc := range []struct {
 		name  string
 		flags dial.Flags
@@ -136,8 +147,10 @@ func TestProductionGatewayIsMutualTLS(t *testing.T) {
 		{"plaintext", dial.Flags{}, false},
 		{"server TLS only", dial.Flags{CAFile: "ca.pem", TokenFile: "token"}, false},
 		{"mutual TLS", dial.Flags{CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem"}, true},
-		{"stripe over http", dial.Flags{Kind: dial.KindStripe, StripeKeyFile: "k", StripeURL: "http://127.0.0.1:12111"}, false},
-		{"stripe over https", dial.Flags{Kind: dial.KindStripe, StripeKeyFile: "k", StripeURL: "https://api.stripe.com"}, true},
+		{"stripe over http", dial.Flags{Kind: dial.KindStripe, StripeKeyFile: live, StripeURL: "http://127.0.0.1:12111"}, false},
+		{"stripe over https", dial.Flags{Kind: dial.KindStripe, StripeKeyFile: live, StripeURL: "https://api.stripe.com"}, true},
+		{"stripe test key", dial.Flags{Kind: dial.KindStripe, StripeKeyFile: test, StripeURL: "https://api.stripe.com"}, false},
+		{"stripe test key in test mode", dial.Flags{Kind: dial.KindStripe, StripeKeyFile: test, StripeURL: "https://api.stripe.com", StripeTestMode: true}, true},
 	} {
 		f := tc.flags
 		if f.Kind == "" {
@@ -153,6 +166,12 @@ func TestProductionGatewayIsMutualTLS(t *testing.T) {
 		if err := f.ValidateFor(dev); err != nil {
 			t.Errorf("%s in development: %v", tc.name, err)
 		}
+	}
+	// Not a Stripe key at all is refused in development too: it would
+	// only fail later, at the first charge.
+	f := dial.Flags{Kind: dial.KindStripe, StripeKeyFile: junk, StripeURL: "http://127.0.0.1:12111"}
+	if err := f.ValidateFor(dev); err == nil {
+		t.Error("a file holding no Stripe key was accepted")
 	}
 }
 

@@ -141,6 +141,10 @@ func checkNote(note string, required bool) error {
 		return invalid("note", "is required: say why")
 	case !utf8.ValidString(note) || utf8.RuneCountInString(note) > 500:
 		return invalid("note", "must be valid UTF-8, at most 500 characters")
+	case !payments.Printable(note, true):
+		// The note is read by other operators and in the audit log: no
+		// control, format or invisible characters that hide or spoof text.
+		return invalid("note", "must not contain control, format, separator or invisible characters")
 	}
 	return nil
 }

@@ -62,8 +62,10 @@ var httpStatusByReason = map[string]int{
 	"METHOD_NOT_ALLOWED":          http.StatusMethodNotAllowed,
 }
 
-// Options wires the REST handler.
+// Options wires the REST handler: payments-api's (Payments) or
+// admin-api's (Admin).
 type Options struct {
+	// Payments, if set, serves /v1/scheduled-payments...
 	Payments payschedv1.PaymentsServiceServer
 	// Admin, if set, serves /v1/admin/... (it checks the admin claim itself).
 	Admin payschedv1.AdminServiceServer
@@ -77,7 +79,7 @@ type Options struct {
 	// Ready reports whether the service can serve (the database answers).
 	Ready func(context.Context) error
 	// OpenAPI is the public document, served at /openapi.json and
-	// /v1/openapi.json without authentication.
+	// /v1/openapi.json without authentication (none when nil).
 	OpenAPI []byte
 	// OpenAPIv3 is the public document as OpenAPI 3, served at
 	// /openapi.v3.json without authentication.
@@ -101,8 +103,10 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 		runtime.WithRoutingErrorHandler(routingErrorHandler),
 		runtime.WithDisablePathLengthFallback(),
 	)
-	if err := payschedv1.RegisterPaymentsServiceHandlerServer(ctx, gw, o.Payments); err != nil {
-		return nil, err
+	if o.Payments != nil {
+		if err := payschedv1.RegisterPaymentsServiceHandlerServer(ctx, gw, o.Payments); err != nil {
+			return nil, err
+		}
 	}
 	if o.Admin != nil {
 		if err := payschedv1.RegisterAdminServiceHandlerServer(ctx, gw, o.Admin); err != nil {
@@ -123,16 +127,18 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 		}
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
 	})
-	openapi := func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(o.OpenAPI)
+	if o.OpenAPI != nil {
+		openapi := func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(o.OpenAPI)
+		}
+		mux.HandleFunc("GET /openapi.json", openapi)
+		mux.HandleFunc("GET /v1/openapi.json", openapi)
+		mux.HandleFunc("GET /openapi.v3.json", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(o.OpenAPIv3)
+		})
 	}
-	mux.HandleFunc("GET /openapi.json", openapi)
-	mux.HandleFunc("GET /v1/openapi.json", openapi)
-	mux.HandleFunc("GET /openapi.v3.json", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(o.OpenAPIv3)
-	})
 	mux.Handle("GET /metrics", o.Metrics)
 	// The gateway calls the handlers in process: this span per request is
 	// the parent of their statements.

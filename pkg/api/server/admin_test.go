@@ -34,7 +34,7 @@ func adminToken(t testing.TB, actor string) string {
 }
 
 // withGateway serves an in-memory gateway-sim and points the admin API at it.
-func withGateway(t *testing.T) (*gatewaysim.MemLedger, func(*server.Config)) {
+func withGateway(t *testing.T) (*gatewaysim.MemLedger, func(*server.AdminConfig)) {
 	ledger := gatewaysim.NewMemLedger()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,7 +44,7 @@ func withGateway(t *testing.T) (*gatewaysim.MemLedger, func(*server.Config)) {
 	gatewayv1.RegisterGatewayServiceServer(gs, gatewaysim.New(ledger, nil))
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
-	return ledger, func(c *server.Config) { c.Gateway = &dial.Flags{Kind: dial.KindGRPC, Addr: lis.Addr().String()} }
+	return ledger, func(c *server.AdminConfig) { c.Gateway = &dial.Flags{Kind: dial.KindGRPC, Addr: lis.Addr().String()} }
 }
 
 // deadLetter makes a dead-lettered payment of payer.
@@ -67,11 +67,18 @@ func (e *env) deadLetter(payer, reason string) uuid.UUID {
 	return id
 }
 
+// TestAdminRequiresTheAdminClaim: admin-api accepts only admin tokens
+// (their own audience) with the admin claim; a payer's token, or the
+// admin claim in a payer's token, opens nothing.
 func TestAdminRequiresTheAdminClaim(t *testing.T) {
-	e := start(t)
+	e := startAdmin(t)
 	id := e.deadLetter("alice", "RETRIES_EXHAUSTED")
 	user := token(t, "alice")
 	claimingAdmin, err := auth.Mint([]byte(testSecret), auth.DefaultIssuer, auth.DefaultAudience, "mallory", true, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noClaim, err := auth.Mint([]byte(testSecret), auth.DefaultIssuer, auth.DefaultAdminAudience, "mallory", false, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,20 +90,25 @@ func TestAdminRequiresTheAdminClaim(t *testing.T) {
 		{"GET", "/v1/admin/reconciliation-runs", ""},
 		{"POST", "/v1/admin/reconciliation-runs", `{"day":"2026-01-01"}`},
 	} {
-		if got := e.do(r.method, r.path, user, nil, r.body); got.code != http.StatusForbidden || got.reason(t) != "PERMISSION_DENIED" {
-			t.Fatalf("%s %s as a non-admin: %d %s", r.method, r.path, got.code, got.body)
+		// A payer's token is for another audience: not even authenticated here.
+		if got := e.do(r.method, r.path, user, nil, r.body); got.code != http.StatusUnauthorized {
+			t.Fatalf("%s %s with a payer's token: %d %s", r.method, r.path, got.code, got.body)
 		}
 		if got := e.do(r.method, r.path, "", nil, r.body); got.code != http.StatusUnauthorized {
 			t.Fatalf("%s %s without a token: %d", r.method, r.path, got.code)
 		}
 		// The admin claim in a payments token (the customers' audience)
 		// opens nothing: admin tokens carry their own audience.
-		if got := e.do(r.method, r.path, claimingAdmin, nil, r.body); got.code != http.StatusForbidden {
+		if got := e.do(r.method, r.path, claimingAdmin, nil, r.body); got.code != http.StatusUnauthorized {
 			t.Fatalf("%s %s with an admin claim for the payments audience: %d %s", r.method, r.path, got.code, got.body)
+		}
+		// An admin-audience token without the claim is authenticated, not allowed.
+		if got := e.do(r.method, r.path, noClaim, nil, r.body); got.code != http.StatusForbidden || got.reason(t) != "PERMISSION_DENIED" {
+			t.Fatalf("%s %s without the admin claim: %d %s", r.method, r.path, got.code, got.body)
 		}
 	}
 	admin := payschedv1.NewAdminServiceClient(e.cc)
-	ctx := authed(user)
+	ctx := authed(noClaim)
 	for name, call := range map[string]func() error{
 		"ListDeadLetters": func() error { _, err := admin.ListDeadLetters(ctx, &payschedv1.ListDeadLettersRequest{}); return err },
 		"RedrivePayment": func() error {
@@ -135,7 +147,7 @@ func TestAdminRequiresTheAdminClaim(t *testing.T) {
 func TestAdminDeadLetterActionsAreAudited(t *testing.T) {
 	// Re-drive and resolve ask the gateway first: one that holds no charge.
 	_, gw := withGateway(t)
-	e := start(t, gw)
+	e := startAdmin(t, gw)
 	a := e.deadLetter("alice", "RETRIES_EXHAUSTED")
 	b := e.deadLetter("carol", "AMBIGUOUS_UNRESOLVED")
 	ops := adminToken(t, "ops-jane")
@@ -234,9 +246,39 @@ func TestAdminDeadLetterActionsAreAudited(t *testing.T) {
 	}
 }
 
+// TestPaymentsAPIHasNoAdminSide: payments-api, the internet's door,
+// serves no admin route and refuses an admin token, claim and all.
+func TestPaymentsAPIHasNoAdminSide(t *testing.T) {
+	e := start(t)
+	ops := adminToken(t, "ops")
+	get := func(path, tok string) int {
+		req, _ := http.NewRequest("GET", e.base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if got := get("/v1/admin/dead-letters", ops); got != http.StatusUnauthorized {
+		t.Fatalf("an admin token on payments-api: %d", got)
+	}
+	if got := get("/v1/admin/dead-letters", token(t, "alice")); got != http.StatusNotFound {
+		t.Fatalf("an admin route on payments-api: %d", got)
+	}
+	if got := get("/v1/scheduled-payments", ops); got != http.StatusUnauthorized {
+		t.Fatalf("an admin token as a payer: %d", got)
+	}
+	_, err := payschedv1.NewAdminServiceClient(e.cc).ListDeadLetters(authed(ops), &payschedv1.ListDeadLettersRequest{})
+	if status.Code(err) != codes.Unauthenticated && status.Code(err) != codes.Unimplemented {
+		t.Fatalf("AdminService on payments-api: %v", err)
+	}
+}
+
 func TestAdminTriggersAndListsRuns(t *testing.T) {
 	ledger, gw := withGateway(t)
-	e := start(t, gw)
+	e := startAdmin(t, gw)
 	id := e.deadLetter("alice", "AMBIGUOUS_UNRESOLVED")
 	day := time.Now().UTC()
 	if _, _, err := ledger.Record(context.Background(), &gatewaysim.Charge{ID: "ch_1", Key: id.String(), Reference: id.String(),

@@ -1,6 +1,9 @@
-// Package apiserver assembles the payments-api process: the Postgres pool,
-// the gRPC server (PaymentsService, health, reflection) and the REST
-// gateway, and runs them until the context ends.
+// Package server assembles the two API processes: payments-api (the
+// payers' PaymentsService over gRPC and REST) and admin-api (the
+// operators' AdminService), each with its Postgres pool, gRPC server and
+// REST gateway, and runs them until the context ends. They share the
+// plumbing and nothing else: payments-api holds no gateway access and no
+// admin power, admin-api no payer's.
 package server
 
 import (
@@ -44,15 +47,39 @@ type Config struct {
 	CursorSecret []byte
 	// CreateWorkers write single creates in coalesced statements.
 	CreateWorkers int
-	// Gateway is the gateway the admin API reconciles against and probes
-	// (the admin API answers trigger requests FAILED_PRECONDITION when nil).
-	Gateway *dial.Flags
 	// RateLimit is the per-actor request rate limit (off when its Rate is 0).
 	RateLimit ratelimit.Config
 }
 
-// Server is a running payments-api.
+// AdminConfig is admin-api's configuration.
+type AdminConfig struct {
+	DatabaseURL string
+	DBMaxConns  int32
+	// Auth accepts admin tokens only (its AdminAudience; Audience empty).
+	Auth auth.Config
+	// Gateway is the gateway operators' moves ask first and reconciliation
+	// runs read; nil: those answer FAILED_PRECONDITION.
+	Gateway *dial.Flags
+	// RateLimit is the per-operator request rate limit.
+	RateLimit ratelimit.Config
+}
+
+// Validate reports the first configuration error.
+func (cfg AdminConfig) Validate() error {
+	switch {
+	case cfg.DBMaxConns < 0:
+		return fmt.Errorf("--db-max-conns must not be negative, got %d", cfg.DBMaxConns)
+	case cfg.RateLimit.Rate < 0 || cfg.RateLimit.Burst < 0:
+		return errors.New("--actor-rate and --actor-burst must not be negative")
+	case cfg.Auth.Audience != "":
+		return errors.New("admin-api accepts admin tokens only: no payments audience")
+	}
+	return nil
+}
+
+// Server is a running payments-api or admin-api.
 type Server struct {
+	name    string
 	pool    *pgxpool.Pool
 	gw      dial.Gateway
 	batcher *store.Batcher
@@ -110,6 +137,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	batcher := store.NewBatcher(st, cfg.CreateWorkers, 256)
 	pay := payments.New(st, batcher, cfg.Rules, cfg.CursorSecret, log)
 	limiter := ratelimit.New(cfg.RateLimit)
+	pay.Spend = limiter.Spend
 
 	gs := grpc.NewServer(svc.GRPCServerOptions(
 		// Reused workers keep their grown stacks; a goroutine per stream
@@ -123,6 +151,55 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)...)
 	payschedv1.RegisterPaymentsServiceServer(gs, pay)
+	ready := pinger(pool)
+	h, err := rest.New(ctx, rest.Options{
+		Payments: pay, CreateViolations: pay.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
+		OpenAPI: openapi.JSON, OpenAPIv3: openapi.JSONv3, Metrics: obs.Handler(reg), RPC: rpcm, Log: log,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("rest gateway: %w", err)
+	}
+	return &Server{
+		name: "payments-api", pool: pool, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, http: h, ready: ready,
+		reg: reg, log: log,
+	}, nil
+}
+
+// pinger is a readiness check: the database answers.
+func pinger(pool *pgxpool.Pool) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return pool.Ping(ctx)
+	}
+}
+
+// NewAdmin builds admin-api: AdminService over gRPC and REST
+// (/v1/admin/..., and its OpenAPI document to admins), its own database
+// role's pool, and the gateway operators' moves ask first.
+func NewAdmin(ctx context.Context, cfg AdminConfig, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := svc.Pool(ctx, cfg.DatabaseURL, int(max(cfg.DBMaxConns, 8)), svc.CustomPlans)
+	if err != nil {
+		return nil, err
+	}
+	verifier, err := auth.NewVerifier(cfg.Auth)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	reg := obs.Registry()
+	rpcm := obs.NewRPCMetrics(reg)
+	limiter := ratelimit.New(cfg.RateLimit)
+	gs := grpc.NewServer(svc.GRPCServerOptions(
+		tracing.ServerOption(),
+		grpc.ForceServerCodecV2(newUTF8Codec()),
+		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), apierr.ProtoFieldNames(), verifier.UnaryInterceptor(), limiter.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
+	)...)
 	var runner *reconcile.Runner
 	var prober admin.Prober
 	var gw dial.Gateway
@@ -138,23 +215,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	adm := admin.New(pool, runner, prober, log)
 	payschedv1.RegisterAdminServiceServer(gs, adm)
-	ready := func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		return pool.Ping(ctx)
-	}
+	ready := pinger(pool)
 	h, err := rest.New(ctx, rest.Options{
-		Payments: pay, Admin: adm, CreateViolations: pay.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
-		OpenAPI: openapi.JSON, OpenAPIv3: openapi.JSONv3, AdminOpenAPI: openapi.AdminJSON, Metrics: obs.Handler(reg), RPC: rpcm, Log: log,
+		Admin: adm, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
+		AdminOpenAPI: openapi.AdminJSON, Metrics: obs.Handler(reg), RPC: rpcm, Log: log,
 	})
 	if err != nil {
 		pool.Close()
+		if gw != nil {
+			gw.Close()
+		}
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
-	return &Server{
-		pool: pool, gw: gw, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, http: h, ready: ready,
-		reg: reg, log: log,
-	}, nil
+	return &Server{name: "admin-api", pool: pool, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log}, nil
 }
 
 func (s *Server) ensurePartitions(ctx context.Context) {
@@ -172,25 +245,33 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error
 	defer s.close()
 	// A create beyond the last partition would fail, so the API keeps
 	// partitions through its own horizon, hourly, whether or not a reaper runs.
-	upkeep := func(ctx context.Context) error {
-		t := time.NewTicker(time.Hour)
-		defer t.Stop()
-		for {
-			s.ensurePartitions(ctx)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
+	var upkeep func(ctx context.Context) error
+	if s.batcher != nil {
+		upkeep = s.upkeep
+	}
+	return svc.Server{Name: s.name, Log: s.log, Registry: s.reg, GRPC: s.grpc, GRPCListener: grpcLis,
+		Reflection: true, HTTP: s.http, HTTPListener: httpLis, Ready: s.ready, Grace: 20 * time.Second}.Run(ctx, upkeep)
+}
+
+// upkeep keeps partitions through the horizon, hourly.
+func (s *Server) upkeep(ctx context.Context) error {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		s.ensurePartitions(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
 		}
 	}
-	return svc.Server{Name: "payments-api", Log: s.log, Registry: s.reg, GRPC: s.grpc, GRPCListener: grpcLis,
-		Reflection: true, HTTP: s.http, HTTPListener: httpLis, Ready: s.ready, Grace: 20 * time.Second}.Run(ctx, upkeep)
 }
 
 // close releases what New opened, after the servers have stopped.
 func (s *Server) close() {
-	s.batcher.Close()
+	if s.batcher != nil {
+		s.batcher.Close()
+	}
 	if s.gw != nil {
 		s.gw.Close()
 	}

@@ -52,9 +52,33 @@ func start(t testing.TB, opts ...func(*server.Config)) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	return run(t, url, func(ctx context.Context) (*server.Server, error) {
+		return server.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	})
+}
+
+// startAdmin runs an admin-api in-process on free ports over a fresh
+// database; opts adjust the test configuration.
+func startAdmin(t testing.TB, opts ...func(*server.AdminConfig)) *env {
+	t.Helper()
+	url := pgtest.NewURL(t)
+	cfg := server.AdminConfig{DatabaseURL: url, DBMaxConns: 8,
+		Auth: auth.Config{HS256Secret: []byte(testSecret), Issuer: auth.DefaultIssuer, AdminAudience: auth.DefaultAdminAudience}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return run(t, url, func(ctx context.Context) (*server.Server, error) {
+		return server.NewAdmin(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	})
+}
+
+// run serves what build makes on free ports over the database at url.
+func run(t testing.TB, url string, build func(context.Context) (*server.Server, error)) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := build(ctx)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	gl, _ := net.Listen("tcp", "127.0.0.1:0")

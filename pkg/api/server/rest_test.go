@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/paysched/paysched/pkg/api/auth"
 )
 
 const create = "/v1/scheduled-payments"
@@ -340,15 +342,20 @@ func TestServiceEndpoints(t *testing.T) {
 			}
 		}
 	}
-	// The admin document: to admin callers only.
+	// The admin document: admin-api's, to admin callers only.
 	const adminDoc = "/v1/admin/openapi.json"
-	if r := e.do("GET", adminDoc, "", nil, ""); r.code != http.StatusUnauthorized {
+	a := startAdmin(t)
+	noClaim, _ := auth.Mint([]byte(testSecret), auth.DefaultIssuer, auth.DefaultAdminAudience, "ops", false, time.Hour)
+	if r := a.do("GET", adminDoc, "", nil, ""); r.code != http.StatusUnauthorized {
 		t.Errorf("GET %s without a token: %d", adminDoc, r.code)
 	}
-	if r := e.do("GET", adminDoc, token(t, "alice"), nil, ""); r.code != http.StatusForbidden || r.reason(t) != "PERMISSION_DENIED" {
+	if r := a.do("GET", adminDoc, noClaim, nil, ""); r.code != http.StatusForbidden || r.reason(t) != "PERMISSION_DENIED" {
 		t.Errorf("GET %s without the admin claim: %d %s", adminDoc, r.code, r.body)
 	}
-	r := e.do("GET", adminDoc, adminToken(t, "ops"), nil, "")
+	if r := a.do("GET", "/openapi.json", "", nil, ""); r.code == http.StatusOK {
+		t.Errorf("admin-api serves the public document")
+	}
+	r := a.do("GET", adminDoc, adminToken(t, "ops"), nil, "")
 	if r.code != http.StatusOK || !strings.Contains(string(r.body), "/v1/admin/dead-letters") ||
 		strings.Contains(string(r.body), `"/v1/scheduled-payments"`) {
 		t.Errorf("GET %s as admin: %d %.200s", adminDoc, r.code, r.body)

@@ -690,7 +690,10 @@ var payloads = []payload{
 	{name: "emoji", s: "💸🏦", text: true, multiline: true},
 	{name: "combining marks", s: "Z\u0351\u036b\u0343\u036a\u0302\u036b\u033d", text: true, multiline: true},
 	{name: "byte order mark", s: "\uFEFFbob"},
-	{name: "line separators", s: "a\u2028b\u2029c", text: true, multiline: true},
+	// A line break that shows none: refused (Unicode Zl, Zp).
+	{name: "line separators", s: "a\u2028b\u2029c"},
+	{name: "soft hyphen and invisible operators", s: "bo\u00ADb\u2062"},
+	{name: "tag characters", s: "bob\U000E0041\U000E007F"},
 	{name: "noncharacters", s: "\uFFFE\uFFFF\U0010FFFF", text: true, multiline: true},
 	{name: "replacement char", s: "\uFFFD"},
 	{name: "invalid UTF-8", s: "a\xff\xfeb"},

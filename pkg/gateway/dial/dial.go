@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -40,6 +41,8 @@ type Flags struct {
 	// Stripe.
 	StripeKeyFile string
 	StripeURL     string
+	// StripeTestMode lets production run on a test key (sk_test_, rk_test_).
+	StripeTestMode bool
 }
 
 // Register adds the gateway flags to fs. defaultAddr is the gateway.v1
@@ -55,6 +58,7 @@ func Register(fs *flag.FlagSet, defaultAddr string) *Flags {
 	fs.StringVar(&f.TokenFile, "gateway-token-file", "", "file holding the bearer token sent with every gateway call; needs --gateway-ca-file (--gateway=grpc)")
 	fs.StringVar(&f.StripeKeyFile, "stripe-key-file", "", "file holding the Stripe secret key (--gateway=stripe)")
 	fs.StringVar(&f.StripeURL, "stripe-api-url", "https://api.stripe.com", "Stripe API base URL; stripe-mock's for local runs (--gateway=stripe)")
+	fs.BoolVar(&f.StripeTestMode, "stripe-test-mode", false, "accept a Stripe test key (sk_test_, rk_test_) outside --dev: a staging deployment against Stripe's test mode")
 	return f
 }
 
@@ -101,11 +105,34 @@ func (f *Flags) ValidateFor(m *config.Mode) error {
 	}
 	switch f.Kind {
 	case KindGRPC:
-		return m.Require(f.CAFile != "" && f.CertFile != "",
-			errors.New("the gateway hop is plaintext or one-sided: production needs --gateway-ca-file, --gateway-cert-file and --gateway-key-file (mutual TLS)"))
+		if err := m.Require(f.CAFile != "" && f.CertFile != "",
+			errors.New("the gateway hop is plaintext or one-sided: production needs --gateway-ca-file, --gateway-cert-file and --gateway-key-file (mutual TLS)")); err != nil {
+			return err
+		}
+		if f.TokenFile != "" && !m.Dev {
+			tok, err := config.ReadSecret(f.TokenFile)
+			if err != nil {
+				return fmt.Errorf("--gateway-token-file: %w", err)
+			}
+			return config.CheckSecret("--gateway-token-file", tok)
+		}
 	case KindStripe:
 		u, _ := url.Parse(f.StripeURL)
-		return m.Require(u.Scheme == "https", fmt.Errorf("--stripe-api-url %q is not HTTPS: production sends the secret key only over TLS", f.StripeURL))
+		if err := m.Require(u.Scheme == "https", fmt.Errorf("--stripe-api-url %q is not HTTPS: production sends the secret key only over TLS", f.StripeURL)); err != nil {
+			return err
+		}
+		key, err := config.ReadSecret(f.StripeKeyFile)
+		if err != nil {
+			return fmt.Errorf("--stripe-key-file: %w", err)
+		}
+		live := strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_")
+		test := strings.HasPrefix(key, "sk_test_") || strings.HasPrefix(key, "rk_test_")
+		switch {
+		case !live && !test:
+			return errors.New("--stripe-key-file does not hold a Stripe secret or restricted key (sk_... or rk_...)")
+		case test && !m.Dev && !f.StripeTestMode:
+			return errors.New("--stripe-key-file holds a Stripe test key: production charges with a live key (sk_live_ or rk_live_), or set --stripe-test-mode for a staging run on Stripe's test mode (or --dev)")
+		}
 	}
 	return nil
 }

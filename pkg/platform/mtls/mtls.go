@@ -98,7 +98,7 @@ func (s *Server) Options() ([]grpc.ServerOption, error) {
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
 	admit := func(ctx context.Context) error {
-		if name := clientName(ctx); !slices.Contains(s.Allowed, name) {
+		if name := ClientName(ctx); !slices.Contains(s.Allowed, name) {
 			return status.Errorf(codes.PermissionDenied, "client %q may not call this service", name)
 		}
 		return nil
@@ -126,8 +126,46 @@ func Gate(check func(context.Context) error) []grpc.ServerOption {
 	}
 }
 
-// clientName is the common name of the verified client certificate.
-func clientName(ctx context.Context) string {
+// ByMethod returns server options that refuse (PERMISSION_DENIED, before
+// any handler) a call to a method of rules whose client certificate's
+// name is not listed for it. A rule keyed "/pkg.Service/*" covers the
+// whole service; a method no rule names is left to the other checks.
+// Mutual TLS must be on: without a certificate the name is empty.
+func ByMethod(rules map[string][]string) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := allowedFor(ctx, rules, info.FullMethod); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := allowedFor(ss.Context(), rules, info.FullMethod); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+	}
+}
+
+func allowedFor(ctx context.Context, rules map[string][]string, method string) error {
+	who, ok := rules[method]
+	if !ok {
+		if i := strings.LastIndex(method, "/"); i > 0 {
+			who, ok = rules[method[:i]+"/*"]
+		}
+	}
+	if !ok {
+		return nil
+	}
+	if name := ClientName(ctx); !slices.Contains(who, name) {
+		return status.Errorf(codes.PermissionDenied, "client %q may not call %s", name, method)
+	}
+	return nil
+}
+
+// ClientName is the common name of the verified client certificate.
+func ClientName(ctx context.Context) string {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return ""

@@ -18,6 +18,7 @@ func main() {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
 	o := demo.Options{Out: os.Stdout}
 	fs.StringVar(&o.API, "api-grpc", "127.0.0.1:9090", "payments-api gRPC address")
+	fs.StringVar(&o.AdminAPI, "admin-api-grpc", "127.0.0.1:9091", "admin-api gRPC address (the reconciliation run at the end)")
 	secret := fs.String("jwt-secret", auth.DevSecret, "local HS256 secret")
 	secretFile := fs.String("jwt-secret-file", "", "file holding the local HS256 secret, instead of --jwt-secret (the local stack's: .data/secrets/jwt-secret)")
 	fs.StringVar(&o.Issuer, "jwt-issuer", auth.DefaultIssuer, "token issuer")

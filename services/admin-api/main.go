@@ -1,0 +1,73 @@
+// Command admin-api serves the operators' API: AdminService (dead letters,
+// re-drive, resolve, cancel, reconciliation runs) over gRPC on --grpc-addr
+// and REST (grpc-gateway) on --http-addr. It is apart from payments-api,
+// the internet's door: its own process, database role (paysched_admin),
+// gateway certificate (read and cancel only) and listeners, never routed
+// by a public Ingress, and it accepts only admin tokens.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/api/ratelimit"
+	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/pkg/gateway/dial"
+	"github.com/paysched/paysched/pkg/platform/config"
+	"github.com/paysched/paysched/pkg/platform/svc"
+)
+
+func main() {
+	fs := flag.NewFlagSet("admin-api", flag.ExitOnError)
+	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL (the paysched_admin role's user)")
+	dbConns := fs.Int("db-max-conns", 8, "database pool size")
+	httpAddr := fs.String("http-addr", "127.0.0.1:8081", "REST listen address (/v1/admin/...)")
+	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9091", "gRPC listen address (AdminService)")
+	mode := config.RegisterMode(fs)
+	tokens := auth.RegisterFlags(fs, true)
+	gwf := dial.Register(fs, "127.0.0.1:9300") // operators' moves ask it first; an empty --gateway-addr turns that off
+	opRate := fs.Float64("actor-rate", 20, "requests per second allowed to one operator (per instance); 0 disables the limit")
+	opBurst := fs.Int("actor-burst", 40, "requests one operator may send at once after being idle")
+	svc.Main("admin-api", fs, func(ctx context.Context, log *slog.Logger) error {
+		mode.Announce(log)
+		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+			return err
+		}
+		if gwf.Kind == dial.KindGRPC && gwf.Addr == "" {
+			gwf = nil
+		} else if err := gwf.ValidateFor(mode); err != nil {
+			return err
+		}
+		authCfg, err := tokens.Config(mode)
+		if err != nil {
+			return err
+		}
+		cfg := server.AdminConfig{
+			DatabaseURL: *dbURL, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
+			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst},
+		}
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		gl, err := net.Listen("tcp", *grpcAddr)
+		if err != nil {
+			return fmt.Errorf("listen grpc: %w", err)
+		}
+		hl, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			gl.Close()
+			return fmt.Errorf("listen http: %w", err)
+		}
+		srv, err := server.NewAdmin(ctx, cfg, log)
+		if err != nil {
+			gl.Close()
+			hl.Close()
+			return err
+		}
+		return srv.Serve(ctx, gl, hl)
+	})
+}
