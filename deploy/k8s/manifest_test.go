@@ -989,7 +989,8 @@ func checkExposure(t *testing.T, docs []obj) {
 				switch {
 				case backend == "payments-api":
 					api = true
-				case backend == "reconciler" && str(p, "path") == "/webhooks/gateway" && str(p, "pathType") == "Exact":
+				case backend == "reconciler" && (str(p, "path") == "/webhooks/gateway" || str(p, "path") == "/webhooks/stripe") &&
+					str(p, "pathType") == "Exact":
 				default:
 					t.Errorf("Ingress %s exposes %s %s", str(ing, "metadata", "name"), backend, str(p, "path"))
 				}

@@ -177,8 +177,8 @@ paysched is up.
   events   bin/payctl events tail
   engine   gateway-sim 127.0.0.1:9300 (TLS, CA and token in .data/tls), executors 127.0.0.1:9100 and :9110, sweeper and reaper (metrics :9200, :9210)
   admin    admin-api: REST http://$ADMIN_HTTP_ADDR/v1/admin/..., gRPC $ADMIN_GRPC_ADDR (admin tokens only: bin/payctl token --admin)
-  books    reconciler (metrics and webhooks :9420): bin/payctl reconcile --day \$(date -u +%F); bin/payctl dead-letters
-  metrics  http://$HTTP_ADDR/metrics
+  books    reconciler (webhooks :9420, metrics :9421): bin/payctl reconcile --day \$(date -u +%F); bin/payctl dead-letters
+  metrics  payments-api http://127.0.0.1:9190/metrics, admin-api :9191 (apart from the API ports)
   env      . .data/env
   token    TOKEN=\$(bin/payctl token --actor alice)
   try      bin/payctl create --actor alice --payee bob --amount 1500 --due 2m && bin/payctl list --actor alice

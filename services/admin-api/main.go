@@ -26,6 +26,7 @@ func main() {
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL (the paysched_admin role's user)")
 	dbConns := fs.Int("db-max-conns", 8, "database pool size")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8081", "REST listen address (/v1/admin/...)")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9191", "/metrics and /healthz listen address: internal, apart from the API's ports")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9091", "gRPC listen address (AdminService)")
 	mode := config.RegisterMode(fs)
 	tokens := auth.RegisterFlags(fs, true)
@@ -48,7 +49,7 @@ func main() {
 		}
 		cfg := server.AdminConfig{
 			DatabaseURL: *dbURL, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
-			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst},
+			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: mode.Dev,
 		}
 		if err := cfg.Validate(); err != nil {
 			return err
@@ -62,12 +63,19 @@ func main() {
 			gl.Close()
 			return fmt.Errorf("listen http: %w", err)
 		}
+		ml, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			gl.Close()
+			hl.Close()
+			return fmt.Errorf("listen metrics: %w", err)
+		}
 		srv, err := server.NewAdmin(ctx, cfg, log)
 		if err != nil {
 			gl.Close()
 			hl.Close()
+			ml.Close()
 			return err
 		}
-		return srv.Serve(ctx, gl, hl)
+		return srv.Serve(ctx, gl, hl, ml)
 	})
 }

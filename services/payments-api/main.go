@@ -26,6 +26,7 @@ func main() {
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
 	dbConns := fs.Int("db-max-conns", 32, "database pool size")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "REST listen address")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9190", "/metrics and /healthz listen address: internal, apart from the API's ports")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9090", "gRPC listen address")
 	mode := config.RegisterMode(fs)
 	tokens := auth.RegisterFlags(fs, false)
@@ -51,13 +52,14 @@ func main() {
 			return err
 		}
 		cfg := server.Config{
-			DatabaseURL: *dbURL,
-			DBMaxConns:  int32(*dbConns),
-			Auth:        authCfg,
+			DatabaseURL:   *dbURL,
+			DBMaxConns:    int32(*dbConns),
+			Auth:          authCfg,
 			Rules:         payments.Rules{DefaultCurrency: *currency, AmountCap: *amountCap, Horizon: *horizon, MaxPending: *maxPending},
 			CursorSecret:  []byte(cursorKey),
 			CreateWorkers: *workers,
 			RateLimit:     ratelimit.Config{Rate: *actorRate, Burst: *actorBurst},
+			Reflection:    mode.Dev,
 		}
 		if err := cfg.Validate(); err != nil {
 			return err
@@ -71,12 +73,19 @@ func main() {
 			gl.Close()
 			return fmt.Errorf("listen http: %w", err)
 		}
+		ml, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			gl.Close()
+			hl.Close()
+			return fmt.Errorf("listen metrics: %w", err)
+		}
 		srv, err := server.New(ctx, cfg, log)
 		if err != nil {
 			gl.Close()
 			hl.Close()
+			ml.Close()
 			return err
 		}
-		return srv.Serve(ctx, gl, hl)
+		return srv.Serve(ctx, gl, hl, ml)
 	})
 }

@@ -28,7 +28,8 @@ func main() {
 	fs := flag.NewFlagSet("reconciler", flag.ExitOnError)
 	mode := config.RegisterMode(fs)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
-	httpAddr := fs.String("http-addr", "127.0.0.1:9420", "metrics, health and webhook listen address")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9420", "webhook (and health) listen address: the one the gateway reaches")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9421", "/metrics and /healthz listen address: internal, apart from the webhooks'")
 	gwf := dial.Register(fs, "127.0.0.1:9300")
 	runAt := fs.String("run-at", "00:30", "UTC time of day at which the previous day is reconciled")
 	retry := fs.Duration("run-retry", 10*time.Minute, "delay before retrying a failed daily run")
@@ -96,7 +97,8 @@ func main() {
 		}
 		runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}
 		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Bounds: *bounds, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
-		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}
+		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, InternalAddr: *metricsAddr,
+			Ready: pool.Ping}
 		recv := &reconcile.Receiver{DB: pool, Secret: []byte(hookSecret), Tolerance: *tolerance, Metrics: m, Log: log}
 		srv.Handlers = map[string]http.Handler{}
 		if hookSecret != "" {

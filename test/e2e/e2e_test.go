@@ -61,7 +61,7 @@ func TestBinariesEndToEnd(t *testing.T) {
 	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
 	api := exec.Command(filepath.Join(bin, "payments-api"))
 	api.Env = append(os.Environ(), "PAYSCHED_DATABASE_URL="+db, "PAYSCHED_HTTP_ADDR="+httpAddr,
-		"PAYSCHED_GRPC_ADDR="+grpcAddr, "PAYSCHED_JWT_SECRET=e2e-secret")
+		"PAYSCHED_GRPC_ADDR="+grpcAddr, "PAYSCHED_METRICS_ADDR="+freeAddr(t), "PAYSCHED_JWT_SECRET=e2e-secret")
 	var logs bytes.Buffer
 	api.Stdout, api.Stderr = &logs, &logs
 	if err := api.Start(); err != nil {

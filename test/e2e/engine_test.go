@@ -134,7 +134,7 @@ func TestEngineProcessesSurviveKillsAndSIGTERM(t *testing.T) {
 	defer ps.stopAll()
 	apiGRPC, apiHTTP, gw := freeAddr(t), freeAddr(t), freeAddr(t)
 	ex1, ex2 := freeAddr(t), freeAddr(t)
-	ps.start("payments-api", "payments-api", "--grpc-addr", apiGRPC, "--http-addr", apiHTTP)
+	ps.start("payments-api", "payments-api", "--grpc-addr", apiGRPC, "--http-addr", apiHTTP, "--metrics-addr", freeAddr(t))
 	ps.start("gateway-sim", "gateway-sim", "--ledger", "memory", "--grpc-addr", gw, "--http-addr", freeAddr(t),
 		"--latency-min-ms", "5", "--latency-max-ms", "30", "--timeout-after-commit-rate", "0.05")
 	execArgs := func(addr string) []string {

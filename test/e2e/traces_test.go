@@ -106,7 +106,7 @@ func TestTracesAcrossBinaries(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + lis.Addr().String(), "OTEL_SERVICE_NAME=", "OTEL_BSP_SCHEDULE_DELAY=200"}}
 	defer ps.stopAll()
 	apiGRPC, apiHTTP, gw, ex := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	ps.start("payments-api", "payments-api", "--grpc-addr", apiGRPC, "--http-addr", apiHTTP)
+	ps.start("payments-api", "payments-api", "--grpc-addr", apiGRPC, "--http-addr", apiHTTP, "--metrics-addr", freeAddr(t))
 	ps.start("gateway-sim", "gateway-sim", "--ledger", "memory", "--grpc-addr", gw, "--http-addr", freeAddr(t))
 	ps.start("executor", "executor", "--grpc-addr", ex, "--http-addr", freeAddr(t), "--gateway-addr", gw)
 	ps.start("sweeper", "sweeper", "--http-addr", freeAddr(t), "--executors", ex, "--interval", "100ms")

@@ -154,7 +154,7 @@ func TestAcknowledgedWritesSurviveAFailover(t *testing.T) {
 	}
 	gw, apiHTTP, apiGRPC, ex := addr(t), addr(t), addr(t), addr(t)
 	service(t, bin, "gateway-sim", "--ledger", "memory", "--grpc-addr", gw, "--http-addr", addr(t))
-	service(t, bin, "payments-api", "--dev", "--database-url", dbURL, "--http-addr", apiHTTP, "--grpc-addr", apiGRPC,
+	service(t, bin, "payments-api", "--dev", "--database-url", dbURL, "--http-addr", apiHTTP, "--grpc-addr", apiGRPC, "--metrics-addr", addr(t),
 		"--jwt-secret", jwtSecret)
 	service(t, bin, "executor", "--dev", "--database-url", dbURL, "--grpc-addr", ex, "--http-addr", addr(t), "--gateway-addr", gw,
 		"--backoff", "200ms,200ms,200ms", "--charge-timeout", "1s", "--probe-timeout", "500ms")

@@ -70,8 +70,12 @@ func startAPI(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	il, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, gl, hl) }()
+	go func() { done <- srv.Serve(ctx, gl, hl, il) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
@@ -144,8 +144,10 @@ func (r *run) topology() {
 	r.procs = []*proc{
 		newProc(d, "kafka", "kafka", b("kafka"), env, "--kafka-port", fmt.Sprint(r.cfg.Base+92),
 			"--kafka-data-dir", filepath.Join(d, "kafka"), "--http-addr", r.addr(93)),
-		newProc(d, "payments-api", "payments-api", b("payments-api"), env, "--http-addr", r.addr(80), "--grpc-addr", r.addr(90)),
-		newProc(d, "admin-api", "admin-api", b("admin-api"), env, append([]string{"--http-addr", r.addr(81), "--grpc-addr", r.addr(91)},
+		newProc(d, "payments-api", "payments-api", b("payments-api"), env, "--http-addr", r.addr(80), "--grpc-addr", r.addr(90),
+			"--metrics-addr", r.addr(190)),
+		newProc(d, "admin-api", "admin-api", b("admin-api"), env, append([]string{"--http-addr", r.addr(81), "--grpc-addr", r.addr(91),
+			"--metrics-addr", r.addr(191)},
 			gw("admin-api")...)...),
 		newProc(d, "gateway-sim", "gateway-sim", b("gateway-sim"), env, "--grpc-addr", r.addr(300), "--http-addr", r.addr(301),
 			"--gateway-database-url", r.dbURL("paysched_gateway"), "--latency-min-ms", "5", "--latency-max-ms", "50",
@@ -174,7 +176,7 @@ func (r *run) topology() {
 		newProc(d, "cdc", "cdc", b("cdc"), env, "--database-url", r.cdcURL(), "--http-addr", r.addr(400), "--kafka-brokers", kafka,
 			"--status-interval", "500ms", "--heartbeat-interval", "2s"),
 		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), env, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
-		newProc(d, "reconciler", "reconciler", b("reconciler"), env, append([]string{"--http-addr", r.addr(420),
+		newProc(d, "reconciler", "reconciler", b("reconciler"), env, append([]string{"--http-addr", r.addr(420), "--metrics-addr", r.addr(421),
 			"--webhook-secret", webhookSecret, "--probe-interval", "1s", "--probe-backoff", "1s",
 			"--action-required-timeout", actionBound, "--processing-timeout", processingBound}, gw("reconciler")...)...),
 	}

@@ -87,7 +87,9 @@ type Options struct {
 	// AdminOpenAPI is the admin document, served at /v1/admin/openapi.json
 	// to callers whose token has the admin claim (403 otherwise).
 	AdminOpenAPI []byte
-	Metrics      http.Handler
+	// Metrics, if set, is served at /metrics. The APIs serve theirs on
+	// an internal listener instead (svc.Server.InternalListener).
+	Metrics http.Handler
 	RPC          *obs.RPCMetrics
 	Log          *slog.Logger
 }
@@ -139,7 +141,9 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 			_, _ = w.Write(o.OpenAPIv3)
 		})
 	}
-	mux.Handle("GET /metrics", o.Metrics)
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
+	}
 	// The gateway calls the handlers in process: this span per request is
 	// the parent of their statements.
 	h := tracing.HTTP(routeName, mux)

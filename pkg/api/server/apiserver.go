@@ -49,6 +49,9 @@ type Config struct {
 	CreateWorkers int
 	// RateLimit is the per-actor request rate limit (off when its Rate is 0).
 	RateLimit ratelimit.Config
+	// Reflection serves gRPC server reflection on the API's port: for
+	// development (grpcurl), never on a port the internet reaches.
+	Reflection bool
 }
 
 // AdminConfig is admin-api's configuration.
@@ -62,6 +65,8 @@ type AdminConfig struct {
 	Gateway *dial.Flags
 	// RateLimit is the per-operator request rate limit.
 	RateLimit ratelimit.Config
+	// Reflection serves gRPC server reflection (development).
+	Reflection bool
 }
 
 // Validate reports the first configuration error.
@@ -89,6 +94,8 @@ type Server struct {
 	ready   func(context.Context) error
 	reg     *prometheus.Registry
 	log     *slog.Logger
+	// reflection: gRPC server reflection is served (development).
+	reflection bool
 }
 
 // Validate reports the first configuration error.
@@ -154,7 +161,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	ready := pinger(pool)
 	h, err := rest.New(ctx, rest.Options{
 		Payments: pay, CreateViolations: pay.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
-		OpenAPI: openapi.JSON, OpenAPIv3: openapi.JSONv3, Metrics: obs.Handler(reg), RPC: rpcm, Log: log,
+		OpenAPI: openapi.JSON, OpenAPIv3: openapi.JSONv3, RPC: rpcm, Log: log,
 	})
 	if err != nil {
 		pool.Close()
@@ -162,7 +169,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	return &Server{
 		name: "payments-api", pool: pool, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, http: h, ready: ready,
-		reg: reg, log: log,
+		reg: reg, log: log, reflection: cfg.Reflection,
 	}, nil
 }
 
@@ -218,7 +225,7 @@ func NewAdmin(ctx context.Context, cfg AdminConfig, log *slog.Logger) (*Server, 
 	ready := pinger(pool)
 	h, err := rest.New(ctx, rest.Options{
 		Admin: adm, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
-		AdminOpenAPI: openapi.AdminJSON, Metrics: obs.Handler(reg), RPC: rpcm, Log: log,
+		AdminOpenAPI: openapi.AdminJSON, RPC: rpcm, Log: log,
 	})
 	if err != nil {
 		pool.Close()
@@ -227,7 +234,8 @@ func NewAdmin(ctx context.Context, cfg AdminConfig, log *slog.Logger) (*Server, 
 		}
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
-	return &Server{name: "admin-api", pool: pool, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log}, nil
+	return &Server{name: "admin-api", pool: pool, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log,
+		reflection: cfg.Reflection}, nil
 }
 
 func (s *Server) ensurePartitions(ctx context.Context) {
@@ -241,7 +249,9 @@ func (s *Server) ensurePartitions(ctx context.Context) {
 
 // Serve runs until ctx ends, then shuts down gracefully (svc.Server):
 // in-flight requests finish, new ones are refused, and the pool is closed.
-func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
+// grpcLis and httpLis carry the API; internalLis /metrics and /healthz,
+// apart, so what reaches the API (an ingress) sees no internals.
+func (s *Server) Serve(ctx context.Context, grpcLis, httpLis, internalLis net.Listener) error {
 	defer s.close()
 	// A create beyond the last partition would fail, so the API keeps
 	// partitions through its own horizon, hourly, whether or not a reaper runs.
@@ -250,7 +260,8 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error
 		upkeep = s.upkeep
 	}
 	return svc.Server{Name: s.name, Log: s.log, Registry: s.reg, GRPC: s.grpc, GRPCListener: grpcLis,
-		Reflection: true, HTTP: s.http, HTTPListener: httpLis, Ready: s.ready, Grace: 20 * time.Second}.Run(ctx, upkeep)
+		Reflection: s.reflection, HTTP: s.http, HTTPListener: httpLis, InternalListener: internalLis, Ready: s.ready,
+		Grace: 20 * time.Second}.Run(ctx, upkeep)
 }
 
 // upkeep keeps partitions through the horizon, hourly.

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/server"
 )
 
 func authed(tok string, kv ...string) context.Context {
@@ -88,7 +91,7 @@ func TestGRPCCreateKeysAndErrors(t *testing.T) {
 }
 
 func TestReflectionListsServices(t *testing.T) {
-	e := start(t)
+	e := start(t, func(c *server.Config) { c.Reflection = true })
 	stream, err := reflectionpb.NewServerReflectionClient(e.cc).ServerReflectionInfo(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -109,5 +112,40 @@ func TestReflectionListsServices(t *testing.T) {
 	want := "grpc.health.v1.Health grpc.reflection.v1.ServerReflection grpc.reflection.v1alpha.ServerReflection paysched.v1.PaymentsService"
 	if strings.Join(names, " ") != want {
 		t.Fatalf("services %v", names)
+	}
+}
+
+// TestPublicPortsShowNoInternals: the ports an ingress reaches serve the
+// API only. /metrics and /healthz are on the internal listener, and gRPC
+// reflection is off unless configured (development).
+func TestPublicPortsShowNoInternals(t *testing.T) {
+	for name, e := range map[string]*env{"payments-api": start(t), "admin-api": startAdmin(t)} {
+		if r := e.do("GET", "/metrics", "", nil, ""); r.code != http.StatusNotFound {
+			t.Errorf("%s: GET /metrics on the API port: %d, want 404", name, r.code)
+		}
+		for _, p := range []string{"/metrics", "/healthz"} {
+			res, err := http.Get(e.internal + p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Errorf("%s: GET %s on the internal port: %d", name, p, res.StatusCode)
+			}
+			if p == "/metrics" && !strings.Contains(string(b), "go_goroutines") {
+				t.Errorf("%s: the internal /metrics has no metrics", name)
+			}
+		}
+		stream, err := reflectionpb.NewServerReflectionClient(e.cc).ServerReflectionInfo(context.Background())
+		if err == nil {
+			err = stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+		}
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.Unimplemented {
+			t.Errorf("%s: reflection on the API port: %v, want Unimplemented", name, err)
+		}
 	}
 }

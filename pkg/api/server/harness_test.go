@@ -28,6 +28,8 @@ const testSecret = "test-secret"
 type env struct {
 	t    testing.TB
 	base string
+	// internal is the /metrics and /healthz listener's base URL.
+	internal string
 	cc   *grpc.ClientConn
 	db   *pgxpool.Pool
 }
@@ -83,8 +85,9 @@ func run(t testing.TB, url string, build func(context.Context) (*server.Server, 
 	}
 	gl, _ := net.Listen("tcp", "127.0.0.1:0")
 	hl, _ := net.Listen("tcp", "127.0.0.1:0")
+	il, _ := net.Listen("tcp", "127.0.0.1:0")
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, gl, hl) }()
+	go func() { done <- srv.Serve(ctx, gl, hl, il) }()
 	cc, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +102,7 @@ func run(t testing.TB, url string, build func(context.Context) (*server.Server, 
 		cancel()
 		<-done
 	})
-	return &env{t: t, base: "http://" + hl.Addr().String(), cc: cc, db: db}
+	return &env{t: t, base: "http://" + hl.Addr().String(), internal: "http://" + il.Addr().String(), cc: cc, db: db}
 }
 
 func token(t testing.TB, actor string) string {

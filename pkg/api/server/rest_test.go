@@ -328,7 +328,7 @@ func TestBatchCreate(t *testing.T) {
 
 func TestServiceEndpoints(t *testing.T) {
 	e := start(t)
-	for _, p := range []string{"/healthz", "/openapi.json", "/metrics"} {
+	for _, p := range []string{"/healthz", "/openapi.json"} {
 		if r := e.do("GET", p, "", nil, ""); r.code != http.StatusOK {
 			t.Errorf("GET %s: %d", p, r.code)
 		}

@@ -99,6 +99,12 @@ type Server struct {
 	HTTP         http.Handler
 	// Handlers are extra HTTP routes (ServeMux patterns), e.g. a webhook.
 	Handlers map[string]http.Handler
+	// InternalAddr (or InternalListener), when set, serves /metrics and
+	// /healthz apart from HTTPAddr, which then carries no /metrics: a
+	// listener the public (an ingress, a gateway's webhooks) reaches
+	// shows nothing of the process's internals.
+	InternalAddr     string
+	InternalListener net.Listener
 	// Ready answers /healthz (nil: always ready).
 	Ready func(context.Context) error
 	// ReadyInterval is how often gRPC health follows Ready (0: ReadyEvery).
@@ -130,23 +136,13 @@ func (s Server) Run(ctx context.Context, work func(context.Context) error) error
 		}
 		go func() { errc <- s.GRPC.Serve(lis) }()
 	}
+	internal := s.InternalListener != nil || s.InternalAddr != ""
 	h := s.HTTP
 	if h == nil {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", obs.Handler(s.Registry))
+		mux := s.mux(!internal)
 		for pattern, h := range s.Handlers {
 			mux.Handle(pattern, h)
 		}
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-			if s.Ready != nil {
-				if err := s.Ready(r.Context()); err != nil {
-					w.WriteHeader(http.StatusServiceUnavailable)
-					_, _ = io.WriteString(w, `{"status":"unavailable"}`)
-					return
-				}
-			}
-			_, _ = io.WriteString(w, `{"status":"ok"}`)
-		})
 		h = mux
 	}
 	hl := s.HTTPListener
@@ -162,6 +158,23 @@ func (s Server) Run(ctx context.Context, work func(context.Context) error) error
 			errc <- err
 		}
 	}()
+	var internalSrv *http.Server
+	if internal {
+		il := s.InternalListener
+		if il == nil {
+			var err error
+			if il, err = net.Listen("tcp", s.InternalAddr); err != nil {
+				_ = httpSrv.Close()
+				return fmt.Errorf("listen internal http %s: %w", s.InternalAddr, err)
+			}
+		}
+		internalSrv = NewHTTPServer(s.mux(true))
+		go func() {
+			if err := internalSrv.Serve(il); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
 	if hs != nil {
 		go s.followReady(ctx, hs)
 	}
@@ -200,8 +213,30 @@ func (s Server) Run(ctx context.Context, work func(context.Context) error) error
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = httpSrv.Shutdown(sctx)
+	if internalSrv != nil {
+		_ = internalSrv.Shutdown(sctx)
+	}
 	s.Log.Info(s.Name + " stopped")
 	return runErr
+}
+
+// mux serves /healthz, and /metrics if metrics.
+func (s Server) mux(metrics bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	if metrics {
+		mux.Handle("GET /metrics", obs.Handler(s.Registry))
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if s.Ready != nil {
+			if err := s.Ready(r.Context()); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, `{"status":"unavailable"}`)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})
+	return mux
 }
 
 // NewHTTPServer serves h with the timeouts every paysched listener uses:
