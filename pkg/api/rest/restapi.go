@@ -90,8 +90,8 @@ type Options struct {
 	// Metrics, if set, is served at /metrics. The APIs serve theirs on
 	// an internal listener instead (svc.Server.InternalListener).
 	Metrics http.Handler
-	RPC          *obs.RPCMetrics
-	Log          *slog.Logger
+	RPC     *obs.RPCMetrics
+	Log     *slog.Logger
 }
 
 // New returns the HTTP handler.

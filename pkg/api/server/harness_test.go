@@ -30,8 +30,8 @@ type env struct {
 	base string
 	// internal is the /metrics and /healthz listener's base URL.
 	internal string
-	cc   *grpc.ClientConn
-	db   *pgxpool.Pool
+	cc       *grpc.ClientConn
+	db       *pgxpool.Pool
 }
 
 func testConfig(url string) server.Config {
