@@ -2,14 +2,18 @@ package gatewaysim_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/pkg/gateway"
@@ -180,5 +184,110 @@ func TestBearerNeedsTLS(t *testing.T) {
 	f := dial.Flags{Kind: dial.KindGRPC, Addr: "127.0.0.1:1", TokenFile: "/dev/null"}
 	if err := f.Validate(); err == nil {
 		t.Fatal("a token without TLS was accepted")
+	}
+}
+
+// TestGatewayAuthorizesPerMethod: gateway-sim admits each client
+// certificate to its own methods only. Only the executor charges; the
+// reconciler and admin-api read and cancel; payments-api is no client at
+// all. The table is written out here, not read from MethodClients, so a
+// change to who may charge fails this test.
+func TestGatewayAuthorizesPerMethod(t *testing.T) {
+	dir := t.TempDir()
+	files, err := devtls.Prepare(dir, "gateway-sim", []string{"127.0.0.1", "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := gatewaysim.New(gatewaysim.NewMemLedger(), nil)
+	srvTLS := &mtls.Server{CertFile: files.CertFile, KeyFile: files.KeyFile, ClientCAFile: files.CAFile,
+		Allowed: strings.Split(gatewaysim.DefaultClients, ",")}
+	opts, err := gatewaysim.ServerOptions(srvTLS, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(opts...)
+	gatewayv1.RegisterGatewayServiceServer(gs, sim)
+	gatewayv1.RegisterGatewayAdminServiceServer(gs, sim)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+
+	type call func(ctx context.Context, cc *grpc.ClientConn) error
+	gw := func(cc *grpc.ClientConn) gatewayv1.GatewayServiceClient { return gatewayv1.NewGatewayServiceClient(cc) }
+	n := 0
+	calls := map[string]call{
+		"Charge": func(ctx context.Context, cc *grpc.ClientConn) error {
+			n++
+			_, err := gw(cc).Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: fmt.Sprint("per-method-", n), Payer: "alice", Payee: "bob",
+				Amount: 100, Currency: "USD"})
+			return err
+		},
+		"GetCharge": func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := gw(cc).GetCharge(ctx, &gatewayv1.GetChargeRequest{IdempotencyKey: "nobody"})
+			if status.Code(err) == codes.NotFound {
+				return nil // answered: absent
+			}
+			return err
+		},
+		"CancelCharge": func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := gw(cc).CancelCharge(ctx, &gatewayv1.CancelChargeRequest{IdempotencyKey: "nobody"})
+			if c := status.Code(err); c == codes.NotFound || c == codes.FailedPrecondition {
+				return nil // answered
+			}
+			return err
+		},
+		"ListSettlements": func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := gw(cc).ListSettlements(ctx, &gatewayv1.ListSettlementsRequest{Day: "2026-01-01"})
+			return err
+		},
+		"Report": func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := gatewayv1.NewGatewayAdminServiceClient(cc).Report(ctx, &gatewayv1.ReportRequest{})
+			return err
+		},
+	}
+	allowed := map[string][]string{
+		"executor":     {"Charge", "GetCharge", "CancelCharge"},
+		"reconciler":   {"GetCharge", "CancelCharge", "ListSettlements"},
+		"admin-api":    {"GetCharge", "CancelCharge", "ListSettlements"},
+		"operator":     {"GetCharge", "ListSettlements", "Report"},
+		"payments-api": nil,
+		"sweeper":      nil,
+	}
+	for client, may := range allowed {
+		f, err := devtls.Prepare(dir, client, []string{client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dopt, err := (&mtls.Client{CAFile: files.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile, ServerName: "localhost"}).DialOption()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := grpc.NewClient(lis.Addr().String(), dopt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for method, do := range calls {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := do(ctx, cc)
+			cancel()
+			want := slices.Contains(may, method)
+			switch {
+			case want && err != nil:
+				t.Errorf("%s %s: %v, want an answer", client, method, err)
+			case !want && status.Code(err) != codes.PermissionDenied:
+				t.Errorf("%s %s: %v, want PERMISSION_DENIED", client, method, err)
+			}
+		}
+		cc.Close()
+	}
+	rep, err := sim.Report(context.Background(), &gatewayv1.ReportRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.GetCharges() != 1 {
+		t.Errorf("%d charges recorded, want 1 (the executor's)", rep.GetCharges())
 	}
 }
