@@ -37,9 +37,11 @@ type Move struct {
 	LastError string
 	// FailReason, for a move to FAILED: why, as a stable code.
 	FailReason payment.FailReason
-	// Attempt, when > 0, is the attempt number the mover read before it
-	// asked the gateway: the move is made only while the payment is still
-	// at it, for a claim since may have charged it (operators' moves).
+	// Fenced: the move is made only while the payment is still at Attempt,
+	// the attempt number the mover read before it asked the gateway, for a
+	// claim since may have charged it (operators' moves). Attempt 0, a
+	// payment never claimed, is a fence like any other.
+	Fenced  bool
 	Attempt int32
 	// Who and why, for payment_actions.
 	Actor, Action, Reason string
@@ -70,7 +72,7 @@ WITH cur AS (
     WHERE p.id = $1 AND p.due_time = $13
       AND p.status = ANY($2::text[])
       AND ($4::bigint = 0 OR (p.amount_minor = $4 AND p.currency = $5))
-      AND ($14::int = 0 OR p.attempt = $14)
+      AND ($14::int < 0 OR p.attempt = $14)
     FOR UPDATE OF p
 ), moved AS (
     UPDATE payments p
@@ -117,9 +119,13 @@ func Apply(ctx context.Context, db DB, m Move) (payment.Status, error) {
 	if err != nil {
 		return "", fmt.Errorf("find payment %s: %w", m.ID, err)
 	}
+	fence := int32(-1) // unfenced
+	if m.Fenced {
+		fence = m.Attempt
+	}
 	var prev payment.Status
 	err = db.QueryRow(ctx, moveSQL, m.ID, from, m.To, m.Amount, m.Currency, m.GatewayRef, m.Redrive,
-		m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due, m.Attempt, string(m.FailReason)).Scan(&prev)
+		m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due, fence, string(m.FailReason)).Scan(&prev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotMoved
 	}

@@ -269,13 +269,18 @@ func TestOperatorMoveIsFencedOnTheAttemptItRead(t *testing.T) {
 	if _, err := db.Exec(ctx, `UPDATE payments SET attempt = 1, probe_first = true WHERE id = $1`, p.ID); err != nil {
 		t.Fatal(err)
 	}
+	// Attempt 0 (never claimed when read) is a fence like any other.
+	if _, err := store.Apply(ctx, db, store.Move{ID: p.ID, By: payment.Operator, To: payment.Cancelled, Fenced: true, Attempt: 0,
+		Actor: "admin:ops", Action: "CANCEL", Reason: "read before the claim"}); !errors.Is(err, store.ErrNotMoved) {
+		t.Fatalf("a move fenced on attempt 0 at attempt 1: %v, want ErrNotMoved", err)
+	}
 	var wg sync.WaitGroup
 	var won atomic.Int32
 	for i := range 20 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := store.Apply(ctx, db, store.Move{ID: p.ID, By: payment.Operator, To: payment.Cancelled, Attempt: int32(i % 2),
+			_, err := store.Apply(ctx, db, store.Move{ID: p.ID, By: payment.Operator, To: payment.Cancelled, Fenced: true, Attempt: int32(i % 2),
 				Actor: "admin:ops", Action: "CANCEL", Reason: "race"})
 			switch {
 			case err == nil && i%2 == 0:

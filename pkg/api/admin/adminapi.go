@@ -178,7 +178,7 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 	if err := decide(p, r, &m); err != nil {
 		return nil, 0, err
 	}
-	m.ID, m.By, m.Actor, m.Reason, m.Attempt = id, payment.Operator, "admin:"+who, note, p.Attempt
+	m.ID, m.By, m.Actor, m.Reason, m.Fenced, m.Attempt = id, payment.Operator, "admin:"+who, note, true, p.Attempt
 	prev, err := store.Apply(ctx, s.db, m)
 	if errors.Is(err, store.ErrNotMoved) {
 		now, gerr := s.store.GetAny(ctx, id)
