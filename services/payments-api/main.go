@@ -8,9 +8,7 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
-	"net"
 	"time"
 
 	"github.com/paysched/paysched/pkg/api/auth"
@@ -64,28 +62,15 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		gl, err := net.Listen("tcp", *grpcAddr)
+		l, err := server.Listen(*grpcAddr, *httpAddr, *metricsAddr)
 		if err != nil {
-			return fmt.Errorf("listen grpc: %w", err)
-		}
-		hl, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
-			gl.Close()
-			return fmt.Errorf("listen http: %w", err)
-		}
-		ml, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			gl.Close()
-			hl.Close()
-			return fmt.Errorf("listen metrics: %w", err)
+			return err
 		}
 		srv, err := server.New(ctx, cfg, log)
 		if err != nil {
-			gl.Close()
-			hl.Close()
-			ml.Close()
+			l.Close()
 			return err
 		}
-		return srv.Serve(ctx, gl, hl, ml)
+		return srv.Serve(ctx, l)
 	})
 }

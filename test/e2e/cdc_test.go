@@ -42,7 +42,10 @@ func TestCDCSurvivesKills(t *testing.T) {
 	}
 	cdcHTTP := freeAddr(t)
 	startCDC := func() *proc {
-		return ps.start("cdc", "cdc", "--kafka-brokers", brokers, "--http-addr", cdcHTTP, "--status-interval", "200ms", "--heartbeat-interval", "1s")
+		// A slot of its own: slot names are the cluster's, and other test
+		// packages stream from other databases of it at the same time.
+		return ps.start("cdc", "cdc", "--kafka-brokers", brokers, "--http-addr", cdcHTTP, "--status-interval", "200ms", "--heartbeat-interval", "1s",
+			"--slot", "e2e_cdc")
 	}
 	startAudit := func() *proc {
 		return ps.start("audit-consumer", "audit-consumer", "--kafka-brokers", brokers, "--http-addr", freeAddr(t))

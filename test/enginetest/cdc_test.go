@@ -3,6 +3,8 @@ package enginetest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,10 +27,12 @@ import (
 func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 	c := newCluster(t, opts{executors: 2, sweepers: 0, batch: 100})
 	c.stop() // the engine starts once the pipeline is up
+	// The slot is this package's own: slot names are the cluster's, and
+	// other test packages stream from other databases of it meanwhile.
 	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Notifications, kafka.Default.Heartbeat)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	conn, err := cdc.New(cdc.Config{DatabaseURL: c.db.Config().ConnString(), Slot: "paysched_cdc", Publication: "paysched",
+	conn, err := cdc.New(cdc.Config{DatabaseURL: c.db.Config().ConnString(), Slot: "enginetest_cdc", Publication: "paysched",
 		Source: envelope.Source{Name: "paysched", DB: c.db.Config().ConnConfig.Database}, Brokers: seeds,
 		HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: 200 * time.Millisecond, HeartbeatInterval: time.Second},
 		c.db, prometheus.NewRegistry(), quiet)
@@ -44,9 +48,18 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ac.Close()
+	// Either one stopping before the test ends is a failure to report,
+	// never a silent wait for the audit log.
 	done := make(chan struct{}, 2)
-	go func() { _ = conn.Run(ctx); done <- struct{}{} }()
-	go func() { _ = ac.Run(ctx); done <- struct{}{} }()
+	var runErr atomic.Value
+	run := func(name string, f func(context.Context) error) {
+		if err := f(ctx); ctx.Err() == nil {
+			runErr.CompareAndSwap(nil, fmt.Sprintf("%s stopped: %v", name, err))
+		}
+		done <- struct{}{}
+	}
+	go run("cdc", conn.Run)
+	go run("audit-consumer", ac.Run)
 	defer func() { cancel(); <-done; <-done }()
 
 	ids := c.schedule(1000, "bob", soon())
@@ -75,6 +88,9 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 		}
 		if missing == 0 && terminal == len(ids) {
 			break
+		}
+		if e := runErr.Load(); e != nil {
+			t.Fatal(e)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("audit log behind: %d attempts missing, %d of %d terminal payments", missing, terminal, len(ids))

@@ -127,15 +127,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.CreateWorkers <= 0 {
 		cfg.CreateWorkers = 8
 	}
-	// Its statements name one payment's due time: custom plans keep one
-	// partition (svc.CustomPlans).
-	pool, err := svc.Pool(ctx, cfg.DatabaseURL, int(cfg.DBMaxConns), svc.CustomPlans)
+	pool, verifier, err := connect(ctx, cfg.DatabaseURL, int(cfg.DBMaxConns), cfg.Auth)
 	if err != nil {
-		return nil, err
-	}
-	verifier, err := auth.NewVerifier(cfg.Auth)
-	if err != nil {
-		pool.Close()
 		return nil, err
 	}
 	reg := obs.Registry()
@@ -173,6 +166,57 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}, nil
 }
 
+// connect opens an API's pool and token verifier. Its statements name one
+// payment's due time: custom plans keep one partition (svc.CustomPlans).
+func connect(ctx context.Context, url string, conns int, a auth.Config) (*pgxpool.Pool, *auth.Verifier, error) {
+	pool, err := svc.Pool(ctx, url, conns, svc.CustomPlans)
+	if err != nil {
+		return nil, nil, err
+	}
+	verifier, err := auth.NewVerifier(a)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, verifier, nil
+}
+
+// Listeners are an API's: gRPC and REST, which clients reach, and the
+// internal one with /metrics and /healthz.
+type Listeners struct {
+	GRPC, HTTP, Internal net.Listener
+}
+
+// Listen opens the three listeners, or none.
+func Listen(grpcAddr, httpAddr, internalAddr string) (Listeners, error) {
+	var l Listeners
+	var opened []net.Listener
+	for _, a := range []struct {
+		name, addr string
+		into       *net.Listener
+	}{{"grpc", grpcAddr, &l.GRPC}, {"http", httpAddr, &l.HTTP}, {"metrics", internalAddr, &l.Internal}} {
+		lis, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			for _, o := range opened {
+				o.Close()
+			}
+			return Listeners{}, fmt.Errorf("listen %s %s: %w", a.name, a.addr, err)
+		}
+		*a.into = lis
+		opened = append(opened, lis)
+	}
+	return l, nil
+}
+
+// Close closes the listeners (for a server that never served them).
+func (l Listeners) Close() {
+	for _, lis := range []net.Listener{l.GRPC, l.HTTP, l.Internal} {
+		if lis != nil {
+			lis.Close()
+		}
+	}
+}
+
 // pinger is a readiness check: the database answers.
 func pinger(pool *pgxpool.Pool) func(context.Context) error {
 	return func(ctx context.Context) error {
@@ -189,13 +233,8 @@ func NewAdmin(ctx context.Context, cfg AdminConfig, log *slog.Logger) (*Server, 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := svc.Pool(ctx, cfg.DatabaseURL, int(max(cfg.DBMaxConns, 8)), svc.CustomPlans)
+	pool, verifier, err := connect(ctx, cfg.DatabaseURL, int(max(cfg.DBMaxConns, 8)), cfg.Auth)
 	if err != nil {
-		return nil, err
-	}
-	verifier, err := auth.NewVerifier(cfg.Auth)
-	if err != nil {
-		pool.Close()
 		return nil, err
 	}
 	reg := obs.Registry()
@@ -249,9 +288,9 @@ func (s *Server) ensurePartitions(ctx context.Context) {
 
 // Serve runs until ctx ends, then shuts down gracefully (svc.Server):
 // in-flight requests finish, new ones are refused, and the pool is closed.
-// grpcLis and httpLis carry the API; internalLis /metrics and /healthz,
+// l.GRPC and l.HTTP carry the API; l.Internal /metrics and /healthz,
 // apart, so what reaches the API (an ingress) sees no internals.
-func (s *Server) Serve(ctx context.Context, grpcLis, httpLis, internalLis net.Listener) error {
+func (s *Server) Serve(ctx context.Context, l Listeners) error {
 	defer s.close()
 	// A create beyond the last partition would fail, so the API keeps
 	// partitions through its own horizon, hourly, whether or not a reaper runs.
@@ -259,8 +298,8 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis, internalLis net.Li
 	if s.batcher != nil {
 		upkeep = s.upkeep
 	}
-	return svc.Server{Name: s.name, Log: s.log, Registry: s.reg, GRPC: s.grpc, GRPCListener: grpcLis,
-		Reflection: s.reflection, HTTP: s.http, HTTPListener: httpLis, InternalListener: internalLis, Ready: s.ready,
+	return svc.Server{Name: s.name, Log: s.log, Registry: s.reg, GRPC: s.grpc, GRPCListener: l.GRPC,
+		Reflection: s.reflection, HTTP: s.http, HTTPListener: l.HTTP, InternalListener: l.Internal, Ready: s.ready,
 		Grace: 20 * time.Second}.Run(ctx, upkeep)
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -83,11 +82,13 @@ func run(t testing.TB, url string, build func(context.Context) (*server.Server, 
 		cancel()
 		t.Fatal(err)
 	}
-	gl, _ := net.Listen("tcp", "127.0.0.1:0")
-	hl, _ := net.Listen("tcp", "127.0.0.1:0")
-	il, _ := net.Listen("tcp", "127.0.0.1:0")
+	l, err := server.Listen("127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, hl, il := l.GRPC, l.HTTP, l.Internal
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, gl, hl, il) }()
+	go func() { done <- srv.Serve(ctx, l) }()
 	cc, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

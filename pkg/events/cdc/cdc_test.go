@@ -433,3 +433,33 @@ func TestStreamsWithLeastPrivilege(t *testing.T) {
 		t.Fatalf("records per topic %v, want %d payment events and heartbeats", perTopic, len(items))
 	}
 }
+
+// TestSlotOfAnotherDatabaseIsRefused: slot names are the cluster's. A cdc
+// given the name of a slot another database streams from refuses at
+// Setup, naming the slot and both databases, instead of failing later
+// when replication starts (two test packages sharing a cluster once
+// silently stopped each other's stream that way).
+func TestSlotOfAnotherDatabaseIsRefused(t *testing.T) {
+	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Heartbeat)
+	ctx := context.Background()
+	setup := func(db *pgxpool.Pool) error {
+		c, err := cdc.New(cdc.Config{DatabaseURL: db.Config().ConnString(), Slot: "shared_slot", Publication: "paysched",
+			Source: envelope.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
+			HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: 100 * time.Millisecond, HeartbeatInterval: time.Second},
+			db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.Setup(ctx)
+	}
+	first, second := pgtest.NewPool(t), pgtest.NewPool(t)
+	if err := setup(first); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = first.Exec(context.Background(), `SELECT pg_drop_replication_slot('shared_slot')`) })
+	err := setup(second)
+	if err == nil || !strings.Contains(err.Error(), "shared_slot") || !strings.Contains(err.Error(), first.Config().ConnConfig.Database) {
+		t.Fatalf("setup on another database's slot: %v, want a refusal naming the slot and its database", err)
+	}
+}

@@ -54,12 +54,18 @@ type slotState struct {
 // whether the slot exists.
 func (c *Connector) checkSlot(ctx context.Context) (exists bool, rec *slotState, gap *GapError, err error) {
 	var slotLSN *string
-	err = c.db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&slotLSN)
+	var slotDB, ourDB string
+	err = c.db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, COALESCE(database, ''), current_database()
+		FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&slotLSN, &slotDB, &ourDB)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		exists = false
 	case err != nil:
 		return false, nil, nil, fmt.Errorf("check slot: %w", err)
+	case slotDB != ourDB:
+		// Slot names are the cluster's, not a database's: streaming from
+		// another database's slot fails only once replication starts.
+		return false, nil, nil, fmt.Errorf("slot %s belongs to database %q, not %q: give each database's cdc its own --slot", c.cfg.Slot, slotDB, ourDB)
 	default:
 		exists = true
 	}
