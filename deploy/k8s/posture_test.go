@@ -81,8 +81,15 @@ func TestProductionModeInProd(t *testing.T) {
 			case "reconciler":
 				want = []string{"PAYSCHED_WEBHOOK_SECRET", "PAYSCHED_GATEWAY_CA_FILE", "PAYSCHED_GATEWAY_CERT_FILE", "PAYSCHED_GATEWAY_KEY_FILE"}
 				secret["PAYSCHED_WEBHOOK_SECRET"] = true
-			case "cdc", "audit-consumer":
+			case "cdc":
 				want = []string{"PAYSCHED_KAFKA_CA_FILE", "PAYSCHED_KAFKA_SASL_MECHANISM", "PAYSCHED_KAFKA_USERNAME", "PAYSCHED_KAFKA_PASSWORD_FILE"}
+			case "audit-consumer":
+				want = []string{"PAYSCHED_KAFKA_CA_FILE", "PAYSCHED_KAFKA_SASL_MECHANISM", "PAYSCHED_KAFKA_USERNAME", "PAYSCHED_KAFKA_PASSWORD_FILE",
+					"PAYSCHED_AUDIT_DATABASE_URL"}
+				if u := env["PAYSCHED_AUDIT_DATABASE_URL"]; u == env["PAYSCHED_DATABASE_URL"] || !strings.Contains(u, "/paysched_audit?") ||
+					!strings.Contains(u, "sslmode=verify-full") {
+					t.Errorf("audit-consumer: the audit log's database %q is not its own, or not verified", u)
+				}
 			}
 			for _, k := range want {
 				if secret[k] {

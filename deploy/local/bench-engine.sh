@@ -29,7 +29,11 @@ stop_all() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 trap stop_all EXIT
 for run in $(seq 1 "$RUNS"); do
   db="$base/spike_$run?sslmode=disable"
-  "$ROOT/bin/migrate" --database-url "$db" >/dev/null 2>&1
+  # The audit log in its own database (AUDIT_APART=0: in the schedule's,
+  # as before event path v2, for comparison).
+  adb="$base/spike_${run}_audit?sslmode=disable"
+  [ "${AUDIT_APART:-1}" = 0 ] && adb=$db
+  "$ROOT/bin/migrate" --database-url "$db" --audit-database-url "$adb" >/dev/null 2>&1
   export PAYSCHED_DATABASE_URL="$db"
   # The benchmarks are one actor at full speed: no per-actor limits.
   "$ROOT/bin/payments-api" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --actor-rate 0 --max-pending 0 2>"$logs/api.log" & api=$!
@@ -49,7 +53,7 @@ for run in $(seq 1 "$RUNS"); do
     cdcdb=$db
     [ "${CDC_TCP:-}" = 1 ] || cdcdb=$("$ROOT/deploy/local/pg.sh" socket-url "$PAYSCHED_PG_DIR" "$PAYSCHED_PG_PORT" "spike_$run")
     "$ROOT/bin/cdc" --database-url "$cdcdb" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19400 ${CDC_FLAGS:-} 2>"$logs/cdc.log" & cd=$!
-    audit=("$ROOT/bin/audit-consumer" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 ${AUDIT_FLAGS:-})
+    audit=("$ROOT/bin/audit-consumer" --audit-database-url "$adb" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 ${AUDIT_FLAGS:-})
     if [ "${AUDIT_AFTER:-}" = 1 ]; then
       # Diagnosis: the capture path alone during the spike, the audit log
       # written from its backlog once every payment is executed.
@@ -58,7 +62,7 @@ for run in $(seq 1 "$RUNS"); do
       "${audit[@]}" 2>"$logs/audit.log" & au=$!
     fi
     pids+=($kf $cd $au)
-    cdcflags="--kafka-brokers 127.0.0.1:19092"
+    cdcflags="--kafka-brokers 127.0.0.1:19092 --audit-database-url $adb"
     pidlist="$pidlist,kafka=$kf,cdc=$cd,audit-consumer=$au"
     loglist="$loglist,kafka=$logs/kafka.log,cdc=$logs/cdc.log,audit-consumer=$logs/audit.log"
     # cdc serves HTTP once its slot exists for good (a slot still being
@@ -84,6 +88,6 @@ for run in $(seq 1 "$RUNS"); do
   stop_all
   # A clean start for the next run: no autovacuum of the tables of this one
   # competing with it.
-  psql -q "${PAYSCHED_TEST_ADMIN_URL}" -c "DROP DATABASE spike_$run WITH (FORCE)" -c CHECKPOINT
+  psql -q "${PAYSCHED_TEST_ADMIN_URL}" -c "DROP DATABASE spike_$run WITH (FORCE)" -c "DROP DATABASE IF EXISTS spike_${run}_audit WITH (FORCE)" -c CHECKPOINT
 done
 '

@@ -28,7 +28,11 @@ pids=()
 stop_all() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
 trap stop_all EXIT
 db="$base/steady?sslmode=disable"
-"$ROOT/bin/migrate" --database-url "$db" >/dev/null 2>&1
+# The audit log in its own database (AUDIT_APART=0: in the schedule's, as
+# before event path v2, for comparison).
+adb="$base/steady_audit?sslmode=disable"
+[ "${AUDIT_APART:-1}" = 0 ] && adb=$db
+"$ROOT/bin/migrate" --database-url "$db" --audit-database-url "$adb" >/dev/null 2>&1
 export PAYSCHED_DATABASE_URL="$db"
 "$ROOT/bin/kafka" --kafka-port 19092 --kafka-data-dir "$logs/kafka" --http-addr 127.0.0.1:19093 2>"$logs/kafka.log" & kf=$!
 "$ROOT/bin/payments-api" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --actor-rate 0 --max-pending 0 2>"$logs/api.log" & api=$!
@@ -42,7 +46,7 @@ ex=(--gateway-addr 127.0.0.1:19300 --backoff 1s,2s,4s,8s,16s)
 sleep 1
 cdcdb=$("$ROOT/deploy/local/pg.sh" socket-url "$PAYSCHED_PG_DIR" "$PAYSCHED_PG_PORT" steady)
 "$ROOT/bin/cdc" --database-url "$cdcdb" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19400 2>"$logs/cdc.log" & cd=$!
-"$ROOT/bin/audit-consumer" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 2>"$logs/audit.log" & au=$!
+"$ROOT/bin/audit-consumer" --audit-database-url "$adb" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 2>"$logs/audit.log" & au=$!
 pids=($kf $api $gw $ex1 $ex2 $rp $cd $au)
 "$ROOT/bin/payctl" health --http http://127.0.0.1:19400/healthz --wait 30s >/dev/null
 "$ROOT/bin/payctl" --api 127.0.0.1:19090 health --wait 30s >/dev/null

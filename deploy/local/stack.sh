@@ -31,6 +31,8 @@ ADMIN_HTTP_ADDR=${PAYSCHED_ADMIN_HTTP_ADDR:-127.0.0.1:8081}
 ADMIN_GRPC_ADDR=${PAYSCHED_ADMIN_GRPC_ADDR:-127.0.0.1:9091}
 KAFKA_PORT=${PAYSCHED_KAFKA_PORT:-9092}
 DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
+# The audit log's own database (docs/DESIGN.md, "Where the audit log lives").
+AUDIT_DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched_audit?sslmode=disable"
 PG="$ROOT/deploy/local/pg.sh"
 GATEWAY=${GATEWAY:-grpc}
 STRIPE_MOCK_HTTP=127.0.0.1:12111
@@ -98,7 +100,7 @@ up() {
   done
   echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg)"
   "$PG" start "$DATA/pg" "$PGPORT"
-  "$ROOT/bin/migrate" --database-url "$DB_URL" >>"$LOGS/migrate.log" 2>&1 || {
+  "$ROOT/bin/migrate" --database-url "$DB_URL" --audit-database-url "$AUDIT_DB_URL" >>"$LOGS/migrate.log" 2>&1 || {
     echo "migration failed; see .data/logs/migrate.log" >&2; tail -n 5 "$LOGS/migrate.log" >&2; exit 1; }
   # gateway-sim serves TLS with a certificate from a development CA made by
   # our own Go code (tools/cmd/devcerts, kept in .data/tls), and wants a
@@ -128,7 +130,7 @@ up() {
   # cdc streams over Postgres's Unix socket where it can (see pkg/events/cdc's
   # pacedConn: cheaper for the walsender than loopback TCP).
   start_service cdc --database-url "$("$PG" socket-url "$DATA/pg" "$PGPORT" paysched)" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
-  start_service audit-consumer --kafka-brokers "127.0.0.1:$KAFKA_PORT"
+  start_service audit-consumer --audit-database-url "$AUDIT_DB_URL" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service reconciler --http-addr 127.0.0.1:9420 --webhook-secret-file "$webhook_secret" $(gwc reconciler) ${gw[@]+"${gw[@]}"} ${RECONCILER_FLAGS:-}
   start_service gateway-sim --gateway-database-url "postgres://postgres@127.0.0.1:$PGPORT/paysched_gateway?sslmode=disable" \
     --webhook-url http://127.0.0.1:9420/webhooks/gateway --webhook-secret-file "$webhook_secret" \
@@ -157,6 +159,7 @@ up() {
   cat >"$DATA/env" <<ENV
 # Written by 'make up'. Source it: . .data/env
 export PAYSCHED_DATABASE_URL='$DB_URL'
+export PAYSCHED_AUDIT_DATABASE_URL='$AUDIT_DB_URL'
 export PAYSCHED_API_HTTP='http://$HTTP_ADDR'
 export PAYSCHED_API_GRPC='$GRPC_ADDR'
 export PAYSCHED_ADMIN_API_GRPC='$ADMIN_GRPC_ADDR'

@@ -1,5 +1,8 @@
 // Command audit-consumer turns the CDC topics into the append-only audit log
-// and the CloudEvents notification stream.
+// and the CloudEvents notification stream. The audit log lives in a
+// database of its own (--audit-database-url): Postgres's logical decoding
+// then skips its writes instead of decoding them beside the schedule's
+// (docs/DESIGN.md, "Where the audit log lives").
 package main
 
 import (
@@ -21,7 +24,8 @@ import (
 func main() {
 	fs := flag.NewFlagSet("audit-consumer", flag.ExitOnError)
 	mode := config.RegisterMode(fs)
-	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL of the schedule (read: is the engine behind?)")
+	auditURL := fs.String("audit-database-url", "", "Postgres URL of the audit log's database, where audit_events is written (migrate --audit-database-url makes it); required outside --dev, where empty means the schedule's own database")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	kafkaSec := kafkaauth.Register(fs)
 	group := fs.String("group", kafka.AuditGroup, "consumer group")
@@ -34,6 +38,15 @@ func main() {
 		mode.Announce(log)
 		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
 			return err
+		}
+		if err := mode.Require(*auditURL != "" && *auditURL != *dbURL,
+			fmt.Errorf("--audit-database-url is not set apart: production writes the audit log to a database of its own, never the schedule's")); err != nil {
+			return err
+		}
+		if *auditURL != "" {
+			if err := mode.DatabaseURL("--audit-database-url", *auditURL); err != nil {
+				return err
+			}
 		}
 		if err := kafkaSec.ValidateFor(mode); err != nil {
 			return err
@@ -56,17 +69,37 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		pool, err := svc.Pool(ctx, *dbURL, max(4, *streams), svc.CustomPlans)
+		apart := *auditURL != "" && *auditURL != *dbURL
+		conns := max(4, *streams)
+		if apart {
+			conns = 2 // the overdue check only
+		}
+		pool, err := svc.Pool(ctx, *dbURL, conns, svc.CustomPlans)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
+		logPool := pool
+		if apart {
+			if logPool, err = svc.Pool(ctx, *auditURL, max(4, *streams), svc.CustomPlans); err != nil {
+				return fmt.Errorf("--audit-database-url: %w", err)
+			}
+			defer logPool.Close()
+		} else {
+			log.Warn("the audit log shares the schedule's database: its writes are decoded by the CDC slot beside the payments' (set --audit-database-url)")
+		}
+		ready := func(ctx context.Context) error {
+			if err := pool.Ping(ctx); err != nil {
+				return err
+			}
+			return logPool.Ping(ctx)
+		}
 		reg := obs.Registry()
-		c, err := audit.New(cfg, pool, reg, log)
+		c, err := audit.New(cfg, pool, logPool, reg, log)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		return svc.Server{Name: "audit-consumer", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: pool.Ping}.Run(ctx, c.Run)
+		return svc.Server{Name: "audit-consumer", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: ready}.Run(ctx, c.Run)
 	})
 }

@@ -1,5 +1,7 @@
 // Command migrate applies paysched's embedded schema migrations: the local
-// stack, the tests and the Kubernetes Job all run this one step.
+// stack, the tests and the Kubernetes Job all run this one step. With
+// --audit-database-url it also makes the audit log's database, and with
+// --move-audit-rows it copies an older install's audit rows into it.
 package main
 
 import (
@@ -7,6 +9,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +24,8 @@ func main() {
 	fs := flag.NewFlagSet("migrate", flag.ExitOnError)
 	mode := config.RegisterMode(fs)
 	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	auditURL := fs.String("audit-database-url", "", "Postgres URL of the audit log's database (the audit-consumer's --audit-database-url): made and migrated too when set")
+	move := fs.Bool("move-audit-rows", false, "copy the audit_events rows of --database-url into --audit-database-url (an install from before the audit log had its own database); idempotent, resumable, safe while the audit-consumer runs")
 	create := fs.Bool("create-database", true, "create the database first if it does not exist")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "migrate:", err)
@@ -27,19 +33,70 @@ func main() {
 	}
 	log := obs.Logger("migrate")
 	mode.Announce(log)
-	if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+	if err := check(mode, *dbURL, *auditURL, *move); err != nil {
 		log.Error("migration refused", "err", err)
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := run(ctx, *dbURL, *create, log.Info); err != nil {
+	if err := run(ctx, *dbURL, *create, schema.Up, log.Info); err != nil {
 		log.Error("migration failed", "err", err)
 		os.Exit(1)
 	}
+	if *auditURL == "" {
+		return
+	}
+	if err := run(ctx, *auditURL, *create, schema.UpAudit, log.Info); err != nil {
+		log.Error("audit log migration failed", "err", err)
+		os.Exit(1)
+	}
+	if *move {
+		// A large log takes a while: no deadline but the operator's ^C.
+		mctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		n, err := moveRows(mctx, *dbURL, *auditURL)
+		if err != nil {
+			log.Error("moving the audit rows failed (run it again: it resumes)", "err", err, "moved", n)
+			os.Exit(1)
+		}
+		log.Info("audit rows copied into the audit log's database", "rows", n)
+	}
 }
 
-func run(ctx context.Context, url string, create bool, info func(string, ...any)) error {
+// check validates the flags before anything connects.
+func check(mode *config.Mode, dbURL, auditURL string, move bool) error {
+	if err := mode.DatabaseURL("--database-url", dbURL); err != nil {
+		return err
+	}
+	if auditURL != "" {
+		if err := mode.DatabaseURL("--audit-database-url", auditURL); err != nil {
+			return err
+		}
+	}
+	switch {
+	case move && auditURL == "":
+		return fmt.Errorf("--move-audit-rows needs --audit-database-url")
+	case move && auditURL == dbURL:
+		return fmt.Errorf("--move-audit-rows: --audit-database-url is --database-url: nothing to move")
+	}
+	return nil
+}
+
+func moveRows(ctx context.Context, fromURL, toURL string) (int64, error) {
+	from, err := pgx.Connect(ctx, fromURL)
+	if err != nil {
+		return 0, fmt.Errorf("connect --database-url: %w", err)
+	}
+	defer from.Close(ctx)
+	to, err := pgx.Connect(ctx, toURL)
+	if err != nil {
+		return 0, fmt.Errorf("connect --audit-database-url: %w", err)
+	}
+	defer to.Close(ctx)
+	return schema.MoveAuditRows(ctx, from, to, 10_000)
+}
+
+func run(ctx context.Context, url string, create bool, up func(context.Context, *pgx.Conn) ([]string, error), info func(string, ...any)) error {
 	if create {
 		if err := schema.CreateDatabase(ctx, url); err != nil {
 			return err
@@ -50,7 +107,7 @@ func run(ctx context.Context, url string, create bool, info func(string, ...any)
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(ctx)
-	applied, err := schema.Up(ctx, conn)
+	applied, err := up(ctx, conn)
 	if err != nil {
 		return err
 	}

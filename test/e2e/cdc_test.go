@@ -28,8 +28,9 @@ import (
 // and redeliveries add nothing to the audit log.
 func TestCDCSurvivesKills(t *testing.T) {
 	bin := build(t, "./services/migrate", "./tools/cmd/kafka", "./services/cdc", "./services/audit-consumer")
-	db := pgtest.NewEmptyURL(t)
-	if out, err := exec.Command(filepath.Join(bin, "migrate"), "--database-url", db).CombinedOutput(); err != nil {
+	// The audit log in its own database, as production has it.
+	db, auditDB := pgtest.NewEmptyURL(t), pgtest.NewEmptyURL(t)
+	if out, err := exec.Command(filepath.Join(bin, "migrate"), "--database-url", db, "--audit-database-url", auditDB).CombinedOutput(); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
 	ps := &procs{t: t, bin: bin, env: []string{"PAYSCHED_DATABASE_URL=" + db}}
@@ -48,7 +49,7 @@ func TestCDCSurvivesKills(t *testing.T) {
 			"--slot", "e2e_cdc")
 	}
 	startAudit := func() *proc {
-		return ps.start("audit-consumer", "audit-consumer", "--kafka-brokers", brokers, "--http-addr", freeAddr(t))
+		return ps.start("audit-consumer", "audit-consumer", "--kafka-brokers", brokers, "--http-addr", freeAddr(t), "--audit-database-url", auditDB)
 	}
 	k := startKafka()
 	time.Sleep(500 * time.Millisecond)
@@ -59,6 +60,11 @@ func TestCDCSurvivesKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	logPool, err := pgxpool.New(context.Background(), auditDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logPool.Close()
 	ctx := context.Background()
 	st := store.NewStore(pool)
 	writes := 0
@@ -95,7 +101,7 @@ func TestCDCSurvivesKills(t *testing.T) {
 		for {
 			each()
 			var audited int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE table_name = 'payments'`).Scan(&audited); err != nil {
+			if err := logPool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE table_name = 'payments'`).Scan(&audited); err != nil {
 				t.Fatal(err)
 			}
 			if audited == want {

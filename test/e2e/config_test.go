@@ -121,7 +121,12 @@ func TestProductionRefusesDevelopmentSettings(t *testing.T) {
 		{"reaper", []string{"--retention", "24h"}, "--retention 24h0m0s is under the floor"},
 		{"cdc", nil, "--kafka-tls"},
 		{"cdc", []string{"--kafka-tls"}, "--kafka-sasl-mechanism"},
-		{"audit-consumer", nil, "--kafka-tls"},
+		{"audit-consumer", nil, "--audit-database-url is not set apart"},
+		{"audit-consumer", []string{"--audit-database-url", db}, "--audit-database-url is not set apart"},
+		{"audit-consumer", []string{"--audit-database-url", "postgres://nobody@127.0.0.1:1/audit?sslmode=disable"}, "--audit-database-url: sslmode is disable"},
+		{"audit-consumer", []string{"--audit-database-url", "postgres://nobody@127.0.0.1:1/audit?sslmode=verify-full"}, "--kafka-tls"},
+		{"migrate", []string{"--audit-database-url", "postgres://nobody@127.0.0.1:1/audit?sslmode=disable"}, "--audit-database-url: sslmode is disable"},
+		{"migrate", []string{"--move-audit-rows"}, "--move-audit-rows needs --audit-database-url"},
 		{"reaper", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=require"}, "sslmode=verify-full"},
 		{"migrate", []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=verify-ca"}, "sslmode=verify-full"},
 	} {

@@ -43,7 +43,7 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 	if err := conn.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ac, err := audit.New(audit.Config{Brokers: seeds, Group: "audit"}, c.db, prometheus.NewRegistry(), quiet)
+	ac, err := audit.New(audit.Config{Brokers: seeds, Group: "audit"}, c.db, nil, prometheus.NewRegistry(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func TestKafkajsReadsNotifications(t *testing.T) {
 
 	// The real audit-consumer, compressing notifications as the service
 	// does by default.
-	c, err := audit.New(audit.Config{Brokers: seeds, Group: "audit", Compression: snappy, WriteStreams: 1}, db,
+	c, err := audit.New(audit.Config{Brokers: seeds, Group: "audit", Compression: snappy, WriteStreams: 1}, db, nil,
 		prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

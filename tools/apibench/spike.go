@@ -27,7 +27,9 @@ type SpikeConfig struct {
 	N           int
 	Lead        time.Duration // how far ahead the shared due time is set
 	DatabaseURL string
-	Pids        map[string]int // process name -> pid, for peak RSS and CPU
+	// AuditDatabaseURL is the audit log's database (empty: DatabaseURL).
+	AuditDatabaseURL string
+	Pids             map[string]int // process name -> pid, for peak RSS and CPU
 	// Logs name each process's log, quoted when it exits early.
 	Logs    map[string]string
 	Timeout time.Duration
@@ -93,6 +95,13 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		return SpikeResult{}, err
 	}
 	defer db.Close()
+	auditDB := db
+	if cfg.AuditDatabaseURL != "" && cfg.AuditDatabaseURL != cfg.DatabaseURL {
+		if auditDB, err = svc.Pool(ctx, cfg.AuditDatabaseURL, 2, svc.CustomPlans); err != nil {
+			return SpikeResult{}, err
+		}
+		defer auditDB.Close()
+	}
 	deadline := time.Now().Add(cfg.Timeout)
 	time.Sleep(time.Until(due)) // nothing is open to watch before
 	cpu := newCPUMeter(cfg.Pids)
@@ -163,7 +172,7 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		atRest := payment.Names(payment.Completed, payment.Failed, payment.DeadLettered, payment.Cancelled)
 		for {
 			var n int
-			if err := db.QueryRow(ctx, `SELECT count(DISTINCT payment_id) FROM audit_events WHERE table_name = 'payments'
+			if err := auditDB.QueryRow(ctx, `SELECT count(DISTINCT payment_id) FROM audit_events WHERE table_name = 'payments'
 				AND status = ANY($1)`, atRest).Scan(&n); err != nil {
 				return r, err
 			}

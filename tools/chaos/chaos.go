@@ -73,12 +73,14 @@ type run struct {
 	t0    time.Time // the first due time
 	procs []*proc
 	db    *pgxpool.Pool
-	gwDB  *pgxpool.Pool
-	api   payschedv1.PaymentsServiceClient
-	admin payschedv1.AdminServiceClient
-	gwAdm gatewayv1.GatewayAdminServiceClient
-	conns []*grpc.ClientConn
-	tls   devtls.Files // gateway-sim's certificate and token
+	// auditDB is the audit log's database (paysched_audit).
+	auditDB *pgxpool.Pool
+	gwDB    *pgxpool.Pool
+	api     payschedv1.PaymentsServiceClient
+	admin   payschedv1.AdminServiceClient
+	gwAdm   gatewayv1.GatewayAdminServiceClient
+	conns   []*grpc.ClientConn
+	tls     devtls.Files // gateway-sim's certificate and token
 
 	mu       sync.Mutex
 	events   []string       // what the driver did, in order
@@ -133,6 +135,8 @@ func (r *run) topology() {
 	// Development mode: the run's database and Kafka are local and
 	// plaintext; the gRPC hops are still mutual TLS, as production's.
 	env := []string{"PAYSCHED_DATABASE_URL=" + r.dbURL("paysched"), "PAYSCHED_DEV=1"}
+	// The audit log in its own database, as production has it.
+	auditEnv := append([]string{"PAYSCHED_AUDIT_DATABASE_URL=" + r.dbURL("paysched_audit")}, env...)
 	// Every caller of gateway-sim presents its own certificate.
 	gw := func(client string) []string {
 		return []string{"--gateway-addr", r.addr(300), "--gateway-ca-file", r.tls.CAFile, "--gateway-token-file", r.tls.TokenFile,
@@ -175,7 +179,7 @@ func (r *run) topology() {
 		newProc(d, "reaper", "reaper", b("reaper"), env, "--http-addr", r.addr(210), "--interval", "1s"),
 		newProc(d, "cdc", "cdc", b("cdc"), env, "--database-url", r.cdcURL(), "--http-addr", r.addr(400), "--kafka-brokers", kafka,
 			"--status-interval", "500ms", "--heartbeat-interval", "2s"),
-		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), env, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
+		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), auditEnv, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
 		newProc(d, "reconciler", "reconciler", b("reconciler"), env, append([]string{"--http-addr", r.addr(420), "--metrics-addr", r.addr(421),
 			"--webhook-secret", webhookSecret, "--probe-interval", "1s", "--probe-backoff", "1s",
 			"--action-required-timeout", actionBound, "--processing-timeout", processingBound}, gw("reconciler")...)...),
@@ -214,7 +218,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return r.res, err
 	}
-	migrate := exec.CommandContext(ctx, filepath.Join(cfg.Bin, "migrate"), "--dev", "--database-url", r.dbURL("paysched"))
+	migrate := exec.CommandContext(ctx, filepath.Join(cfg.Bin, "migrate"), "--dev", "--database-url", r.dbURL("paysched"),
+		"--audit-database-url", r.dbURL("paysched_audit"))
 	if out, err := migrate.CombinedOutput(); err != nil {
 		return r.res, fmt.Errorf("migrate: %w: %s", err, out)
 	}
@@ -295,6 +300,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 func (r *run) connect(ctx context.Context) error {
 	var err error
 	if r.db, err = pgxpool.New(ctx, r.dbURL("paysched")); err != nil {
+		return err
+	}
+	if r.auditDB, err = pgxpool.New(ctx, r.dbURL("paysched_audit")); err != nil {
 		return err
 	}
 	dial := func(a string) (*grpc.ClientConn, error) {
@@ -395,6 +403,9 @@ func (r *run) close() {
 	}
 	if r.db != nil {
 		r.db.Close()
+	}
+	if r.auditDB != nil {
+		r.auditDB.Close()
 	}
 	if r.gwDB != nil {
 		r.gwDB.Close()

@@ -182,25 +182,71 @@ func (r *run) checkBooks(ctx context.Context, w *workload) {
 }
 
 // checkAudit: every attempt has its audit rows (its start, and its outcome
-// once finished), waiting for the pipeline to catch up.
+// once finished), waiting for the pipeline to catch up. The attempts are
+// the schedule's, the rows the audit log's database's: compared here.
 func (r *run) checkAudit(ctx context.Context) {
-	const missingSQL = `SELECT count(*) FROM payment_attempts a WHERE NOT EXISTS (
-		SELECT 1 FROM audit_events e WHERE e.table_name = 'payment_attempts' AND e.payment_id = a.payment_id
-		  AND (e.event::json->'after'->>'attempt')::int = a.attempt
-		  AND (a.outcome IS NULL OR e.event::json->'after'->>'outcome' = a.outcome))`
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		missing := r.count(ctx, missingSQL)
-		if missing == 0 {
-			r.logf("audit: every attempt and its outcome is in audit_events (%d rows)", r.count(ctx, `SELECT count(*) FROM audit_events`))
+		missing, rows, err := r.auditMissing(ctx)
+		switch {
+		case err == nil && missing == 0:
+			r.logf("audit: every attempt and its outcome is in audit_events (%d rows)", rows)
 			return
-		}
-		if time.Now().After(deadline) {
-			r.violation("%d attempts lack their audit rows", missing)
+		case time.Now().After(deadline):
+			r.violation("%d attempts lack their audit rows (%v)", missing, err)
 			return
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// auditMissing counts the attempts (and finished attempts' outcomes)
+// without their row in audit_events, and the log's rows.
+func (r *run) auditMissing(ctx context.Context) (missing, rows int, err error) {
+	type key struct {
+		id      string
+		attempt int
+		outcome string
+	}
+	want := map[key]bool{}
+	if err := scan(ctx, r.db, `SELECT payment_id::text, attempt, COALESCE(outcome, '') FROM payment_attempts`, func(k key) { want[k] = true },
+		func(k *key) []any { return []any{&k.id, &k.attempt, &k.outcome} }); err != nil {
+		return -1, 0, err
+	}
+	have := map[key]bool{}
+	if err := scan(ctx, r.auditDB, `SELECT payment_id::text, (event::json->'after'->>'attempt')::int, COALESCE(event::json->'after'->>'outcome', '')
+		FROM audit_events WHERE table_name = 'payment_attempts'`, func(k key) {
+		have[k] = true
+		have[key{k.id, k.attempt, ""}] = true // the attempt's start is there too, as far as its first row goes
+	}, func(k *key) []any { return []any{&k.id, &k.attempt, &k.outcome} }); err != nil {
+		return -1, 0, err
+	}
+	for k := range want {
+		if !have[k] {
+			missing++
+		}
+	}
+	if err := r.auditDB.QueryRow(ctx, `SELECT count(*) FROM audit_events`).Scan(&rows); err != nil {
+		return missing, 0, err
+	}
+	return missing, rows, nil
+}
+
+// scan runs sql on db and hands each row, scanned into a fresh T, to each.
+func scan[T any](ctx context.Context, db *pgxpool.Pool, sql string, each func(T), dests func(*T) []any) error {
+	rows, err := db.Query(ctx, sql)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(dests(&v)...); err != nil {
+			return err
+		}
+		each(v)
+	}
+	return rows.Err()
 }
 
 // checkStream reads back every change event and notification: per row, the

@@ -42,6 +42,8 @@ type Options struct {
 	// Gateway is gateway-sim's address, DatabaseURL the stack's database
 	// (read for the live view), Brokers the Kafka brokers.
 	Gateway, DatabaseURL, Brokers string
+	// AuditDatabaseURL is the audit log's database (empty: DatabaseURL).
+	AuditDatabaseURL string
 	// GatewayCAFile and GatewayTokenFile: gateway-sim's TLS CA and bearer
 	// token; GatewayCertFile and GatewayKeyFile the demo's own client
 	// certificate (the local stack's, in .data/tls).
@@ -57,11 +59,13 @@ type demoRun struct {
 	o     *Options
 	actor string
 	db    *pgxpool.Pool
-	api   payschedv1.PaymentsServiceClient
-	admin payschedv1.AdminServiceClient
-	gw    gatewayv1.GatewayServiceClient
-	gwAdm gatewayv1.GatewayAdminServiceClient
-	ctx   context.Context
+	// auditDB holds the audit log (db when they share a database).
+	auditDB *pgxpool.Pool
+	api     payschedv1.PaymentsServiceClient
+	admin   payschedv1.AdminServiceClient
+	gw      gatewayv1.GatewayServiceClient
+	gwAdm   gatewayv1.GatewayAdminServiceClient
+	ctx     context.Context
 	// adminCtx carries the admin token (the reconciliation run).
 	adminCtx context.Context
 	from     time.Time // first due time
@@ -113,6 +117,13 @@ func Run(o Options) error {
 		return fmt.Errorf("database: %w", err)
 	}
 	defer d.db.Close()
+	d.auditDB = d.db
+	if o.AuditDatabaseURL != "" && o.AuditDatabaseURL != o.DatabaseURL {
+		if d.auditDB, err = pgxpool.New(context.Background(), o.AuditDatabaseURL); err != nil {
+			return fmt.Errorf("audit database: %w", err)
+		}
+		defer d.auditDB.Close()
+	}
 
 	// Faults for the run; the previous configuration comes back at the end.
 	prev, err := d.gwAdm.GetFaults(d.ctx, &gatewayv1.GetFaultsRequest{})
@@ -347,7 +358,7 @@ func (d *demoRun) summary(ids []string, notes *notifications) error {
 	want := 2 * len(ids)
 	wait := time.Now().Add(30 * time.Second)
 	for {
-		if err := d.db.QueryRow(d.ctx, `SELECT count(*), count(DISTINCT payment_id) FILTER (WHERE table_name = 'payments' AND status = ANY($2))
+		if err := d.auditDB.QueryRow(d.ctx, `SELECT count(*), count(DISTINCT payment_id) FILTER (WHERE table_name = 'payments' AND status = ANY($2))
 			FROM audit_events WHERE payment_id = ANY($1::uuid[])`, ids,
 			payment.Names(payment.Completed, payment.Failed, payment.Cancelled, payment.DeadLettered)).Scan(&audited, &auditedTerminal); err != nil {
 			return fmt.Errorf("audit log: %w", err)

@@ -66,7 +66,10 @@ func (c Config) Validate() error {
 
 // Consumer is the audit-consumer's loop.
 type Consumer struct {
+	// db is the schedule's database (is the engine behind?); logDB the
+	// audit log's, where audit_events is written.
 	db    *pgxpool.Pool
+	logDB *pgxpool.Pool
 	cl    *kgo.Client
 	log   *slog.Logger
 	batch int // records per poll, so per audit write
@@ -86,8 +89,10 @@ type Consumer struct {
 	}
 }
 
-// New connects to Kafka as member of the consumer group.
-func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*Consumer, error) {
+// New connects to Kafka as member of the consumer group. schedule is the
+// schedule's database, auditLog the audit log's (nil: the schedule's
+// own, as development runs may have it).
+func New(cfg Config, schedule, auditLog *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) (*Consumer, error) {
 	if cfg.WriteStreams == 0 {
 		cfg.WriteStreams = 1
 	}
@@ -117,7 +122,10 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	c := &Consumer{db: db, cl: cl, log: log, notifications: cfg.Topics.Notifications, batch: 2000, copyBufs: make([][]byte, max(1, cfg.WriteStreams)), maxDefer: cfg.MaxDefer}
+	if auditLog == nil {
+		auditLog = schedule
+	}
+	c := &Consumer{db: schedule, logDB: auditLog, cl: cl, log: log, notifications: cfg.Topics.Notifications, batch: 2000, copyBufs: make([][]byte, max(1, cfg.WriteStreams)), maxDefer: cfg.MaxDefer}
 	c.m.audited = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_audit_events_total", Help: "Change events consumed into audit_events (duplicates included)."})
 	c.m.notified = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_notifications_total", Help: "Notifications published (redeliveries included)."})
 	c.m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "paysched_audit_lag_seconds", Help: "Commit to audit row.",
@@ -391,7 +399,7 @@ func (c *Consumer) copy(ctx context.Context, buf *[]byte, rows []auditRow) error
 		}
 	}
 	*buf = encodeCopy((*buf)[:0], rows)
-	conn, err := c.db.Acquire(ctx)
+	conn, err := c.logDB.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -466,7 +474,7 @@ func (c *Consumer) insert(ctx context.Context, rows []auditRow) error {
 		}
 		events[i], commits[i] = string(r.event), time.UnixMilli(r.commitMs)
 	}
-	_, err := c.db.Exec(ctx, insertSQL, lsns, tables, keys, ops, ids, statuses, events, commits)
+	_, err := c.logDB.Exec(ctx, insertSQL, lsns, tables, keys, ops, ids, statuses, events, commits)
 	return err
 }
 

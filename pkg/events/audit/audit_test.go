@@ -14,6 +14,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/store/schema"
 	"github.com/paysched/paysched/test/kafkatest"
 	"github.com/paysched/paysched/test/pgtest"
 )
@@ -33,7 +34,7 @@ func paymentUUID(i int) string { return fmt.Sprintf("00000000-0000-7000-8000-%01
 
 func newConsumer(t *testing.T, db *pgxpool.Pool, seeds []string) *Consumer {
 	t.Helper()
-	c, err := New(Config{Brokers: seeds, Group: "audit"}, db, prometheus.NewRegistry(), quiet)
+	c, err := New(Config{Brokers: seeds, Group: "audit"}, db, nil, prometheus.NewRegistry(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestWriteRedeliveredChangesOnce(t *testing.T) {
 // change is in the log once.
 func TestWriteStreamsSplitABatch(t *testing.T) {
 	db := pgtest.NewPool(t)
-	c, err := New(Config{Brokers: kafkatest.NewCluster(t), Group: "audit", WriteStreams: 3}, db, prometheus.NewRegistry(), quiet)
+	c, err := New(Config{Brokers: kafkatest.NewCluster(t), Group: "audit", WriteStreams: 3}, db, nil, prometheus.NewRegistry(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,11 +330,57 @@ func TestConsumeWithLeastPrivilege(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := New(Config{Brokers: s.Seeds, Group: group, KafkaOpts: s.Opts(t, user)}, db, prometheus.NewRegistry(), quiet)
+	c, err := New(Config{Brokers: s.Seeds, Group: group, KafkaOpts: s.Opts(t, user)}, db, nil, prometheus.NewRegistry(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	notes := admin(kgo.ConsumeTopics(kafka.Default.Notifications), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	runUntilCreationsNotified(ctx, t, c, db, notes, n)
+}
+
+// TestAuditLogInItsOwnDatabase: given the audit log's database, the
+// consumer writes every change there, by COPY and by its fallback alike,
+// and nothing into the schedule's.
+func TestAuditLogInItsOwnDatabase(t *testing.T) {
+	schedule := pgtest.NewPool(t)
+	logURL := pgtest.NewEmptyURL(t)
+	ctx := context.Background()
+	if err := schema.CreateDatabase(ctx, logURL); err != nil {
+		t.Fatal(err)
+	}
+	logDB, err := pgxpool.New(ctx, logURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(logDB.Close)
+	conn, err := logDB.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schema.UpAudit(ctx, conn.Conn()); err != nil {
+		t.Fatal(err)
+	}
+	conn.Release()
+	c, err := New(Config{Brokers: kafkatest.NewCluster(t), Group: "audit", WriteStreams: 2}, schedule, logDB, prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var recs []*kgo.Record
+	for i := range 10 {
+		recs = append(recs, change(100+i, paymentUUID(i), "PENDING"))
+	}
+	if err := c.write(ctx, c.decode(recs[:6])); err != nil { // COPY
+		t.Fatal(err)
+	}
+	if err := c.write(ctx, c.decode(recs)); err != nil { // a redelivery: the fallback
+		t.Fatal(err)
+	}
+	if n := count(t, logDB, `SELECT count(*) FROM audit_events`); n != 10 {
+		t.Fatalf("%d rows in the audit log's database, want 10", n)
+	}
+	if n := count(t, schedule, `SELECT count(*) FROM audit_events`); n != 0 {
+		t.Fatalf("%d rows in the schedule's database, want none", n)
+	}
 }

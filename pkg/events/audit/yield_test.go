@@ -29,7 +29,7 @@ func TestYieldWhilePaymentsAreOverdue(t *testing.T) {
 	}
 	seeds := kafkatest.NewCluster(t)
 	consumer := func(maxDefer time.Duration) *Consumer {
-		c, err := New(Config{Brokers: seeds, Group: "audit", MaxDefer: maxDefer}, db, prometheus.NewRegistry(), quiet)
+		c, err := New(Config{Brokers: seeds, Group: "audit", MaxDefer: maxDefer}, db, nil, prometheus.NewRegistry(), quiet)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func TestYieldWhilePaymentsAreOverdue(t *testing.T) {
 func TestYieldSurvivesASlowCheck(t *testing.T) {
 	const maxDefer = time.Second
 	reg := prometheus.NewRegistry()
-	c, err := New(Config{Brokers: kafkatest.NewCluster(t), Group: "audit", MaxDefer: maxDefer}, nil, reg, quiet)
+	c, err := New(Config{Brokers: kafkatest.NewCluster(t), Group: "audit", MaxDefer: maxDefer}, nil, nil, reg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,4 +36,78 @@ func CreateDatabase(ctx context.Context, url string) error {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil
+}
+
+// MoveAuditRows copies the schedule database's audit_events (from) into
+// the audit log's database (to), in key order, a batch per statement, and
+// returns how many rows it inserted. It is idempotent and resumable: rows
+// already there are skipped (ON CONFLICT DO NOTHING), so it may run while
+// an audit-consumer writes new changes into to, and run again after an
+// interruption. The rows in from are left as they are (audit_events is
+// append-only); drop that table as its owner once the copy is checked.
+func MoveAuditRows(ctx context.Context, from, to *pgx.Conn, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 10_000
+	}
+	var exists bool
+	if err := from.QueryRow(ctx, `SELECT to_regclass('audit_events') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("look for audit_events: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var (
+		moved    int64
+		lsn      int64 = -1 << 63
+		tbl, key string
+	)
+	for {
+		rows, err := from.Query(ctx, `SELECT lsn, table_name, row_key, op, payment_id::text, status, event, committed_at, recorded_at
+			FROM audit_events WHERE (lsn, table_name, row_key) > ($1, $2, $3)
+			ORDER BY lsn, table_name, row_key LIMIT $4`, lsn, tbl, key, batch)
+		if err != nil {
+			return moved, fmt.Errorf("read audit_events: %w", err)
+		}
+		var (
+			lsns                      []int64
+			tables, keys, ops, events []string
+			ids                       []*string
+			statuses                  []*string
+			committed, recorded       []time.Time
+		)
+		for rows.Next() {
+			var (
+				l       int64
+				t, k, o string
+				id      *string
+				st      *string
+				ev      string
+				c, r    time.Time
+			)
+			if err := rows.Scan(&l, &t, &k, &o, &id, &st, &ev, &c, &r); err != nil {
+				rows.Close()
+				return moved, fmt.Errorf("read audit_events: %w", err)
+			}
+			lsns, tables, keys, ops, ids, statuses, events = append(lsns, l), append(tables, t), append(keys, k), append(ops, o),
+				append(ids, id), append(statuses, st), append(events, ev)
+			committed, recorded = append(committed, c), append(recorded, r)
+		}
+		if err := rows.Err(); err != nil {
+			return moved, fmt.Errorf("read audit_events: %w", err)
+		}
+		if len(lsns) == 0 {
+			return moved, nil
+		}
+		tag, err := to.Exec(ctx, `INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at, recorded_at)
+			SELECT l, t, k, o, p::uuid, s, e, c, r
+			FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::timestamptz[])
+			    AS x(l, t, k, o, p, s, e, c, r)
+			ON CONFLICT DO NOTHING`, lsns, tables, keys, ops, ids, statuses, events, committed, recorded)
+		if err != nil {
+			return moved, fmt.Errorf("write audit_events: %w", err)
+		}
+		moved += tag.RowsAffected()
+		n := len(lsns) - 1
+		lsn, tbl, key = lsns[n], tables[n], keys[n]
+	}
 }

@@ -15,8 +15,23 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-//go:embed sql/*.sql
+//go:embed sql/*.sql auditsql/*.sql
 var files embed.FS
+
+// The two schemas: the schedule's database (sql/) and the audit log's
+// (auditsql/), each with its own record of what was applied, so that the
+// two may even share a database.
+var (
+	scheduleSet = set{dir: "sql", table: "schema_migrations", lock: 7_202_611_300}
+	auditSet    = set{dir: "auditsql", table: "audit_schema_migrations", lock: 7_202_611_302}
+)
+
+type set struct {
+	dir, table string
+	// lock serializes concurrent migrators (several pods, several test
+	// packages) on one database.
+	lock int64
+}
 
 // Migration is one versioned SQL file.
 type Migration struct {
@@ -25,13 +40,15 @@ type Migration struct {
 	SQL     string
 }
 
-// lockKey serializes concurrent migrators (several pods, several test
-// packages) on one database.
-const lockKey = 7_202_611_300
+// All returns the schedule database's embedded migrations in version
+// order.
+func All() ([]Migration, error) { return scheduleSet.all() }
 
-// All returns the embedded migrations in version order.
-func All() ([]Migration, error) {
-	entries, err := fs.ReadDir(files, "sql")
+// AllAudit returns the audit log database's migrations in version order.
+func AllAudit() ([]Migration, error) { return auditSet.all() }
+
+func (st set) all() ([]Migration, error) {
+	entries, err := fs.ReadDir(files, st.dir)
 	if err != nil {
 		return nil, fmt.Errorf("read embedded migrations: %w", err)
 	}
@@ -43,7 +60,7 @@ func All() ([]Migration, error) {
 		if !ok || err != nil {
 			return nil, fmt.Errorf("migration %q: name must start with a version number and '_'", name)
 		}
-		b, err := files.ReadFile("sql/" + name)
+		b, err := files.ReadFile(st.dir + "/" + name)
 		if err != nil {
 			return nil, fmt.Errorf("read migration %q: %w", name, err)
 		}
@@ -58,27 +75,35 @@ func All() ([]Migration, error) {
 	return out, nil
 }
 
-// Up applies every migration not yet recorded in schema_migrations, each in
-// its own transaction, under an advisory lock. It returns the names applied.
-func Up(ctx context.Context, conn *pgx.Conn) ([]string, error) {
-	migs, err := All()
+// Up applies every schedule migration not yet recorded in
+// schema_migrations, each in its own transaction, under an advisory lock.
+// It returns the names applied.
+func Up(ctx context.Context, conn *pgx.Conn) ([]string, error) { return scheduleSet.up(ctx, conn) }
+
+// UpAudit does the same for the audit log's database
+// (audit_schema_migrations).
+func UpAudit(ctx context.Context, conn *pgx.Conn) ([]string, error) { return auditSet.up(ctx, conn) }
+
+func (st set) up(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	migs, err := st.all()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKey); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, st.lock); err != nil {
 		return nil, fmt.Errorf("migrate: take lock: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lockKey) //nolint:errcheck // released with the session anyway
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, st.lock) //nolint:errcheck // released with the session anyway
+	table := pgx.Identifier{st.table}.Sanitize()
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
 		version integer PRIMARY KEY,
 		name text NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
+		return nil, fmt.Errorf("migrate: create %s: %w", st.table, err)
 	}
 	applied := map[int]bool{}
-	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations`)
+	rows, err := conn.Query(ctx, `SELECT version FROM `+table)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
+		return nil, fmt.Errorf("migrate: read %s: %w", st.table, err)
 	}
 	for rows.Next() {
 		var v int
@@ -88,7 +113,7 @@ func Up(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 		applied[v] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
+		return nil, fmt.Errorf("migrate: read %s: %w", st.table, err)
 	}
 	var done []string
 	for _, m := range migs {
@@ -99,7 +124,7 @@ func Up(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+			_, err := tx.Exec(ctx, `INSERT INTO `+table+` (version, name) VALUES ($1, $2)`, m.Version, m.Name)
 			return err
 		})
 		if err != nil {

@@ -34,6 +34,7 @@ func main() {
 	fs.StringVar(&o.GatewayCertFile, "gateway-cert-file", "", "client certificate presented to gateway-sim (the local stack's: .data/tls/operator.pem)")
 	fs.StringVar(&o.GatewayKeyFile, "gateway-key-file", "", "private key of --gateway-cert-file")
 	fs.StringVar(&o.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "the stack's database, read for the live view")
+	fs.StringVar(&o.AuditDatabaseURL, "audit-database-url", "", "the audit log's database (empty: --database-url)")
 	fs.StringVar(&o.Brokers, "kafka-brokers", "127.0.0.1:9092", "Kafka brokers")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)

@@ -38,6 +38,7 @@ func main() {
 	n := fs.Int("n", 200_000, "spike: payments")
 	lead := fs.Duration("lead", 0, "spike: due time from now (default: enough to schedule N)")
 	dbURL := fs.String("database-url", "", "spike: the schedule's database, to measure")
+	auditURL := fs.String("audit-database-url", "", "spike: the audit log's database (empty: --database-url)")
 	pids := fs.String("pids", "", "spike: name=pid,... of the processes whose peak RSS and CPU to report (the run fails if one exits)")
 	logs := fs.String("logs", "", "spike: name=path,... of their logs, quoted when one exits")
 	timeout := fs.Duration("timeout", 15*time.Minute, "spike: give up after this")
@@ -60,7 +61,7 @@ func main() {
 		os.Exit(steady(cfg, *rate, *steadyFor, *dbURL, *gwAddr, *kafkaBrokers, *pids, *logs, *timeout))
 	}
 	if *mode == "spike" {
-		os.Exit(spike(cfg, *n, *lead, *dbURL, *pids, *logs, *timeout, *kafkaBrokers))
+		os.Exit(spike(cfg, *n, *lead, *dbURL, *auditURL, *pids, *logs, *timeout, *kafkaBrokers))
 	}
 	rest := apibench.REST(cfg)
 	fmt.Println(rest)
@@ -83,7 +84,7 @@ func main() {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids, logs string, timeout time.Duration, brokers string) int {
+func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids, logs string, timeout time.Duration, brokers string) int {
 	if lead == 0 {
 		lead = 5*time.Second + time.Duration(n/15_000)*time.Second
 	}
@@ -101,7 +102,8 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, pids, logs str
 			logFiles[name] = path
 		}
 	}
-	sc := apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL, Pids: procs, Logs: logFiles, Timeout: timeout}
+	sc := apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL, AuditDatabaseURL: auditURL, Pids: procs, Logs: logFiles,
+		Timeout: timeout}
 	if brokers != "" {
 		sc.KafkaBrokers = strings.Split(brokers, ",")
 	}
