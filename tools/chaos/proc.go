@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -44,7 +45,7 @@ func (p *proc) startLocked() error {
 		return err
 	}
 	cmd := exec.Command(p.bin, p.args...)
-	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Env = append(hermetic(os.Environ()), p.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -106,4 +107,17 @@ func (p *proc) kill9(pause time.Duration) error {
 
 func newProc(dir, name, tier, bin string, env []string, args ...string) *proc {
 	return &proc{name: name, tier: tier, bin: bin, args: args, env: env, log: filepath.Join(dir, name+".log")}
+}
+
+// hermetic drops the caller's PAYSCHED_* settings (a shell that sourced the
+// local stack's .data/env, say): the run's services take theirs from the
+// run alone, or a stack's secret would make them refuse the run's tokens.
+func hermetic(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "PAYSCHED_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
