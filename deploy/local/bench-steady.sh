@@ -28,7 +28,7 @@ pids=()
 stop_all() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
 trap stop_all EXIT
 db="$base/steady?sslmode=disable"
-# The audit log in its own database (AUDIT_APART=0: in the schedule's, as
+# The audit log in its own database (AUDIT_APART=0: in the schedule database, as
 # before event path v2, for comparison).
 adb="$base/steady_audit?sslmode=disable"
 [ "${AUDIT_APART:-1}" = 0 ] && adb=$db

@@ -24,8 +24,10 @@ import (
 // SpikeConfig describes the due-time spike benchmark.
 type SpikeConfig struct {
 	Config
-	N           int
-	Lead        time.Duration // how far ahead the shared due time is set
+	N int
+	// Lead is how far ahead the shared due time is set; 0: measured
+	// (calibrate), so that a slow machine only waits longer.
+	Lead        time.Duration
 	DatabaseURL string
 	// AuditDatabaseURL is the audit log's database (empty: DatabaseURL).
 	AuditDatabaseURL string
@@ -63,6 +65,14 @@ type SpikeResult struct {
 func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeResult, error) {
 	dog := watch(cfg.Pids, cfg.Logs)
 	defer dog.close()
+	if cfg.Lead == 0 {
+		lead, rate, err := calibrate(ctx, cfg)
+		if err != nil {
+			return SpikeResult{}, err
+		}
+		cfg.Lead = lead
+		progress(fmt.Sprintf("creates measured at %.0f/s: lead %s", rate, lead))
+	}
 	due := time.Now().Add(cfg.Lead).Truncate(time.Second)
 	err := schedule(ctx, cfg.Config, cfg.N, 8, func(i int) *payschedv1.CreateScheduledPaymentRequest {
 		return &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", i), Amount: int64(100 + i%cfg.BatchSize),
@@ -371,6 +381,33 @@ func (w *noteWatch) waitAll(n int, deadline time.Time, failed func() error) (tim
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// calibrate measures this machine's create rate on a sample scheduled a
+// day ahead (then deleted, as the superuser the benchmarks connect as),
+// and returns a lead that schedules N at half that rate, plus 5 s.
+func calibrate(ctx context.Context, cfg SpikeConfig) (time.Duration, float64, error) {
+	n := max(2000, min(cfg.N/20, 20_000))
+	far := time.Now().Add(24 * time.Hour).Truncate(time.Second)
+	t0 := time.Now()
+	if err := schedule(ctx, cfg.Config, n, 8, func(i int) *payschedv1.CreateScheduledPaymentRequest {
+		return &payschedv1.CreateScheduledPaymentRequest{Payee: "calibration", Amount: 100, Currency: "USD",
+			DueAt: timestamppb.New(far), RequestId: fmt.Sprintf("%s-c-%d", cfg.RunID, i)}
+	}); err != nil {
+		return 0, 0, fmt.Errorf("calibrate: %w", err)
+	}
+	rate := float64(n) / time.Since(t0).Seconds()
+	db, err := svc.Pool(ctx, cfg.DatabaseURL, 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	if _, err := db.Exec(ctx, `WITH gone AS (DELETE FROM payments WHERE due_time = $1 AND payee = 'calibration' RETURNING id)
+		DELETE FROM payment_index WHERE id IN (SELECT id FROM gone)`, far); err != nil {
+		return 0, 0, fmt.Errorf("calibrate: delete the sample: %w", err)
+	}
+	lead := 5*time.Second + time.Duration(2*float64(cfg.N)/rate*float64(time.Second)).Round(time.Second)
+	return lead, rate, nil
 }
 
 // schedule creates n payments through batchCreate, conc requests at a

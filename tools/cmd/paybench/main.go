@@ -36,7 +36,7 @@ func main() {
 	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "steady: gateway-sim, for its double-charge report")
 	runs := fs.Int("runs", 3, "recon: reconciliations of the seeded day")
 	n := fs.Int("n", 200_000, "spike: payments")
-	lead := fs.Duration("lead", 0, "spike: due time from now (default: enough to schedule N)")
+	lead := fs.Duration("lead", 0, "spike: due time from now (default: measured: this machine's create rate on a sample, N at half of it, plus 5 s)")
 	dbURL := fs.String("database-url", "", "spike: the schedule's database, to measure")
 	auditURL := fs.String("audit-database-url", "", "spike: the audit log's database (empty: --database-url)")
 	pids := fs.String("pids", "", "spike: name=pid,... of the processes whose peak RSS and CPU to report (the run fails if one exits)")
@@ -85,9 +85,6 @@ func main() {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids, logs string, timeout time.Duration, brokers string) int {
-	if lead == 0 {
-		lead = 5*time.Second + time.Duration(n/15_000)*time.Second
-	}
 	procs := map[string]int{}
 	for _, kv := range strings.Split(pids, ",") {
 		if name, pid, ok := strings.Cut(kv, "="); ok {
