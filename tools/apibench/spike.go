@@ -66,7 +66,7 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 	dog := watch(cfg.Pids, cfg.Logs)
 	defer dog.close()
 	if cfg.Lead == 0 {
-		lead, rate, err := calibrate(ctx, cfg)
+		lead, rate, err := calibrate(ctx, cfg.Config, cfg.DatabaseURL, cfg.N)
 		if err != nil {
 			return SpikeResult{}, err
 		}
@@ -385,19 +385,20 @@ func (w *noteWatch) waitAll(n int, deadline time.Time, failed func() error) (tim
 
 // calibrate measures this machine's create rate on a sample scheduled a
 // day ahead (then deleted, as the superuser the benchmarks connect as),
-// and returns a lead that schedules N at half that rate, plus 5 s.
-func calibrate(ctx context.Context, cfg SpikeConfig) (time.Duration, float64, error) {
-	n := max(2000, min(cfg.N/20, 20_000))
+// and returns a lead that schedules total payments at half that rate,
+// plus 5 s.
+func calibrate(ctx context.Context, cfg Config, databaseURL string, total int) (time.Duration, float64, error) {
+	n := max(2000, min(total/20, 20_000))
 	far := time.Now().Add(24 * time.Hour).Truncate(time.Second)
 	t0 := time.Now()
-	if err := schedule(ctx, cfg.Config, n, 8, func(i int) *payschedv1.CreateScheduledPaymentRequest {
+	if err := schedule(ctx, cfg, n, 8, func(i int) *payschedv1.CreateScheduledPaymentRequest {
 		return &payschedv1.CreateScheduledPaymentRequest{Payee: "calibration", Amount: 100, Currency: "USD",
 			DueAt: timestamppb.New(far), RequestId: fmt.Sprintf("%s-c-%d", cfg.RunID, i)}
 	}); err != nil {
 		return 0, 0, fmt.Errorf("calibrate: %w", err)
 	}
 	rate := float64(n) / time.Since(t0).Seconds()
-	db, err := svc.Pool(ctx, cfg.DatabaseURL, 1)
+	db, err := svc.Pool(ctx, databaseURL, 1)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -406,7 +407,7 @@ func calibrate(ctx context.Context, cfg SpikeConfig) (time.Duration, float64, er
 		DELETE FROM payment_index WHERE id IN (SELECT id FROM gone)`, far); err != nil {
 		return 0, 0, fmt.Errorf("calibrate: delete the sample: %w", err)
 	}
-	lead := 5*time.Second + time.Duration(2*float64(cfg.N)/rate*float64(time.Second)).Round(time.Second)
+	lead := 5*time.Second + time.Duration(2*float64(total)/rate*float64(time.Second)).Round(time.Second)
 	return lead, rate, nil
 }
 

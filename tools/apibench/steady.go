@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,9 +37,17 @@ type SteadyConfig struct {
 
 // SteadyResult is what the steady load measured.
 type SteadyResult struct {
-	Rate, N                 int
-	LatP50, LatP99          float64 // first attempt start - due, seconds
-	CDCLagP99ms, NoteP99ms  float64
+	Rate, N                int
+	LatP50, LatP99         float64 // first attempt start - due, seconds
+	CDCLagP99ms, NoteP99ms float64
+	// The notification's hops, p50 and p99 in ms: commit → the change
+	// readable on Kafka (cdc), then → the notification readable (the
+	// audit-consumer: its audit row committed, the note produced).
+	CDCLagP50ms, NoteP50ms     float64
+	ConsumeP50ms, ConsumeP99ms float64
+	// ChangeBytes is a change event's mean size on the payments topic
+	// (key, value and headers); NoteBytes a notification's.
+	ChangeBytes, NoteBytes  float64
 	DoubleCharged           int
 	Completed, Failed, Dead int
 }
@@ -48,28 +57,73 @@ func (r SteadyResult) String() string {
 		r.Rate, r.N, r.LatP50, r.LatP99, r.CDCLagP99ms, r.NoteP99ms, r.DoubleCharged)
 }
 
-// lagWatch records, per event, how long after its commit it was read.
-type lagWatch struct {
-	*topicTail
-	mu   sync.Mutex
-	lags []float64 // ms
+// Hops are what the steady run prints beside its last line.
+func (r SteadyResult) Hops() string {
+	return fmt.Sprintf("hops (ms, p50/p99): commit -> change on Kafka %.0f/%.0f; change on Kafka -> notification %.0f/%.0f; commit -> notification %.0f/%.0f\n"+
+		"bytes per event on the wire: change %.0f, notification %.0f",
+		r.CDCLagP50ms, r.CDCLagP99ms, r.ConsumeP50ms, r.ConsumeP99ms, r.NoteP50ms, r.NoteP99ms, r.ChangeBytes, r.NoteBytes)
 }
 
-func (w *lagWatch) add(ms float64) {
+// lagWatch records, per event, how long after its commit it was read, and
+// the events' bytes.
+type lagWatch struct {
+	*topicTail
+	mu    sync.Mutex
+	lags  []float64 // ms
+	at    []time.Time
+	bytes int64
+}
+
+func (w *lagWatch) add(ms float64, rec *kgo.Record) {
+	n := len(rec.Key) + len(rec.Value)
+	for _, h := range rec.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
 	w.mu.Lock()
 	w.lags = append(w.lags, ms)
+	w.at = append(w.at, time.Now())
+	w.bytes += int64(n)
 	w.mu.Unlock()
 }
 
-func (w *lagWatch) p99() float64 {
+// windows returns the lag's p99 in each 10 s window from t0: where in the
+// run a tail comes from.
+func (w *lagWatch) windows(t0 time.Time) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.lags) == 0 {
-		return -1
+	byWindow := map[int][]float64{}
+	last := 0
+	for i, at := range w.at {
+		k := max(0, int(at.Sub(t0)/(10*time.Second)))
+		byWindow[k] = append(byWindow[k], w.lags[i])
+		last = max(last, k)
 	}
-	sort.Float64s(w.lags)
-	return w.lags[min(len(w.lags)-1, len(w.lags)*99/100)]
+	var b strings.Builder
+	for k := 0; k <= last; k++ {
+		_, p99, _ := percentiles(byWindow[k], 0)
+		fmt.Fprintf(&b, " %.0f", p99)
+	}
+	return b.String()
 }
+
+// percentiles returns p50 and p99 and the mean bytes per event.
+func (w *lagWatch) percentiles() (p50, p99, bytes float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return percentiles(w.lags, w.bytes)
+}
+
+func percentiles(v []float64, bytes int64) (p50, p99, mean float64) {
+	if len(v) == 0 {
+		return -1, -1, 0
+	}
+	sort.Float64s(v)
+	return v[len(v)/2], v[min(len(v)-1, len(v)*99/100)], float64(bytes) / float64(len(v))
+}
+
+// hopKey names a change by payment and status: a terminal notification
+// and the change it announces share it.
+func hopKey(id, status string) string { return id + "|" + status }
 
 // Steady schedules Rate payments due every second over Duration (created
 // ahead), then watches them execute under the stack's faults, measuring
@@ -80,11 +134,16 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 	defer dog.close()
 	n := cfg.Rate * int(cfg.Duration/time.Second)
 	r := SteadyResult{Rate: cfg.Rate, N: n}
-	// Created ahead, at about 12k/s: the load measured is the execution.
-	lead := 10*time.Second + time.Duration(n/8000)*time.Second
+	// Created ahead, at half the measured create rate: the load measured
+	// is the execution, and a slow machine only waits longer.
+	lead, rate, err := calibrate(ctx, cfg.Config, cfg.DatabaseURL, n)
+	if err != nil {
+		return r, err
+	}
+	progress(fmt.Sprintf("creates measured at %.0f/s: lead %s", rate, lead))
 	t0 := time.Now().Add(lead).Truncate(time.Second)
 	step := time.Second / time.Duration(cfg.Rate)
-	err := schedule(ctx, cfg.Config, n, 4, func(i int) *payschedv1.CreateScheduledPaymentRequest {
+	err = schedule(ctx, cfg.Config, n, 4, func(i int) *payschedv1.CreateScheduledPaymentRequest {
 		return &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", i), Amount: int64(100 + i%1000),
 			Currency: "USD", DueAt: timestamppb.New(t0.Add(time.Duration(i) * step)), RequestId: fmt.Sprintf("%s-st-%d", cfg.RunID, i)}
 	})
@@ -96,9 +155,24 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 	}
 	progress(fmt.Sprintf("scheduled %d payments due %d/s from %s for %s", n, cfg.Rate, t0.Format(time.RFC3339), cfg.Duration))
 	cdc := &lagWatch{}
+	// When each terminal change became readable, for the second hop.
+	var seenMu sync.Mutex
+	seen := map[string]time.Time{}
+	var consume []float64
 	cdc.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.Default.Payments, nil, func(rec *kgo.Record, now time.Time) {
-		if ts, ok := envelope.SourceTsMs(rec.Value); ok && ts > 0 {
-			cdc.add(float64(now.UnixMilli() - ts))
+		// Only changes committed from the first due time on: the creates
+		// before it are the setup, and their backlog's tail, still being
+		// streamed when the watch starts, is not the steady load.
+		if ts, ok := envelope.SourceTsMs(rec.Value); ok && ts >= t0.UnixMilli() {
+			cdc.add(float64(now.UnixMilli()-ts), rec)
+		}
+		if e, err := envelope.Parse(rec.Value); err == nil && e.After() != nil {
+			id, st := envelope.Str(e.After().ID), envelope.Str(e.After().Status)
+			if id != nil && st != nil && payment.Status(*st).AtRest() {
+				seenMu.Lock()
+				seen[hopKey(*id, *st)] = now
+				seenMu.Unlock()
+			}
 		}
 	})
 	if err != nil {
@@ -108,10 +182,23 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 	notes := &lagWatch{}
 	notes.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.Default.Notifications, nil, func(rec *kgo.Record, now time.Time) {
 		for _, h := range rec.Headers {
-			if h.Key == "ce_time" {
-				if at, err := time.Parse(time.RFC3339Nano, string(h.Value)); err == nil {
-					notes.add(float64(now.Sub(at).Microseconds()) / 1000)
+			switch h.Key {
+			case "ce_time":
+				if at, err := time.Parse(time.RFC3339Nano, string(h.Value)); err == nil && !at.Before(t0) {
+					notes.add(float64(now.Sub(at).Microseconds())/1000, rec)
 				}
+			case "ce_type":
+				st, ok := strings.CutPrefix(string(h.Value), "paysched.payment.")
+				if !ok || st == "created" {
+					continue
+				}
+				seenMu.Lock()
+				// The change is read first but by another consumer: a
+				// note seen before its change (rare) is left out.
+				if at, ok := seen[hopKey(string(rec.Key), strings.ToUpper(st))]; ok {
+					consume = append(consume, float64(now.Sub(at).Microseconds())/1000)
+				}
+				seenMu.Unlock()
 			}
 		}
 	})
@@ -163,7 +250,12 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 		string(payment.DeadLettered)).Scan(&r.Completed, &r.Failed, &r.Dead); err != nil {
 		return r, err
 	}
-	r.CDCLagP99ms, r.NoteP99ms = cdc.p99(), notes.p99()
+	progress("cdc lag p99 (ms) per 10 s from the first due time:" + cdc.windows(t0))
+	r.CDCLagP50ms, r.CDCLagP99ms, r.ChangeBytes = cdc.percentiles()
+	r.NoteP50ms, r.NoteP99ms, r.NoteBytes = notes.percentiles()
+	seenMu.Lock()
+	r.ConsumeP50ms, r.ConsumeP99ms, _ = percentiles(consume, 0)
+	seenMu.Unlock()
 	cc, err := grpc.NewClient(cfg.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return r, err
