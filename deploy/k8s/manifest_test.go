@@ -672,8 +672,9 @@ func checkKafka(t *testing.T, docs []obj) {
 	var clusters []string
 	for _, k := range byKind(docs, "Kafka") {
 		clusters = append(clusters, str(k, "metadata", "name"))
-		if str(k, "metadata", "annotations", "strimzi.io/kraft") != "enabled" {
-			t.Errorf("Kafka %s is not in KRaft mode", str(k, "metadata", "name"))
+		// Strimzi 1.0 serves only v1; 0.49 serves both.
+		if str(k, "apiVersion") != "kafka.strimzi.io/v1" {
+			t.Errorf("Kafka %s is %s, want kafka.strimzi.io/v1", str(k, "metadata", "name"), str(k, "apiVersion"))
 		}
 		if str(k, "spec", "kafka", "config", "auto.create.topics.enable") != "" && get(k, "spec", "kafka", "config", "auto.create.topics.enable") != false {
 			t.Errorf("Kafka %s auto-creates topics", str(k, "metadata", "name"))
