@@ -54,9 +54,13 @@ pids=($kf $api $gw $ex1 $ex2 $rp $cd $au)
 "$ROOT/bin/payctl" --api 127.0.0.1:19110 health --wait 30s >/dev/null
 "$ROOT/bin/sweeper" --http-addr 127.0.0.1:19200 --executors 127.0.0.1:19100,127.0.0.1:19110 2>"$logs/sweeper.log" & sw=$!
 pids+=($sw)
+if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then psql -q "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
 echo "== steady: $RATE payments due every second for $STEADY_FOR (logs in $logs)"
 "$ROOT/bin/paybench" --mode steady --rate "$RATE" --steady-for "$STEADY_FOR" --api-grpc 127.0.0.1:19090 \
   --database-url "$db" --kafka-brokers 127.0.0.1:19092 --gateway-addr 127.0.0.1:19300 --timeout 5m \
   --pids "kafka=$kf,payments-api=$api,gateway-sim=$gw,executor-1=$ex1,executor-2=$ex2,reaper=$rp,cdc=$cd,audit-consumer=$au,sweeper=$sw" \
   --logs "kafka=$logs/kafka.log,payments-api=$logs/api.log,gateway-sim=$logs/gw.log,executor-1=$logs/ex1.log,executor-2=$logs/ex2.log,reaper=$logs/reaper.log,cdc=$logs/cdc.log,audit-consumer=$logs/audit.log,sweeper=$logs/sweeper.log"
+if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then
+  psql "$db" -c "SELECT calls, rows, round(total_exec_time::numeric) AS ms, round((total_exec_time/greatest(rows,1))::numeric*1000,1) AS us_per_row, left(regexp_replace(query, chr(10)||chr(124)||chr(32)||chr(43), chr(32), chr(103)), 90) AS q FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 15"
+fi
 '

@@ -193,6 +193,7 @@ func steady(cfg apibench.Config, rate int, d time.Duration, dbURL, gwAddr, broke
 		return 1
 	}
 	fmt.Printf("payments=%d completed=%d failed=%d dead_lettered=%d\n", r.N, r.Completed, r.Failed, r.Dead)
+	fmt.Println(r.CPU())
 	fmt.Println(r.Hops())
 	fmt.Println(r)
 	return 0
