@@ -154,7 +154,7 @@ func (x *crashOnce) Execute(req *internalv1.ExecuteRequest, stream internalv1.Ex
 // would be a second charge.
 func TestExecutorKilledAfterCharge(t *testing.T) {
 	x := &crashOnce{}
-	c := newCluster(t, opts{lease: 1500 * time.Millisecond, chargeTO: 300 * time.Millisecond, probeTO: 300 * time.Millisecond,
+	c := newCluster(t, opts{lease: 3 * time.Second, chargeTO: 300 * time.Millisecond, probeTO: 300 * time.Millisecond,
 		faults: &gatewayv1.Faults{KeyRetentionMs: 1},
 		wrapExec: func(_ int, real internalv1.ExecutorServiceServer) internalv1.ExecutorServiceServer {
 			x.real = real
