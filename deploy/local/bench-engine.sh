@@ -80,7 +80,7 @@ for run in $(seq 1 "$RUNS"); do
   pids+=($sw)
   if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then psql -q "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
   echo "== run $run of $RUNS: $N payments due in one second"
-  "$ROOT/bin/paybench" --mode spike --n "$N" ${LEAD:+--lead "$LEAD"} --api-grpc 127.0.0.1:19090 --database-url "$db" $cdcflags \
+  "$ROOT/bin/paybench" --mode "${PAYBENCH_MODE:-spike}" --n "$N" ${LEAD:+--lead "$LEAD"} --api-grpc 127.0.0.1:19090 --database-url "$db" $cdcflags \
     --pids "$pidlist,sweeper=$sw" --logs "$loglist" | while IFS= read -r line; do
       echo "$line"
       case $line in *" open=0") touch "$logs/drained-$run" ;; esac

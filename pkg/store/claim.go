@@ -20,6 +20,8 @@ type Claimed struct {
 	DueTime time.Time
 	RunAt   time.Time
 	Attempt int32
+	// Tenant is whom the payment is scheduled for (fair claims count it).
+	Tenant string
 }
 
 // claimSQL claims up to $3 due rows of one partition (%s) for owner $1
@@ -52,7 +54,7 @@ SET status = 'PROCESSING', lease_until = now() + $2::interval, lease_owner = $1,
     attempt = p.attempt + 1, updated_at = now()
 FROM due
 WHERE p.ctid = due.ctid AND p.status = 'PENDING'
-RETURNING p.id, p.due_time, p.run_at, p.attempt`
+RETURNING p.id, p.due_time, p.run_at, p.attempt, p.tenant`
 
 // pendingSQL says whether a partition (%s) holds a PENDING row: one probe
 // of its sweep index.
@@ -89,9 +91,8 @@ type Claimer struct {
 // partitionsEvery is how often a Claimer lists the partitions again.
 const partitionsEvery = 10 * time.Minute
 
-// Claim claims up to limit due payments. On an error it still returns the
-// claims made before it (they are held: the caller must dispatch them).
-func (c *Claimer) Claim(ctx context.Context, limit int) ([]Claimed, error) {
+// days returns the days whose partitions may hold a due row, oldest first.
+func (c *Claimer) days(ctx context.Context) ([]time.Time, error) {
 	now := time.Now().UTC()
 	refresh := c.Refresh
 	if refresh <= 0 {
@@ -100,7 +101,7 @@ func (c *Claimer) Claim(ctx context.Context, limit int) ([]Claimed, error) {
 	if c.seenAt.IsZero() || now.Sub(c.seenAt) >= refresh {
 		older, err := c.olderPending(ctx, now.AddDate(0, 0, -2))
 		if err != nil {
-			return nil, fmt.Errorf("claim batch: %w", err)
+			return nil, err
 		}
 		c.older, c.seenAt = older, now
 	}
@@ -108,6 +109,17 @@ func (c *Claimer) Claim(ctx context.Context, limit int) ([]Claimed, error) {
 	if next := now.Add(time.Minute); next.Day() != now.Day() {
 		// The database's clock may be ahead of ours near midnight.
 		days = append(days, next)
+	}
+	return days, nil
+}
+
+// Claim claims up to limit due payments, oldest run_at first, whoever
+// their tenant. On an error it still returns the claims made before it
+// (they are held: the caller must dispatch them).
+func (c *Claimer) Claim(ctx context.Context, limit int) ([]Claimed, error) {
+	days, err := c.days(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
 	}
 	var out []Claimed
 	for _, d := range days {
@@ -134,7 +146,7 @@ func claimIn(ctx context.Context, db DB, day time.Time, owner string, lease time
 	}
 	out := make([]Claimed, 0, limit)
 	var c Claimed
-	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.DueTime, &c.RunAt, &c.Attempt}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.DueTime, &c.RunAt, &c.Attempt, &c.Tenant}, func() error {
 		out = append(out, c)
 		return nil
 	})

@@ -39,9 +39,10 @@ func NewStore(db *pgxpool.Pool) *Store {
 const createSQL = `
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[], $5::text[], $6::timestamptz[],
-                         $7::text[], $8::text[], $9::text[], $10::bytea[], $11::bytea[], $12::timestamptz[])
+                         $7::text[], $8::text[], $9::text[], $10::bytea[], $11::bytea[], $12::timestamptz[],
+                         $13::text[])
         AS t(payer, id, payee, amount_minor, currency, due_time, description, metadata,
-             idempotency_key, request_hash, response, created_at)
+             idempotency_key, request_hash, response, created_at, tenant)
 ), idx AS (
     INSERT INTO payment_index (id, payer, due_time, idempotency_key, request_hash, response, created_at)
     SELECT id, payer, due_time, idempotency_key, request_hash, response, created_at
@@ -50,9 +51,9 @@ WITH input AS (
     RETURNING id
 )
 INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, status,
-                      description, metadata, created_at, updated_at)
+                      description, metadata, created_at, updated_at, tenant)
 SELECT i.id, i.payer, i.payee, i.amount_minor, i.currency, i.due_time, i.due_time, 'PENDING',
-       i.description, i.metadata::jsonb, i.created_at, i.created_at
+       i.description, i.metadata::jsonb, i.created_at, i.created_at, i.tenant
 FROM input i JOIN idx USING (id)
 RETURNING id`
 
@@ -72,6 +73,7 @@ func (s *Store) Create(ctx context.Context, items []NewPayment) ([]CreateResult,
 	n := len(items)
 	cols := struct {
 		payers, payees, currencies, descs, metas, keys []string
+		tenants                                        []string
 		ids                                            [][16]byte // encodes without reflection
 		amounts                                        []int64
 		dues, created                                  []time.Time
@@ -81,6 +83,7 @@ func (s *Store) Create(ctx context.Context, items []NewPayment) ([]CreateResult,
 		descs: make([]string, n), metas: make([]string, n), keys: make([]string, n),
 		ids: make([][16]byte, n), amounts: make([]int64, n), dues: make([]time.Time, n),
 		created: make([]time.Time, n), hashes: make([][]byte, n), resps: make([][]byte, n),
+		tenants: make([]string, n),
 	}
 	for i, it := range items {
 		if it.IdempotencyKey == "" || it.Payer == "" {
@@ -97,10 +100,14 @@ func (s *Store) Create(ctx context.Context, items []NewPayment) ([]CreateResult,
 		cols.payers[i], cols.ids[i], cols.payees[i], cols.amounts[i] = it.Payer, it.ID, it.Payee, it.Amount
 		cols.currencies[i], cols.dues[i], cols.descs[i], cols.metas[i] = it.Currency, it.DueAt.UTC(), it.Description, string(mb)
 		cols.keys[i], cols.hashes[i], cols.resps[i], cols.created[i] = it.IdempotencyKey, it.RequestHash, it.Response, it.CreatedAt.UTC()
+		cols.tenants[i] = it.Tenant
+		if it.Tenant == "" {
+			cols.tenants[i] = it.Payer // the payer is its own tenant unless told otherwise
+		}
 	}
 	for try := 0; ; try++ {
 		rows, err := s.db.Query(ctx, createSQL, cols.payers, cols.ids, cols.payees, cols.amounts, cols.currencies,
-			cols.dues, cols.descs, cols.metas, cols.keys, cols.hashes, cols.resps, cols.created)
+			cols.dues, cols.descs, cols.metas, cols.keys, cols.hashes, cols.resps, cols.created, cols.tenants)
 		if err != nil {
 			return nil, fmt.Errorf("create payments: %w", err)
 		}

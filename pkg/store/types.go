@@ -12,7 +12,9 @@ import (
 type NewPayment struct {
 	ID uuid.UUID
 	// Payer is the authenticated actor; it scopes the idempotency key.
-	Payer          string
+	Payer string
+	// Tenant is whom the sweepers share claims by (empty: the payer).
+	Tenant         string
 	Payee          string
 	Amount         int64
 	Currency       string

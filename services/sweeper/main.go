@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paysched/paysched/pkg/engine/fair"
 	"github.com/paysched/paysched/pkg/engine/pacing"
 	"github.com/paysched/paysched/pkg/engine/sweeper"
 	"github.com/paysched/paysched/pkg/platform/config"
@@ -34,6 +35,10 @@ func main() {
 	cooldown := fs.Duration("breaker-cooldown", 2*time.Second, "first open period of the breaker")
 	execTLS := mtls.RegisterClient(fs, "executor")
 	resolveEvery := fs.Duration("resolve-every", 15*time.Second, "how often the executors' name is resolved again (rollouts, autoscaling)")
+	unfair := fs.Bool("unfair", false, "claim in due order only, whoever the tenant (no fair shares, no tenant caps)")
+	walk := fs.Int("fair-walk", 256, "tenants one claim round visits at most (the rest are reached in later rounds, and by the due-order remainder)")
+	maxInflight := fs.Int("tenant-max-inflight", 0, "default cap on a tenant's payments in flight from this sweeper (0: none; payctl tenants set overrides it)")
+	maxRate := fs.Float64("tenant-max-rate", 0, "default cap on a tenant's claims per second, across sweepers (0: none; payctl tenants set overrides it)")
 	svc.Main("sweeper", fs, func(ctx context.Context, log *slog.Logger) error {
 		mode.Announce(log)
 		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
@@ -48,6 +53,7 @@ func main() {
 			ID: *id, Interval: *interval, Batch: *batch, Lease: *lease, Executors: strings.Split(*executors, ","),
 			Resolve: *resolveEvery, Slots: *slots, Bucket: bucket, Grace: 60 * time.Second,
 			Breaker: &sweeper.Breaker{Threshold: *threshold, MinSamples: 50, Cooldown: *cooldown, MaxCooldown: 30 * time.Second, ProbeSize: 10},
+			Fair:    fair.Config{Unfair: *unfair, Walk: *walk, Default: fair.Limits{Weight: 1, MaxInflight: *maxInflight, MaxRate: *maxRate}},
 		}
 		if err := cfg.Validate(); err != nil {
 			return err

@@ -54,12 +54,17 @@ type Principal struct {
 	Actor string
 	// Admin opens the admin API.
 	Admin bool
+	// Tenant is whom the actor's payments are scheduled for, as the
+	// sweepers share claims fairly: the token's tenant claim ("": the actor).
+	Tenant string
 }
 
 // Claims are the token claims paysched reads.
 type Claims struct {
 	jwt.RegisteredClaims
 	Admin bool `json:"admin,omitempty"`
+	// Tenant groups actors for fair claims (a platform's many API clients).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Config says which tokens to accept.
@@ -201,7 +206,10 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	}
 	// The admin claim counts only in a token made for the admin audience,
 	// which only admin-api accepts.
-	p := Principal{Actor: c.Subject, Admin: c.Admin && v.adminAud != ""}
+	if len(c.Tenant) > 256 || !printable(c.Tenant) {
+		return Principal{}, fmt.Errorf("%w: token's tenant claim is not a printable name of at most 256 bytes", ErrUnauthenticated)
+	}
+	p := Principal{Actor: c.Subject, Admin: c.Admin && v.adminAud != "", Tenant: c.Tenant}
 	// Cached only until exp (minus the leeway nothing): nbf and iat were
 	// checked now and only move into the past.
 	v.mu.Lock()
@@ -252,6 +260,12 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 // Mint signs an HS256 token for actor; payctl uses it for local dev tokens.
 // An admin token must be minted for the admin audience.
 func Mint(secret []byte, issuer, audience, actor string, admin bool, ttl time.Duration) (string, error) {
+	return MintFor(secret, issuer, audience, actor, "", admin, ttl)
+}
+
+// MintFor is Mint with a tenant claim ("": none, the actor is its own
+// tenant).
+func MintFor(secret []byte, issuer, audience, actor, tenant string, admin bool, ttl time.Duration) (string, error) {
 	now := time.Now()
 	c := Claims{
 		RegisteredClaims: jwt.RegisteredClaims{
@@ -261,7 +275,8 @@ func Mint(secret []byte, issuer, audience, actor string, admin bool, ttl time.Du
 			IssuedAt:  jwt.NewNumericDate(now),
 			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 		},
-		Admin: admin,
+		Admin:  admin,
+		Tenant: tenant,
 	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 	if err != nil {

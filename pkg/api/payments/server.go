@@ -89,6 +89,13 @@ func actor(ctx context.Context) (string, error) {
 	return p.Actor, nil
 }
 
+// tenantOf is whom the caller's payments are scheduled for: the token's
+// tenant claim, else "" (the store then uses the payer).
+func tenantOf(ctx context.Context) string {
+	p, _ := auth.FromContext(ctx)
+	return p.Tenant
+}
+
 // idempotencyKey takes the key from metadata or request_id; both may be
 // sent if they agree.
 func idempotencyKey(ctx context.Context, requestID string) (string, error) {
@@ -183,6 +190,7 @@ func (s *Server) CreateScheduledPayment(ctx context.Context, req *payschedv1.Cre
 	if err != nil {
 		return nil, s.internal("create", err)
 	}
+	pr.item.Tenant = tenantOf(ctx)
 	var res store.CreateResult
 	if len(pr.violations) > 0 {
 		// A request that no longer validates (its dueAt has passed) may still
@@ -263,6 +271,7 @@ func (s *Server) BatchCreateScheduledPayments(ctx context.Context, req *paysched
 		if err != nil {
 			return nil, s.internal("batch create", err)
 		}
+		pr.item.Tenant = tenantOf(ctx)
 		if len(pr.violations) > 0 {
 			invalid, invalidIdx = append(invalid, pr), append(invalidIdx, i)
 			continue

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -63,6 +64,92 @@ func (b Bucket) Refund(ctx context.Context, db store.DB, n int) error {
 	}
 	if _, err := db.Exec(ctx, `UPDATE rate_buckets SET tokens = LEAST($3::float8, tokens + $2) WHERE name = $1`, b.Name, n, b.Burst); err != nil {
 		return fmt.Errorf("refund rate tokens: %w", err)
+	}
+	return nil
+}
+
+// TakeEach takes up to want[i] tokens from each bucket bs[i] (each its own
+// rate and burst), in one transaction, and returns what each granted. The
+// rows are locked in name order, so sweepers taking several at once never
+// deadlock; the tenants' rate caps use it, one statement set per round.
+func TakeEach(ctx context.Context, db store.DB, bs []Bucket, want []int) ([]int, error) {
+	got := make([]int, len(bs))
+	if len(bs) == 0 {
+		return got, nil
+	}
+	names := make([]string, len(bs))
+	bursts := make([]float64, len(bs))
+	at := make(map[string]int, len(bs))
+	for i, b := range bs {
+		names[i], bursts[i], at[b.Name] = b.Name, max(b.Burst, 1), i
+	}
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+INSERT INTO rate_buckets (name, tokens, refreshed_at)
+SELECT n, b, clock_timestamp() FROM unnest($1::text[], $2::float8[]) AS u(n, b) ORDER BY n
+ON CONFLICT (name) DO NOTHING`, names, bursts); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+SELECT name, tokens, extract(epoch FROM clock_timestamp() - refreshed_at)::float8, clock_timestamp()
+FROM rate_buckets WHERE name = ANY($1) ORDER BY name FOR UPDATE`, names)
+		if err != nil {
+			return err
+		}
+		left := make([]float64, len(bs))
+		var now any
+		var name string
+		var tokens, elapsed float64
+		var ts pgtype.Timestamptz
+		_, err = pgx.ForEachRow(rows, []any{&name, &tokens, &elapsed, &ts}, func() error {
+			i, ok := at[name]
+			if !ok {
+				return nil
+			}
+			b := bs[i]
+			avail := min(max(b.Burst, 1), tokens+b.Rate*max(elapsed, 0))
+			got[i] = max(0, min(want[i], int(avail)))
+			left[i], now = avail-float64(got[i]), ts
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+UPDATE rate_buckets b SET tokens = u.t, refreshed_at = $3
+FROM unnest($1::text[], $2::float8[]) AS u(n, t) WHERE b.name = u.n`, names, left, now)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take rate tokens of %d buckets: %w", len(bs), err)
+	}
+	return got, nil
+}
+
+// RefundEach gives back n[i] tokens taken from bs[i] but not used.
+func RefundEach(ctx context.Context, db store.DB, bs []Bucket, n []int) error {
+	var names []string
+	var back, bursts []float64
+	for i, b := range bs {
+		if n[i] > 0 {
+			names, back, bursts = append(names, b.Name), append(back, float64(n[i])), append(bursts, max(b.Burst, 1))
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// In name order, as TakeEach locks them.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM rate_buckets WHERE name = ANY($1) ORDER BY name FOR UPDATE`, names); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+UPDATE rate_buckets b SET tokens = LEAST(u.burst, b.tokens + u.back)
+FROM unnest($1::text[], $2::float8[], $3::float8[]) AS u(n, back, burst) WHERE b.name = u.n`, names, back, bursts)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("refund rate tokens of %d buckets: %w", len(names), err)
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
+	"github.com/paysched/paysched/pkg/engine/fair"
 	"github.com/paysched/paysched/pkg/engine/pacing"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/platform/tracing"
@@ -66,6 +67,8 @@ type Config struct {
 	// Transport is how executors are dialed (mutual TLS: pkg/platform/mtls);
 	// nil: plaintext.
 	Transport grpc.DialOption
+	// Fair shares claims among tenants (pkg/engine/fair).
+	Fair fair.Config
 }
 
 // Validate reports the first configuration error.
@@ -83,6 +86,8 @@ func (c Config) Validate() error {
 		return errors.New("--executors: at least one executor address is required")
 	case c.Slots < 1:
 		return fmt.Errorf("--slots must be at least 1, got %d", c.Slots)
+	case c.Fair.Validate() != nil:
+		return c.Fair.Validate()
 	case c.Bucket.Rate < 0:
 		return fmt.Errorf("--rate-ceiling must not be negative, got %g", c.Bucket.Rate)
 	case c.Breaker != nil && (c.Breaker.Threshold <= 0 || c.Breaker.Threshold > 1):
@@ -123,6 +128,7 @@ type Sweeper struct {
 	m     metrics
 	trace trace.Tracer
 	claim *store.Claimer
+	fair  *fair.Scheduler
 }
 
 type metrics struct {
@@ -153,6 +159,9 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	s := &Sweeper{cfg: cfg, db: db, log: log, wake: make(chan struct{}, 1),
 		execs: map[string]*executor{}, trace: otel.Tracer(tracing.ScopeName + "/sweeper"),
 		claim: &store.Claimer{DB: db, Owner: cfg.ID, Lease: cfg.Lease}}
+	if s.fair, err = fair.New(cfg.Fair, db); err != nil {
+		return nil, fmt.Errorf("sweeper config: %w", err)
+	}
 	for _, a := range addrs {
 		if err := s.add(a); err != nil {
 			return nil, err
@@ -414,7 +423,7 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 	// nobody dispatches until their lease ends. A claim once started
 	// finishes and its batch goes out; shutdown waits for the batch.
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
-	claimed, err := s.claim.Claim(cctx, granted)
+	claimed, err := s.fair.Claim(cctx, s.claim, granted)
 	ccancel()
 	if err != nil && len(claimed) > 0 {
 		// A later partition failed; these are claimed and must go out.
@@ -473,7 +482,16 @@ func (s *Sweeper) dispatch(ctx context.Context, e *executor, claimed []store.Cla
 	span := trace.SpanFromContext(ctx)
 	defer span.End()
 	outstanding := int64(len(claimed))
+	// Each payment's tenant, until its outcome comes back: the fair
+	// scheduler counts what each tenant has in flight.
+	tenantOf := make(map[string]string, len(claimed))
+	for _, c := range claimed {
+		tenantOf[c.ID.String()] = c.Tenant
+	}
 	defer func() {
+		for _, t := range tenantOf {
+			s.fair.Done(t, 1)
+		}
 		e.free.Add(outstanding)
 		if e.streams.Add(-1) == 0 && e.gone.Load() {
 			_ = e.cc.Close()
@@ -507,6 +525,10 @@ func (s *Sweeper) dispatch(ctx context.Context, e *executor, claimed []store.Cla
 		}
 		g, b := 0, 0
 		for _, o := range msg.GetOutcomes() {
+			if t, ok := tenantOf[o.GetPaymentId()]; ok {
+				s.fair.Done(t, 1)
+				delete(tenantOf, o.GetPaymentId())
+			}
 			if r := int(o.GetResult()); r < len(counts) {
 				counts[r]++
 			}

@@ -30,7 +30,7 @@ func main() {
 	batchConc := fs.Int("batch-concurrency", 8, "concurrent clients for batchCreate")
 	dur := fs.Duration("duration", 10*time.Second, "length of each phase")
 	batch := fs.Int("batch-size", 1000, "items per batchCreate")
-	mode := fs.String("mode", "api", "api: create throughput; spike: N payments due in one second, executed by the engine; steady: --rate payments due every second for --steady-for on the full stack; recon: reconcile a day of N attempts")
+	mode := fs.String("mode", "api", "api: create throughput; fair: one big tenant (--n) and --small tenants of --per-small, all due in one second; spike: N payments due in one second, executed by the engine; steady: --rate payments due every second for --steady-for on the full stack; recon: reconcile a day of N attempts")
 	rate := fs.Int("rate", 1000, "steady: payments falling due per second")
 	steadyFor := fs.Duration("steady-for", 120*time.Second, "steady: how long payments keep falling due")
 	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "steady: gateway-sim, for its double-charge report")
@@ -42,6 +42,8 @@ func main() {
 	pids := fs.String("pids", "", "spike: name=pid,... of the processes whose peak RSS and CPU to report (the run fails if one exits)")
 	logs := fs.String("logs", "", "spike: name=path,... of their logs, quoted when one exits")
 	timeout := fs.Duration("timeout", 15*time.Minute, "spike: give up after this")
+	small := fs.Int("small", 100, "fair: small tenants (the big one has --n payments)")
+	perSmall := fs.Int("per-small", 100, "fair: payments of each small tenant")
 	kafkaBrokers := fs.String("kafka-brokers", "", "spike: measure CDC lag and audit catch-up through these brokers")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
@@ -59,6 +61,9 @@ func main() {
 	}
 	if *mode == "steady" {
 		os.Exit(steady(cfg, *rate, *steadyFor, *dbURL, *gwAddr, *kafkaBrokers, *pids, *logs, *timeout))
+	}
+	if *mode == "fair" {
+		os.Exit(fairRun(cfg, []byte(*secret), *n, *small, *perSmall, *lead, *dbURL, *timeout))
 	}
 	if *mode == "spike" {
 		os.Exit(spike(cfg, *n, *lead, *dbURL, *auditURL, *pids, *logs, *timeout, *kafkaBrokers))
@@ -196,5 +201,23 @@ func steady(cfg apibench.Config, rate int, d time.Duration, dbURL, gwAddr, broke
 	fmt.Println(r.CPU())
 	fmt.Println(r.Hops())
 	fmt.Println(r)
+	return 0
+}
+
+func fairRun(cfg apibench.Config, secret []byte, n, small, perSmall int, lead time.Duration, dbURL string, timeout time.Duration) int {
+	if lead == 0 {
+		lead = 30 * time.Second
+	}
+	mint := func(tenant string) (string, error) {
+		return auth.MintFor(secret, auth.DefaultIssuer, auth.DefaultAudience, "bench", tenant, false, time.Hour)
+	}
+	r, err := apibench.Fair(context.Background(), apibench.FairConfig{Config: cfg, Big: n, Small: small, PerSmall: perSmall,
+		Mint: mint, DatabaseURL: dbURL, Lead: lead, Timeout: timeout}, func(s string) { fmt.Println(s) })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	fmt.Printf("fairrun executed_per_s=%.0f small_lateness_p99_s=%.2f big_drain_s=%.1f weight2_share=%.2f completed=%d other=%d\n",
+		r.ExecutedPerS, r.SmallLatP99, r.BigDrainS, r.WeightedShare, r.Completed, r.Others)
 	return 0
 }

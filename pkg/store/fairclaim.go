@@ -1,0 +1,194 @@
+package store
+
+// Fair claims: the statements behind the sweepers' deficit round-robin over
+// tenants (pkg/engine/fair decides the shares; docs/DESIGN.md, "Fair
+// claims"). Both are O(what they return): a walk touches two index
+// entries per tenant it visits, and a claim touches only the rows it takes.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// walkSQL walks the distinct tenants of one partition's PENDING rows in
+// tenant order (%[1]s the partition), from $1 (%[2]s: ">=" at the start of
+// a cycle, ">" after a cursor), visiting at most $2 tenants, and says of
+// each whether it has a due row. It is a loose index scan over
+// payments_tenant_sweep_idx: one probe to find each next tenant, one to
+// see whether its oldest PENDING row is due. It never reads a tenant's
+// rows beyond the first, however many it has.
+const walkSQL = `
+WITH RECURSIVE walk(tenant, n) AS (
+    (SELECT tenant, 1 FROM %[1]s WHERE status = 'PENDING' AND tenant %[2]s $1 ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT p.tenant FROM %[1]s p WHERE p.status = 'PENDING' AND p.tenant > w.tenant
+            ORDER BY p.tenant LIMIT 1), w.n + 1
+    FROM walk w WHERE w.tenant IS NOT NULL AND w.n < $2
+)
+SELECT w.tenant, w.n,
+       EXISTS (SELECT 1 FROM %[1]s p WHERE p.status = 'PENDING' AND p.tenant = w.tenant AND p.run_at <= now())
+FROM walk w WHERE w.tenant IS NOT NULL`
+
+// fairClaimSQL claims, in one partition (%[1]s), up to quota $4[i] due
+// rows of tenant $3[i], each tenant's oldest run_at first, for owner $1
+// with lease $2.
+//
+// Why it is safe: it is claimSQL with the due rows chosen per tenant; each
+// tenant's rows are locked FOR UPDATE SKIP LOCKED, so each row goes to one
+// claimer, a row another transaction holds is passed by, and the UPDATE
+// repeats the status test and increments the fencing token exactly as
+// claimSQL does.
+const fairClaimSQL = `
+WITH share AS (
+    SELECT * FROM unnest($3::text[], $4::int[]) AS s(tenant, quota)
+), due AS (
+    SELECT d.ctid FROM share s CROSS JOIN LATERAL (
+        SELECT ctid FROM %[1]s
+        WHERE status = 'PENDING' AND tenant = s.tenant AND run_at <= now()
+        ORDER BY run_at
+        LIMIT s.quota
+        FOR UPDATE SKIP LOCKED) d
+)
+UPDATE %[1]s p
+SET status = 'PROCESSING', lease_until = now() + $2::interval, lease_owner = $1,
+    attempt = p.attempt + 1, updated_at = now()
+FROM due
+WHERE p.ctid = due.ctid AND p.status = 'PENDING'
+RETURNING p.id, p.due_time, p.run_at, p.attempt, p.tenant`
+
+// Walk is what one walk of the tenants found.
+type Walk struct {
+	// Due lists the tenants with a due PENDING row, each once, in walk
+	// order; DueIn says in which partitions (by day) each has one.
+	Due   []string
+	DueIn map[string][]time.Time
+	// Next is where the next walk starts ("": a new cycle), and Complete
+	// says this walk saw every tenant with a PENDING row.
+	Next     string
+	Complete bool
+}
+
+// WalkTenants visits, in every partition that may hold a due row, at most
+// max tenants with PENDING rows from cursor on ("": from the first), in
+// one round trip.
+func (c *Claimer) WalkTenants(ctx context.Context, cursor string, max int) (Walk, error) {
+	days, err := c.days(ctx)
+	if err != nil {
+		return Walk{}, fmt.Errorf("walk tenants: %w", err)
+	}
+	op := ">"
+	if cursor == "" {
+		op = ">="
+	}
+	b := &pgx.Batch{}
+	for _, d := range days {
+		b.Queue(fmt.Sprintf(walkSQL, pgx.Identifier{Partition(d)}.Sanitize(), op), cursor, max)
+	}
+	res := c.DB.SendBatch(ctx, b)
+	defer res.Close()
+	w := Walk{DueIn: map[string][]time.Time{}, Complete: true}
+	for _, d := range days {
+		rows, err := res.Query()
+		if err != nil {
+			if missingPartition(err) {
+				continue
+			}
+			return Walk{}, fmt.Errorf("walk tenants of %s: %w", Partition(d), err)
+		}
+		var tenant, last string
+		var n, walked int
+		var due bool
+		_, err = pgx.ForEachRow(rows, []any{&tenant, &n, &due}, func() error {
+			last, walked = tenant, n
+			if due {
+				if _, seen := w.DueIn[tenant]; !seen {
+					w.Due = append(w.Due, tenant)
+				}
+				w.DueIn[tenant] = append(w.DueIn[tenant], d)
+			}
+			return nil
+		})
+		if err != nil && !missingPartition(err) {
+			return Walk{}, fmt.Errorf("walk tenants of %s: %w", Partition(d), err)
+		}
+		if walked >= max {
+			// Stopped by the bound: go on from the earliest such stop.
+			if w.Complete || last < w.Next {
+				w.Next = last
+			}
+			w.Complete = false
+		}
+	}
+	return w, nil
+}
+
+// Share is how many due rows of one tenant a fair claim may take.
+type Share struct {
+	Tenant string
+	Quota  int
+}
+
+// ClaimShares claims up to each share's quota of its tenant's due rows,
+// oldest partition first, in the partitions w found them due in. On an
+// error it still returns the claims made before it (they are held).
+func (c *Claimer) ClaimShares(ctx context.Context, w Walk, shares []Share) ([]Claimed, error) {
+	left := make(map[string]int, len(shares))
+	var days []time.Time
+	seen := map[time.Time]bool{}
+	for _, s := range shares {
+		if s.Quota <= 0 {
+			continue
+		}
+		left[s.Tenant] = s.Quota
+		for _, d := range w.DueIn[s.Tenant] {
+			if !seen[d] {
+				seen[d] = true
+				days = append(days, d)
+			}
+		}
+	}
+	slices.SortFunc(days, time.Time.Compare)
+	var out []Claimed
+	for _, d := range days {
+		var tenants []string
+		var quotas []int32
+		for _, s := range shares {
+			if q := left[s.Tenant]; q > 0 && dueIn(w.DueIn[s.Tenant], d) {
+				tenants, quotas = append(tenants, s.Tenant), append(quotas, int32(q))
+			}
+		}
+		if len(tenants) == 0 {
+			continue
+		}
+		rows, err := c.DB.Query(ctx, partitionSQL(fairClaimSQL, d), c.Owner, c.Lease, tenants, quotas)
+		if missingPartition(err) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("claim shares in %s: %w", Partition(d), err)
+		}
+		var cl Claimed
+		_, err = pgx.ForEachRow(rows, []any{&cl.ID, &cl.DueTime, &cl.RunAt, &cl.Attempt, &cl.Tenant}, func() error {
+			out = append(out, cl)
+			left[cl.Tenant]--
+			return nil
+		})
+		if err != nil && !missingPartition(err) {
+			return out, fmt.Errorf("claim shares in %s: %w", Partition(d), err)
+		}
+	}
+	return out, nil
+}
+
+func dueIn(days []time.Time, d time.Time) bool {
+	for _, x := range days {
+		if x.Equal(d) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,158 @@
+package apibench
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/svc"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// FairConfig describes the fairness benchmark: one big tenant and many
+// small ones, all due in the same second.
+type FairConfig struct {
+	Config
+	Big, Small, PerSmall int
+	// Mint returns a token whose tenant claim is tenant.
+	Mint        func(tenant string) (string, error)
+	DatabaseURL string
+	Lead        time.Duration
+	Timeout     time.Duration
+}
+
+// FairResult is what the fairness benchmark measured.
+type FairResult struct {
+	ExecutedPerS      float64
+	SmallLatP99       float64
+	BigDrainS         float64
+	WeightedShare     float64 // the weight-2 tenant's claims per weight-1 tenant's, while both were backlogged
+	Completed, Others int
+}
+
+// weighted is the small tenant an operator gives weight 2.
+const weighted = "small-000"
+
+// Fair schedules cfg.Big payments of tenant "big" and cfg.PerSmall of each
+// of cfg.Small tenants ("small-000" has weight 2), all due in one second,
+// waits until every one is executed, and measures the small tenants'
+// lateness, the big one's drain and the weighted tenant's share.
+func Fair(ctx context.Context, cfg FairConfig, progress func(string)) (FairResult, error) {
+	db, err := svc.Pool(ctx, cfg.DatabaseURL, 4, svc.CustomPlans)
+	if err != nil {
+		return FairResult{}, err
+	}
+	defer db.Close()
+	if err := store.SetTenantLimits(ctx, db, store.TenantLimits{Tenant: weighted, Weight: 2, UpdatedBy: "bench-fair"}); err != nil {
+		return FairResult{}, err
+	}
+	n := cfg.Big + cfg.Small*cfg.PerSmall
+	due := time.Now().Add(cfg.Lead).Truncate(time.Second)
+	item := func(tenant string) func(i int) *payschedv1.CreateScheduledPaymentRequest {
+		return func(i int) *payschedv1.CreateScheduledPaymentRequest {
+			return &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", i), Amount: int64(100 + i%1000),
+				Currency: "USD", DueAt: timestamppb.New(due), RequestId: fmt.Sprintf("%s-%s-%d", cfg.RunID, tenant, i)}
+		}
+	}
+	sched := func(tenant string, k int) error {
+		tok, err := cfg.Mint(tenant)
+		if err != nil {
+			return err
+		}
+		c := cfg.Config
+		c.Token = tok
+		return schedule(ctx, c, k, 8, item(tenant))
+	}
+	// The big one first: in due order (run_at, then insertion) the small
+	// ones would wait behind its whole backlog.
+	if err := sched("big", cfg.Big); err != nil {
+		return FairResult{}, err
+	}
+	for i := range cfg.Small {
+		if err := sched(fmt.Sprintf("small-%03d", i), cfg.PerSmall); err != nil {
+			return FairResult{}, err
+		}
+	}
+	if time.Now().After(due) {
+		return FairResult{}, fmt.Errorf("scheduling took longer than the lead (%s): raise --lead", cfg.Lead)
+	}
+	progress(fmt.Sprintf("scheduled %d payments (big %d, %d tenants of %d) due at %s (in %.1fs)",
+		n, cfg.Big, cfg.Small, cfg.PerSmall, due.Format(time.RFC3339), time.Until(due).Seconds()))
+	time.Sleep(time.Until(due))
+	deadline := time.Now().Add(cfg.Timeout)
+	for {
+		var anyOpen bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payments WHERE status = $1 AND due_time <= $3)
+			OR EXISTS (SELECT 1 FROM payments WHERE lease_until IS NOT NULL AND status = $2 AND due_time <= $3)`,
+			string(payment.Pending), string(payment.Processing), due.Add(time.Hour)).Scan(&anyOpen); err != nil {
+			return FairResult{}, err
+		}
+		if !anyOpen {
+			progress(fmt.Sprintf("t+%5.1fs open=0", time.Since(due).Seconds()))
+			break
+		}
+		if time.Now().After(deadline) {
+			return FairResult{}, fmt.Errorf("payments still open after %s", cfg.Timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	var r FairResult
+	err = db.QueryRow(ctx, `
+		WITH first AS (
+			SELECT p.tenant, p.due_time, min(a.started_at) AS started, max(a.finished_at) AS finished
+			FROM payments p JOIN payment_attempts a ON a.payment_id = p.id GROUP BY p.id, p.tenant, p.due_time)
+		SELECT coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY EXTRACT(epoch FROM started - due_time))
+		                FILTER (WHERE tenant <> 'big'), 0),
+		       coalesce(EXTRACT(epoch FROM max(finished) FILTER (WHERE tenant = 'big') - min(due_time)), 0),
+		       EXTRACT(epoch FROM max(finished) - min(due_time))
+		FROM first`).Scan(&r.SmallLatP99, &r.BigDrainS, new(float64))
+	if err != nil {
+		return r, fmt.Errorf("measure: %w", err)
+	}
+	var drain float64
+	if err := db.QueryRow(ctx, `SELECT EXTRACT(epoch FROM max(finished_at) - $1::timestamptz) FROM payment_attempts`, due).Scan(&drain); err != nil {
+		return r, err
+	}
+	r.ExecutedPerS = float64(n) / drain
+	// The share while both were backlogged: by the time the weighted
+	// tenant's last payment was first tried, how many had each weight-1
+	// small tenant had tried? Weight 2 against 1 should make that half.
+	rows, err := db.Query(ctx, `
+		WITH first AS (
+			SELECT p.tenant, min(a.started_at) AS started
+			FROM payments p JOIN payment_attempts a ON a.payment_id = p.id
+			WHERE p.tenant LIKE 'small-%' GROUP BY p.id, p.tenant),
+		w AS (SELECT max(started) AS until FROM first WHERE tenant = $1)
+		SELECT tenant, count(*) FILTER (WHERE started <= w.until) FROM first, w WHERE tenant <> $1 GROUP BY tenant`, weighted)
+	if err != nil {
+		return r, err
+	}
+	var counts []float64
+	for rows.Next() {
+		var t string
+		var c float64
+		if err := rows.Scan(&t, &c); err != nil {
+			rows.Close()
+			return r, err
+		}
+		counts = append(counts, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return r, err
+	}
+	if len(counts) > 0 {
+		sort.Float64s(counts)
+		if med := counts[len(counts)/2]; med > 0 {
+			r.WeightedShare = float64(cfg.PerSmall) / med
+		}
+	}
+	err = db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = $1), count(*) FILTER (WHERE status <> $1) FROM payments`,
+		string(payment.Completed)).Scan(&r.Completed, &r.Others)
+	return r, err
+}
