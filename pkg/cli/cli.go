@@ -88,13 +88,14 @@ func New() *cobra.Command {
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "per-call timeout")
 	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), eventsCmd(g),
-		deadLettersCmd(g), redriveCmd(g), resolveCmd(g), abandonCmd(g), reconcileCmd(g), runsCmd(g))
+		deadLettersCmd(g), redriveCmd(g), resolveCmd(g), abandonCmd(g), reconcileCmd(g), runsCmd(g), tenantsCmd(g))
 	return root
 }
 
 func tokenCmd(g *globals) *cobra.Command {
 	var admin bool
 	var ttl time.Duration
+	var tenant string
 	c := &cobra.Command{
 		Use:   "token",
 		Short: "Mint a local dev token (HS256, the local secret)",
@@ -104,7 +105,7 @@ func tokenCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tok, err := auth.Mint(secret, g.issuer, g.audienceFor(admin), g.actor, admin, ttl)
+			tok, err := auth.MintFor(secret, g.issuer, g.audienceFor(admin), g.actor, tenant, admin, ttl)
 			if err != nil {
 				return err
 			}
@@ -116,6 +117,7 @@ func tokenCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&admin, "admin", false, "include the admin claim")
+	c.Flags().StringVar(&tenant, "tenant", "", "include a tenant claim: whom the actor's payments are scheduled for, as sweepers share claims (default: the actor)")
 	c.Flags().DurationVar(&ttl, "ttl", 15*time.Minute, "token lifetime (the APIs refuse tokens living longer than their --jwt-max-lifetime, 1h by default)")
 	return c
 }

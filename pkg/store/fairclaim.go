@@ -18,20 +18,20 @@ import (
 // tenant order (%[1]s the partition), from $1 (%[2]s: ">=" at the start of
 // a cycle, ">" after a cursor), visiting at most $2 tenants, and says of
 // each whether it has a due row. It is a loose index scan over
-// payments_tenant_sweep_idx: one probe to find each next tenant, one to
-// see whether its oldest PENDING row is due. It never reads a tenant's
-// rows beyond the first, however many it has.
+// payments_tenant_sweep_idx: one probe per tenant finds the next tenant
+// and its oldest PENDING row, which is due or not. It never reads a
+// tenant's rows beyond the first, however many it has.
 const walkSQL = `
-WITH RECURSIVE walk(tenant, n) AS (
-    (SELECT tenant, 1 FROM %[1]s WHERE status = 'PENDING' AND tenant %[2]s $1 ORDER BY tenant LIMIT 1)
+WITH RECURSIVE walk(tenant, run_at, n) AS (
+    (SELECT tenant, run_at, 1 FROM %[1]s WHERE status = 'PENDING' AND tenant %[2]s $1 ORDER BY tenant, run_at LIMIT 1)
     UNION ALL
-    SELECT (SELECT p.tenant FROM %[1]s p WHERE p.status = 'PENDING' AND p.tenant > w.tenant
-            ORDER BY p.tenant LIMIT 1), w.n + 1
-    FROM walk w WHERE w.tenant IS NOT NULL AND w.n < $2
+    SELECT nx.tenant, nx.run_at, w.n + 1
+    FROM walk w CROSS JOIN LATERAL (
+        SELECT p.tenant, p.run_at FROM %[1]s p WHERE p.status = 'PENDING' AND p.tenant > w.tenant
+        ORDER BY p.tenant, p.run_at LIMIT 1) nx
+    WHERE w.n < $2
 )
-SELECT w.tenant, w.n,
-       EXISTS (SELECT 1 FROM %[1]s p WHERE p.status = 'PENDING' AND p.tenant = w.tenant AND p.run_at <= now())
-FROM walk w WHERE w.tenant IS NOT NULL`
+SELECT tenant, n, run_at <= now() FROM walk`
 
 // fairClaimSQL claims, in one partition (%[1]s), up to quota $4[i] due
 // rows of tenant $3[i], each tenant's oldest run_at first, for owner $1

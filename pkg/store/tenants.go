@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -46,4 +48,105 @@ ON CONFLICT (tenant) DO UPDATE SET weight = EXCLUDED.weight, max_inflight = EXCL
 		return fmt.Errorf("set limits of tenant %q: %w", l.Tenant, err)
 	}
 	return nil
+}
+
+// TenantState is one tenant as operators see it.
+type TenantState struct {
+	Tenant string
+	// Due counts its PENDING payments due now (up to MaxCounted).
+	Due int64
+	// InFlight counts its PROCESSING payments.
+	InFlight int64
+	// Lateness is how long its oldest due PENDING payment has waited.
+	Lateness time.Duration
+	// Limits is what an operator set; nil when nothing was.
+	Limits *TenantLimits
+}
+
+// MaxCounted bounds how many due rows of one tenant ListTenants counts.
+const MaxCounted = 1_000_000
+
+// tenantDueSQL counts each tenant's due rows (bounded) and finds its
+// oldest, through payments_tenant_sweep_idx.
+const tenantDueSQL = `
+SELECT t.tenant,
+       (SELECT count(*) FROM (SELECT 1 FROM payments p WHERE p.tenant = t.tenant AND p.status = 'PENDING'
+                              AND p.due_time <= now() AND p.run_at <= now() LIMIT $2) x),
+       coalesce((SELECT extract(epoch FROM now() - min(p.run_at)) FROM payments p WHERE p.tenant = t.tenant
+                 AND p.status = 'PENDING' AND p.due_time <= now() AND p.run_at <= now()), 0)::float8
+FROM unnest($1::text[]) AS t(tenant)`
+
+// ListTenants lists, in name order after after, at most limit tenants that
+// have due payments or limits set, and says where the next page starts
+// ("" when there is none). Every read is bounded: a bounded walk of the
+// tenant index, a bounded count per tenant, and the in-flight rows.
+func ListTenants(ctx context.Context, db DB, after string, limit int) ([]TenantState, string, error) {
+	w, err := (&Claimer{DB: db}).WalkTenants(ctx, after, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("list tenants: %w", err)
+	}
+	rows, err := db.Query(ctx, `SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits
+		WHERE tenant > $1 ORDER BY tenant LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("list tenants: %w", err)
+	}
+	set, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TenantLimits, error) {
+		var l TenantLimits
+		err := r.Scan(&l.Tenant, &l.Weight, &l.MaxInflight, &l.MaxRate, &l.UpdatedBy)
+		return l, err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list tenants: %w", err)
+	}
+	byName := map[string]*TenantLimits{}
+	names := append([]string(nil), w.Due...)
+	for i := range set {
+		byName[set[i].Tenant] = &set[i]
+		if _, due := w.DueIn[set[i].Tenant]; !due {
+			names = append(names, set[i].Tenant)
+		}
+	}
+	slices.Sort(names)
+	more := !w.Complete || len(set) == limit || len(names) > limit
+	if len(names) > limit {
+		names = names[:limit]
+	}
+	next := ""
+	if more && len(names) > 0 {
+		next = names[len(names)-1]
+	}
+	out := make([]TenantState, len(names))
+	at := make(map[string]int, len(names))
+	for i, n := range names {
+		out[i], at[n] = TenantState{Tenant: n, Limits: byName[n]}, i
+	}
+	if len(names) == 0 {
+		return out, next, nil
+	}
+	rows, err = db.Query(ctx, tenantDueSQL, names, MaxCounted)
+	if err != nil {
+		return nil, "", fmt.Errorf("list tenants: count due: %w", err)
+	}
+	var name string
+	var due int64
+	var late float64
+	if _, err := pgx.ForEachRow(rows, []any{&name, &due, &late}, func() error {
+		out[at[name]].Due, out[at[name]].Lateness = due, time.Duration(late*float64(time.Second))
+		return nil
+	}); err != nil {
+		return nil, "", fmt.Errorf("list tenants: count due: %w", err)
+	}
+	// In flight: every leased row, grouped (bounded by the claims out).
+	rows, err = db.Query(ctx, `SELECT tenant, count(*) FROM payments WHERE lease_until IS NOT NULL AND status = 'PROCESSING'
+		AND tenant = ANY($1) GROUP BY tenant`, names)
+	if err != nil {
+		return nil, "", fmt.Errorf("list tenants: in flight: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&name, &due}, func() error {
+		out[at[name]].InFlight = due
+		return nil
+	}); err != nil {
+		return nil, "", fmt.Errorf("list tenants: in flight: %w", err)
+	}
+	return out, next, nil
 }

@@ -43,6 +43,8 @@ func main() {
 	completers := fs.Int("completers", 1, "outcome-writing statements at once (each writes whatever outcomes are ready)")
 	completeBatch := fs.Int("complete-batch", 1000, "outcomes written per statement at most")
 	margin := fs.Duration("lease-margin", 2*time.Second, "a call starts only if its deadline falls this long before its claim's lease ends")
+	payeeRate := fs.Float64("payee-rate", 0, "charges per second per payee from this executor (a PSP's per-account limit divided by the executors; 0: none); a payment over it goes back to PENDING until its turn")
+	payeeBurst := fs.Int("payee-burst", 1, "charges a payee may take at once before --payee-rate paces it")
 	maxReleases := fs.Int("max-releases", 5, "claims of one payment released untouched in a row (its lease could not hold a call) before it is dead-lettered LEASE_TOO_SHORT")
 	bounds := gateway.RegisterBounds(fs)
 	svc.Main("executor", fs, func(ctx context.Context, log *slog.Logger) error {
@@ -62,7 +64,8 @@ func main() {
 		}
 		reg := obs.Registry()
 		cfg := executor.Config{ID: *id, MaxInFlight: *maxInFlight, Concurrency: *conc, Backoff: sched, LeaseMargin: *margin,
-			Completers: *completers, CompleteBatch: *completeBatch, MaxReleases: *maxReleases}
+			Completers: *completers, CompleteBatch: *completeBatch, MaxReleases: *maxReleases,
+			PayeeRate: *payeeRate, PayeeBurst: *payeeBurst}
 		if *maxReleases < 1 {
 			return fmt.Errorf("--max-releases must be at least 1, got %d", *maxReleases)
 		}

@@ -54,6 +54,8 @@ type opts struct {
 	// bounds for undecided charges (zero: never cancelled).
 	bounds   gateway.Bounds
 	noReaper bool
+	// payeeRate paces charges per payee in each executor (0: none).
+	payeeRate float64
 }
 
 type cluster struct {
@@ -131,7 +133,7 @@ func newCluster(t *testing.T, o opts) *cluster {
 	}
 	for i := range o.executors {
 		ex, err := executor.New(executor.Config{ID: fmt.Sprint("executor-", i), MaxInFlight: 2000, Concurrency: 64, Backoff: o.backoff,
-			LeaseMargin: 100 * time.Millisecond},
+			LeaseMargin: 100 * time.Millisecond, PayeeRate: o.payeeRate, PayeeBurst: 1},
 			exDB, &gateway.Charger{Gateway: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: o.probeTO,
 				ActionTimeout: o.bounds.Action, ProcessingTimeout: o.bounds.Processing},
 			prometheus.NewRegistry(), quiet)

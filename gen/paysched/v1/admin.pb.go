@@ -22,6 +22,375 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// TenantLimits are one tenant's fair-claim settings.
+type TenantLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Share of each claim round relative to other tenants', 1..1000
+	// (default 1).
+	Weight int32 `protobuf:"varint,1,opt,name=weight,proto3" json:"weight,omitempty"`
+	// Payments one sweeper may have in flight for the tenant; 0: the
+	// sweepers' default (--tenant-max-inflight).
+	MaxInflight int32 `protobuf:"varint,2,opt,name=max_inflight,json=maxInflight,proto3" json:"max_inflight,omitempty"`
+	// Claims per second across sweepers; 0: the sweepers' default
+	// (--tenant-max-rate).
+	MaxRate       float64 `protobuf:"fixed64,3,opt,name=max_rate,json=maxRate,proto3" json:"max_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantLimits) Reset() {
+	*x = TenantLimits{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantLimits) ProtoMessage() {}
+
+func (x *TenantLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantLimits.ProtoReflect.Descriptor instead.
+func (*TenantLimits) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *TenantLimits) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *TenantLimits) GetMaxInflight() int32 {
+	if x != nil {
+		return x.MaxInflight
+	}
+	return 0
+}
+
+func (x *TenantLimits) GetMaxRate() float64 {
+	if x != nil {
+		return x.MaxRate
+	}
+	return 0
+}
+
+// Tenant is one tenant's state.
+type Tenant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant: the token's tenant claim, else the payer.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// PENDING payments due now (counted up to 1,000,000).
+	Due int64 `protobuf:"varint,2,opt,name=due,proto3" json:"due,omitempty"`
+	// PROCESSING payments.
+	InFlight int64 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// How long its oldest due PENDING payment has waited, in seconds.
+	LatenessSeconds float64 `protobuf:"fixed64,4,opt,name=lateness_seconds,json=latenessSeconds,proto3" json:"lateness_seconds,omitempty"`
+	// What an operator set (defaults when nothing was).
+	Limits *TenantLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Who set the limits last; empty when nobody did.
+	LimitsSetBy   string `protobuf:"bytes,6,opt,name=limits_set_by,json=limitsSetBy,proto3" json:"limits_set_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tenant) Reset() {
+	*x = Tenant{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tenant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tenant) ProtoMessage() {}
+
+func (x *Tenant) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
+func (*Tenant) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Tenant) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Tenant) GetDue() int64 {
+	if x != nil {
+		return x.Due
+	}
+	return 0
+}
+
+func (x *Tenant) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *Tenant) GetLatenessSeconds() float64 {
+	if x != nil {
+		return x.LatenessSeconds
+	}
+	return 0
+}
+
+func (x *Tenant) GetLimits() *TenantLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Tenant) GetLimitsSetBy() string {
+	if x != nil {
+		return x.LimitsSetBy
+	}
+	return ""
+}
+
+// ListTenantsRequest bounds the list.
+type ListTenantsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..1000, default 100: tenants in name order.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Tenants after this name (the last of a previous page).
+	After         string `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTenantsRequest) Reset() {
+	*x = ListTenantsRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTenantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTenantsRequest) ProtoMessage() {}
+
+func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
+func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListTenantsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTenantsRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+// ListTenantsResponse is one page.
+type ListTenantsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In name order.
+	Tenants []*Tenant `protobuf:"bytes,1,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	// The last tenant of this page when there may be more; empty otherwise.
+	NextAfter     string `protobuf:"bytes,2,opt,name=next_after,json=nextAfter,proto3" json:"next_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTenantsResponse) Reset() {
+	*x = ListTenantsResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTenantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTenantsResponse) ProtoMessage() {}
+
+func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
+func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListTenantsResponse) GetTenants() []*Tenant {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+func (x *ListTenantsResponse) GetNextAfter() string {
+	if x != nil {
+		return x.NextAfter
+	}
+	return ""
+}
+
+// SetTenantLimitsRequest names the tenant and its limits.
+type SetTenantLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant (as payments carry it).
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The limits.
+	Limits        *TenantLimits `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantLimitsRequest) Reset() {
+	*x = SetTenantLimitsRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantLimitsRequest) ProtoMessage() {}
+
+func (x *SetTenantLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantLimitsRequest.ProtoReflect.Descriptor instead.
+func (*SetTenantLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SetTenantLimitsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *SetTenantLimitsRequest) GetLimits() *TenantLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// SetTenantLimitsResponse echoes what was stored.
+type SetTenantLimitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant, with its limits.
+	Tenant        *Tenant `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantLimitsResponse) Reset() {
+	*x = SetTenantLimitsResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantLimitsResponse) ProtoMessage() {}
+
+func (x *SetTenantLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantLimitsResponse.ProtoReflect.Descriptor instead.
+func (*SetTenantLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SetTenantLimitsResponse) GetTenant() *Tenant {
+	if x != nil {
+		return x.Tenant
+	}
+	return nil
+}
+
 // DeadLetter is a payment waiting for an operator.
 type DeadLetter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -37,7 +406,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	mi := &file_paysched_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +418,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	mi := &file_paysched_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +431,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeadLetter) GetPayment() *ScheduledPayment {
@@ -99,7 +468,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	mi := &file_paysched_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -111,7 +480,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	mi := &file_paysched_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -124,7 +493,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -154,7 +523,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	mi := &file_paysched_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -166,7 +535,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	mi := &file_paysched_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -179,7 +548,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -209,7 +578,7 @@ type RedrivePaymentRequest struct {
 
 func (x *RedrivePaymentRequest) Reset() {
 	*x = RedrivePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	mi := &file_paysched_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -221,7 +590,7 @@ func (x *RedrivePaymentRequest) String() string {
 func (*RedrivePaymentRequest) ProtoMessage() {}
 
 func (x *RedrivePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	mi := &file_paysched_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -234,7 +603,7 @@ func (x *RedrivePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePaymentRequest.ProtoReflect.Descriptor instead.
 func (*RedrivePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RedrivePaymentRequest) GetPaymentId() string {
@@ -264,7 +633,7 @@ type RedrivePaymentResponse struct {
 
 func (x *RedrivePaymentResponse) Reset() {
 	*x = RedrivePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	mi := &file_paysched_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +645,7 @@ func (x *RedrivePaymentResponse) String() string {
 func (*RedrivePaymentResponse) ProtoMessage() {}
 
 func (x *RedrivePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	mi := &file_paysched_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +658,7 @@ func (x *RedrivePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePaymentResponse.ProtoReflect.Descriptor instead.
 func (*RedrivePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RedrivePaymentResponse) GetPayment() *ScheduledPayment {
@@ -319,7 +688,7 @@ type ResolvePaymentRequest struct {
 
 func (x *ResolvePaymentRequest) Reset() {
 	*x = ResolvePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	mi := &file_paysched_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +700,7 @@ func (x *ResolvePaymentRequest) String() string {
 func (*ResolvePaymentRequest) ProtoMessage() {}
 
 func (x *ResolvePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	mi := &file_paysched_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +713,7 @@ func (x *ResolvePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvePaymentRequest.ProtoReflect.Descriptor instead.
 func (*ResolvePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResolvePaymentRequest) GetPaymentId() string {
@@ -374,7 +743,7 @@ type ResolvePaymentResponse struct {
 
 func (x *ResolvePaymentResponse) Reset() {
 	*x = ResolvePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[6]
+	mi := &file_paysched_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -386,7 +755,7 @@ func (x *ResolvePaymentResponse) String() string {
 func (*ResolvePaymentResponse) ProtoMessage() {}
 
 func (x *ResolvePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[6]
+	mi := &file_paysched_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -399,7 +768,7 @@ func (x *ResolvePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvePaymentResponse.ProtoReflect.Descriptor instead.
 func (*ResolvePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResolvePaymentResponse) GetPayment() *ScheduledPayment {
@@ -429,7 +798,7 @@ type CancelPaymentRequest struct {
 
 func (x *CancelPaymentRequest) Reset() {
 	*x = CancelPaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	mi := &file_paysched_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +810,7 @@ func (x *CancelPaymentRequest) String() string {
 func (*CancelPaymentRequest) ProtoMessage() {}
 
 func (x *CancelPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	mi := &file_paysched_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +823,7 @@ func (x *CancelPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelPaymentRequest) GetPaymentId() string {
@@ -486,7 +855,7 @@ type CancelPaymentResponse struct {
 
 func (x *CancelPaymentResponse) Reset() {
 	*x = CancelPaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	mi := &file_paysched_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +867,7 @@ func (x *CancelPaymentResponse) String() string {
 func (*CancelPaymentResponse) ProtoMessage() {}
 
 func (x *CancelPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	mi := &file_paysched_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +880,7 @@ func (x *CancelPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelPaymentResponse) GetPayment() *ScheduledPayment {
@@ -556,7 +925,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	mi := &file_paysched_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +937,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	mi := &file_paysched_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +950,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReconciliationItem) GetKind() string {
@@ -659,7 +1028,7 @@ type ReconciliationRun struct {
 
 func (x *ReconciliationRun) Reset() {
 	*x = ReconciliationRun{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[10]
+	mi := &file_paysched_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +1040,7 @@ func (x *ReconciliationRun) String() string {
 func (*ReconciliationRun) ProtoMessage() {}
 
 func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[10]
+	mi := &file_paysched_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +1053,7 @@ func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationRun.ProtoReflect.Descriptor instead.
 func (*ReconciliationRun) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReconciliationRun) GetRunId() int64 {
@@ -786,7 +1155,7 @@ type ListReconciliationRunsRequest struct {
 
 func (x *ListReconciliationRunsRequest) Reset() {
 	*x = ListReconciliationRunsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[11]
+	mi := &file_paysched_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1167,7 @@ func (x *ListReconciliationRunsRequest) String() string {
 func (*ListReconciliationRunsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[11]
+	mi := &file_paysched_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1180,7 @@ func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListReconciliationRunsRequest) GetDay() string {
@@ -848,7 +1217,7 @@ type ListReconciliationRunsResponse struct {
 
 func (x *ListReconciliationRunsResponse) Reset() {
 	*x = ListReconciliationRunsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[12]
+	mi := &file_paysched_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1229,7 @@ func (x *ListReconciliationRunsResponse) String() string {
 func (*ListReconciliationRunsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[12]
+	mi := &file_paysched_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1242,7 @@ func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListReconciliationRunsResponse) GetRuns() []*ReconciliationRun {
@@ -901,7 +1270,7 @@ type TriggerReconciliationRunRequest struct {
 
 func (x *TriggerReconciliationRunRequest) Reset() {
 	*x = TriggerReconciliationRunRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[13]
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1282,7 @@ func (x *TriggerReconciliationRunRequest) String() string {
 func (*TriggerReconciliationRunRequest) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[13]
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1295,7 @@ func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunRequest.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TriggerReconciliationRunRequest) GetDay() string {
@@ -947,7 +1316,7 @@ type TriggerReconciliationRunResponse struct {
 
 func (x *TriggerReconciliationRunResponse) Reset() {
 	*x = TriggerReconciliationRunResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[14]
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1328,7 @@ func (x *TriggerReconciliationRunResponse) String() string {
 func (*TriggerReconciliationRunResponse) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[14]
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1341,7 @@ func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunResponse.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TriggerReconciliationRunResponse) GetRun() *ReconciliationRun {
@@ -986,7 +1355,30 @@ var File_paysched_v1_admin_proto protoreflect.FileDescriptor
 
 const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17paysched/v1/admin.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1apaysched/v1/payments.proto\"u\n" +
+	"\x17paysched/v1/admin.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1apaysched/v1/payments.proto\"d\n" +
+	"\fTenantLimits\x12\x16\n" +
+	"\x06weight\x18\x01 \x01(\x05R\x06weight\x12!\n" +
+	"\fmax_inflight\x18\x02 \x01(\x05R\vmaxInflight\x12\x19\n" +
+	"\bmax_rate\x18\x03 \x01(\x01R\amaxRate\"\xd1\x01\n" +
+	"\x06Tenant\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03due\x18\x02 \x01(\x03R\x03due\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x12)\n" +
+	"\x10lateness_seconds\x18\x04 \x01(\x01R\x0flatenessSeconds\x121\n" +
+	"\x06limits\x18\x05 \x01(\v2\x19.paysched.v1.TenantLimitsR\x06limits\x12\"\n" +
+	"\rlimits_set_by\x18\x06 \x01(\tR\vlimitsSetBy\"G\n" +
+	"\x12ListTenantsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\tR\x05after\"c\n" +
+	"\x13ListTenantsResponse\x12-\n" +
+	"\atenants\x18\x01 \x03(\v2\x13.paysched.v1.TenantR\atenants\x12\x1d\n" +
+	"\n" +
+	"next_after\x18\x02 \x01(\tR\tnextAfter\"c\n" +
+	"\x16SetTenantLimitsRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x121\n" +
+	"\x06limits\x18\x02 \x01(\v2\x19.paysched.v1.TenantLimitsR\x06limits\"F\n" +
+	"\x17SetTenantLimitsResponse\x12+\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x13.paysched.v1.TenantR\x06tenant\"u\n" +
 	"\n" +
 	"DeadLetter\x127\n" +
 	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x12\x16\n" +
@@ -1059,14 +1451,16 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x1fTriggerReconciliationRunRequest\x12\x10\n" +
 	"\x03day\x18\x01 \x01(\tR\x03day\"T\n" +
 	" TriggerReconciliationRunResponse\x120\n" +
-	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\xe6\x04\n" +
+	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\x96\x06\n" +
 	"\fAdminService\x12\\\n" +
 	"\x0fListDeadLetters\x12#.paysched.v1.ListDeadLettersRequest\x1a$.paysched.v1.ListDeadLettersResponse\x12Y\n" +
 	"\x0eRedrivePayment\x12\".paysched.v1.RedrivePaymentRequest\x1a#.paysched.v1.RedrivePaymentResponse\x12Y\n" +
 	"\x0eResolvePayment\x12\".paysched.v1.ResolvePaymentRequest\x1a#.paysched.v1.ResolvePaymentResponse\x12V\n" +
 	"\rCancelPayment\x12!.paysched.v1.CancelPaymentRequest\x1a\".paysched.v1.CancelPaymentResponse\x12q\n" +
 	"\x16ListReconciliationRuns\x12*.paysched.v1.ListReconciliationRunsRequest\x1a+.paysched.v1.ListReconciliationRunsResponse\x12w\n" +
-	"\x18TriggerReconciliationRun\x12,.paysched.v1.TriggerReconciliationRunRequest\x1a-.paysched.v1.TriggerReconciliationRunResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
+	"\x18TriggerReconciliationRun\x12,.paysched.v1.TriggerReconciliationRunRequest\x1a-.paysched.v1.TriggerReconciliationRunResponse\x12P\n" +
+	"\vListTenants\x12\x1f.paysched.v1.ListTenantsRequest\x1a .paysched.v1.ListTenantsResponse\x12\\\n" +
+	"\x0fSetTenantLimits\x12#.paysched.v1.SetTenantLimitsRequest\x1a$.paysched.v1.SetTenantLimitsResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
 
 var (
 	file_paysched_v1_admin_proto_rawDescOnce sync.Once
@@ -1080,58 +1474,72 @@ func file_paysched_v1_admin_proto_rawDescGZIP() []byte {
 	return file_paysched_v1_admin_proto_rawDescData
 }
 
-var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_paysched_v1_admin_proto_goTypes = []any{
-	(*DeadLetter)(nil),                       // 0: paysched.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),           // 1: paysched.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),          // 2: paysched.v1.ListDeadLettersResponse
-	(*RedrivePaymentRequest)(nil),            // 3: paysched.v1.RedrivePaymentRequest
-	(*RedrivePaymentResponse)(nil),           // 4: paysched.v1.RedrivePaymentResponse
-	(*ResolvePaymentRequest)(nil),            // 5: paysched.v1.ResolvePaymentRequest
-	(*ResolvePaymentResponse)(nil),           // 6: paysched.v1.ResolvePaymentResponse
-	(*CancelPaymentRequest)(nil),             // 7: paysched.v1.CancelPaymentRequest
-	(*CancelPaymentResponse)(nil),            // 8: paysched.v1.CancelPaymentResponse
-	(*ReconciliationItem)(nil),               // 9: paysched.v1.ReconciliationItem
-	(*ReconciliationRun)(nil),                // 10: paysched.v1.ReconciliationRun
-	(*ListReconciliationRunsRequest)(nil),    // 11: paysched.v1.ListReconciliationRunsRequest
-	(*ListReconciliationRunsResponse)(nil),   // 12: paysched.v1.ListReconciliationRunsResponse
-	(*TriggerReconciliationRunRequest)(nil),  // 13: paysched.v1.TriggerReconciliationRunRequest
-	(*TriggerReconciliationRunResponse)(nil), // 14: paysched.v1.TriggerReconciliationRunResponse
-	(*ScheduledPayment)(nil),                 // 15: paysched.v1.ScheduledPayment
-	(PaymentStatus)(0),                       // 16: paysched.v1.PaymentStatus
-	(*timestamppb.Timestamp)(nil),            // 17: google.protobuf.Timestamp
+	(*TenantLimits)(nil),                     // 0: paysched.v1.TenantLimits
+	(*Tenant)(nil),                           // 1: paysched.v1.Tenant
+	(*ListTenantsRequest)(nil),               // 2: paysched.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),              // 3: paysched.v1.ListTenantsResponse
+	(*SetTenantLimitsRequest)(nil),           // 4: paysched.v1.SetTenantLimitsRequest
+	(*SetTenantLimitsResponse)(nil),          // 5: paysched.v1.SetTenantLimitsResponse
+	(*DeadLetter)(nil),                       // 6: paysched.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),           // 7: paysched.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),          // 8: paysched.v1.ListDeadLettersResponse
+	(*RedrivePaymentRequest)(nil),            // 9: paysched.v1.RedrivePaymentRequest
+	(*RedrivePaymentResponse)(nil),           // 10: paysched.v1.RedrivePaymentResponse
+	(*ResolvePaymentRequest)(nil),            // 11: paysched.v1.ResolvePaymentRequest
+	(*ResolvePaymentResponse)(nil),           // 12: paysched.v1.ResolvePaymentResponse
+	(*CancelPaymentRequest)(nil),             // 13: paysched.v1.CancelPaymentRequest
+	(*CancelPaymentResponse)(nil),            // 14: paysched.v1.CancelPaymentResponse
+	(*ReconciliationItem)(nil),               // 15: paysched.v1.ReconciliationItem
+	(*ReconciliationRun)(nil),                // 16: paysched.v1.ReconciliationRun
+	(*ListReconciliationRunsRequest)(nil),    // 17: paysched.v1.ListReconciliationRunsRequest
+	(*ListReconciliationRunsResponse)(nil),   // 18: paysched.v1.ListReconciliationRunsResponse
+	(*TriggerReconciliationRunRequest)(nil),  // 19: paysched.v1.TriggerReconciliationRunRequest
+	(*TriggerReconciliationRunResponse)(nil), // 20: paysched.v1.TriggerReconciliationRunResponse
+	(*ScheduledPayment)(nil),                 // 21: paysched.v1.ScheduledPayment
+	(PaymentStatus)(0),                       // 22: paysched.v1.PaymentStatus
+	(*timestamppb.Timestamp)(nil),            // 23: google.protobuf.Timestamp
 }
 var file_paysched_v1_admin_proto_depIdxs = []int32{
-	15, // 0: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
-	0,  // 1: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
-	15, // 2: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	16, // 3: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	15, // 4: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	16, // 5: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	15, // 6: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	16, // 7: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	17, // 8: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
-	17, // 9: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
-	9,  // 10: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
-	10, // 11: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
-	10, // 12: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
-	1,  // 13: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
-	3,  // 14: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
-	5,  // 15: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
-	7,  // 16: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
-	11, // 17: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
-	13, // 18: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
-	2,  // 19: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
-	4,  // 20: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
-	6,  // 21: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
-	8,  // 22: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
-	12, // 23: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
-	14, // 24: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	0,  // 0: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
+	1,  // 1: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
+	0,  // 2: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
+	1,  // 3: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
+	21, // 4: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
+	6,  // 5: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
+	21, // 6: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	22, // 7: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	21, // 8: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	22, // 9: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	21, // 10: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	22, // 11: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	23, // 12: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
+	23, // 13: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
+	15, // 14: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
+	16, // 15: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
+	16, // 16: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
+	7,  // 17: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
+	9,  // 18: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
+	11, // 19: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
+	13, // 20: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
+	17, // 21: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
+	19, // 22: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
+	2,  // 23: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
+	4,  // 24: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
+	8,  // 25: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
+	10, // 26: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
+	12, // 27: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
+	14, // 28: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
+	18, // 29: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
+	20, // 30: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
+	3,  // 31: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
+	5,  // 32: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_admin_proto_init() }
@@ -1146,7 +1554,7 @@ func file_paysched_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_v1_admin_proto_rawDesc), len(file_paysched_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

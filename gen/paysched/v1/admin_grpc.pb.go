@@ -25,6 +25,8 @@ const (
 	AdminService_CancelPayment_FullMethodName            = "/paysched.v1.AdminService/CancelPayment"
 	AdminService_ListReconciliationRuns_FullMethodName   = "/paysched.v1.AdminService/ListReconciliationRuns"
 	AdminService_TriggerReconciliationRun_FullMethodName = "/paysched.v1.AdminService/TriggerReconciliationRun"
+	AdminService_ListTenants_FullMethodName              = "/paysched.v1.AdminService/ListTenants"
+	AdminService_SetTenantLimits_FullMethodName          = "/paysched.v1.AdminService/SetTenantLimits"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -55,6 +57,13 @@ type AdminServiceClient interface {
 	ListReconciliationRuns(ctx context.Context, in *ListReconciliationRunsRequest, opts ...grpc.CallOption) (*ListReconciliationRunsResponse, error)
 	// TriggerReconciliationRun reconciles one UTC day now and returns the run.
 	TriggerReconciliationRun(ctx context.Context, in *TriggerReconciliationRunRequest, opts ...grpc.CallOption) (*TriggerReconciliationRunResponse, error)
+	// ListTenants shows the tenants with open payments or limits set: what
+	// each has due, in flight and how late its oldest due payment is, with
+	// its weight and caps.
+	ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error)
+	// SetTenantLimits sets one tenant's weight and caps for fair claims
+	// (sweepers read them within 5 s).
+	SetTenantLimits(ctx context.Context, in *SetTenantLimitsRequest, opts ...grpc.CallOption) (*SetTenantLimitsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -125,6 +134,26 @@ func (c *adminServiceClient) TriggerReconciliationRun(ctx context.Context, in *T
 	return out, nil
 }
 
+func (c *adminServiceClient) ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTenantsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListTenants_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetTenantLimits(ctx context.Context, in *SetTenantLimitsRequest, opts ...grpc.CallOption) (*SetTenantLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTenantLimitsResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetTenantLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -153,6 +182,13 @@ type AdminServiceServer interface {
 	ListReconciliationRuns(context.Context, *ListReconciliationRunsRequest) (*ListReconciliationRunsResponse, error)
 	// TriggerReconciliationRun reconciles one UTC day now and returns the run.
 	TriggerReconciliationRun(context.Context, *TriggerReconciliationRunRequest) (*TriggerReconciliationRunResponse, error)
+	// ListTenants shows the tenants with open payments or limits set: what
+	// each has due, in flight and how late its oldest due payment is, with
+	// its weight and caps.
+	ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error)
+	// SetTenantLimits sets one tenant's weight and caps for fair claims
+	// (sweepers read them within 5 s).
+	SetTenantLimits(context.Context, *SetTenantLimitsRequest) (*SetTenantLimitsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -180,6 +216,12 @@ func (UnimplementedAdminServiceServer) ListReconciliationRuns(context.Context, *
 }
 func (UnimplementedAdminServiceServer) TriggerReconciliationRun(context.Context, *TriggerReconciliationRunRequest) (*TriggerReconciliationRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TriggerReconciliationRun not implemented")
+}
+func (UnimplementedAdminServiceServer) ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTenants not implemented")
+}
+func (UnimplementedAdminServiceServer) SetTenantLimits(context.Context, *SetTenantLimitsRequest) (*SetTenantLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetTenantLimits not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -310,6 +352,42 @@ func _AdminService_TriggerReconciliationRun_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListTenants_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTenantsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListTenants(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListTenants_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListTenants(ctx, req.(*ListTenantsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetTenantLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTenantLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetTenantLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetTenantLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetTenantLimits(ctx, req.(*SetTenantLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -340,6 +418,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TriggerReconciliationRun",
 			Handler:    _AdminService_TriggerReconciliationRun_Handler,
+		},
+		{
+			MethodName: "ListTenants",
+			Handler:    _AdminService_ListTenants_Handler,
+		},
+		{
+			MethodName: "SetTenantLimits",
+			Handler:    _AdminService_SetTenantLimits_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

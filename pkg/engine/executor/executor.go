@@ -60,6 +60,11 @@ type Config struct {
 	// released untouched (the lease could not hold a call) before it is
 	// dead-lettered LEASE_TOO_SHORT rather than claimed again (default 5).
 	MaxReleases int
+	// PayeeRate paces charges per payee in this executor (charges per
+	// second; 0: none), with a burst of PayeeBurst: a payment over it goes
+	// back to PENDING until its turn, holding no lease.
+	PayeeRate  float64
+	PayeeBurst int
 }
 
 // MinLeaseHeader is the response header in which an executor tells a
@@ -86,6 +91,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--lease-margin must not be negative, got %s", c.LeaseMargin)
 	case c.MaxReleases < 0:
 		return fmt.Errorf("--max-releases must be at least 1, got %d", c.MaxReleases)
+	case c.PayeeRate < 0 || c.PayeeRate != c.PayeeRate:
+		return fmt.Errorf("--payee-rate must not be negative (0: none), got %g", c.PayeeRate)
+	case c.PayeeBurst < 0:
+		return fmt.Errorf("--payee-burst must not be negative, got %d", c.PayeeBurst)
 	}
 	return nil
 }
@@ -101,6 +110,7 @@ type Server struct {
 	jobs     chan *task
 	done     chan *task
 	m        metrics
+	payees   *payeePacer
 }
 
 // task is one claimed payment on its way through the executor.
@@ -124,6 +134,7 @@ type metrics struct {
 	fenced     prometheus.Counter
 	dead       prometheus.Counter
 	released   prometheus.Counter
+	paced      prometheus.Counter
 	mismatches prometheus.Counter
 	unrecorded prometheus.Counter
 	poisoned   prometheus.Counter
@@ -145,10 +156,11 @@ func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Regis
 	if cfg.LeaseMargin == 0 {
 		cfg.LeaseMargin = 2 * time.Second
 	}
+	payees := newPayeePacer(cfg.PayeeRate, cfg.PayeeBurst)
 	if cfg.MaxReleases == 0 {
 		cfg.MaxReleases = 5
 	}
-	s := &Server{cfg: cfg, db: db, charger: charger, log: log,
+	s := &Server{cfg: cfg, db: db, charger: charger, log: log, payees: payees,
 		// Buffered to MaxInFlight: admission already bounds what is queued,
 		// so handing work on never blocks.
 		jobs: make(chan *task, cfg.MaxInFlight), done: make(chan *task, cfg.MaxInFlight)}
@@ -162,6 +174,8 @@ func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Regis
 	// Same name as before: it counts every arrival in the dead-letter queue.
 	s.m.dead = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "paysched_dead_letters_total", Help: "Payments dead-lettered by this executor."})
+	s.m.paced = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_payee_paced_total", Help: "Claims handed back to PENDING until their payee's turn (--payee-rate)."})
 	s.m.released = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "paysched_executor_released_total", Help: "Claims not started: the lease would have ended before the call's deadline."})
 	s.m.mismatches = prometheus.NewCounter(prometheus.CounterOpts{
@@ -175,6 +189,7 @@ func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Regis
 	s.m.flush = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "paysched_executor_complete_batch_size", Help: "Outcomes written per completion statement.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
+	reg.MustRegister(s.m.paced)
 	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced, s.m.dead, s.m.released, s.m.mismatches, s.m.unrecorded,
 		s.m.poisoned, s.m.tooShort, s.m.flush)
 	gateway.RegisterMetrics(reg)
@@ -325,6 +340,16 @@ func (s *Server) call(t *task) {
 				w.Releases+1, need)
 			t.result = internalv1.Result_RESULT_DEAD_LETTERED
 		}
+		return
+	}
+	if turn := s.payees.take(w.ID.String(), w.Payee, time.Now()); turn.After(time.Now()) {
+		// Its payee is over --payee-rate: back to PENDING until its turn,
+		// holding no lease. Nothing was sent, so this is a release; it is
+		// not counted towards LEASE_TOO_SHORT (the lease was long enough).
+		s.m.paced.Inc()
+		t.tr = store.Transition{Item: w.Item, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: w.ProbeFirst,
+			Releases: w.Releases, RunAt: turn}
+		t.result = internalv1.Result_RESULT_RELEASED
 		return
 	}
 	// Every call of the attempt ends by the lease's end less the margin,

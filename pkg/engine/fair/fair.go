@@ -33,8 +33,13 @@ type Config struct {
 	// Unfair claims in due order only, whoever the tenant (the engine
 	// before fairness; bench-fair compares the two).
 	Unfair bool
-	// Walk is how many tenants one round visits at most (default 256).
+	// Walk is how many tenants one walk visits at most (default 256).
 	Walk int
+	// WalkEvery is how often the tenants with due rows are walked again
+	// (default 200ms); between walks a round uses the last walk's tenants,
+	// less those found drained. A tenant newly due waits at most this
+	// long for its first share.
+	WalkEvery time.Duration
 	// Default is the limits of a tenant an operator set nothing for.
 	Default Limits
 	// Reload is how often the operators' limits are read again (default 5s).
@@ -54,6 +59,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--tenant-max-rate must not be negative (0: no cap), got %g", c.Default.MaxRate)
 	case math.IsNaN(c.Default.MaxRate) || math.IsInf(c.Default.MaxRate, 0):
 		return fmt.Errorf("--tenant-max-rate must be a number, got %g", c.Default.MaxRate)
+	case c.WalkEvery < 0:
+		return fmt.Errorf("--fair-walk-every must not be negative, got %s", c.WalkEvery)
 	case c.Reload < 0:
 		return fmt.Errorf("tenant limits reload interval must not be negative, got %s", c.Reload)
 	}
@@ -67,7 +74,12 @@ type Scheduler struct {
 	db  store.DB
 
 	deficit  map[string]float64
+	backlog  map[string]bool // took its whole share last round: it has more
 	cursor   string
+	walk     store.Walk // the last walk, less the tenants since found drained
+	walkedAt time.Time
+	stale    bool // the due-order remainder met a tenant the walk did not list
+	rot      int  // where handing out spare starts
 	limits   map[string]Limits
 	capped   bool // some tenant has a cap: the due-order remainder is off
 	loadedAt time.Time
@@ -90,7 +102,11 @@ func New(cfg Config, db store.DB) (*Scheduler, error) {
 	if cfg.Reload == 0 {
 		cfg.Reload = 5 * time.Second
 	}
-	return &Scheduler{cfg: cfg, db: db, deficit: map[string]float64{}, inflight: map[string]int{}}, nil
+	if cfg.WalkEvery == 0 {
+		cfg.WalkEvery = 200 * time.Millisecond
+	}
+	return &Scheduler{cfg: cfg, db: db, deficit: map[string]float64{}, inflight: map[string]int{},
+		backlog: map[string]bool{}}, nil
 }
 
 // Limits returns the limits the scheduler applies to tenant.
@@ -139,11 +155,14 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 	if err := s.reload(ctx); err != nil {
 		return nil, fmt.Errorf("fair claim: %w", err)
 	}
-	w, err := c.WalkTenants(ctx, s.cursor, s.cfg.Walk)
-	if err != nil {
-		return nil, fmt.Errorf("fair claim: %w", err)
+	if s.stale || time.Since(s.walkedAt) >= s.cfg.WalkEvery {
+		w, err := c.WalkTenants(ctx, s.cursor, s.cfg.Walk)
+		if err != nil {
+			return nil, fmt.Errorf("fair claim: %w", err)
+		}
+		s.walk, s.walkedAt, s.stale, s.cursor = w, time.Now(), false, w.Next
 	}
-	s.cursor = w.Next
+	w := s.walk
 	shares, rated := s.share(w, limit)
 	var rateBuckets []pacing.Bucket
 	var rateWant []int
@@ -179,27 +198,35 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 		case sh.Quota <= 0:
 		case n < sh.Quota:
 			// Fewer due than its share (or held by another sweeper): no
-			// backlog, so no credit carried (deficit round-robin).
+			// backlog, so no credit carried (deficit round-robin), and no
+			// share until the next walk finds it due again.
 			s.deficit[sh.Tenant] = 0
+			delete(s.backlog, sh.Tenant)
+			s.drop(sh.Tenant)
 		default:
-			s.deficit[sh.Tenant] -= float64(n)
+			s.deficit[sh.Tenant] = max(0, s.deficit[sh.Tenant]-float64(n))
+			s.backlog[sh.Tenant] = true
 			filled = true
 		}
 	}
-	if w.Complete {
-		for t := range s.deficit {
-			if _, due := w.DueIn[t]; !due {
-				delete(s.deficit, t)
-			}
+	for t := range s.deficit {
+		if _, due := s.walk.DueIn[t]; !due && s.walk.Complete {
+			delete(s.deficit, t)
+			delete(s.backlog, t)
 		}
 	}
-	if err == nil && len(out) < limit && !s.capped && (filled || !w.Complete) {
+	if err == nil && len(out) < limit && !s.capped && (filled || !w.Complete || len(w.Due) == 0) {
 		// What the shares left goes in due order: to the backlogged
-		// tenants (the oldest first), and to any tenant this round's walk
-		// did not reach. With a cap in force it is not used: it would
+		// tenants (the oldest first), and to any tenant the last walk did
+		// not reach or list. With a cap in force it is not used: it would
 		// claim a capped tenant's rows.
 		var more []store.Claimed
 		more, err = c.Claim(ctx, limit-len(out))
+		for _, cl := range more {
+			if _, listed := s.walk.DueIn[cl.Tenant]; !listed {
+				s.stale = true // walk again next round: it has due rows
+			}
+		}
 		out = append(out, more...)
 	}
 	s.taken(out)
@@ -250,17 +277,29 @@ func (s *Scheduler) share(w store.Walk, limit int) ([]store.Share, []int) {
 		}
 		shares = append(shares, store.Share{Tenant: t, Quota: q})
 	}
-	// What a cap held back goes to the tenants with room left, by weight
-	// (no credit: it is spare, not owed). Without caps the due-order
-	// remainder after the claim does this.
-	for left > 0 && s.capped {
+	// What is left (a cap held a tenant back, or credit was fractional)
+	// goes to the tenants with room, by weight, backlogged ones (they took
+	// their whole share last round) first: no credit, it is spare, not
+	// owed. The spike's big tenant takes the rest of the round in the same
+	// statement as the others' shares, instead of in a second, due-order
+	// claim.
+	for _, backlogOnly := range []bool{true, false} {
+		left = s.spare(w, room, shares, left, backlogOnly)
+	}
+	return shares, rated
+}
+
+// spare hands left rows to the due tenants with room, by weight (only
+// backlogged ones if backlogOnly), and returns what is still left.
+func (s *Scheduler) spare(w store.Walk, room []int, shares []store.Share, left int, backlogOnly bool) int {
+	for left > 0 && (backlogOnly || s.capped) {
 		sumW, idx := 0, map[string]int{}
 		for j, sh := range shares {
 			idx[sh.Tenant] = j
 		}
 		for i, t := range w.Due {
 			j, ok := idx[t]
-			if room[i] > 0 && (!ok || shares[j].Quota < room[i]) {
+			if room[i] > 0 && (!ok || shares[j].Quota < room[i]) && (!backlogOnly || s.backlog[t]) {
 				sumW += s.Limits(t).Weight
 			}
 		}
@@ -268,22 +307,25 @@ func (s *Scheduler) share(w store.Walk, limit int) ([]store.Share, []int) {
 			break
 		}
 		gave := 0
-		for i, t := range w.Due {
+		// From a rotating start: what is handed out one by one (less than
+		// a tenant's weight's worth) does not favour the first names.
+		s.rot++
+		for k := range w.Due {
+			i := (k + s.rot) % len(w.Due)
+			t := w.Due[i]
 			j, ok := idx[t]
 			have := 0
 			if ok {
 				have = shares[j].Quota
 			}
-			if room[i] <= have || left == 0 {
+			if room[i] <= have || left == 0 || (backlogOnly && !s.backlog[t]) {
 				continue
 			}
 			extra := min(room[i]-have, left, max(1, left*s.Limits(t).Weight/sumW))
 			if !ok {
-				j = len(shares)
-				shares = append(shares, store.Share{Tenant: t})
-				if s.Limits(t).MaxRate > 0 {
-					rated = append(rated, j)
-				}
+				// Only tenants already given a share take spare in this
+				// pass; one without (no credit yet) waits for its turn.
+				continue
 			}
 			shares[j].Quota += extra
 			left -= extra
@@ -293,7 +335,21 @@ func (s *Scheduler) share(w store.Walk, limit int) ([]store.Share, []int) {
 			break
 		}
 	}
-	return shares, rated
+	return left
+}
+
+// drop removes tenant from the cached walk: it has nothing more due.
+func (s *Scheduler) drop(tenant string) {
+	if _, ok := s.walk.DueIn[tenant]; !ok {
+		return
+	}
+	delete(s.walk.DueIn, tenant)
+	for i, t := range s.walk.Due {
+		if t == tenant {
+			s.walk.Due = append(s.walk.Due[:i:i], s.walk.Due[i+1:]...)
+			break
+		}
+	}
 }
 
 func (s *Scheduler) taken(cs []store.Claimed) {

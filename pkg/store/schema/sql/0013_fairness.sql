@@ -31,3 +31,19 @@ CREATE TABLE tenant_limits (
 
 GRANT SELECT ON tenant_limits TO paysched_sweeper, paysched_admin;
 GRANT INSERT, UPDATE, DELETE ON tenant_limits TO paysched_admin;
+
+-- admin-api lists tenants with the sweepers' walk, which names each
+-- partition: it reads them (and only reads them).
+CREATE OR REPLACE FUNCTION paysched_grant_partition(part text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('GRANT SELECT ON %I TO paysched_sweeper, paysched_executor, paysched_admin', part);
+    EXECUTE format('GRANT UPDATE (status, lease_until, lease_owner, attempt, updated_at) ON %I TO paysched_sweeper', part);
+    EXECUTE format('GRANT UPDATE (status, run_at, retries, probe_first, gateway_ref, last_error, dead_letter_reason,'
+                   ' lease_until, lease_owner, updated_at, releases, failure_reason) ON %I TO paysched_executor', part);
+END
+$$;
+REVOKE EXECUTE ON FUNCTION paysched_grant_partition(text) FROM PUBLIC;
+
+SELECT paysched_grant_partition(c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'payments'::regclass;

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+)
+
+// tenantsCmd shows each tenant's due, in-flight and lateness, and sets
+// its fair-claim limits (admin).
+func tenantsCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "tenants",
+		Short: "Show tenants' due, in flight and lateness with their weight and caps; set them (admin)",
+		Args:  cobra.NoArgs,
+	}
+	var size int32
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List tenants with due payments or limits set, in name order",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.dialAs(true, g.timeout)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			all := &payschedv1.ListTenantsResponse{}
+			after := ""
+			for {
+				resp, err := c.admin.ListTenants(c.ctx, &payschedv1.ListTenantsRequest{PageSize: size, After: after})
+				if err != nil {
+					return RPCError(err)
+				}
+				all.Tenants = append(all.Tenants, resp.GetTenants()...)
+				if after = resp.GetNextAfter(); after == "" {
+					break
+				}
+			}
+			if g.json {
+				return printJSON(g.out, all)
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "TENANT\tDUE\tIN FLIGHT\tLATENESS\tWEIGHT\tMAX IN FLIGHT\tMAX RATE\tSET BY")
+			for _, t := range all.GetTenants() {
+				l := t.GetLimits()
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%.1fs\t%d\t%s\t%s\t%s\n", t.GetTenant(), t.GetDue(), t.GetInFlight(), t.GetLatenessSeconds(),
+					l.GetWeight(), orDefault(float64(l.GetMaxInflight())), orDefault(l.GetMaxRate()), t.GetLimitsSetBy())
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().Int32Var(&size, "page-size", 500, "page size")
+	var weight, maxInflight int32
+	var maxRate float64
+	set := &cobra.Command{
+		Use:   "set TENANT",
+		Short: "Set a tenant's weight and caps (0: the sweepers' default)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dialAs(true, g.timeout)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.admin.SetTenantLimits(c.ctx, &payschedv1.SetTenantLimitsRequest{Tenant: args[0],
+				Limits: &payschedv1.TenantLimits{Weight: weight, MaxInflight: maxInflight, MaxRate: maxRate}})
+			if err != nil {
+				return RPCError(err)
+			}
+			return printJSON(g.out, resp.GetTenant())
+		},
+	}
+	set.Flags().Int32Var(&weight, "weight", 1, "share of each claim round relative to other tenants' (1..1000)")
+	set.Flags().Int32Var(&maxInflight, "max-inflight", 0, "payments one sweeper may have in flight for it (0: the sweepers' --tenant-max-inflight)")
+	set.Flags().Float64Var(&maxRate, "max-rate", 0, "claims per second across sweepers (0: the sweepers' --tenant-max-rate)")
+	c.AddCommand(list, set)
+	return c
+}
+
+func orDefault(v float64) string {
+	if v == 0 {
+		return "default"
+	}
+	return fmt.Sprintf("%g", v)
+}
