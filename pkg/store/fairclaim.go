@@ -31,7 +31,7 @@ WITH RECURSIVE walk(tenant, run_at, n) AS (
         ORDER BY p.tenant, p.run_at LIMIT 1) nx
     WHERE w.n < $2
 )
-SELECT tenant, n, run_at <= now() FROM walk`
+SELECT tenant, n, run_at <= now(), run_at FROM walk`
 
 // fairClaimSQL claims, in one partition (%[1]s), up to quota $4[i] due
 // rows of tenant $3[i], each tenant's oldest run_at first, for owner $1
@@ -70,6 +70,9 @@ type Walk struct {
 	// says this walk saw every tenant with a PENDING row.
 	Next     string
 	Complete bool
+	// NextDue is the earliest oldest run_at of a walked tenant with
+	// nothing due yet (zero: none): when a new tenant falls due.
+	NextDue time.Time
 }
 
 // WalkTenants visits, in every partition that may hold a due row, at most
@@ -102,8 +105,12 @@ func (c *Claimer) WalkTenants(ctx context.Context, cursor string, max int) (Walk
 		var tenant, last string
 		var n, walked int
 		var due bool
-		_, err = pgx.ForEachRow(rows, []any{&tenant, &n, &due}, func() error {
+		var runAt time.Time
+		_, err = pgx.ForEachRow(rows, []any{&tenant, &n, &due, &runAt}, func() error {
 			last, walked = tenant, n
+			if !due && (w.NextDue.IsZero() || runAt.Before(w.NextDue)) {
+				w.NextDue = runAt
+			}
 			if due {
 				if _, seen := w.DueIn[tenant]; !seen {
 					w.Due = append(w.Due, tenant)

@@ -135,6 +135,28 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 			}
 			return err
 		}},
+		{"paysched_admin", "tenant limits, tenants", func(db *pgxpool.Pool) error {
+			if err := store.SetTenantLimits(ctx, db, store.TenantLimits{Tenant: "alice", Weight: 2, UpdatedBy: "admin:ops"}); err != nil {
+				return err
+			}
+			_, _, err := store.ListTenants(ctx, db, "", 10)
+			return err
+		}},
+		{"paysched_sweeper", "fair claim: walk, limits, shares, tenant rate buckets", func(db *pgxpool.Pool) error {
+			if _, err := store.LoadTenantLimits(ctx, db); err != nil {
+				return err
+			}
+			c := &store.Claimer{DB: db, Owner: "sweeper-1", Lease: time.Minute}
+			w, err := c.WalkTenants(ctx, "", 10)
+			if err != nil {
+				return err
+			}
+			if _, err := c.ClaimShares(ctx, w, []store.Share{{Tenant: "nobody", Quota: 1}}); err != nil {
+				return err
+			}
+			_, err = pacing.TakeEach(ctx, db, []pacing.Bucket{{Name: "tenant:alice", Rate: 5, Burst: 5}}, []int{1})
+			return err
+		}},
 		{"paysched_sweeper", "release", func(db *pgxpool.Pool) error {
 			n, err := store.Release(ctx, db, "sweeper-1", claimed[1:])
 			if err == nil && n != 1 {
@@ -306,6 +328,9 @@ func TestServicesAreRefused(t *testing.T) {
 		`UPDATE ` + part + ` SET payee = 'mallory'`,
 		`UPDATE ` + part + ` SET amount_minor = 1`,
 		`DELETE FROM payments`,
+		// A payment's tenant is set at create and moved by nobody.
+		`UPDATE payments SET tenant = 'mallory'`,
+		`UPDATE ` + part + ` SET tenant = 'mallory'`,
 	}
 	// Every role: no rewriting the money, no switching the append-only
 	// triggers off, no new tables, no owner-only functions.
@@ -323,6 +348,8 @@ func TestServicesAreRefused(t *testing.T) {
 	)
 	only := map[string][]string{
 		"paysched_api": {
+			`INSERT INTO tenant_limits (tenant, weight, updated_by) VALUES ('greedy', 1000, 'api')`,
+			`SELECT * FROM tenant_limits`,
 			`SELECT * FROM audit_events`,
 			`INSERT INTO audit_events (lsn, table_name, row_key, op, event, committed_at) VALUES (9, 't', 'k', 'c', '{}', now())`,
 			`INSERT INTO payment_attempts (payment_id, attempt, gateway_key) VALUES ('` + id.String() + `', 1, 'k')`,
@@ -341,6 +368,8 @@ func TestServicesAreRefused(t *testing.T) {
 			`SELECT paysched_ensure_partitions(current_date, current_date)`,
 		},
 		"paysched_sweeper": {
+			`INSERT INTO tenant_limits (tenant, weight, updated_by) VALUES ('greedy', 1000, 'sweeper')`,
+			`UPDATE tenant_limits SET weight = 1000`,
 			`INSERT INTO payment_attempts (payment_id, attempt, gateway_key) VALUES ('` + id.String() + `', 1, 'k')`,
 			`UPDATE ` + part + ` SET run_at = now()`,
 			`SELECT * FROM audit_events`,

@@ -259,6 +259,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			startup, late.Sub(t0).Round(time.Second))
 		t0 = late
 	}
+	if err := w.setLimits(ctx); err != nil {
+		return r.res, err
+	}
 	if err := w.create(ctx, t0); err != nil {
 		return r.res, err
 	}

@@ -29,10 +29,26 @@ const (
 	outageEvery = 100
 )
 
+// Skewed tenants: every other payment is the big tenant's, the rest are
+// spread over 49 small ones, all paid by one actor (the tokens carry a
+// tenant claim). One small tenant has weight 3, one an in-flight cap and
+// one a rate cap (setLimits), so the fair claim's every path runs under
+// the faults.
+const smallTenants = 49
+
+func tenantOf(i int) string {
+	if i%2 == 0 {
+		return "tenant-big"
+	}
+	return fmt.Sprintf("tenant-%02d", (i/2)%smallTenants+1)
+}
+
 type workload struct {
 	r     *run
 	actor string
-	ctx   func(context.Context) context.Context
+	// ctx carries the token of payment i's tenant (any of them cancels:
+	// one actor pays for all).
+	ctx   func(c context.Context, i int) context.Context
 	admin func(context.Context) context.Context
 
 	ids  []string // paymentId by index
@@ -51,10 +67,14 @@ type workload struct {
 
 func newWorkload(r *run) *workload {
 	w := &workload{r: r, actor: "chaos", cancelled: map[string]bool{}}
-	tok, _ := auth.Mint([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAudience, w.actor, false, 50*time.Minute)
+	toks := map[string]string{}
+	for i := range 2 * (smallTenants + 1) {
+		t := tenantOf(i)
+		toks[t], _ = auth.MintFor([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAudience, w.actor, t, false, 50*time.Minute)
+	}
 	adm, _ := auth.Mint([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAdminAudience, "chaos-ops", true, 50*time.Minute)
-	w.ctx = func(c context.Context) context.Context {
-		return metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+tok)
+	w.ctx = func(c context.Context, i int) context.Context {
+		return metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+toks[tenantOf(i)])
 	}
 	w.admin = func(c context.Context) context.Context {
 		return metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+adm)
@@ -95,6 +115,23 @@ func (w *workload) request(i int, t0 time.Time) *payschedv1.CreateScheduledPayme
 		DueAt: timestamppb.New(due), RequestId: fmt.Sprintf("chaos-%d-%s", i, uuid.NewString())}
 }
 
+// setLimits gives tenant-01 weight 3, tenant-02 an in-flight cap of 20 and
+// tenant-03 a rate cap of 50 claims/s, through the admin API.
+func (w *workload) setLimits(ctx context.Context) error {
+	until := time.Now().Add(time.Minute)
+	for t, l := range map[string]*payschedv1.TenantLimits{
+		"tenant-01": {Weight: 3}, "tenant-02": {MaxInflight: 20}, "tenant-03": {MaxRate: 50},
+	} {
+		if err := retry(ctx, until, func(c context.Context) error {
+			_, err := w.r.admin.SetTenantLimits(w.admin(c), &payschedv1.SetTenantLimitsRequest{Tenant: t, Limits: l})
+			return err
+		}); err != nil {
+			return fmt.Errorf("set limits of %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
 // create schedules every payment through the API, retrying through its
 // crashes with the same idempotency keys.
 func (w *workload) create(ctx context.Context, t0 time.Time) error {
@@ -113,7 +150,7 @@ func (w *workload) create(ctx context.Context, t0 time.Time) error {
 			items[k] = reqs[i]
 		}
 		return retry(ctx, until, func(c context.Context) error {
-			resp, err := w.r.api.BatchCreateScheduledPayments(w.ctx(c), &payschedv1.BatchCreateScheduledPaymentsRequest{Items: items})
+			resp, err := w.r.api.BatchCreateScheduledPayments(w.ctx(c, batch[0]), &payschedv1.BatchCreateScheduledPaymentsRequest{Items: items})
 			if err != nil {
 				return err
 			}
@@ -127,22 +164,27 @@ func (w *workload) create(ctx context.Context, t0 time.Time) error {
 		})
 	}
 	var dupIdx []int
+	byTenant := map[string][]int{}
 	for i := range n {
 		if i%dupEvery == 0 {
 			dupIdx = append(dupIdx, i)
 			continue
 		}
-		batch = append(batch, i)
-		if len(batch) == 500 {
+		t := tenantOf(i)
+		byTenant[t] = append(byTenant[t], i)
+		if len(byTenant[t]) == 500 {
+			batch = byTenant[t]
 			if err := flush(); err != nil {
 				return fmt.Errorf("schedule: %w", err)
 			}
-			batch = batch[:0]
+			byTenant[t] = nil
 		}
 	}
-	if len(batch) > 0 {
-		if err := flush(); err != nil {
-			return fmt.Errorf("schedule: %w", err)
+	for t, b := range byTenant {
+		if batch = b; len(batch) > 0 {
+			if err := flush(); err != nil {
+				return fmt.Errorf("schedule %s: %w", t, err)
+			}
 		}
 	}
 	// Duplicate creates: two concurrent single creates per key must name
@@ -161,7 +203,7 @@ func (w *workload) create(ctx context.Context, t0 time.Time) error {
 				go func() {
 					defer inner.Done()
 					err := retry(ctx, until, func(c context.Context) error {
-						resp, err := w.r.api.CreateScheduledPayment(w.ctx(c), reqs[i])
+						resp, err := w.r.api.CreateScheduledPayment(w.ctx(c, i), reqs[i])
 						if err == nil {
 							got[k] = resp.GetPayment().GetPaymentId()
 						}
@@ -203,7 +245,7 @@ func (w *workload) cancels(ctx context.Context) {
 			time.Sleep(time.Until(at))
 			var st payschedv1.PaymentStatus
 			err := retry(ctx, at.Add(15*time.Second), func(c context.Context) error {
-				resp, err := w.r.api.CancelScheduledPayment(w.ctx(c), &payschedv1.CancelScheduledPaymentRequest{PaymentId: id})
+				resp, err := w.r.api.CancelScheduledPayment(w.ctx(c, i), &payschedv1.CancelScheduledPaymentRequest{PaymentId: id})
 				st = resp.GetPayment().GetStatus()
 				return err
 			})

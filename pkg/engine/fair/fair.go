@@ -86,6 +86,7 @@ type Scheduler struct {
 
 	mu       sync.Mutex
 	inflight map[string]int
+	stats    map[string]*tenantStats // claims by tenant, for the metrics
 }
 
 // New makes a scheduler reading tenant limits from db.
@@ -106,7 +107,16 @@ func New(cfg Config, db store.DB) (*Scheduler, error) {
 		cfg.WalkEvery = 200 * time.Millisecond
 	}
 	return &Scheduler{cfg: cfg, db: db, deficit: map[string]float64{}, inflight: map[string]int{},
-		backlog: map[string]bool{}}, nil
+		backlog: map[string]bool{}, stats: map[string]*tenantStats{other: {}}}, nil
+}
+
+// NextDue is when, by the last walk, a tenant with nothing due yet falls
+// due (zero: unknown): an idle sweeper need not sleep past it.
+func (s *Scheduler) NextDue() time.Time {
+	if s.cfg.Unfair {
+		return time.Time{}
+	}
+	return s.walk.NextDue
 }
 
 // Limits returns the limits the scheduler applies to tenant.
@@ -155,7 +165,13 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 	if err := s.reload(ctx); err != nil {
 		return nil, fmt.Errorf("fair claim: %w", err)
 	}
-	if s.stale || time.Since(s.walkedAt) >= s.cfg.WalkEvery {
+	// Walk again when the last walk is old, missed a tenant, found nothing
+	// due (a spike may have just begun), or a tenant it saw has fallen due
+	// since: the first round of a spike is shared, not due order.
+	now := time.Now()
+	nextDue := s.walk.NextDue
+	if s.stale || now.Sub(s.walkedAt) >= s.cfg.WalkEvery || len(s.walk.Due) == 0 ||
+		(!nextDue.IsZero() && !now.Before(nextDue)) {
 		w, err := c.WalkTenants(ctx, s.cursor, s.cfg.Walk)
 		if err != nil {
 			return nil, fmt.Errorf("fair claim: %w", err)
@@ -360,6 +376,7 @@ func (s *Scheduler) taken(cs []store.Claimed) {
 	for _, c := range cs {
 		s.inflight[c.Tenant]++
 	}
+	s.observe(cs, time.Now())
 	s.mu.Unlock()
 }
 

@@ -2,11 +2,13 @@ package fair_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paysched/paysched/pkg/engine/fair"
 	"github.com/paysched/paysched/pkg/store"
@@ -248,5 +250,68 @@ func TestConcurrentFairClaimsTakeEachRowOnce(t *testing.T) {
 	wg.Wait()
 	if dup != 0 || len(seen) != 2000 {
 		t.Fatalf("%d rows claimed twice, %d of 2000 claimed", dup, len(seen))
+	}
+}
+
+// More tenants than one walk visits: the cursor goes on where the last
+// walk stopped, so every tenant is served within a few rounds.
+func TestWalkBoundReachesEveryTenant(t *testing.T) {
+	db := pgtest.NewPool(t)
+	var tenants []string
+	for i := range 12 {
+		tn := string(rune('a'+i)) + "-tenant"
+		tenants = append(tenants, tn)
+		seed(t, db, tn, 5, time.Second)
+	}
+	sch, c := newScheduler(t, db, fair.Config{Walk: 3, WalkEvery: time.Nanosecond})
+	total := map[string]int{}
+	for range 12 {
+		got, err := sch.Claim(context.Background(), c, 6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range count(got) {
+			total[k] += v
+		}
+	}
+	for _, tn := range tenants {
+		if total[tn] != 5 {
+			t.Fatalf("claims %v: every tenant's 5 rows within 12 rounds of 6", total)
+		}
+	}
+}
+
+// The per-tenant metrics keep their cardinality bounded: the top tenants
+// by claims get their own series, the rest are summed as "other".
+func TestTenantMetricsAreBounded(t *testing.T) {
+	db := pgtest.NewPool(t)
+	for i := range fair.TopN + 5 {
+		seed(t, db, fmt.Sprintf("t%02d", i), 1+i, time.Second)
+	}
+	sch, c := newScheduler(t, db, fair.Config{Unfair: true})
+	if _, err := sch.Claim(context.Background(), c, 1000); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(sch)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		labels := map[string]float64{}
+		for _, m := range mf.GetMetric() {
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			labels[m.GetLabel()[0].GetValue()] = v
+		}
+		if len(labels) != fair.TopN+1 {
+			t.Fatalf("%s has %d series, want %d (top %d and other)", mf.GetName(), len(labels), fair.TopN+1, fair.TopN)
+		}
+		if mf.GetName() == "paysched_tenant_claimed_total" {
+			// t00..t04 claimed 1..5 each: the least, folded into other.
+			if labels["other"] != 1+2+3+4+5 || labels["t14"] != 15 {
+				t.Fatalf("claimed %v", labels)
+			}
+		}
 	}
 }

@@ -162,6 +162,7 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if s.fair, err = fair.New(cfg.Fair, db); err != nil {
 		return nil, fmt.Errorf("sweeper config: %w", err)
 	}
+	reg.MustRegister(s.fair)
 	for _, a := range addrs {
 		if err := s.add(a); err != nil {
 			return nil, err
@@ -443,7 +444,7 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 	}
 	if len(claimed) == 0 {
 		s.cfg.Breaker.Abort(probe)
-		return s.cfg.Interval
+		return s.idle()
 	}
 	s.m.claimed.Add(float64(len(claimed)))
 	for _, c := range claimed {
@@ -456,9 +457,22 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 	s.wg.Add(1)
 	go s.dispatch(s.batchSpan(now, e, claimed), e, claimed, probe)
 	if len(claimed) < granted {
-		return s.cfg.Interval // drained: poll again later
+		return s.idle() // drained: poll again later
 	}
 	return 0
+}
+
+// idle is how long to wait before claiming again when nothing more is
+// due: --interval, or less when the last walk of the tenants saw a payment
+// falling due sooner (the spike's due second is then claimed on time, not
+// up to an interval late).
+func (s *Sweeper) idle() time.Duration {
+	d := s.cfg.Interval
+	if next := s.fair.NextDue(); !next.IsZero() {
+		// A few ms after: the database's clock says when it is due.
+		d = min(d, max(10*time.Millisecond, time.Until(next)+5*time.Millisecond))
+	}
+	return d
 }
 
 // batchSpan starts the span of one claimed batch ("sweeper.dispatch", from
