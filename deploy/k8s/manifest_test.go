@@ -1163,7 +1163,7 @@ func TestAlertRules(t *testing.T) {
 				}
 			}
 			if !strings.Contains(r.Annotations["runbook"], r.Alert) {
-				t.Errorf("%s: the runbook hint does not name the alert's README entry", r.Alert)
+				t.Errorf("%s: the runbook hint does not name the alert's entry in docs/OPERATIONS.md", r.Alert)
 			}
 			if strings.Contains(r.Expr, `kind="DUPLICATE_CHARGE"`) && r.Labels["severity"] != "critical" {
 				t.Errorf("%s: duplicate charges must be critical", r.Alert)
