@@ -75,7 +75,7 @@ func tenantsCmd(g *globals) *cobra.Command {
 		},
 	}
 	set.Flags().Int32Var(&weight, "weight", 1, "share of each claim round relative to other tenants' (1..1000)")
-	set.Flags().Int32Var(&maxInflight, "max-inflight", 0, "payments one sweeper may have in flight for it (0: the sweepers' --tenant-max-inflight)")
+	set.Flags().Int32Var(&maxInflight, "max-inflight", 0, "payments in flight for it across sweepers (0: the sweepers' --tenant-max-inflight)")
 	set.Flags().Float64Var(&maxRate, "max-rate", 0, "claims per second across sweepers (0: the sweepers' --tenant-max-rate)")
 	c.AddCommand(list, set)
 	return c

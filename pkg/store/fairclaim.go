@@ -199,3 +199,44 @@ func dueIn(days []time.Time, d time.Time) bool {
 	}
 	return false
 }
+
+// inflightSQL counts one partition's (%s) claims in flight for the tenants
+// $1, through the lease index: it reads the leased rows, which are the
+// claims out (thousands at a spike, not the due backlog).
+const inflightSQL = `SELECT tenant, count(*) FROM %s WHERE lease_until IS NOT NULL AND status = 'PROCESSING'
+AND tenant = ANY($1) GROUP BY tenant`
+
+// InFlight counts, across every sweeper, the payments of tenants claimed
+// and not yet settled (PROCESSING), in one round trip over the partitions
+// that may hold a claim.
+func (c *Claimer) InFlight(ctx context.Context, tenants []string) (map[string]int, error) {
+	out := make(map[string]int, len(tenants))
+	if len(tenants) == 0 {
+		return out, nil
+	}
+	days, err := c.days(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("count in flight: %w", err)
+	}
+	b := &pgx.Batch{}
+	for _, d := range days {
+		b.Queue(partitionSQL(inflightSQL, d), tenants)
+	}
+	res := c.DB.SendBatch(ctx, b)
+	defer res.Close()
+	for _, d := range days {
+		rows, err := res.Query()
+		if err == nil {
+			var t string
+			var n int
+			_, err = pgx.ForEachRow(rows, []any{&t, &n}, func() error {
+				out[t] += n
+				return nil
+			})
+		}
+		if err != nil && !missingPartition(err) {
+			return nil, fmt.Errorf("count in flight in %s: %w", Partition(d), err)
+		}
+	}
+	return out, nil
+}

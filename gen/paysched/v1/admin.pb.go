@@ -28,7 +28,7 @@ type TenantLimits struct {
 	// Share of each claim round relative to other tenants', 1..1000
 	// (default 1).
 	Weight int32 `protobuf:"varint,1,opt,name=weight,proto3" json:"weight,omitempty"`
-	// Payments one sweeper may have in flight for the tenant; 0: the
+	// Payments in flight for the tenant across sweepers; 0: the
 	// sweepers' default (--tenant-max-inflight).
 	MaxInflight int32 `protobuf:"varint,2,opt,name=max_inflight,json=maxInflight,proto3" json:"max_inflight,omitempty"`
 	// Claims per second across sweepers; 0: the sweepers' default

@@ -21,8 +21,9 @@ import (
 type Limits struct {
 	// Weight is the tenant's share of a round, relative to the others'.
 	Weight int
-	// MaxInflight caps its payments claimed and not yet settled by this
-	// sweeper; 0: no cap.
+	// MaxInflight caps its payments claimed and not yet settled, across
+	// every sweeper (counted at each walk, plus this sweeper's own claims
+	// since); 0: no cap.
 	MaxInflight int
 	// MaxRate caps its claims per second, across every sweeper; 0: no cap.
 	MaxRate float64
@@ -84,6 +85,10 @@ type Scheduler struct {
 	capped   bool // some tenant has a cap: the due-order remainder is off
 	loadedAt time.Time
 
+	// others is, per capped tenant, what other sweepers had in flight at
+	// the last walk (the cluster's count less this sweeper's own).
+	others map[string]int
+
 	mu       sync.Mutex
 	inflight map[string]int
 	stats    map[string]*tenantStats // claims by tenant, for the metrics
@@ -106,7 +111,7 @@ func New(cfg Config, db store.DB) (*Scheduler, error) {
 	if cfg.WalkEvery == 0 {
 		cfg.WalkEvery = 200 * time.Millisecond
 	}
-	return &Scheduler{cfg: cfg, db: db, deficit: map[string]float64{}, inflight: map[string]int{},
+	return &Scheduler{cfg: cfg, db: db, deficit: map[string]float64{}, inflight: map[string]int{}, others: map[string]int{},
 		backlog: map[string]bool{}, stats: map[string]*tenantStats{other: {}}}, nil
 }
 
@@ -177,6 +182,9 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 			return nil, fmt.Errorf("fair claim: %w", err)
 		}
 		s.walk, s.walkedAt, s.stale, s.cursor = w, time.Now(), false, w.Next
+		if err := s.countOthers(ctx, c); err != nil {
+			return nil, fmt.Errorf("fair claim: %w", err)
+		}
 	}
 	w := s.walk
 	shares, rated := s.share(w, limit)
@@ -260,7 +268,7 @@ func (s *Scheduler) share(w store.Walk, limit int) ([]store.Share, []int) {
 	for i, t := range w.Due {
 		room[i] = limit
 		if l := s.Limits(t); l.MaxInflight > 0 {
-			room[i] = max(0, min(limit, l.MaxInflight-s.inflight[t]))
+			room[i] = max(0, min(limit, l.MaxInflight-s.others[t]-s.inflight[t]))
 		}
 	}
 	s.mu.Unlock()
@@ -352,6 +360,31 @@ func (s *Scheduler) spare(w store.Walk, room []int, shares []store.Share, left i
 		}
 	}
 	return left
+}
+
+// countOthers counts, for the due tenants with an in-flight cap, what the
+// other sweepers hold: the cluster's count less this sweeper's own.
+func (s *Scheduler) countOthers(ctx context.Context, c *store.Claimer) error {
+	clear(s.others)
+	var capped []string
+	for _, t := range s.walk.Due {
+		if s.Limits(t).MaxInflight > 0 {
+			capped = append(capped, t)
+		}
+	}
+	if len(capped) == 0 {
+		return nil
+	}
+	n, err := c.InFlight(ctx, capped)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range capped {
+		s.others[t] = max(0, n[t]-s.inflight[t])
+	}
+	return nil
 }
 
 // drop removes tenant from the cached walk: it has nothing more due.

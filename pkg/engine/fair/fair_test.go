@@ -131,6 +131,7 @@ func TestInflightCapSkipsTheTenant(t *testing.T) {
 	sch, c := newScheduler(t, db, fair.Config{})
 	ctx := context.Background()
 	total := map[string]int{}
+	var cappedIDs []string
 	for range 5 {
 		got, err := sch.Claim(ctx, c, 50)
 		if err != nil {
@@ -139,12 +140,27 @@ func TestInflightCapSkipsTheTenant(t *testing.T) {
 		for k, v := range count(got) {
 			total[k] += v
 		}
+		for _, cl := range got {
+			if cl.Tenant == "capped" {
+				cappedIDs = append(cappedIDs, cl.ID.String())
+			}
+		}
 	}
 	if total["capped"] != capN || total["free"] != 5*50-capN {
 		t.Fatalf("claims %v: capped must stop at %d in flight, free gets the rest", total, capN)
 	}
 	if n := sch.Inflight()["capped"]; n != capN {
 		t.Fatalf("in flight %d, want %d", n, capN)
+	}
+	// Another sweeper sees the cap as full: the count is cluster-wide.
+	other, oc := newScheduler(t, db, fair.Config{})
+	oc.Owner = "sweeper-other"
+	if got, err := other.Claim(ctx, oc, 50); err != nil || count(got)["capped"] != 0 {
+		t.Fatalf("another sweeper claimed %v (%v) of a tenant at its cap", count(got), err)
+	}
+	// Four settle.
+	if _, err := db.Exec(ctx, `UPDATE payments SET status = 'COMPLETED', lease_until = NULL WHERE id::text = ANY($1)`, cappedIDs[:4]); err != nil {
+		t.Fatal(err)
 	}
 	sch.Done("capped", 4)
 	got, err := sch.Claim(ctx, c, 50)

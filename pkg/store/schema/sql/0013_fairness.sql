@@ -21,7 +21,7 @@ CREATE TABLE tenant_limits (
     -- weight: a backlogged tenant's share of each claim round, relative
     -- to the others'.
     weight       integer     NOT NULL DEFAULT 1 CHECK (weight BETWEEN 1 AND 1000),
-    -- max_inflight: payments one sweeper has claimed and not yet settled.
+    -- max_inflight: payments claimed and not yet settled, across sweepers.
     max_inflight integer     CHECK (max_inflight > 0),
     -- max_rate: claims per second, across every sweeper.
     max_rate     double precision CHECK (max_rate > 0 AND max_rate <= 1000000),
