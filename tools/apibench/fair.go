@@ -3,7 +3,6 @@ package apibench
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -35,7 +34,7 @@ type FairResult struct {
 	// time: the part of every lateness that no share can change.
 	FirstStartS       float64
 	BigDrainS         float64
-	WeightedShare     float64 // the weight-2 tenant's claims per weight-1 tenant's, while both were backlogged
+	WeightedShare     float64 // the weight-2 tenant's share per weight-1 tenant's, while both were backlogged
 	Completed, Others int
 }
 
@@ -136,38 +135,24 @@ func Fair(ctx context.Context, cfg FairConfig, progress func(string)) (FairResul
 		return r, err
 	}
 	r.ExecutedPerS = float64(n) / drain
-	// The share while both were backlogged: by the time the weighted
-	// tenant's last payment was first tried, how many had each weight-1
-	// small tenant had tried? Weight 2 against 1 should make that half.
-	rows, err := db.Query(ctx, `
+	// The share while both were backlogged. Each small tenant's payments
+	// start spread over the time it is backlogged, so their mean start
+	// (from the first start of all) is half its drain; a tenant with twice
+	// the share drains in half the time. The ratio of the means (weight-1
+	// tenants' over the weight-2 tenant's) is the share ratio, averaged
+	// over every payment: the start of one payment, or the order within a
+	// batch and between executors, moves it little.
+	err = db.QueryRow(ctx, `
 		WITH first AS (
 			SELECT p.tenant, min(a.started_at) AS started
 			FROM payments p JOIN payment_attempts a ON a.payment_id = p.id
-			WHERE p.tenant LIKE 'small-%' GROUP BY p.id, p.tenant),
-		w AS (SELECT max(started) AS until FROM first WHERE tenant = $1)
-		SELECT tenant, count(*) FILTER (WHERE started <= w.until) FROM first, w WHERE tenant <> $1 GROUP BY tenant`, weighted)
+			GROUP BY p.id, p.tenant),
+		t0 AS (SELECT min(started) AS t0 FROM first)
+		SELECT coalesce(avg(EXTRACT(epoch FROM started - t0)) FILTER (WHERE tenant LIKE 'small-%' AND tenant <> $1)
+		       / nullif(avg(EXTRACT(epoch FROM started - t0)) FILTER (WHERE tenant = $1), 0), 0)::float8
+		FROM first, t0`, weighted).Scan(&r.WeightedShare)
 	if err != nil {
 		return r, err
-	}
-	var counts []float64
-	for rows.Next() {
-		var t string
-		var c float64
-		if err := rows.Scan(&t, &c); err != nil {
-			rows.Close()
-			return r, err
-		}
-		counts = append(counts, c)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return r, err
-	}
-	if len(counts) > 0 {
-		sort.Float64s(counts)
-		if med := counts[len(counts)/2]; med > 0 {
-			r.WeightedShare = float64(cfg.PerSmall) / med
-		}
 	}
 	err = db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = $1), count(*) FILTER (WHERE status <> $1) FROM payments`,
 		string(payment.Completed)).Scan(&r.Completed, &r.Others)

@@ -281,7 +281,14 @@ func (s *Scheduler) share(w store.Walk, limit int) ([]store.Share, []int) {
 	shares := make([]store.Share, 0, len(w.Due))
 	var rated []int
 	left := limit
-	for i, t := range w.Due {
+	// From a rotating start: the shares' order is the order their rows
+	// come back in, and so the order the executor starts them within the
+	// batch; a fixed order (by name) would start the same tenants first in
+	// every round.
+	s.rot++
+	for k := range w.Due {
+		i := (k + s.rot) % len(w.Due)
+		t := w.Due[i]
 		l := s.Limits(t)
 		if room[i] == 0 || sumW == 0 {
 			continue
