@@ -48,7 +48,12 @@ WITH due AS (
     ORDER BY run_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-)
+)` + claimDueSQL
+
+// claimDueSQL is every claim's write: the rows its CTE due locked become
+// PROCESSING for owner $1 under lease $2, at the next attempt (the fencing
+// token), in partition %[1]s.
+const claimDueSQL = `
 UPDATE %[1]s p
 SET status = 'PROCESSING', lease_until = now() + $2::interval, lease_owner = $1,
     attempt = p.attempt + 1, updated_at = now()

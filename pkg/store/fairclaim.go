@@ -52,13 +52,7 @@ WITH share AS (
         ORDER BY run_at
         LIMIT s.quota
         FOR UPDATE SKIP LOCKED) d
-)
-UPDATE %[1]s p
-SET status = 'PROCESSING', lease_until = now() + $2::interval, lease_owner = $1,
-    attempt = p.attempt + 1, updated_at = now()
-FROM due
-WHERE p.ctid = due.ctid AND p.status = 'PENDING'
-RETURNING p.id, p.due_time, p.run_at, p.attempt, p.tenant`
+)` + claimDueSQL
 
 // Walk is what one walk of the tenants found.
 type Walk struct {

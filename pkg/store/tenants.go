@@ -22,19 +22,25 @@ type TenantLimits struct {
 // LoadTenantLimits reads every tenant's limits. The table holds a row
 // only for a tenant an operator set, so it stays small.
 func LoadTenantLimits(ctx context.Context, db DB) ([]TenantLimits, error) {
-	rows, err := db.Query(ctx, `SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits ORDER BY tenant`)
-	if err != nil {
-		return nil, fmt.Errorf("load tenant limits: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TenantLimits, error) {
-		var l TenantLimits
-		err := r.Scan(&l.Tenant, &l.Weight, &l.MaxInflight, &l.MaxRate, &l.UpdatedBy)
-		return l, err
-	})
+	out, err := queryLimits(ctx, db, `SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits ORDER BY tenant`)
 	if err != nil {
 		return nil, fmt.Errorf("load tenant limits: %w", err)
 	}
 	return out, nil
+}
+
+// queryLimits runs a query of tenant_limits' columns (tenant, weight,
+// max_inflight, max_rate, updated_by) and collects the rows.
+func queryLimits(ctx context.Context, db DB, sql string, args ...any) ([]TenantLimits, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (TenantLimits, error) {
+		var l TenantLimits
+		err := r.Scan(&l.Tenant, &l.Weight, &l.MaxInflight, &l.MaxRate, &l.UpdatedBy)
+		return l, err
+	})
 }
 
 // SetTenantLimits writes one tenant's limits (by whom, for the record).
@@ -85,16 +91,8 @@ func ListTenants(ctx context.Context, db DB, after string, limit int) ([]TenantS
 	if err != nil {
 		return nil, "", fmt.Errorf("list tenants: %w", err)
 	}
-	rows, err := db.Query(ctx, `SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits
+	set, err := queryLimits(ctx, db, `SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits
 		WHERE tenant > $1 ORDER BY tenant LIMIT $2`, after, limit)
-	if err != nil {
-		return nil, "", fmt.Errorf("list tenants: %w", err)
-	}
-	set, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TenantLimits, error) {
-		var l TenantLimits
-		err := r.Scan(&l.Tenant, &l.Weight, &l.MaxInflight, &l.MaxRate, &l.UpdatedBy)
-		return l, err
-	})
 	if err != nil {
 		return nil, "", fmt.Errorf("list tenants: %w", err)
 	}
@@ -123,7 +121,7 @@ func ListTenants(ctx context.Context, db DB, after string, limit int) ([]TenantS
 	if len(names) == 0 {
 		return out, next, nil
 	}
-	rows, err = db.Query(ctx, tenantDueSQL, names, MaxCounted)
+	rows, err := db.Query(ctx, tenantDueSQL, names, MaxCounted)
 	if err != nil {
 		return nil, "", fmt.Errorf("list tenants: count due: %w", err)
 	}
