@@ -189,8 +189,7 @@ func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Regis
 	s.m.flush = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "paysched_executor_complete_batch_size", Help: "Outcomes written per completion statement.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
-	reg.MustRegister(s.m.paced)
-	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced, s.m.dead, s.m.released, s.m.mismatches, s.m.unrecorded,
+	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced, s.m.dead, s.m.released, s.m.paced, s.m.mismatches, s.m.unrecorded,
 		s.m.poisoned, s.m.tooShort, s.m.flush)
 	gateway.RegisterMetrics(reg)
 	// Fixed pools: callers bound gateway concurrency, and long-lived

@@ -323,11 +323,12 @@ func (s *Scheduler) share(w store.Walk, limit int) ([]store.Share, []int) {
 // spare hands left rows to the due tenants with room, by weight (only
 // backlogged ones if backlogOnly), and returns what is still left.
 func (s *Scheduler) spare(w store.Walk, room []int, shares []store.Share, left int, backlogOnly bool) int {
+	idx := make(map[string]int, len(shares)) // the shares never change order here
+	for j, sh := range shares {
+		idx[sh.Tenant] = j
+	}
 	for left > 0 && (backlogOnly || s.capped) {
-		sumW, idx := 0, map[string]int{}
-		for j, sh := range shares {
-			idx[sh.Tenant] = j
-		}
+		sumW := 0
 		for i, t := range w.Due {
 			j, ok := idx[t]
 			if room[i] > 0 && (!ok || shares[j].Quota < room[i]) && (!backlogOnly || s.backlog[t]) {
@@ -345,19 +346,12 @@ func (s *Scheduler) spare(w store.Walk, room []int, shares []store.Share, left i
 			i := (k + s.rot) % len(w.Due)
 			t := w.Due[i]
 			j, ok := idx[t]
-			have := 0
-			if ok {
-				have = shares[j].Quota
-			}
-			if room[i] <= have || left == 0 || (backlogOnly && !s.backlog[t]) {
+			// Only tenants already given a share take spare; one without
+			// (no whole credit yet) waits for its turn.
+			if !ok || room[i] <= shares[j].Quota || left == 0 || (backlogOnly && !s.backlog[t]) {
 				continue
 			}
-			extra := min(room[i]-have, left, max(1, left*s.Limits(t).Weight/sumW))
-			if !ok {
-				// Only tenants already given a share take spare in this
-				// pass; one without (no credit yet) waits for its turn.
-				continue
-			}
+			extra := min(room[i]-shares[j].Quota, left, max(1, left*s.Limits(t).Weight/sumW))
 			shares[j].Quota += extra
 			left -= extra
 			gave += extra
