@@ -13,24 +13,50 @@ import (
 )
 
 // TestCeilingHolds paces 6,000 due payments with a cluster-wide ceiling of
-// 2,000/s across two sweepers: the gateway never sees more than 2,500 in a
-// wall-clock second and never has to refuse one. Unpaced (no bucket), the
-// same load reached it at 4,440 and 6,000 in one second. The 25% headroom
-// is for delivery jitter: charges released late in one second can arrive
-// early in the next (under -race on two cores, 10% was crossed by a few
-// dozen charges in some runs).
+// 2,000/s (burst 200) across two sweepers of batch 200. What the engine
+// controls is when it claims: in any second of the database's clock the
+// claims are at most the rate, plus the burst, plus one batch per sweeper
+// (a batch whose tokens were taken just before that second): 2,600.
+// Unpaced, the same load is claimed at 4,000-6,000 in one second.
+//
+// The gateway's own count per wall-clock second is logged, not asserted:
+// a charge claimed in one second can reach the gateway in the next when
+// the machine is loaded (CI saw 3,039 arrive in one second, claimed over
+// two), and no claim-time pacing can bound delivery jitter. A refusal
+// then is a rate limit, retried with nothing charged (money rule tests).
 func TestCeilingHolds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes ~4 s")
 	}
-	const gatewayCeiling = 2500
-	c := newCluster(t, opts{sweepers: 2, executors: 2, batch: 200, ceiling: 2000,
-		faults: &gatewayv1.Faults{RateCeiling: gatewayCeiling}})
+	const rate, burst, batch, sweepers = 2000, 200, 200, 2
+	c := newCluster(t, opts{sweepers: sweepers, executors: 2, batch: batch, ceiling: rate})
+	ctx := context.Background()
+	// Every claim (PENDING to PROCESSING), stamped by the database's clock
+	// as the claim statement runs.
+	for _, q := range []string{
+		`CREATE TABLE claims_seen (at timestamptz NOT NULL)`,
+		`CREATE FUNCTION note_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN INSERT INTO claims_seen VALUES (clock_timestamp()); RETURN NULL; END $$`,
+		`CREATE TRIGGER note_claim AFTER UPDATE ON payments FOR EACH ROW
+		 WHEN (OLD.status = 'PENDING' AND NEW.status = 'PROCESSING') EXECUTE FUNCTION note_claim()`,
+	} {
+		if _, err := c.db.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.schedule(6000, "bob", soon())
 	c.waitTerminal(60 * time.Second)
+	var maxInSecond int
+	if err := c.db.QueryRow(ctx, `SELECT max(n) FROM (SELECT count(*) OVER (ORDER BY at
+		RANGE BETWEEN CURRENT ROW AND '999999 microseconds' FOLLOWING) AS n FROM claims_seen) w`).Scan(&maxInSecond); err != nil {
+		t.Fatal(err)
+	}
 	r := c.report()
-	t.Logf("max charges in one second: %d, rate limited: %d", r.GetMaxChargesPerSecond(), r.GetRateLimited())
-	if r.GetMaxChargesPerSecond() > gatewayCeiling || r.GetRateLimited() != 0 || r.GetCharges() != 6000 {
+	t.Logf("max claims in one second: %d; at the gateway: %d", maxInSecond, r.GetMaxChargesPerSecond())
+	if bound := rate + burst + sweepers*batch; maxInSecond > bound {
+		t.Fatalf("%d claims in one second, more than %d: the ceiling did not hold", maxInSecond, bound)
+	}
+	if r.GetCharges() != 6000 || r.GetSucceeded() != 6000 || len(r.GetDoubleCharged()) != 0 {
 		t.Fatalf("report %v", r)
 	}
 }

@@ -155,13 +155,15 @@ func TestOnlyAProvenAbsenceClearsProbeFirst(t *testing.T) {
 // to PENDING with probe_first, whatever the mover saw: a charge may land
 // between its look and the next claim (a request still in flight). Here
 // one lands right after the move, the gateway forgetting the key at once:
-// only the probe keeps the engine from charging a second time.
+// only the probe keeps the engine from charging a second time. No sweeper
+// runs: the move makes the payment due at once, and the test, not a race
+// with a sweeper, decides that the late charge comes before the claim.
 func TestMovesBackToPendingAskFirst(t *testing.T) {
 	for _, by := range []payment.Actor{payment.Operator, payment.Resolver} {
 		t.Run(string(by), func(t *testing.T) {
-			c := newCluster(t, opts{faults: &gatewayv1.Faults{KeyRetentionMs: 1}})
-			// Parked before it falls due, so the engine has not touched it.
-			id := c.schedule(1, "bob", time.Now().Add(2*time.Second))[0]
+			c := newCluster(t, opts{noReaper: true, faults: &gatewayv1.Faults{KeyRetentionMs: 1}})
+			c.stop() // the test claims by hand
+			id := c.schedule(1, "bob", time.Now().Add(50*time.Millisecond))[0]
 			deadLetter(t, c, id)
 			if _, err := c.db.Exec(context.Background(), `UPDATE payments SET probe_first = false WHERE id = $1`, id); err != nil {
 				t.Fatal(err)
@@ -173,21 +175,17 @@ func TestMovesBackToPendingAskFirst(t *testing.T) {
 			if !c.probeFirst(id) {
 				t.Fatal("the move back to PENDING did not set probe_first")
 			}
-			// The late charge, before the payment falls due.
+			// The late charge, before the next claim.
 			if _, err := c.sim.Charge(context.Background(), &gatewayv1.ChargeRequest{IdempotencyKey: id.String(), Reference: id.String(),
 				Amount: 100, Currency: "USD", Payer: "alice", Payee: "bob"}); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				if st, _ := c.status(id); st == "COMPLETED" {
-					break
-				}
-				if time.Now().After(deadline) {
-					st, _ := c.status(id)
-					t.Fatalf("status %s", st)
-				}
-				time.Sleep(50 * time.Millisecond)
+			got, err := execute(t, c.execs[0], workItem(claimOne(t, c, 30*time.Second)))
+			if err != nil || got[id.String()] != internalv1.Result_RESULT_SUCCEEDED {
+				t.Fatalf("outcome %v %v", got, err)
+			}
+			if st, _ := c.status(id); st != "COMPLETED" {
+				t.Fatalf("status %s", st)
 			}
 			if r := c.report(); r.GetSucceeded() != 1 || len(r.GetDoubleCharged()) != 0 {
 				t.Fatalf("gateway report %v: charged twice", r)
