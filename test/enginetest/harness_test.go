@@ -54,6 +54,9 @@ type opts struct {
 	// bounds for undecided charges (zero: never cancelled).
 	bounds   gateway.Bounds
 	noReaper bool
+	// noSweeper starts the cluster with no sweeper: the test parks its
+	// payments first and then calls startSweeper, so no claim races it.
+	noSweeper bool
 	// payeeRate paces charges per payee in each executor (0: none).
 	payeeRate float64
 }
@@ -148,6 +151,9 @@ func newCluster(t *testing.T, o opts) *cluster {
 		c.execs = append(c.execs, addr)
 	}
 	for i := range max(o.sweepers, 1) {
+		if o.noSweeper {
+			break
+		}
 		c.startSweeper(fmt.Sprint("sweeper-", i))
 	}
 	if !o.noReaper {

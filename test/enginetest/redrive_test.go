@@ -38,9 +38,9 @@ func deadLetter(t *testing.T, c *cluster, id uuid.UUID) {
 // the charge named, for the gateway, asked first, holds the charge (and
 // has forgotten the key, so a re-charge would be a second charge).
 func TestRedriveOfAChargedDeadLetterIsRefused(t *testing.T) {
-	c := newCluster(t, opts{faults: &gatewayv1.Faults{KeyRetentionMs: 1}})
-	// Parked before it falls due, so the engine has not touched it.
-	id := c.schedule(1, "bob", time.Now().Add(2*time.Second))[0]
+	// No sweeper until the payment is parked: the engine has not touched it.
+	c := newCluster(t, opts{noSweeper: true, faults: &gatewayv1.Faults{KeyRetentionMs: 1}})
+	id := c.schedule(1, "bob", time.Now())[0]
 	ctx := context.Background()
 	ch, err := c.sim.Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: id.String(), Reference: id.String(),
 		Amount: 100, Currency: "USD", Payer: "alice", Payee: "bob"})
@@ -58,7 +58,8 @@ func TestRedriveOfAChargedDeadLetterIsRefused(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("resolve of a charged payment: %v, want FAILED_PRECONDITION", err)
 	}
-	time.Sleep(2500 * time.Millisecond) // past due: an engine that had taken it would have charged it
+	c.startSweeper("sweeper-0")
+	time.Sleep(time.Second) // due: an engine that took it would charge it
 	if st, _ := c.status(id); st != "DEAD_LETTERED" {
 		t.Fatalf("status %s, want DEAD_LETTERED", st)
 	}
@@ -70,8 +71,8 @@ func TestRedriveOfAChargedDeadLetterIsRefused(t *testing.T) {
 // A dead letter the gateway never charged is re-driven: the engine asks
 // again, then charges once under the same key.
 func TestRedrivenUnchargedDeadLetterIsChargedOnce(t *testing.T) {
-	c := newCluster(t, opts{})
-	id := c.schedule(1, "bob", time.Now().Add(2*time.Second))[0]
+	c := newCluster(t, opts{noSweeper: true})
+	id := c.schedule(1, "bob", time.Now())[0]
 	ctx := context.Background()
 	deadLetter(t, c, id)
 	adm := admin.New(c.db, nil, c.charger(), quiet)
@@ -79,6 +80,7 @@ func TestRedrivenUnchargedDeadLetterIsChargedOnce(t *testing.T) {
 	if _, err := adm.RedrivePayment(actx, &payschedv1.RedrivePaymentRequest{PaymentId: id.String(), Note: "retry"}); err != nil {
 		t.Fatal(err)
 	}
+	c.startSweeper("sweeper-0")
 	c.waitTerminal(20 * time.Second)
 	if st, _ := c.status(id); st != "COMPLETED" {
 		t.Fatalf("after re-drive: %s", st)
@@ -108,8 +110,8 @@ func reasonOf(err error) string {
 // ABSENCE_UNPROVEN, the payment left where it is, here rightly so, for it
 // was charged.
 func TestResolveNeedsAProvenAbsence(t *testing.T) {
-	c := newCluster(t, opts{faults: &gatewayv1.Faults{ProbeLagMs: 60_000, ProbeUnprovenRate: 1}})
-	id := c.schedule(1, "bob", time.Now().Add(2*time.Second))[0]
+	c := newCluster(t, opts{noSweeper: true, faults: &gatewayv1.Faults{ProbeLagMs: 60_000, ProbeUnprovenRate: 1}})
+	id := c.schedule(1, "bob", time.Now())[0]
 	ctx := context.Background()
 	if _, err := c.sim.Charge(ctx, &gatewayv1.ChargeRequest{IdempotencyKey: id.String(), Reference: id.String(),
 		Amount: 100, Currency: "USD", Payer: "alice", Payee: "bob"}); err != nil {
@@ -136,11 +138,11 @@ func TestResolveNeedsAProvenAbsence(t *testing.T) {
 // first, then the payment is CANCELLED, both names in the audit. One the
 // gateway charged is refused; one a claim took meanwhile is fenced.
 func TestOperatorCancel(t *testing.T) {
-	c := newCluster(t, opts{})
+	c := newCluster(t, opts{noSweeper: true})
 	ctx := context.Background()
 	adm := admin.New(c.db, nil, c.charger(), quiet)
 	actx := auth.WithPrincipal(ctx, auth.Principal{Actor: "ops", Admin: true})
-	ids := c.schedule(3, "bob", time.Now().Add(3*time.Second))
+	ids := c.schedule(3, "bob", time.Now())
 	waiting, charged, never := ids[0], ids[1], ids[2]
 	c.setFaults(&gatewayv1.Faults{ActionRequiredRate: 1})
 	for i, id := range []uuid.UUID{waiting, charged} {
@@ -174,7 +176,8 @@ func TestOperatorCancel(t *testing.T) {
 		actor != "admin:ops" || action != "CANCEL" {
 		t.Fatalf("audit: %s %s %v", actor, action, err)
 	}
-	time.Sleep(3500 * time.Millisecond) // past due: nothing charges a cancelled payment
+	c.startSweeper("sweeper-0")
+	time.Sleep(time.Second) // due: nothing charges a cancelled payment
 	for _, id := range []uuid.UUID{waiting, never} {
 		if st, _ := c.status(id); st != "CANCELLED" {
 			t.Fatalf("%s: %s", id, st)
