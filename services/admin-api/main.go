@@ -14,6 +14,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/pkg/console"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/svc"
@@ -31,6 +32,8 @@ func main() {
 	gwf := dial.Register(fs, "127.0.0.1:9300") // operators' moves ask it first; an empty --gateway-addr turns that off
 	opRate := fs.Float64("actor-rate", 20, "requests per second allowed to one operator (per instance); 0 disables the limit")
 	opBurst := fs.Int("actor-burst", 40, "requests one operator may send at once after being idle")
+	cons := console.RegisterFlags(fs)
+	auditURL := fs.String("audit-database-url", "", "the audit log's database (the console shows a payment's history from it); empty: not shown")
 	svc.Main("admin-api", fs, func(ctx context.Context, log *slog.Logger) error {
 		mode.Announce(log)
 		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
@@ -45,9 +48,19 @@ func main() {
 		if err != nil {
 			return err
 		}
+		if *auditURL != "" {
+			if err := mode.DatabaseURL("--audit-database-url", *auditURL); err != nil {
+				return err
+			}
+		}
+		consoleCfg, err := cons.Config(mode)
+		if err != nil {
+			return err
+		}
 		cfg := server.AdminConfig{
 			DatabaseURL: *dbURL, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
 			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: mode.Dev,
+			Console: consoleCfg, AuditDatabaseURL: *auditURL,
 		}
 		if err := cfg.Validate(); err != nil {
 			return err

@@ -28,6 +28,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/rest"
+	"github.com/paysched/paysched/pkg/console"
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
@@ -67,10 +68,20 @@ type AdminConfig struct {
 	RateLimit ratelimit.Config
 	// Reflection serves gRPC server reflection (development).
 	Reflection bool
+	// Console, if set, is served under /console/ on the REST listener.
+	Console *console.Config
+	// AuditDatabaseURL, if set, is the audit log's database: the
+	// console shows a payment's history from it.
+	AuditDatabaseURL string
 }
 
 // Validate reports the first configuration error.
 func (cfg AdminConfig) Validate() error {
+	if cfg.Console != nil {
+		if err := cfg.Console.Validate(); err != nil {
+			return err
+		}
+	}
 	switch {
 	case cfg.DBMaxConns < 0:
 		return fmt.Errorf("--db-max-conns must not be negative, got %d", cfg.DBMaxConns)
@@ -96,6 +107,9 @@ type Server struct {
 	log     *slog.Logger
 	// reflection: gRPC server reflection is served (development).
 	reflection bool
+	// console, when served, runs its caches and bulk requests beside.
+	console *console.Console
+	audit   *pgxpool.Pool
 }
 
 // Validate reports the first configuration error.
@@ -273,8 +287,38 @@ func NewAdmin(ctx context.Context, cfg AdminConfig, log *slog.Logger) (*Server, 
 		}
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
-	return &Server{name: "admin-api", pool: pool, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log,
-		reflection: cfg.Reflection}, nil
+	srv := &Server{name: "admin-api", pool: pool, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log,
+		reflection: cfg.Reflection}
+	if cfg.Console != nil {
+		if err := srv.serveConsole(ctx, cfg, adm); err != nil {
+			srv.close()
+			return nil, err
+		}
+	}
+	return srv, nil
+}
+
+// serveConsole mounts the operator console under /console/ beside the
+// REST API.
+func (s *Server) serveConsole(ctx context.Context, cfg AdminConfig, adm *admin.Server) error {
+	ccfg := *cfg.Console
+	if cfg.AuditDatabaseURL != "" {
+		audit, err := svc.Pool(ctx, cfg.AuditDatabaseURL, 4, svc.CustomPlans)
+		if err != nil {
+			return fmt.Errorf("audit database: %w", err)
+		}
+		s.audit, ccfg.AuditDB = audit, audit
+	}
+	c, err := console.New(ctx, ccfg, s.pool, admin.ConsoleActions{S: adm}, s.log)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(console.Prefix+"/", c)
+	mux.Handle(console.Prefix, c)
+	mux.Handle("/", s.http)
+	s.console, s.http = c, mux
+	return nil
 }
 
 func (s *Server) ensurePartitions(ctx context.Context) {
@@ -297,6 +341,9 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 	var upkeep func(ctx context.Context) error
 	if s.batcher != nil {
 		upkeep = s.upkeep
+	}
+	if s.console != nil {
+		upkeep = s.console.Run
 	}
 	return svc.Server{Name: s.name, Log: s.log, Registry: s.reg, GRPC: s.grpc, GRPCListener: l.GRPC,
 		Reflection: s.reflection, HTTP: s.http, HTTPListener: l.HTTP, InternalListener: l.Internal, Ready: s.ready,
@@ -324,6 +371,9 @@ func (s *Server) close() {
 	}
 	if s.gw != nil {
 		s.gw.Close()
+	}
+	if s.audit != nil {
+		s.audit.Close()
 	}
 	s.pool.Close()
 }

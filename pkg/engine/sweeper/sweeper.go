@@ -367,6 +367,7 @@ func resolve(targets []string, lookup func(string) ([]string, error)) ([]string,
 // flight (up to Grace).
 func (s *Sweeper) Run(ctx context.Context) error {
 	defer s.shutdown()
+	go s.report(ctx, 5*time.Second)
 	go func() {
 		t := time.NewTicker(s.cfg.Resolve)
 		defer t.Stop()

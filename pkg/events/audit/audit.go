@@ -497,42 +497,62 @@ func (c *Consumer) publish(ctx context.Context, b *batch) error {
 	return nil
 }
 
-// notification is the CloudEvent (binary mode) for a payments change that
-// clients care about: its creation and each terminal or cancel transition;
-// nil otherwise. ce_id is derived from the change itself (lsn, payment,
-// type), so a redelivered change yields the same ce_id and consumers drop
-// the duplicate: exactly once in effect without Kafka transactions.
-func notification(e *envelope.Event) *kgo.Record {
+// Notified says which notification a change of the payments table emits:
+// its CloudEvent type and id, ok false when it emits none. Clients care
+// about a payment's creation and each terminal or cancel transition.
+// ce_id is derived from the change itself (lsn, payment, type), so a
+// redelivered change yields the same ce_id and consumers drop the
+// duplicate: exactly once in effect without Kafka transactions. The
+// operator console shows a payment's notifications with it.
+func Notified(e *envelope.Event) (ceType, ceID string, ok bool) {
 	after := e.After()
 	if e.Source.Table != "payments" || after == nil {
-		return nil
+		return "", "", false
 	}
 	var status string
 	if p := envelope.Str(after.Status); p != nil {
 		status = *p
 	}
-	var typ string
 	switch {
 	case e.Op == "r" && payment.Status(status).AtRest():
 		// A snapshot (cdc --resync after a gap) of a payment that has come
 		// to rest: announce where it is; its earlier notifications may be
 		// in the gap.
-		typ = "paysched.payment." + strings.ToLower(status)
+		ceType = "paysched.payment." + strings.ToLower(status)
 	case e.Op == "c" || e.Op == "r":
-		typ = "paysched.payment.created"
+		ceType = "paysched.payment.created"
 	case e.Op == "u" && payment.Status(status).AtRest() && (e.Before() == nil || !sameString(e.Before().Status, status)):
-		typ = "paysched.payment." + strings.ToLower(status)
+		ceType = "paysched.payment." + strings.ToLower(status)
 	default:
+		return "", "", false
+	}
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%d|%s|%s", e.Source.LSN, paymentID(e), ceType)))
+	return ceType, hex.EncodeToString(sum[:16]), true
+}
+
+func paymentID(e *envelope.Event) string {
+	if p := envelope.Str(e.After().ID); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// notification is the CloudEvent (binary mode) Notified names, as a
+// record for the notifications topic; nil when the change emits none.
+func notification(e *envelope.Event) *kgo.Record {
+	typ, ceID, ok := Notified(e)
+	if !ok {
 		return nil
 	}
-	var id string
-	if p := envelope.Str(after.ID); p != nil {
-		id = *p
+	after := e.After()
+	var status string
+	if p := envelope.Str(after.Status); p != nil {
+		status = *p
 	}
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%d|%s|%s", e.Source.LSN, id, typ)))
+	id := paymentID(e)
 	return &kgo.Record{Topic: kafka.Default.Notifications, Key: []byte(id), Value: noteData(after, id, status), Headers: []kgo.RecordHeader{
 		{Key: "ce_specversion", Value: []byte("1.0")},
-		{Key: "ce_id", Value: []byte(hex.EncodeToString(sum[:16]))},
+		{Key: "ce_id", Value: []byte(ceID)},
 		{Key: "ce_type", Value: []byte(typ)},
 		{Key: "ce_source", Value: []byte("/paysched/payments")},
 		{Key: "ce_time", Value: []byte(time.UnixMilli(e.Source.TsMs).UTC().Format(time.RFC3339Nano))},

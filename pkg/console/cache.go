@@ -1,0 +1,283 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// The overview's figures come from background work, never from the
+// request: a page is a read of memory. Each statement is bounded.
+const (
+	countsEvery   = 10 * time.Second
+	forecastEvery = time.Minute
+	sampleEvery   = 10 * time.Second
+	// countCap bounds an exact count through a partial index; past it the
+	// page shows "100,000+".
+	countCap = 100000
+	// history is how much the lateness chart shows.
+	history = time.Hour
+)
+
+// cappedCountSQL counts one open status's rows through its partial index
+// (sweep, lease, dead letters), stopping at the cap. The status is in the
+// text, not a parameter: a partial index needs it when the plan is made.
+func cappedCountSQL(s payment.Status) string {
+	return `SELECT count(*) FROM (SELECT 1 FROM payments WHERE status = ` + lit(s) + ` LIMIT $1) s`
+}
+
+// lit is a status or outcome as an SQL literal (they are fixed words).
+func lit[S ~string](s S) string { return "'" + string(s) + "'" }
+
+// The statuses' and outcomes' literals the console's statements name.
+const (
+	pending   = "'" + string(payment.Pending) + "'"
+	dead      = "'" + string(payment.DeadLettered) + "'"
+	succeeded = "'" + string(payment.Succeeded) + "'"
+	declined  = "'" + string(payment.Declined) + "'"
+	retryable = "'" + string(payment.Retryable) + "'"
+	ambiguous = "'" + string(payment.Ambiguous) + "'"
+)
+
+// estimateSQL estimates the rows of each status from the planner's
+// statistics of each partition (reltuples times the status's frequency):
+// no scan at all, as fresh as autovacuum's last analyze.
+const estimateSQL = `
+SELECT s.v, sum(c.reltuples * s.f)::bigint
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = c.relname AND st.attname = 'status' AND NOT st.inherited
+CROSS JOIN LATERAL unnest(st.most_common_vals::text::text[], st.most_common_freqs) AS s(v, f)
+WHERE i.inhparent = 'payments'::regclass AND c.reltuples > 0
+GROUP BY s.v`
+
+// forecastSQL is what falls due in the next 24 h, per minute and
+// currency: a range of the sweep index (PENDING rows by run_at).
+const forecastSQL = `
+SELECT date_trunc('minute', run_at) AS m, currency, count(*), sum(amount_minor)::bigint
+FROM payments
+WHERE status = ` + pending + ` AND run_at >= date_trunc('minute', now()) AND run_at < now() + interval '24 hours'
+GROUP BY 1, 2 ORDER BY 1`
+
+// sampleSQL summarises the attempts started in ($1, $2]: through the BRIN
+// on started_at, joined to payment_index for the due time.
+const sampleSQL = `
+SELECT count(*) FILTER (WHERE a.outcome IS NOT NULL),
+       count(*) FILTER (WHERE a.outcome = ` + succeeded + `),
+       count(*) FILTER (WHERE a.outcome = ` + declined + `),
+       count(*) FILTER (WHERE a.outcome = ` + retryable + `),
+       count(*) FILTER (WHERE a.outcome = ` + ambiguous + `),
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - i.due_time)) FILTER (WHERE a.attempt = 1), 0),
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - i.due_time)) FILTER (WHERE a.attempt = 1), 0)
+FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
+WHERE a.started_at > $1 AND a.started_at <= $2`
+
+// StatusCount is one status's count on the overview.
+type StatusCount struct {
+	Status   string
+	N        int64
+	Capped   bool // at least N
+	Estimate bool // from statistics
+}
+
+// ForecastPoint is what falls due in one minute in one currency.
+type ForecastPoint struct {
+	Minute   time.Time
+	Currency string
+	Count    int64
+	Amount   int64
+}
+
+// Sample is one interval of attempts.
+type Sample struct {
+	At                                        time.Time
+	Seconds                                   float64
+	Executed                                  int64
+	Succeeded, Declined, Retryable, Ambiguous int64
+	LatenessP50, LatenessP99                  float64
+}
+
+type cache struct {
+	db  store.DB
+	log *slog.Logger
+
+	mu         sync.Mutex
+	counts     []StatusCount
+	countsAt   time.Time
+	forecast   []ForecastPoint
+	forecastAt time.Time
+	samples    []Sample
+	sampledTo  time.Time
+}
+
+func newCache(db store.DB, log *slog.Logger) *cache { return &cache{db: db, log: log} }
+
+func (c *cache) run(ctx context.Context) {
+	tick := time.NewTicker(sampleEvery)
+	defer tick.Stop()
+	var lastForecast time.Time
+	for {
+		c.refreshCounts(ctx)
+		c.sample(ctx)
+		if time.Since(lastForecast) >= forecastEvery {
+			c.refreshForecast(ctx)
+			lastForecast = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *cache) refreshCounts(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := loadCounts(ctx, c.db)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("console: counts", "err", err)
+		}
+		return
+	}
+	c.mu.Lock()
+	c.counts, c.countsAt = out, time.Now()
+	c.mu.Unlock()
+}
+
+func loadCounts(ctx context.Context, db store.DB) ([]StatusCount, error) {
+	est := map[string]int64{}
+	rows, err := db.Query(ctx, estimateSQL)
+	if err != nil {
+		return nil, fmt.Errorf("estimate counts: %w", err)
+	}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("estimate counts: %w", err)
+		}
+		est[s] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("estimate counts: %w", err)
+	}
+	var out []StatusCount
+	for _, s := range []payment.Status{payment.Pending, payment.Processing, payment.DeadLettered} {
+		var n int64
+		if err := db.QueryRow(ctx, cappedCountSQL(s), countCap+1).Scan(&n); err != nil {
+			return nil, fmt.Errorf("count %s: %w", s, err)
+		}
+		out = append(out, StatusCount{Status: string(s), N: min(n, countCap), Capped: n > countCap})
+	}
+	for _, s := range []payment.Status{payment.Completed, payment.Failed, payment.Cancelled} {
+		out = append(out, StatusCount{Status: string(s), N: est[string(s)], Estimate: true})
+	}
+	return out, nil
+}
+
+func (c *cache) refreshForecast(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	out, err := loadForecast(ctx, c.db)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("console: forecast", "err", err)
+		}
+		return
+	}
+	c.mu.Lock()
+	c.forecast, c.forecastAt = out, time.Now()
+	c.mu.Unlock()
+}
+
+func loadForecast(ctx context.Context, db store.DB) ([]ForecastPoint, error) {
+	rows, err := db.Query(ctx, forecastSQL)
+	if err != nil {
+		return nil, fmt.Errorf("forecast: %w", err)
+	}
+	defer rows.Close()
+	var out []ForecastPoint
+	for rows.Next() {
+		var p ForecastPoint
+		if err := rows.Scan(&p.Minute, &p.Currency, &p.Count, &p.Amount); err != nil {
+			return nil, fmt.Errorf("forecast: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// sample adds the intervals since the last one (the last hour at the
+// first call, an interval at a time: each statement reads one interval's
+// attempts).
+func (c *cache) sample(ctx context.Context) {
+	now := time.Now().Truncate(time.Second)
+	c.mu.Lock()
+	from := c.sampledTo
+	c.mu.Unlock()
+	if from.IsZero() || now.Sub(from) > history {
+		from = now.Add(-history)
+	}
+	for from.Before(now) && ctx.Err() == nil {
+		step := sampleEvery
+		if now.Sub(from) > 10*time.Minute {
+			step = time.Minute // catching up: coarser
+		}
+		to := from.Add(step)
+		if to.After(now) {
+			to = now
+		}
+		s, err := loadSample(ctx, c.db, from, to)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("console: sample", "err", err)
+			}
+			return
+		}
+		c.mu.Lock()
+		c.samples = append(c.samples, s)
+		cut := sort.Search(len(c.samples), func(i int) bool { return c.samples[i].At.After(now.Add(-history)) })
+		c.samples = append([]Sample(nil), c.samples[cut:]...)
+		c.sampledTo = to
+		c.mu.Unlock()
+		from = to
+	}
+}
+
+func loadSample(ctx context.Context, db store.DB, from, to time.Time) (Sample, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s := Sample{At: to, Seconds: to.Sub(from).Seconds()}
+	err := db.QueryRow(ctx, sampleSQL, from, to).Scan(&s.Executed, &s.Succeeded, &s.Declined, &s.Retryable, &s.Ambiguous,
+		&s.LatenessP50, &s.LatenessP99)
+	if err != nil {
+		return s, fmt.Errorf("sample attempts: %w", err)
+	}
+	return s, nil
+}
+
+// snapshot is the cache as a page reads it.
+type snapshot struct {
+	Counts     []StatusCount
+	CountsAt   time.Time
+	Forecast   []ForecastPoint
+	ForecastAt time.Time
+	Samples    []Sample
+}
+
+func (c *cache) snapshot() snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return snapshot{Counts: c.counts, CountsAt: c.countsAt, Forecast: c.forecast, ForecastAt: c.forecastAt,
+		Samples: append([]Sample(nil), c.samples...)}
+}

@@ -1,0 +1,270 @@
+// Package console is the operator console: server-rendered pages under
+// /console/ on admin-api, where payments people see the schedule, find a
+// payment, act on dead letters (four eyes on anything that moves money in
+// bulk or above a threshold) and close the books.
+//
+// It reads the schedule only through bounded, indexed statements and
+// background caches (never a COUNT(*) of the table per request), and it
+// moves money only through Actions: the admin service, which asks the
+// gateway first under the engine's rules.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paysched/paysched/pkg/store"
+)
+
+//go:embed templates/*.html static/*
+var files embed.FS
+
+// Prefix is where the console is served.
+const Prefix = "/console"
+
+// Actions are the money-moving operator actions, as the admin service
+// performs them (probe first, fenced move, audited as the operator).
+type Actions interface {
+	Redrive(ctx context.Context, operator string, id uuid.UUID, note string) error
+	Resolve(ctx context.Context, operator string, id uuid.UUID, note string) error
+	Cancel(ctx context.Context, operator string, id uuid.UUID, note string) error
+	// Reconcile starts a reconciliation run of day and returns its id.
+	Reconcile(ctx context.Context, operator string, day time.Time) (int64, error)
+}
+
+// Config configures the console.
+type Config struct {
+	// Dev allows the local login (any name, any role): development only.
+	Dev bool
+	// SessionKey signs session cookies and CSRF tokens (at least 32
+	// bytes). Every admin-api replica needs the same one.
+	SessionKey []byte
+	// SessionTTL is how long a login lasts (default 8 h).
+	SessionTTL time.Duration
+	// OIDC, if set, is the production login.
+	OIDC *OIDCConfig
+	// ApprovalAmount (minor units): a single action on a payment of at
+	// least this amount waits for a second operator (default 100000).
+	ApprovalAmount int64
+	// Process names this replica as a runner of bulk requests.
+	Process string
+	// AuditDB, if set, is the audit log's database (a payment's history).
+	AuditDB store.DB
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.SessionKey) < 32:
+		return fmt.Errorf("console: the session key must be at least 32 bytes, got %d", len(c.SessionKey))
+	case !c.Dev && c.OIDC == nil:
+		return errors.New("console: production needs an OIDC login (--console-oidc-issuer ...) or no console (--console=false)")
+	case c.SessionTTL < 0 || c.SessionTTL > 24*time.Hour:
+		return fmt.Errorf("console: session TTL must be between 0 and 24h, got %s", c.SessionTTL)
+	case c.ApprovalAmount < 0:
+		return fmt.Errorf("console: approval amount must not be negative, got %d", c.ApprovalAmount)
+	}
+	if c.OIDC != nil {
+		if err := c.OIDC.validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Console serves the pages.
+type Console struct {
+	cfg     Config
+	db      *pgxpool.Pool
+	actions Actions
+	log     *slog.Logger
+	tmpl    map[string]*template.Template
+	cache   *cache
+	oidc    *oidcLogin
+	mux     *http.ServeMux
+	// now is the clock (tests move it).
+	now func() time.Time
+}
+
+// New returns the console. ctx bounds the OIDC discovery.
+func New(ctx context.Context, cfg Config, db *pgxpool.Pool, actions Actions, log *slog.Logger) (*Console, error) {
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = 8 * time.Hour
+	}
+	if cfg.ApprovalAmount == 0 {
+		cfg.ApprovalAmount = 100000
+	}
+	if cfg.Process == "" {
+		cfg.Process = "admin-api"
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, db: db, actions: actions, log: log, now: time.Now}
+	var err error
+	if c.tmpl, err = parseTemplates(); err != nil {
+		return nil, err
+	}
+	c.cache = newCache(db, log)
+	if cfg.OIDC != nil {
+		if c.oidc, err = newOIDC(ctx, *cfg.OIDC); err != nil {
+			return nil, err
+		}
+	}
+	c.routes()
+	return c, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		// A bug in one page must not take the process down nor leak a
+		// stack: log it, answer a plain 500.
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			c.log.Error("console: panic", "path", r.URL.Path, "panic", v)
+			http.Error(w, "internal error", http.StatusInternalServerError)
+		}
+	}()
+	secureHeaders(w)
+	c.mux.ServeHTTP(w, r)
+}
+
+// Run keeps the caches fresh and runs approved bulk requests until ctx
+// ends.
+func (c *Console) Run(ctx context.Context) error {
+	go c.cache.run(ctx)
+	c.runRequests(ctx)
+	return nil
+}
+
+func (c *Console) routes() {
+	m := http.NewServeMux()
+	m.Handle("GET "+Prefix+"/static/", http.StripPrefix(Prefix, http.FileServerFS(files)))
+	m.HandleFunc("GET "+Prefix+"/login", c.loginPage)
+	m.HandleFunc("POST "+Prefix+"/login/dev", c.devLogin)
+	m.HandleFunc("GET "+Prefix+"/login/oidc", c.oidcStart)
+	m.HandleFunc("GET "+Prefix+"/login/callback", c.oidcCallback)
+	m.HandleFunc("POST "+Prefix+"/logout", c.page(Viewer, c.logout))
+	m.HandleFunc("GET "+Prefix+"/{$}", c.page(Viewer, c.overview))
+	m.HandleFunc("GET "+Prefix+"/payments", c.page(Viewer, c.payments))
+	m.HandleFunc("GET "+Prefix+"/payments/{id}", c.page(Viewer, c.paymentPage))
+	m.HandleFunc("POST "+Prefix+"/payments/{id}/action", c.page(Operator, c.paymentAction))
+	m.HandleFunc("GET "+Prefix+"/dead-letters", c.page(Viewer, c.deadLetters))
+	m.HandleFunc("POST "+Prefix+"/dead-letters/preview", c.page(Operator, c.bulkPreview))
+	m.HandleFunc("POST "+Prefix+"/requests", c.page(Operator, c.bulkRequest))
+	m.HandleFunc("GET "+Prefix+"/requests", c.page(Viewer, c.requestsPage))
+	m.HandleFunc("GET "+Prefix+"/requests/{id}", c.page(Viewer, c.requestPage))
+	m.HandleFunc("POST "+Prefix+"/requests/{id}/decide", c.page(Admin, c.decide))
+	m.HandleFunc("GET "+Prefix+"/reconciliation", c.page(Viewer, c.reconPage))
+	m.HandleFunc("POST "+Prefix+"/reconciliation", c.page(Operator, c.reconStart))
+	m.HandleFunc("GET "+Prefix+"/gateway", c.page(Viewer, c.gatewayPage))
+	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, nil, http.StatusNotFound, "No such page.")
+	})
+	m.HandleFunc("GET "+Prefix, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
+	})
+	c.mux = m
+}
+
+// page wraps a handler: a session of at least role, a CSP nonce, and on
+// POST a valid CSRF token from this origin.
+func (c *Console) page(role Role, h func(w http.ResponseWriter, r *http.Request, v *view)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, ok := c.session(r)
+		if !ok {
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, Prefix+"/login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			c.fail(w, r, nil, http.StatusUnauthorized, "Your session has ended: log in again.")
+			return
+		}
+		v := &view{Session: s, Nonce: nonce(), CSRF: c.csrfToken(s.ID), Path: r.URL.Path}
+		w.Header().Set("Content-Security-Policy", csp(v.Nonce))
+		if r.Method == http.MethodPost {
+			if err := c.checkPost(r, s); err != nil {
+				c.log.Warn("console: refused POST", "path", r.URL.Path, "operator", s.Name, "err", err)
+				c.fail(w, r, v, http.StatusForbidden, "This form is not valid any more (it came from elsewhere, or your session changed). Reload the page and try again.")
+				return
+			}
+		}
+		if s.Role < role {
+			c.fail(w, r, v, http.StatusForbidden, fmt.Sprintf("This needs the %s role; you are %s.", role, s.Role))
+			return
+		}
+		h(w, r, v)
+	}
+}
+
+// view is what every template gets.
+type view struct {
+	Session *Session
+	Nonce   string
+	CSRF    string
+	Path    string
+	Title   string
+	Error   string
+	Flash   string
+	Refresh int // seconds; 0: no automatic refresh
+	Data    any
+}
+
+// render writes template name with v.
+func (c *Console) render(w http.ResponseWriter, status int, name string, v *view) {
+	t, ok := c.tmpl[name]
+	if !ok {
+		panic("console: no template " + name)
+	}
+	var b strings.Builder
+	if err := t.ExecuteTemplate(&b, "layout", v); err != nil {
+		c.log.Error("console: render", "template", name, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// fail answers an error page: a clear message, never a stack.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, v *view, status int, msg string) {
+	if v == nil {
+		v = &view{Nonce: nonce(), Path: r.URL.Path}
+		if s, ok := c.session(r); ok {
+			v.Session, v.CSRF = s, c.csrfToken(s.ID)
+		}
+		w.Header().Set("Content-Security-Policy", csp(v.Nonce))
+	}
+	v.Title, v.Error = http.StatusText(status), msg
+	c.render(w, status, "error.html", v)
+}
+
+func secureHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+}
+
+// csp allows only this origin's files and the page's own nonced style
+// and script: no inline handlers, no third-party code, no framing.
+func csp(nonce string) string {
+	return "default-src 'none'; img-src 'self' data:; style-src 'self' 'nonce-" + nonce + "'; script-src 'nonce-" + nonce +
+		"'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+}

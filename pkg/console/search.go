@@ -1,0 +1,295 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// A search walks one index of payment_index in (due_time, id) order from
+// its cursor, looks at most scanCap entries, and keeps those whose
+// payment matches the status: so every search is bounded, whatever it
+// asks. A page that is not full says how far it looked; "more" goes on.
+const (
+	pageSize = 50
+	scanCap  = 2000
+	// maxRange is the widest due range one search may ask.
+	maxRange = 366 * 24 * time.Hour
+)
+
+// Query is a payments search, as the form and the URL carry it.
+type Query struct {
+	ID      string
+	Key     string
+	Payer   string
+	Payee   string
+	Status  string
+	From    time.Time
+	To      time.Time
+	AfterAt time.Time // cursor: the last (due_time, id) looked at
+	AfterID uuid.UUID
+
+	id uuid.UUID
+}
+
+// Row is one payment in a list.
+type Row struct {
+	ID       uuid.UUID
+	Payer    string
+	Payee    string
+	Amount   int64
+	Currency string
+	Due      time.Time
+	Status   string
+	Attempt  int32
+	Reason   string
+}
+
+var statuses = payment.Names(payment.Pending, payment.Processing, payment.Completed, payment.Failed, payment.Cancelled, payment.DeadLettered)
+
+const dateForm = "2006-01-02T15:04"
+
+// parseQuery reads and checks a search; its error is for the operator.
+func parseQuery(v url.Values, now time.Time) (Query, error) {
+	q := Query{ID: strings.TrimSpace(v.Get("id")), Key: strings.TrimSpace(v.Get("key")),
+		Payer: strings.TrimSpace(v.Get("payer")), Payee: strings.TrimSpace(v.Get("payee")), Status: v.Get("status")}
+	for name, s := range map[string]string{"payer": q.Payer, "payee": q.Payee, "idempotency key": q.Key} {
+		if !utf8.ValidString(s) || len(s) > 256 {
+			return q, fmt.Errorf("the %s must be at most 256 characters of text", name)
+		}
+	}
+	if q.ID != "" {
+		id, err := uuid.Parse(q.ID)
+		if err != nil {
+			return q, fmt.Errorf("%q is not a payment id (a UUID such as 0192f8e4-6b1c-7c3a-9d2e-4f5a6b7c8d9e)", clip(q.ID, 60))
+		}
+		q.id = id
+	}
+	if q.Key != "" && q.Payer == "" {
+		return q, errors.New("an idempotency key belongs to a payer: give the payer too")
+	}
+	if q.Status != "" && !contains(statuses, q.Status) {
+		return q, fmt.Errorf("%q is not a status", clip(q.Status, 40))
+	}
+	var err error
+	if q.From, err = parseDate(v.Get("from")); err != nil {
+		return q, fmt.Errorf("due from: %w", err)
+	}
+	if q.To, err = parseDate(v.Get("to")); err != nil {
+		return q, fmt.Errorf("due to: %w", err)
+	}
+	if q.From.IsZero() && q.To.IsZero() && q.Payer == "" && q.Payee == "" && q.ID == "" {
+		// Nothing narrows it: the day around now.
+		q.From, q.To = now.Add(-24*time.Hour).Truncate(time.Minute), now.Add(24*time.Hour).Truncate(time.Minute)
+	}
+	if q.From.IsZero() {
+		q.From = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	if q.To.IsZero() {
+		q.To = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	if !q.To.After(q.From) {
+		return q, errors.New("the due range ends before it starts")
+	}
+	if q.Payer == "" && q.Payee == "" && q.ID == "" && q.To.Sub(q.From) > maxRange {
+		return q, errors.New("a due range without a payer or payee is at most a year")
+	}
+	if c := v.Get("after"); c != "" {
+		at, id, ok := strings.Cut(c, "_")
+		t, err1 := time.Parse(time.RFC3339Nano, at)
+		u, err2 := uuid.Parse(id)
+		if !ok || err1 != nil || err2 != nil {
+			return q, errors.New("the page link is damaged: search again")
+		}
+		q.AfterAt, q.AfterID = t, u
+	} else {
+		q.AfterAt = q.From.Add(-time.Microsecond)
+	}
+	return q, nil
+}
+
+func parseDate(s string) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	for _, f := range []string{dateForm, time.RFC3339, "2006-01-02"} {
+		if t, err := time.ParseInLocation(f, s, time.UTC); err == nil {
+			if t.Year() < 2000 || t.Year() > 2200 {
+				return time.Time{}, fmt.Errorf("%s is outside 2000-2200", s)
+			}
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not a date (YYYY-MM-DDTHH:MM, UTC)", clip(s, 40))
+}
+
+// Values is the search as URL parameters (for links to the next page).
+func (q Query) Values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"id": q.ID, "key": q.Key, "payer": q.Payer, "payee": q.Payee, "status": q.Status} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if q.From.Year() > 2000 {
+		v.Set("from", q.From.UTC().Format(dateForm))
+	}
+	if q.To.Year() < 2200 {
+		v.Set("to", q.To.UTC().Format(dateForm))
+	}
+	return v
+}
+
+// The candidate walks, one per shape of search; each is one index range.
+const (
+	byIDSQL    = `SELECT id, due_time FROM payment_index WHERE id = $1`
+	byKeySQL   = `SELECT id, due_time FROM payment_index WHERE payer = $1 AND idempotency_key = $2`
+	byPayerSQL = `
+SELECT id, due_time FROM payment_index
+WHERE payer = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
+ORDER BY due_time, id LIMIT $5`
+	byPayeeSQL = `
+SELECT id, due_time FROM payment_index
+WHERE payee = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
+ORDER BY due_time, id LIMIT $5`
+	byDueSQL = `
+SELECT id, due_time FROM payment_index
+WHERE (due_time, id) > ($1, $2) AND due_time < $3
+ORDER BY due_time, id LIMIT $4`
+	// rowsSQL reads the candidates' payments by primary key. The due
+	// times as an array prune the partitions to the candidates' days (a
+	// join on them would probe every partition per candidate); an id is
+	// unique, so id = ANY and due_time = ANY match exactly the candidates.
+	rowsSQL = `
+SELECT p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status, p.attempt, coalesce(p.dead_letter_reason, '')
+FROM payments p
+WHERE p.id = ANY($1::uuid[]) AND p.due_time = ANY($2::timestamptz[])
+  AND ($3 = '' OR p.status = $3)
+  AND ($4 = '' OR p.payee = $4)
+ORDER BY p.due_time, p.id`
+)
+
+// Result is a page of a search.
+type Result struct {
+	Rows []Row
+	// Next continues the search ("" when it has looked at everything).
+	Next string
+	// Looked is how many payments it looked at; Partial: fewer matches
+	// than a page in what it looked at, and more to look at.
+	Looked  int
+	Partial bool
+}
+
+func search(ctx context.Context, db store.DB, q Query) (Result, error) {
+	var rows pgx.Rows
+	var err error
+	switch {
+	case q.ID != "":
+		rows, err = db.Query(ctx, byIDSQL, q.id)
+	case q.Key != "":
+		rows, err = db.Query(ctx, byKeySQL, q.Payer, q.Key)
+	case q.Payer != "":
+		rows, err = db.Query(ctx, byPayerSQL, q.Payer, q.AfterAt, q.AfterID, q.To, scanCap)
+	case q.Payee != "":
+		rows, err = db.Query(ctx, byPayeeSQL, q.Payee, q.AfterAt, q.AfterID, q.To, scanCap)
+	default:
+		rows, err = db.Query(ctx, byDueSQL, q.AfterAt, q.AfterID, q.To, scanCap)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("search: %w", err)
+	}
+	var ids []uuid.UUID
+	var dues []time.Time
+	for rows.Next() {
+		var id uuid.UUID
+		var due time.Time
+		if err := rows.Scan(&id, &due); err != nil {
+			rows.Close()
+			return Result{}, fmt.Errorf("search: %w", err)
+		}
+		ids, dues = append(ids, id), append(dues, due)
+	}
+	if err := rows.Err(); err != nil {
+		return Result{}, fmt.Errorf("search: %w", err)
+	}
+	res := Result{Looked: len(ids)}
+	if len(ids) == 0 {
+		return res, nil
+	}
+	// A payer search with a payee narrows by payee on the payment.
+	payee := ""
+	if q.Payer != "" || q.Key != "" || q.ID != "" {
+		payee = q.Payee
+	}
+	// The candidates' rows, a chunk at a time (growing) until the page is
+	// full: a page that fills early reads few rows.
+	for lo, n := 0, pageSize*2; lo < len(ids); lo, n = lo+n, n*2 {
+		hi := min(len(ids), lo+n)
+		rows, err := readRows(ctx, db, ids[lo:hi], dues[lo:hi], q.Status, payee)
+		if err != nil {
+			return Result{}, err
+		}
+		for _, r := range rows {
+			if len(res.Rows) == pageSize {
+				last := res.Rows[pageSize-1]
+				res.Next = cursor(last.Due, last.ID)
+				return res, nil
+			}
+			res.Rows = append(res.Rows, r)
+		}
+	}
+	if len(ids) == scanCap && q.ID == "" && q.Key == "" {
+		res.Next, res.Partial = cursor(dues[len(dues)-1], ids[len(ids)-1]), true
+	}
+	return res, nil
+}
+
+// readRows reads the candidates' payments that match, in (due, id) order.
+func readRows(ctx context.Context, db store.DB, ids []uuid.UUID, dues []time.Time, status, payee string) ([]Row, error) {
+	rows, err := db.Query(ctx, rowsSQL, ids, dues, status, payee)
+	if err != nil {
+		return nil, fmt.Errorf("search rows: %w", err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		var r Row
+		if err := rows.Scan(&r.ID, &r.Payer, &r.Payee, &r.Amount, &r.Currency, &r.Due, &r.Status, &r.Attempt, &r.Reason); err != nil {
+			return nil, fmt.Errorf("search rows: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("search rows: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Due.Before(out[j].Due) || out[i].Due.Equal(out[j].Due) && bytes.Compare(out[i].ID[:], out[j].ID[:]) < 0
+	})
+	return out, nil
+}
+
+func cursor(t time.Time, id uuid.UUID) string {
+	return t.UTC().Format(time.RFC3339Nano) + "_" + id.String()
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
