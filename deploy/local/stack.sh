@@ -126,7 +126,7 @@ up() {
   start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR" --jwt-secret-file "$jwt_secret" \
     --cursor-secret-file "$cursor_secret"
   start_service admin-api --http-addr "$ADMIN_HTTP_ADDR" --grpc-addr "$ADMIN_GRPC_ADDR" --jwt-secret-file "$jwt_secret" \
-    $(gwc admin-api) ${gw[@]+"${gw[@]}"}
+    --audit-database-url "$AUDIT_DB_URL" $(gwc admin-api) ${gw[@]+"${gw[@]}"}
   # cdc streams over Postgres's Unix socket where it can (see pkg/events/cdc's
   # pacedConn: cheaper for the walsender than loopback TCP).
   start_service cdc --database-url "$("$PG" socket-url "$DATA/pg" "$PGPORT" paysched)" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
@@ -163,6 +163,7 @@ export PAYSCHED_AUDIT_DATABASE_URL='$AUDIT_DB_URL'
 export PAYSCHED_API_HTTP='http://$HTTP_ADDR'
 export PAYSCHED_API_GRPC='$GRPC_ADDR'
 export PAYSCHED_ADMIN_API_GRPC='$ADMIN_GRPC_ADDR'
+export PAYSCHED_CONSOLE_URL='http://$ADMIN_HTTP_ADDR/console/'
 export PAYSCHED_GATEWAY_ADDR='127.0.0.1:9300'
 export PAYSCHED_GATEWAY_CA_FILE='$DATA/tls/ca.pem'
 export PAYSCHED_GATEWAY_TOKEN_FILE='$DATA/tls/gateway-sim-token'
@@ -179,6 +180,7 @@ paysched is up.
   kafka    127.0.0.1:$KAFKA_PORT (data in .data/kafka): kcat -b 127.0.0.1:$KAFKA_PORT -C -t paysched.public.payments -o beginning -e
   events   bin/payctl events tail
   engine   gateway-sim 127.0.0.1:9300 (TLS, CA and token in .data/tls), executors 127.0.0.1:9100 and :9110, sweeper and reaper (metrics :9200, :9210)
+  console  http://$ADMIN_HTTP_ADDR/console/   (development login: any name; role admin to act and approve)
   admin    admin-api: REST http://$ADMIN_HTTP_ADDR/v1/admin/..., gRPC $ADMIN_GRPC_ADDR (admin tokens only: bin/payctl token --admin)
   books    reconciler (webhooks :9420, metrics :9421): bin/payctl reconcile --day \$(date -u +%F); bin/payctl dead-letters
   metrics  payments-api http://127.0.0.1:9190/metrics, admin-api :9191 (apart from the API ports)

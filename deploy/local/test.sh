@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test`: installs what is missing (the PostgreSQL server package, the
-# pinned Go tools), checks formatting, vet, buf lint and that generated code
+# pinned Go tools, Debian's chromium for the console's browser tests), checks formatting, vet, buf lint and that generated code
 # is in sync, then runs every Go test against one private, throwaway
 # Postgres cluster.
 set -euo pipefail
@@ -13,6 +13,7 @@ step() { printf '\n== %s\n' "$*"; }
 step "install what is missing"
 "$PG" install
 "$ROOT/deploy/local/tools.sh"
+"$ROOT/deploy/local/browser.sh"
 
 step "gofmt, go vet, buf lint, generated code in sync"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*'))
@@ -26,4 +27,6 @@ export PAYSCHED_REQUIRE_STRIPE_MOCK=1
 # The generated-client test (test/openapiclient) needs node and npm: fail,
 # not skip, when they are missing.
 export PAYSCHED_REQUIRE_NODE=1
+# The console's real-browser tests (test/e2e) need chromium: fail, not skip.
+export PAYSCHED_REQUIRE_BROWSER=1
 "$ROOT/deploy/local/with-pg.sh" go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} ./...

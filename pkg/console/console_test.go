@@ -205,6 +205,9 @@ func TestRoles(t *testing.T) {
 			t.Fatalf("viewer GET %s: %d %s", p, rec.Code, rec.Body.String())
 		}
 	}
+	if rec := h.get(viewer, "/console/"); strings.Count(rec.Body.String(), `<svg class="chart"`) < 2 {
+		t.Fatal("the overview draws no charts")
+	}
 	if rec := h.get(login{}, "/console/"); rec.Code != http.StatusSeeOther || !strings.HasPrefix(rec.Header().Get("Location"), "/console/login") {
 		t.Fatalf("no session: %d %s", rec.Code, rec.Header().Get("Location"))
 	}

@@ -27,7 +27,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"f2":      func(v float64) string { return fmt.Sprintf("%.2f", v) },
 		"lower":   strings.ToLower,
 		"prefix":  func() string { return Prefix },
-		"html":    func(v any) template.HTML { h, _ := v.(template.HTML); return h },
+		"svg":     func(v any) template.HTML { h, _ := v.(template.HTML); return h },
 		"isnav":   func(cur, p string) bool { return cur == p || p != Prefix+"/" && strings.HasPrefix(cur, p) },
 		"chosen":  func(a, b string) bool { return a == b },
 		"statusc": func(s any) string { return "st-" + strings.ToLower(fmt.Sprint(s)) },

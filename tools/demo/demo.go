@@ -44,6 +44,9 @@ type Options struct {
 	Gateway, DatabaseURL, Brokers string
 	// AuditDatabaseURL is the audit log's database (empty: DatabaseURL).
 	AuditDatabaseURL string
+	// ConsoleURL is the operator console's address, printed to watch the
+	// run there ("" prints nothing).
+	ConsoleURL string
 	// GatewayCAFile and GatewayTokenFile: gateway-sim's TLS CA and bearer
 	// token; GatewayCertFile and GatewayKeyFile the demo's own client
 	// certificate (the local stack's, in .data/tls).
@@ -138,6 +141,9 @@ func Run(o Options) error {
 	fmt.Fprintf(o.Out, "gateway faults: %.0f%% unavailable, %.0f%% timeout after commit, 5-30 ms latency; payees \"decline-*\" are declined\n",
 		100*o.Unavailable, 100*o.Lost)
 
+	if o.ConsoleURL != "" {
+		fmt.Fprintf(o.Out, "console: %s (development login: any name, role admin); its overview shows this run live\n", o.ConsoleURL)
+	}
 	notes := d.watchNotifications()
 	defer notes.stop()
 	ids, err := d.schedule()

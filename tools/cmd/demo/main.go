@@ -36,6 +36,7 @@ func main() {
 	fs.StringVar(&o.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "the stack's database, read for the live view")
 	fs.StringVar(&o.AuditDatabaseURL, "audit-database-url", "", "the audit log's database (empty: --database-url)")
 	fs.StringVar(&o.Brokers, "kafka-brokers", "127.0.0.1:9092", "Kafka brokers")
+	fs.StringVar(&o.ConsoleURL, "console-url", "http://127.0.0.1:8081/console/", "the operator console, printed to watch the run there")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(2)
