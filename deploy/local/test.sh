@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: installs what is missing (the PostgreSQL server package, the
-# pinned Go tools, Debian's chromium for the console's browser tests), checks formatting, vet, buf lint and that generated code
-# is in sync, then runs every Go test against one private, throwaway
-# Postgres cluster.
+# pinned Go tools, Debian's chromium for the console's browser tests),
+# checks formatting, vet, buf lint and that generated code is in sync, then
+# runs every Go test against one private, throwaway Postgres cluster.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"

@@ -47,7 +47,9 @@ const (
 
 // estimateSQL estimates the rows of each status from the planner's
 // statistics of each partition (reltuples times the status's frequency):
-// no scan at all, as fresh as autovacuum's last analyze.
+// no scan at all, as fresh as autovacuum's last analyze. Only the split
+// between the statuses at rest comes from it; how many rows there are
+// comes from liveSQL, which the server keeps current.
 const estimateSQL = `
 SELECT s.v, sum(c.reltuples * s.f)::bigint
 FROM pg_inherits i
@@ -57,6 +59,13 @@ JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = c.relname AND s
 CROSS JOIN LATERAL unnest(st.most_common_vals::text::text[], st.most_common_freqs) AS s(v, f)
 WHERE i.inhparent = 'payments'::regclass AND c.reltuples > 0
 GROUP BY s.v`
+
+// liveSQL is how many rows the partitions hold, from the statistics the
+// server updates at each commit (no scan).
+const liveSQL = `
+SELECT coalesce(sum(t.n_live_tup), 0)::bigint
+FROM pg_inherits i JOIN pg_stat_user_tables t ON t.relid = i.inhrelid
+WHERE i.inhparent = 'payments'::regclass`
 
 // forecastSQL is what falls due in the next 24 h, per minute and
 // currency: a range of the sweep index (PENDING rows by run_at).
@@ -78,6 +87,10 @@ SELECT count(*) FILTER (WHERE a.outcome IS NOT NULL),
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - i.due_time)) FILTER (WHERE a.attempt = 1), 0)
 FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
 WHERE a.started_at > $1 AND a.started_at <= $2`
+
+// atRestLabel heads the count of rows at rest while their split is not
+// known yet.
+const atRestLabel = "AT REST"
 
 // StatusCount is one status's count on the overview.
 type StatusCount struct {
@@ -172,15 +185,32 @@ func loadCounts(ctx context.Context, db store.DB) ([]StatusCount, error) {
 		return nil, fmt.Errorf("estimate counts: %w", err)
 	}
 	var out []StatusCount
+	var open int64
 	for _, s := range []payment.Status{payment.Pending, payment.Processing, payment.DeadLettered} {
 		var n int64
 		if err := db.QueryRow(ctx, cappedCountSQL(s), countCap+1).Scan(&n); err != nil {
 			return nil, fmt.Errorf("count %s: %w", s, err)
 		}
 		out = append(out, StatusCount{Status: string(s), N: min(n, countCap), Capped: n > countCap})
+		open += n
 	}
-	for _, s := range []payment.Status{payment.Completed, payment.Failed, payment.Cancelled} {
-		out = append(out, StatusCount{Status: string(s), N: est[string(s)], Estimate: true})
+	var live int64
+	if err := db.QueryRow(ctx, liveSQL).Scan(&live); err != nil {
+		return nil, fmt.Errorf("count rows: %w", err)
+	}
+	// The rows at rest, split as the last analyze saw them; before any
+	// analyze saw one, their total alone.
+	atRest := max(0, live-open)
+	rest := []payment.Status{payment.Completed, payment.Failed, payment.Cancelled}
+	var seen int64
+	for _, s := range rest {
+		seen += est[string(s)]
+	}
+	if seen == 0 {
+		return append(out, StatusCount{Status: atRestLabel, N: atRest, Estimate: true}), nil
+	}
+	for _, s := range rest {
+		out = append(out, StatusCount{Status: string(s), N: atRest * est[string(s)] / seen, Estimate: true})
 	}
 	return out, nil
 }
