@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools:$(PATH)
 
-.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync bench-fair chaos clean
+.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync bench-fair bench-console chaos clean
 
 help:
 	@echo "make up         build and start the local stack (Postgres, payments-api and the engine)"
@@ -17,6 +17,7 @@ help:
 	@echo "make chaos      kill -9, restarts and SIGTERMs while 20,000 payments fall due; check every invariant (SHORT=1: CI variant)"
 	@echo "make bench-full 1,000,000 payments due in one second, every process running, cdc and audit included"
 	@echo "make bench-recon reconcile a day of N=1000000 attempts against the gateway's report"
+	@echo "make bench-console seed N=5000000 payments with COPY and time every console page (p99 target 200 ms)"
 	@echo "make bench-fair  fair claims: one tenant of N=200000 and 100 of 100 due together, fair against due order"
 	@echo "make bench-steady RATE=1000 payments due every second for STEADY_FOR=120s, full stack with CDC and gateway faults"
 	@echo "make bench-sync what a synchronous standby costs an acknowledged write (API creates, pgbench), async against sync"
@@ -88,6 +89,9 @@ bench-sync: build
 
 bench-recon: build
 	@N=$(or $(N),1000000) deploy/local/bench-recon.sh
+
+bench-console: build
+	@N=$(or $(N),5000000) deploy/local/bench-console.sh
 
 clean:
 	rm -rf bin

@@ -311,3 +311,18 @@ func (c *cache) snapshot() snapshot {
 	return snapshot{Counts: c.counts, CountsAt: c.countsAt, Forecast: c.forecast, ForecastAt: c.forecastAt,
 		Samples: append([]Sample(nil), c.samples...)}
 }
+
+// Refresh runs the overview's background work once, now, and says how
+// long each part took (make bench-console reports it; the console itself
+// runs it on its own schedule).
+func (c *Console) Refresh(ctx context.Context) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for name, f := range map[string]func(context.Context){
+		"counts": c.cache.refreshCounts, "forecast": c.cache.refreshForecast, "samples": c.cache.sample,
+	} {
+		t0 := time.Now()
+		f(ctx)
+		out[name] = time.Since(t0)
+	}
+	return out
+}

@@ -293,3 +293,56 @@ func contains(xs []string, s string) bool {
 	}
 	return false
 }
+
+// ExplainSearch is the plan, with its timings (EXPLAIN ANALYZE), of the
+// index walk a search of v runs and of the read of its first candidates:
+// make bench-console prints them at scale.
+func ExplainSearch(ctx context.Context, db store.DB, v url.Values) ([]string, error) {
+	q, err := parseQuery(v, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	sql, args := `EXPLAIN (ANALYZE, BUFFERS) `+byDueSQL, []any{q.AfterAt, q.AfterID, q.To, scanCap}
+	switch {
+	case q.ID != "":
+		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byIDSQL, []any{q.id}
+	case q.Key != "":
+		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byKeySQL, []any{q.Payer, q.Key}
+	case q.Payer != "":
+		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byPayerSQL, []any{q.Payer, q.AfterAt, q.AfterID, q.To, scanCap}
+	case q.Payee != "":
+		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byPayeeSQL, []any{q.Payee, q.AfterAt, q.AfterID, q.To, scanCap}
+	}
+	plan, err := explain(ctx, db, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	res, err := search(ctx, db, q)
+	if err != nil || len(res.Rows) == 0 {
+		return plan, err
+	}
+	var ids []uuid.UUID
+	var dues []time.Time
+	for _, r := range res.Rows {
+		ids, dues = append(ids, r.ID), append(dues, r.Due)
+	}
+	more, err := explain(ctx, db, `EXPLAIN (ANALYZE, BUFFERS) `+rowsSQL, ids, dues, q.Status, "")
+	return append(append(plan, "-- the candidates' rows:"), more...), err
+}
+
+func explain(ctx context.Context, db store.DB, sql string, args ...any) ([]string, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("explain: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return nil, fmt.Errorf("explain: %w", err)
+		}
+		out = append(out, line)
+	}
+	return out, rows.Err()
+}

@@ -30,11 +30,12 @@ func main() {
 	batchConc := fs.Int("batch-concurrency", 8, "concurrent clients for batchCreate")
 	dur := fs.Duration("duration", 10*time.Second, "length of each phase")
 	batch := fs.Int("batch-size", 1000, "items per batchCreate")
-	mode := fs.String("mode", "api", "api: create throughput; fair: one big tenant (--n) and --small tenants of --per-small, all due in one second; spike: N payments due in one second, executed by the engine; steady: --rate payments due every second for --steady-for on the full stack; recon: reconcile a day of N attempts")
+	mode := fs.String("mode", "api", "api: create throughput; fair: one big tenant (--n) and --small tenants of --per-small, all due in one second; spike: N payments due in one second, executed by the engine; steady: --rate payments due every second for --steady-for on the full stack; recon: reconcile a day of N attempts; console: seed N payments with COPY and time every console page")
 	rate := fs.Int("rate", 1000, "steady: payments falling due per second")
 	steadyFor := fs.Duration("steady-for", 120*time.Second, "steady: how long payments keep falling due")
 	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "steady: gateway-sim, for its double-charge report")
 	runs := fs.Int("runs", 3, "recon: reconciliations of the seeded day")
+	requests := fs.Int("requests", 200, "console: requests of each page")
 	n := fs.Int("n", 200_000, "spike: payments")
 	lead := fs.Duration("lead", 0, "spike: due time from now (default: measured: this machine's create rate on a sample, N at half of it, plus 5 s)")
 	dbURL := fs.String("database-url", "", "spike: the schedule's database, to measure")
@@ -58,6 +59,9 @@ func main() {
 		Duration: *dur, BatchSize: *batch, RunID: fmt.Sprint(time.Now().UnixNano())}
 	if *mode == "recon" {
 		os.Exit(recon(*dbURL, *n, *runs))
+	}
+	if *mode == "console" {
+		os.Exit(consoleRun(*dbURL, *n, *requests))
 	}
 	if *mode == "steady" {
 		os.Exit(steady(cfg, *rate, *steadyFor, *dbURL, *gwAddr, *kafkaBrokers, *pids, *logs, *timeout))
