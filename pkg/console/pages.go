@@ -596,76 +596,72 @@ func (c *Console) selection(ctx context.Context, f url.Values) (Selection, strin
 	return s, filter, "", err
 }
 
-// bulkPreview shows what an action would do before anything is asked:
-// the count and the amounts, and that a second operator must approve.
-func (c *Console) bulkPreview(w http.ResponseWriter, r *http.Request, v *view) {
-	action, reason, msg := readAction(r.PostForm)
-	if msg != "" {
+// bulk is a dead-letter form read and checked: the action, its reason and
+// what it would act on now.
+type bulk struct {
+	action, reason, filter string
+	sel                    Selection
+}
+
+// readBulk reads a dead-letter form; on a mistake it has answered.
+func (c *Console) readBulk(ctx context.Context, w http.ResponseWriter, r *http.Request, v *view) (bulk, bool) {
+	var b bulk
+	var msg string
+	if b.action, b.reason, msg = readAction(r.PostForm); msg != "" {
 		c.fail(w, r, v, http.StatusBadRequest, msg)
-		return
+		return b, false
 	}
+	var err error
+	b.sel, b.filter, msg, err = c.selection(ctx, r.PostForm)
+	switch {
+	case err != nil:
+		c.dbFail(w, r, v, "select dead letters", err)
+	case msg != "":
+		c.fail(w, r, v, http.StatusBadRequest, msg)
+	case len(b.sel.IDs) == 0:
+		c.fail(w, r, v, http.StatusConflict, "Nothing matches (any more): no dead letter to act on.")
+	case len(b.sel.IDs) > 1 && v.Session.Role < Admin:
+		c.fail(w, r, v, http.StatusForbidden, "An action on more than one payment needs the admin role.")
+	default:
+		return b, true
+	}
+	return b, false
+}
+
+// confirm shows what b would do: the count and the amounts, and whether
+// a second operator must approve.
+func (c *Console) confirm(w http.ResponseWriter, r *http.Request, v *view, status int, b bulk) {
+	v.Title = "Confirm"
+	v.Data = map[string]any{"Action": b.action, "ActionName": actions[b.action], "Reason": b.reason, "Sel": b.sel,
+		"Filter": b.filter, "Form": r.PostForm, "NeedsApproval": c.needsApproval(b.sel), "Threshold": c.cfg.ApprovalAmount}
+	c.render(w, status, "confirm.html", v)
+}
+
+// bulkPreview shows what an action would do before anything is asked.
+func (c *Console) bulkPreview(w http.ResponseWriter, r *http.Request, v *view) {
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	s, filter, msg, err := c.selection(ctx, r.PostForm)
-	if err != nil {
-		c.dbFail(w, r, v, "select dead letters", err)
-		return
+	if b, ok := c.readBulk(ctx, w, r, v); ok {
+		c.confirm(w, r, v, http.StatusOK, b)
 	}
-	if msg != "" {
-		c.fail(w, r, v, http.StatusBadRequest, msg)
-		return
-	}
-	if len(s.IDs) == 0 {
-		c.fail(w, r, v, http.StatusConflict, "Nothing matches (any more): no dead letter to act on.")
-		return
-	}
-	if len(s.IDs) > 1 && v.Session.Role < Admin {
-		c.fail(w, r, v, http.StatusForbidden, "An action on more than one payment needs the admin role.")
-		return
-	}
-	v.Title = "Confirm"
-	v.Data = map[string]any{"Action": action, "ActionName": actions[action], "Reason": reason, "Sel": s, "Filter": filter,
-		"Form": r.PostForm, "NeedsApproval": c.needsApproval(s), "Threshold": c.cfg.ApprovalAmount}
-	c.render(w, http.StatusOK, "confirm.html", v)
 }
 
 // bulkRequest records the confirmed action. What it acts on is selected
 // again: if the count changed since the preview, the operator sees the
 // new count first.
 func (c *Console) bulkRequest(w http.ResponseWriter, r *http.Request, v *view) {
-	action, reason, msg := readAction(r.PostForm)
-	if msg != "" {
-		c.fail(w, r, v, http.StatusBadRequest, msg)
-		return
-	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	s, filter, msg, err := c.selection(ctx, r.PostForm)
-	if err != nil {
-		c.dbFail(w, r, v, "select dead letters", err)
+	b, ok := c.readBulk(ctx, w, r, v)
+	if !ok {
 		return
 	}
-	if msg != "" {
-		c.fail(w, r, v, http.StatusBadRequest, msg)
+	if want, err := strconv.Atoi(r.PostForm.Get("count")); err != nil || want != len(b.sel.IDs) {
+		v.Flash = fmt.Sprintf("The selection changed since you looked: it is now %d payments.", len(b.sel.IDs))
+		c.confirm(w, r, v, http.StatusConflict, b)
 		return
 	}
-	if len(s.IDs) > 1 && v.Session.Role < Admin {
-		c.fail(w, r, v, http.StatusForbidden, "An action on more than one payment needs the admin role.")
-		return
-	}
-	if want, err := strconv.Atoi(r.PostForm.Get("count")); err != nil || want != len(s.IDs) || len(s.IDs) == 0 {
-		v.Flash = fmt.Sprintf("The selection changed since you looked: it is now %d payments.", len(s.IDs))
-		if len(s.IDs) == 0 {
-			c.fail(w, r, v, http.StatusConflict, "Nothing matches any more: no dead letter to act on.")
-			return
-		}
-		v.Title = "Confirm"
-		v.Data = map[string]any{"Action": action, "ActionName": actions[action], "Reason": reason, "Sel": s, "Filter": filter,
-			"Form": r.PostForm, "NeedsApproval": c.needsApproval(s), "Threshold": c.cfg.ApprovalAmount}
-		c.render(w, http.StatusConflict, "confirm.html", v)
-		return
-	}
-	id, _, err := c.createRequest(ctx, action, filter, reason, v.Session.Name, s)
+	id, _, err := c.createRequest(ctx, b.action, b.filter, b.reason, v.Session.Name, b.sel)
 	if err != nil {
 		c.dbFail(w, r, v, "create request", err)
 		return
