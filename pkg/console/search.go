@@ -194,6 +194,9 @@ type Result struct {
 }
 
 func search(ctx context.Context, db store.DB, q Query) (Result, error) {
+	if q.Status == string(payment.DeadLettered) && q.ID == "" && q.Key == "" {
+		return searchDead(ctx, db, q)
+	}
 	var rows pgx.Rows
 	var err error
 	switch {
@@ -253,6 +256,55 @@ func search(ctx context.Context, db store.DB, q Query) (Result, error) {
 	}
 	if len(ids) == scanCap && q.ID == "" && q.Key == "" {
 		res.Next, res.Partial = cursor(dues[len(dues)-1], ids[len(ids)-1]), true
+	}
+	return res, nil
+}
+
+// deadSearchSQL walks the dead letters of a due range in (due_time, id)
+// order through their partial index: a status too rare for the walk of
+// payment_index (0.4% of a day) to fill a page within its bound.
+const deadSearchSQL = `
+SELECT p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status, p.attempt, coalesce(p.dead_letter_reason, '')
+FROM payments p
+WHERE p.status = ` + dead + ` AND (p.due_time, p.id) > ($1, $2) AND p.due_time < $3
+ORDER BY p.due_time, p.id
+LIMIT $4`
+
+// searchDead serves a search for dead letters: a page from their index, or
+// up to scanCap of them when a payer or payee narrows it further.
+func searchDead(ctx context.Context, db store.DB, q Query) (Result, error) {
+	limit := pageSize + 1
+	if q.Payer != "" || q.Payee != "" {
+		limit = scanCap
+	}
+	rows, err := db.Query(ctx, deadSearchSQL, q.AfterAt, q.AfterID, q.To, limit)
+	if err != nil {
+		return Result{}, fmt.Errorf("search dead letters: %w", err)
+	}
+	defer rows.Close()
+	var res Result
+	var last Row
+	for rows.Next() {
+		var r Row
+		if err := rows.Scan(&r.ID, &r.Payer, &r.Payee, &r.Amount, &r.Currency, &r.Due, &r.Status, &r.Attempt, &r.Reason); err != nil {
+			return Result{}, fmt.Errorf("search dead letters: %w", err)
+		}
+		res.Looked++
+		last = r
+		if (q.Payer != "" && r.Payer != q.Payer) || (q.Payee != "" && r.Payee != q.Payee) {
+			continue
+		}
+		if len(res.Rows) == pageSize {
+			res.Next = cursor(res.Rows[pageSize-1].Due, res.Rows[pageSize-1].ID)
+			return res, nil
+		}
+		res.Rows = append(res.Rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		return Result{}, fmt.Errorf("search dead letters: %w", err)
+	}
+	if res.Looked == limit && limit == scanCap {
+		res.Next, res.Partial = cursor(last.Due, last.ID), true
 	}
 	return res, nil
 }
