@@ -26,6 +26,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/console"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
 	"github.com/paysched/paysched/pkg/gateway"
@@ -249,6 +250,12 @@ func flags(t *testing.T, name string) map[string]bool {
 			auth.RegisterFlags(afs, admin)
 			afs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
 		}
+	}
+	if bytes.Contains(b, []byte("console.RegisterFlags(fs")) {
+		// The operator console's flags (admin-api).
+		cfs := flag.NewFlagSet(name, flag.ContinueOnError)
+		console.RegisterFlags(cfs)
+		cfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
 	}
 	if bytes.Contains(b, []byte("gateway.RegisterBounds(fs")) {
 		bfs := flag.NewFlagSet(name, flag.ContinueOnError)

@@ -191,12 +191,13 @@ func (c *Console) decideRequest(ctx context.Context, id int64, approve bool, by 
 }
 
 // takeSQL gives this runner the oldest approved request, or one whose
-// runner stopped reporting (it died: its progress is kept, and the
-// actions it did are fenced and probe-first, so doing one again is safe).
+// runner stopped reporting for 2 minutes, longer than one action may take
+// (it died: its progress is kept, and the actions it did are fenced and
+// probe-first, so doing one again is safe).
 const takeSQL = `
 UPDATE console_requests SET state = 'RUNNING', runner = $1, heartbeat_at = now()
 WHERE id = (SELECT id FROM console_requests
-            WHERE state = 'APPROVED' OR (state = 'RUNNING' AND heartbeat_at < now() - interval '30 seconds')
+            WHERE state = 'APPROVED' OR (state = 'RUNNING' AND heartbeat_at < now() - interval '2 minutes')
             ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING ` + requestCols
 

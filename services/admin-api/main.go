@@ -57,6 +57,9 @@ func main() {
 		if err != nil {
 			return err
 		}
+		if consoleCfg == nil {
+			log.Info("the operator console is not served: production needs --console-oidc-issuer (--console=false turns it off)")
+		}
 		cfg := server.AdminConfig{
 			DatabaseURL: *dbURL, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
 			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: mode.Dev,
