@@ -28,6 +28,7 @@ const (
 	Admin
 )
 
+// String names the role as the login form and the claims spell it.
 func (r Role) String() string {
 	switch r {
 	case Viewer:

@@ -107,7 +107,6 @@ func TestConsoleInABrowser(t *testing.T) {
 	adminHTTP, gw, ex := freeAddr(t), freeAddr(t), freeAddr(t)
 	ps.start("gateway-sim", "gateway-sim", "--ledger", "memory", "--grpc-addr", gw, "--http-addr", freeAddr(t))
 	ps.start("executor", "executor", "--grpc-addr", ex, "--http-addr", freeAddr(t), "--gateway-addr", gw)
-	ps.start("sweeper", "sweeper", "--http-addr", freeAddr(t), "--executors", ex, "--interval", "100ms")
 	ps.start("admin-api", "admin-api", "--http-addr", adminHTTP, "--grpc-addr", freeAddr(t), "--metrics-addr", freeAddr(t),
 		"--gateway-addr", gw)
 	for _, addr := range []string{gw, ex} {
@@ -131,6 +130,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		attempt = 5 WHERE id = ANY($1)`, ids[:3]); err != nil {
 		t.Fatal(err)
 	}
+	// The sweeper starts once they are parked: started before, it could
+	// claim and charge them first (they were due).
+	ps.start("sweeper", "sweeper", "--http-addr", freeAddr(t), "--executors", ex, "--interval", "100ms")
 
 	alice, closeAlice := tab()
 	defer closeAlice()
@@ -222,7 +224,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	if got, err = text(alice, "#progress"); err != nil || !strings.HasPrefix(got, "3 done, 0 refused") {
-		t.Fatalf("progress %q %v", got, err)
+		refusals, _ := chromedp.Run(alice, chromedp.Text("main"))
+		t.Fatalf("progress %q %v\n%s", got, err, refusals)
 	}
 	shot(t, alice, "request-done")
 	for _, id := range ids[:3] {

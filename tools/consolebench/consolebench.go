@@ -171,8 +171,10 @@ func Seed(ctx context.Context, db *pgxpool.Pool, n int, now time.Time, out io.Wr
 	return nil
 }
 
-// noActions: the bench only reads.
+// noActions: the bench only reads; its actions do nothing.
 type noActions struct{}
+
+// The console's Actions, as no-ops.
 
 func (noActions) Redrive(context.Context, string, uuid.UUID, string) error    { return nil }
 func (noActions) Resolve(context.Context, string, uuid.UUID, string) error    { return nil }

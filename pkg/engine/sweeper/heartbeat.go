@@ -33,7 +33,7 @@ type ExecutorHeartbeat struct {
 }
 
 func (s *Sweeper) heartbeat() Heartbeat {
-	h := Heartbeat{BreakerOpen: s.cfg.Breaker.Open()}
+	h := Heartbeat{BreakerOpen: s.cfg.Breaker != nil && s.cfg.Breaker.Open()}
 	s.mu.Lock()
 	for _, e := range s.execs {
 		h.Executors = append(h.Executors, ExecutorHeartbeat{Addr: e.addr, Admitted: e.admitted.Load(),
