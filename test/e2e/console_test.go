@@ -50,7 +50,7 @@ func browser(t *testing.T) func() (context.Context, context.CancelFunc) {
 	t.Cleanup(cancel)
 	return func() (context.Context, context.CancelFunc) {
 		ctx, cancel := chromedp.NewContext(actx)
-		ctx, cancel2 := context.WithTimeout(ctx, 2*time.Minute)
+		ctx, cancel2 := context.WithTimeout(ctx, 4*time.Minute)
 		return ctx, func() { cancel2(); cancel() }
 	}
 }
