@@ -38,8 +38,9 @@ type Actions interface {
 	Redrive(ctx context.Context, operator string, id uuid.UUID, note string) error
 	Resolve(ctx context.Context, operator string, id uuid.UUID, note string) error
 	Cancel(ctx context.Context, operator string, id uuid.UUID, note string) error
-	// Reconcile starts a reconciliation run of day and returns its id.
-	Reconcile(ctx context.Context, operator string, day time.Time) (int64, error)
+	// Reconcile starts a reconciliation run of day; it shows in
+	// reconciliation_runs while it runs.
+	Reconcile(ctx context.Context, operator string, day time.Time) error
 }
 
 // Config configures the console.

@@ -53,7 +53,7 @@ func (f *fakeActions) Resolve(_ context.Context, op string, id uuid.UUID, note s
 func (f *fakeActions) Cancel(_ context.Context, op string, id uuid.UUID, note string) error {
 	return f.do("CANCEL", op, id, note)
 }
-func (f *fakeActions) Reconcile(context.Context, string, time.Time) (int64, error) { return 1, nil }
+func (f *fakeActions) Reconcile(context.Context, string, time.Time) error { return nil }
 func (f *fakeActions) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -227,6 +227,13 @@ func TestRoles(t *testing.T) {
 	}
 	if rec := h.post(operator, "/console/requests/1/decide", url.Values{"decision": {"approve"}}); rec.Code != http.StatusForbidden {
 		t.Fatalf("operator approving: %d", rec.Code)
+	}
+	yesterday := url.Values{"day": {time.Now().UTC().AddDate(0, 0, -1).Format("2006-01-02")}}
+	if rec := h.post(viewer, "/console/reconciliation", yesterday); rec.Code != http.StatusForbidden {
+		t.Fatalf("viewer starting a run: %d", rec.Code)
+	}
+	if rec := h.post(operator, "/console/reconciliation", yesterday); rec.Code != http.StatusSeeOther {
+		t.Fatalf("operator starting a run: %d %s", rec.Code, rec.Body.String())
 	}
 }
 

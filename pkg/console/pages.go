@@ -835,12 +835,11 @@ func (c *Console) reconStart(w http.ResponseWriter, r *http.Request, v *view) {
 		c.fail(w, r, v, http.StatusBadRequest, "Choose a day (YYYY-MM-DD) within the last year, not in the future.")
 		return
 	}
-	id, err := c.actions.Reconcile(r.Context(), v.Session.Name, day)
-	if err != nil {
+	if err := c.actions.Reconcile(r.Context(), v.Session.Name, day); err != nil {
 		c.fail(w, r, v, http.StatusConflict, "The run did not start: "+actionError(err))
 		return
 	}
-	c.log.Info("console: reconciliation started", "run", id, "day", day.Format("2006-01-02"), "operator", v.Session.Name)
+	c.log.Info("console: reconciliation started", "day", day.Format("2006-01-02"), "operator", v.Session.Name)
 	http.Redirect(w, r, Prefix+"/reconciliation", http.StatusSeeOther)
 }
 

@@ -41,9 +41,9 @@ func (a ConsoleActions) Cancel(ctx context.Context, operator string, id uuid.UUI
 
 // Reconcile starts a run of day in the background (a run can take
 // minutes; its row shows it RUNNING meanwhile) and returns at once.
-func (a ConsoleActions) Reconcile(ctx context.Context, operator string, day time.Time) (int64, error) {
+func (a ConsoleActions) Reconcile(ctx context.Context, operator string, day time.Time) error {
 	if a.S.runner == nil {
-		return 0, apierr.New(codes.FailedPrecondition, "RECONCILER_NOT_CONFIGURED", "this admin-api has no gateway address to reconcile against", nil)
+		return apierr.New(codes.FailedPrecondition, "RECONCILER_NOT_CONFIGURED", "this admin-api has no gateway address to reconcile against", nil)
 	}
 	rctx := a.as(context.WithoutCancel(ctx), operator)
 	go func() {
@@ -51,5 +51,5 @@ func (a ConsoleActions) Reconcile(ctx context.Context, operator string, day time
 			a.S.log.Error("console reconciliation run", "day", day.Format(time.DateOnly), "err", err)
 		}
 	}()
-	return 0, nil
+	return nil
 }
