@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -252,10 +253,31 @@ func (c *cluster) waitTerminal(timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("%d payments still open after %s", open, timeout)
+			c.t.Fatalf("%d payments still open after %s:\n%s", open, timeout, c.openRows())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// openRows describes the open payments, for a failing wait.
+func (c *cluster) openRows() string {
+	rows, err := c.db.Query(context.Background(), `SELECT id::text, status, attempt, coalesce(lease_until::text, ''),
+		probe_first, run_at::text FROM payments WHERE status IN ('PENDING', 'PROCESSING') LIMIT 20`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id, st, lease, runAt string
+		var attempt int
+		var pf bool
+		if err := rows.Scan(&id, &st, &attempt, &lease, &pf, &runAt); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "  %s %s attempt %d lease_until %q probe_first %v run_at %s\n", id, st, attempt, lease, pf, runAt)
+	}
+	return b.String()
 }
 
 func (c *cluster) report() *gatewayv1.ReportResponse {

@@ -38,8 +38,11 @@ func TestPoisonedGatewayStringsAreRecorded(t *testing.T) {
 // first. Before, the whole batch came back unrecorded and waited out its
 // leases, the bad row again on every claim.
 func TestAnUnrecordableOutcomeCostsOnlyItself(t *testing.T) {
-	c := newCluster(t, opts{})
-	ids := c.schedule(30, "bob", time.Now().Add(time.Second))
+	// A 2-minute lease, and a wait well inside it: nothing may wait for a
+	// lease to expire, and a loaded machine has time for the rest.
+	// No sweeper until the payments are made and the trigger set.
+	c := newCluster(t, opts{lease: 2 * time.Minute, noSweeper: true})
+	ids := c.schedule(30, "bob", time.Now())
 	bad := ids[7]
 	ctx := context.Background()
 	for _, q := range []string{
@@ -56,8 +59,8 @@ func TestAnUnrecordableOutcomeCostsOnlyItself(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Well inside the 30 s lease: nothing may wait for a lease to expire.
-	c.waitTerminal(15 * time.Second)
+	c.startSweeper("sweeper-0")
+	c.waitTerminal(60 * time.Second)
 	for _, id := range ids {
 		st, reason := c.status(id)
 		switch {
