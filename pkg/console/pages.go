@@ -484,13 +484,6 @@ func readAction(f url.Values) (action, reason, msg string) {
 var reasons = []string{string(payment.RetriesExhausted), string(payment.AmbiguousUnresolved), string(payment.KeyConflicted),
 	string(payment.LeaseTooShort), string(payment.OutcomeUnrecordable)}
 
-// deadPageSQL walks the dead letters in (due_time, id) order through
-// their partial index; the page filters them by reason.
-const deadPageSQL = `
-SELECT p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status, p.attempt, coalesce(p.dead_letter_reason, '')
-FROM payments p WHERE p.status = ` + dead + ` AND p.due_time <= now() AND (p.due_time, p.id) > ($1, $2)
-ORDER BY p.due_time, p.id LIMIT $3`
-
 const deadCountSQL = `
 SELECT count(*), coalesce(sum(amount_minor), 0)::bigint FROM (
   SELECT amount_minor FROM payments WHERE status = ` + dead + ` AND due_time <= now() AND ($1 = '' OR dead_letter_reason = $1)
@@ -522,44 +515,15 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	// Unfiltered, a page is the index's next rows; by reason, up to scanCap
 	// of them are looked at for a page.
-	limit := pageSize + 1
-	if reason != "" {
-		limit = scanCap
-	}
-	rows, err := c.db.Query(ctx, deadPageSQL, afterAt, afterID, limit)
+	// Only those that have come due, as the count above.
+	res, err := walkDead(ctx, c.db, afterAt, afterID, c.now().Add(time.Microsecond), reason != "", func(x Row) bool {
+		return reason == "" || x.Reason == reason
+	})
 	if err != nil {
 		c.dbFail(w, r, v, "list dead letters", err)
 		return
 	}
-	defer rows.Close()
-	var list []Row
-	var next string
-	var looked int
-	var last Row
-	for rows.Next() {
-		var x Row
-		if err := rows.Scan(&x.ID, &x.Payer, &x.Payee, &x.Amount, &x.Currency, &x.Due, &x.Status, &x.Attempt, &x.Reason); err != nil {
-			c.dbFail(w, r, v, "list dead letters", err)
-			return
-		}
-		looked, last = looked+1, x
-		if reason != "" && x.Reason != reason {
-			continue
-		}
-		if len(list) == pageSize {
-			next = cursor(list[pageSize-1].Due, list[pageSize-1].ID)
-			break
-		}
-		list = append(list, x)
-	}
-	if rows.Err() != nil {
-		c.dbFail(w, r, v, "list dead letters", rows.Err())
-		return
-	}
-	if next == "" && looked == scanCap {
-		// Looked as far as one page may: the rest is further on.
-		next = cursor(last.Due, last.ID)
-	}
+	list, next := res.Rows, res.Next
 	data := map[string]any{"Rows": list, "Reason": reason, "Reasons": reasons, "Count": n, "Capped": n > maxBulk,
 		"Total": total, "Actions": actions, "CanAct": v.Session.Role >= Operator, "CanBulk": v.Session.Role >= Admin}
 	if next != "" {

@@ -61,6 +61,9 @@ var statuses = payment.Names(payment.Pending, payment.Processing, payment.Comple
 
 const dateForm = "2006-01-02T15:04"
 
+// farFuture bounds a due range that has no end.
+var farFuture = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // parseQuery reads and checks a search; its error is for the operator.
 func parseQuery(v url.Values, now time.Time) (Query, error) {
 	q := Query{ID: strings.TrimSpace(v.Get("id")), Key: strings.TrimSpace(v.Get("key")),
@@ -98,7 +101,7 @@ func parseQuery(v url.Values, now time.Time) (Query, error) {
 		q.From = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
 	if q.To.IsZero() {
-		q.To = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+		q.To = farFuture
 	}
 	if !q.To.After(q.From) {
 		return q, errors.New("the due range ends before it starts")
@@ -174,7 +177,7 @@ ORDER BY due_time, id LIMIT $4`
 	// join on them would probe every partition per candidate); an id is
 	// unique, so id = ANY and due_time = ANY match exactly the candidates.
 	rowsSQL = `
-SELECT p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status, p.attempt, coalesce(p.dead_letter_reason, '')
+SELECT ` + rowCols + `
 FROM payments p
 WHERE p.id = ANY($1::uuid[]) AND p.due_time = ANY($2::timestamptz[])
   AND ($3 = '' OR p.status = $3)
@@ -260,38 +263,48 @@ func search(ctx context.Context, db store.DB, q Query) (Result, error) {
 	return res, nil
 }
 
-// deadSearchSQL walks the dead letters of a due range in (due_time, id)
-// order through their partial index: a status too rare for the walk of
-// payment_index (0.4% of a day) to fill a page within its bound.
-const deadSearchSQL = `
-SELECT p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status, p.attempt, coalesce(p.dead_letter_reason, '')
+// rowCols are the columns scanRow reads, of payments p.
+const rowCols = `p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status, p.attempt, coalesce(p.dead_letter_reason, '')`
+
+func scanRow(row pgx.Row) (Row, error) {
+	var r Row
+	err := row.Scan(&r.ID, &r.Payer, &r.Payee, &r.Amount, &r.Currency, &r.Due, &r.Status, &r.Attempt, &r.Reason)
+	return r, err
+}
+
+// deadWalkSQL walks the dead letters after ($1, $2) and due before $3 in
+// (due_time, id) order through their partial index.
+const deadWalkSQL = `
+SELECT ` + rowCols + `
 FROM payments p
 WHERE p.status = ` + dead + ` AND (p.due_time, p.id) > ($1, $2) AND p.due_time < $3
 ORDER BY p.due_time, p.id
 LIMIT $4`
 
-// searchDead serves a search for dead letters: a page from their index, or
-// up to scanCap of them when a payer or payee narrows it further.
-func searchDead(ctx context.Context, db store.DB, q Query) (Result, error) {
+// walkDead is a page of the dead letters kept by keep: the index's next
+// page when nothing narrows it (narrowed false), else up to scanCap of
+// them looked at, with a cursor to go on past them.
+func walkDead(ctx context.Context, db store.DB, afterAt time.Time, afterID uuid.UUID, to time.Time, narrowed bool,
+	keep func(Row) bool) (Result, error) {
 	limit := pageSize + 1
-	if q.Payer != "" || q.Payee != "" {
+	if narrowed {
 		limit = scanCap
 	}
-	rows, err := db.Query(ctx, deadSearchSQL, q.AfterAt, q.AfterID, q.To, limit)
+	rows, err := db.Query(ctx, deadWalkSQL, afterAt, afterID, to, limit)
 	if err != nil {
-		return Result{}, fmt.Errorf("search dead letters: %w", err)
+		return Result{}, fmt.Errorf("walk dead letters: %w", err)
 	}
 	defer rows.Close()
 	var res Result
 	var last Row
 	for rows.Next() {
-		var r Row
-		if err := rows.Scan(&r.ID, &r.Payer, &r.Payee, &r.Amount, &r.Currency, &r.Due, &r.Status, &r.Attempt, &r.Reason); err != nil {
-			return Result{}, fmt.Errorf("search dead letters: %w", err)
+		r, err := scanRow(rows)
+		if err != nil {
+			return Result{}, fmt.Errorf("walk dead letters: %w", err)
 		}
 		res.Looked++
 		last = r
-		if (q.Payer != "" && r.Payer != q.Payer) || (q.Payee != "" && r.Payee != q.Payee) {
+		if !keep(r) {
 			continue
 		}
 		if len(res.Rows) == pageSize {
@@ -301,12 +314,22 @@ func searchDead(ctx context.Context, db store.DB, q Query) (Result, error) {
 		res.Rows = append(res.Rows, r)
 	}
 	if err := rows.Err(); err != nil {
-		return Result{}, fmt.Errorf("search dead letters: %w", err)
+		return Result{}, fmt.Errorf("walk dead letters: %w", err)
 	}
-	if res.Looked == limit && limit == scanCap {
+	if res.Looked == scanCap {
+		// Looked as far as one page may: the rest is further on.
 		res.Next, res.Partial = cursor(last.Due, last.ID), true
 	}
 	return res, nil
+}
+
+// searchDead serves a search for dead letters through their own index: a
+// status too rare for the walk of payment_index (0.4% of a day) to fill a
+// page within its bound.
+func searchDead(ctx context.Context, db store.DB, q Query) (Result, error) {
+	return walkDead(ctx, db, q.AfterAt, q.AfterID, q.To, q.Payer != "" || q.Payee != "", func(r Row) bool {
+		return (q.Payer == "" || r.Payer == q.Payer) && (q.Payee == "" || r.Payee == q.Payee)
+	})
 }
 
 // readRows reads the candidates' payments that match, in (due, id) order.
@@ -318,8 +341,8 @@ func readRows(ctx context.Context, db store.DB, ids []uuid.UUID, dues []time.Tim
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
-		var r Row
-		if err := rows.Scan(&r.ID, &r.Payer, &r.Payee, &r.Amount, &r.Currency, &r.Due, &r.Status, &r.Attempt, &r.Reason); err != nil {
+		r, err := scanRow(rows)
+		if err != nil {
 			return nil, fmt.Errorf("search rows: %w", err)
 		}
 		out = append(out, r)
