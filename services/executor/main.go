@@ -42,6 +42,8 @@ func main() {
 	probeTimeout := fs.Duration("probe-timeout", 2*time.Second, "deadline of the GetCharge probe")
 	completers := fs.Int("completers", 1, "outcome-writing statements at once (each writes whatever outcomes are ready)")
 	completeBatch := fs.Int("complete-batch", 1000, "outcomes written per statement at most")
+	completeWait := fs.Duration("complete-wait", 25*time.Millisecond, "how long the first outcome of a statement waits for more to join it (0-1s; it is written when --complete-batch are ready or this long after the first, and never later than its call's deadline)")
+	streamLinger := fs.Duration("stream-linger", time.Millisecond, "how long outcomes streamed back to a sweeper wait for more to join their message (0-100ms)")
 	margin := fs.Duration("lease-margin", 2*time.Second, "a call starts only if its deadline falls this long before its claim's lease ends")
 	payeeRate := fs.Float64("payee-rate", 0, "charges per second per payee from this executor (a PSP's per-account limit divided by the executors; 0: none); a payment over it goes back to PENDING until its turn")
 	payeeBurst := fs.Int("payee-burst", 1, "charges a payee may take at once before --payee-rate paces it")
@@ -64,7 +66,7 @@ func main() {
 		}
 		reg := obs.Registry()
 		cfg := executor.Config{ID: *id, MaxInFlight: *maxInFlight, Concurrency: *conc, Backoff: sched, LeaseMargin: *margin,
-			Completers: *completers, CompleteBatch: *completeBatch, MaxReleases: *maxReleases,
+			Completers: *completers, CompleteBatch: *completeBatch, CompleteWait: *completeWait, StreamLinger: *streamLinger, MaxReleases: *maxReleases,
 			PayeeRate: *payeeRate, PayeeBurst: *payeeBurst}
 		if *maxReleases < 1 {
 			return fmt.Errorf("--max-releases must be at least 1, got %d", *maxReleases)

@@ -27,6 +27,7 @@ func main() {
 	id := fs.String("id", obs.InstanceID("sweeper"), "lease owner id")
 	executors := fs.String("executors", "127.0.0.1:9100,127.0.0.1:9110", "executor addresses, or a DNS name:port resolving to all of them")
 	interval := fs.Duration("interval", 100*time.Millisecond, "poll interval when nothing more is due (an idle claim is one index probe; it bounds the lateness of a lone payment)")
+	claimCooldown := fs.Duration("claim-cooldown", 50*time.Millisecond, "pause after a claim that found fewer due rows than it asked for (at most --interval): at a steady rate the next claim takes what fell due meanwhile in one statement; after a claim that found nothing, the sweeper wakes when the next payment falls due instead")
 	batch := fs.Int("batch", 500, "rows per claim")
 	lease := fs.Duration("lease", 2*time.Minute, "lease per claim")
 	slots := fs.Int("slots", 2, "batches in flight per executor")
@@ -50,7 +51,7 @@ func main() {
 		// A tenth of a second of burst keeps every wall-clock second under the ceiling.
 		bucket := pacing.Bucket{Name: "gateway", Rate: *ceiling, Burst: max(1, *ceiling/10)}
 		cfg := sweeper.Config{
-			ID: *id, Interval: *interval, Batch: *batch, Lease: *lease, Executors: strings.Split(*executors, ","),
+			ID: *id, Interval: *interval, Cooldown: *claimCooldown, Batch: *batch, Lease: *lease, Executors: strings.Split(*executors, ","),
 			Resolve: *resolveEvery, Slots: *slots, Bucket: bucket, Grace: 60 * time.Second,
 			Breaker: &sweeper.Breaker{Threshold: *threshold, MinSamples: 50, Cooldown: *cooldown, MaxCooldown: 30 * time.Second, ProbeSize: 10},
 			Fair:    fair.Config{Unfair: *unfair, Walk: *walk, Default: fair.Limits{Weight: 1, MaxInflight: *maxInflight, MaxRate: *maxRate}},

@@ -60,6 +60,13 @@ type opts struct {
 	noSweeper bool
 	// payeeRate paces charges per payee in each executor (0: none).
 	payeeRate float64
+	// completeWait is the executors' --complete-wait (0: 25ms, the
+	// flag's default; negative: none); margin their --lease-margin (0:
+	// 100ms).
+	completeWait, margin time.Duration
+	// interval and cooldown are the sweepers' --interval and
+	// --claim-cooldown (0: 50ms and 25ms).
+	interval, cooldown time.Duration
 }
 
 type cluster struct {
@@ -116,8 +123,24 @@ func newCluster(t *testing.T, o opts) *cluster {
 	if o.batch == 0 {
 		o.batch = 100
 	}
+	switch {
+	case o.completeWait == 0:
+		o.completeWait = 25 * time.Millisecond
+	case o.completeWait < 0:
+		o.completeWait = 0
+	}
+	if o.margin == 0 {
+		o.margin = 100 * time.Millisecond
+	}
+	if o.interval == 0 {
+		o.interval = 50 * time.Millisecond
+	}
+	if o.cooldown == 0 {
+		o.cooldown = min(25*time.Millisecond, o.interval)
+	}
 	c := &cluster{t: t, db: pgtest.NewPool(t), o: o}
 	c.sim = gatewaysim.New(gatewaysim.NewMemLedger(), o.faults)
+	c.sim.Linger = time.Millisecond // as gateway-sim's --answer-linger
 	c.simAddr, _ = serve(t, func(gs *grpc.Server) {
 		gatewayv1.RegisterGatewayServiceServer(gs, c.sim)
 		gatewayv1.RegisterGatewayAdminServiceServer(gs, c.sim)
@@ -126,6 +149,7 @@ func newCluster(t *testing.T, o opts) *cluster {
 	// The executors share one client, as an executor's callers do: charges
 	// go over its Charges stream.
 	grpcGW := gateway.NewGRPC(dial(t, c.simAddr))
+	grpcGW.Linger = time.Millisecond // as --gateway-linger
 	t.Cleanup(grpcGW.Close)
 	var gw gateway.Gateway = grpcGW
 	if o.wrapGW != nil {
@@ -137,7 +161,7 @@ func newCluster(t *testing.T, o opts) *cluster {
 	}
 	for i := range o.executors {
 		ex, err := executor.New(executor.Config{ID: fmt.Sprint("executor-", i), MaxInFlight: 2000, Concurrency: 64, Backoff: o.backoff,
-			LeaseMargin: 100 * time.Millisecond, PayeeRate: o.payeeRate, PayeeBurst: 1},
+			LeaseMargin: o.margin, PayeeRate: o.payeeRate, PayeeBurst: 1, CompleteWait: o.completeWait, StreamLinger: time.Millisecond},
 			exDB, &gateway.Charger{Gateway: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: o.probeTO,
 				ActionTimeout: o.bounds.Action, ProcessingTimeout: o.bounds.Processing},
 			prometheus.NewRegistry(), quiet)
@@ -179,7 +203,7 @@ func (c *cluster) charger() *gateway.Charger {
 
 // startSweeper runs one more sweeper; the returned func stops it (SIGTERM).
 func (c *cluster) startSweeper(id string) context.CancelFunc {
-	sw, err := sweeper.New(sweeper.Config{ID: id, Interval: 50 * time.Millisecond, Batch: c.o.batch, Lease: c.o.lease,
+	sw, err := sweeper.New(sweeper.Config{ID: id, Interval: c.o.interval, Cooldown: c.o.cooldown, Batch: c.o.batch, Lease: c.o.lease,
 		Executors: c.execs, Slots: 2, Grace: 10 * time.Second,
 		Bucket:  pacing.Bucket{Name: "gateway", Rate: c.o.ceiling, Burst: max(1, c.o.ceiling/10)},
 		Breaker: &sweeper.Breaker{Threshold: 0.5, MinSamples: 50, Cooldown: 300 * time.Millisecond, MaxCooldown: 2 * time.Second, ProbeSize: 10},

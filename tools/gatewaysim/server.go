@@ -20,6 +20,7 @@ import (
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/webhook"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/coalesce"
 	"github.com/paysched/paysched/pkg/platform/tracing"
 )
 
@@ -34,6 +35,9 @@ type Server struct {
 	faults atomic.Pointer[gatewayv1.Faults]
 	// OnCharge, when set, is told of every new charge (webhooks); it must not block.
 	OnCharge func(*Charge)
+	// Linger is how long the Charges stream's answers wait for others to
+	// share their message (0: each message carries what is ready).
+	Linger time.Duration
 	// PayeeOutage, when its prefix is set, answers UNAVAILABLE without
 	// charging to every charge for a payee with that prefix until its end:
 	// one merchant's bank down for a while, long enough for the engine to
@@ -129,22 +133,13 @@ func (s *Server) Charges(stream gatewayv1.GatewayService_ChargesServer) error {
 	out := make(chan *gatewayv1.ChargeResult, 1024)
 	sent := make(chan error, 1)
 	go func() {
-		// One message carries every answer ready by the time it is sent.
+		// One message carries every answer ready by the time it is sent,
+		// and those that come within the linger: with latency injected,
+		// answers come back one by one.
 		var err error
 		for r := range out {
-			msg := &gatewayv1.ChargesResponse{Results: []*gatewayv1.ChargeResult{r}}
-		more:
-			for {
-				select {
-				case r, ok := <-out:
-					if !ok {
-						break more
-					}
-					msg.Results = append(msg.Results, r)
-				default:
-					break more
-				}
-			}
+			msg := &gatewayv1.ChargesResponse{}
+			msg.Results, _ = coalesce.Gather(make([]*gatewayv1.ChargeResult, 0, 16), r, out, 4096, s.Linger)
 			if err == nil {
 				err = stream.Send(msg)
 			}

@@ -46,6 +46,14 @@ import (
 type Config struct {
 	ID       string        // lease owner
 	Interval time.Duration // idle poll interval (1s)
+	// Cooldown is the pause after a claim that found fewer due rows than
+	// it asked for (--claim-cooldown, 50ms): at a steady rate the next
+	// claim then takes what fell due meanwhile in one statement, instead
+	// of a round every few ms for a few rows each. After a claim that
+	// found nothing, the sweeper wakes when the next payment falls due
+	// (floor 10ms), not after the cooldown: a quiet schedule's first due
+	// rows are claimed on time.
+	Cooldown time.Duration
 	Batch    int           // rows per claim (500)
 	Lease    time.Duration // lease per claim (2m)
 	// Executors are host:port addresses; a name that resolves to several
@@ -82,6 +90,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--batch must be at least 1, got %d", c.Batch)
 	case c.Lease <= 0:
 		return fmt.Errorf("--lease must be positive, got %s", c.Lease)
+	case c.Cooldown < 0 || c.Cooldown > c.Interval:
+		return fmt.Errorf("--claim-cooldown must be between 0 and --interval (%s), got %s", c.Interval, c.Cooldown)
 	case len(c.Executors) == 0 || c.Executors[0] == "":
 		return errors.New("--executors: at least one executor address is required")
 	case c.Slots < 1:
@@ -445,7 +455,7 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 	}
 	if len(claimed) == 0 {
 		s.cfg.Breaker.Abort(probe)
-		return s.idle()
+		return s.pause(0, granted, time.Now())
 	}
 	s.m.claimed.Add(float64(len(claimed)))
 	for _, c := range claimed {
@@ -457,21 +467,36 @@ func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 	e.streams.Add(1)
 	s.wg.Add(1)
 	go s.dispatch(s.batchSpan(now, e, claimed), e, claimed, probe)
-	if len(claimed) < granted {
-		return s.idle() // drained: poll again later
-	}
-	return 0
+	return s.pause(len(claimed), granted, time.Now())
 }
 
-// idle is how long to wait before claiming again when nothing more is
-// due: --interval, or less when the last walk of the tenants saw a payment
+// idleFloor is the shortest wait after a claim that found nothing.
+const idleFloor = 10 * time.Millisecond
+
+// pause is how long to wait after a claim that asked for granted rows and
+// got claimed: none while there is more (a full claim), the cooldown once
+// the due rows ran out (a partial claim: what falls due meanwhile waits at
+// most the cooldown), and, after an empty claim, until the next payment
+// falls due (idle).
+func (s *Sweeper) pause(claimed, granted int, now time.Time) time.Duration {
+	switch {
+	case claimed >= granted:
+		return 0
+	case claimed > 0:
+		return s.cfg.Cooldown
+	}
+	return s.idle(now)
+}
+
+// idle is how long to wait before claiming again when nothing is due:
+// --interval, or less when the last walk of the tenants saw a payment
 // falling due sooner (the spike's due second is then claimed on time, not
-// up to an interval late).
-func (s *Sweeper) idle() time.Duration {
+// up to an interval late), never less than idleFloor.
+func (s *Sweeper) idle(now time.Time) time.Duration {
 	d := s.cfg.Interval
 	if next := s.fair.NextDue(); !next.IsZero() {
 		// A few ms after: the database's clock says when it is due.
-		d = min(d, max(10*time.Millisecond, time.Until(next)+5*time.Millisecond))
+		d = min(d, max(idleFloor, next.Sub(now)+5*time.Millisecond))
 	}
 	return d
 }

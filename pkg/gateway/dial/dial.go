@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -43,6 +44,9 @@ type Flags struct {
 	StripeURL     string
 	// StripeTestMode lets production run on a test key (sk_test_, rk_test_).
 	StripeTestMode bool
+	// Linger is how long a charge waits for others to share its message on
+	// the gateway.v1 Charges stream (gateway.GRPC.Linger).
+	Linger time.Duration
 }
 
 // Register adds the gateway flags to fs. defaultAddr is the gateway.v1
@@ -58,6 +62,7 @@ func Register(fs *flag.FlagSet, defaultAddr string) *Flags {
 	fs.StringVar(&f.TokenFile, "gateway-token-file", "", "file holding the bearer token sent with every gateway call; needs --gateway-ca-file (--gateway=grpc)")
 	fs.StringVar(&f.StripeKeyFile, "stripe-key-file", "", "file holding the Stripe secret key (--gateway=stripe)")
 	fs.StringVar(&f.StripeURL, "stripe-api-url", "https://api.stripe.com", "Stripe API base URL; stripe-mock's for local runs (--gateway=stripe)")
+	fs.DurationVar(&f.Linger, "gateway-linger", time.Millisecond, "how long a charge waits for others to share its message on the gateway.v1 Charges stream (0-100ms; --gateway=grpc)")
 	fs.BoolVar(&f.StripeTestMode, "stripe-test-mode", false, "accept a Stripe test key (sk_test_, rk_test_) outside --dev: a staging deployment against Stripe's test mode")
 	return f
 }
@@ -80,6 +85,9 @@ func (f *Flags) Validate() error {
 		}
 		if f.CertFile != "" && f.CAFile == "" {
 			return errors.New("--gateway-cert-file needs --gateway-ca-file: mutual TLS verifies the gateway too")
+		}
+		if f.Linger < 0 || f.Linger > 100*time.Millisecond {
+			return fmt.Errorf("--gateway-linger must be between 0 and 100ms, got %s", f.Linger)
 		}
 	case KindStripe:
 		if f.StripeKeyFile == "" {
@@ -157,7 +165,9 @@ func (f *Flags) Open(ctx context.Context, extra ...grpc.DialOption) (Gateway, er
 	if err != nil {
 		return nil, err
 	}
-	return &grpcGateway{GRPC: gateway.NewGRPC(cc), cc: cc}, nil
+	g := gateway.NewGRPC(cc)
+	g.Linger = f.Linger
+	return &grpcGateway{GRPC: g, cc: cc}, nil
 }
 
 type grpcGateway struct {

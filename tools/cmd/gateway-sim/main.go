@@ -55,6 +55,7 @@ func main() {
 	hookSecret := config.SecretVar(fs, "webhook-secret", "HMAC-SHA256 secret signing the webhooks")
 	serverTLS := mtls.RegisterServer(fs, gatewaysim.DefaultClients)
 	tokenFile := fs.String("token-file", "", "file holding the bearer token every call must carry (needs TLS)")
+	linger := fs.Duration("answer-linger", time.Millisecond, "how long a Charges stream's answers wait for others to share their message (0-100ms)")
 	svc.Main("gateway-sim", fs, func(ctx context.Context, log *slog.Logger) error {
 		f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
 		if *keyRetention < 0 {
@@ -93,7 +94,11 @@ func main() {
 		default:
 			return fmt.Errorf("--ledger %q: want postgres or memory", *ledger)
 		}
+		if *linger < 0 || *linger > 100*time.Millisecond {
+			return fmt.Errorf("--answer-linger must be between 0 and 100ms, got %s", *linger)
+		}
 		sim := gatewaysim.New(l, f)
+		sim.Linger = *linger
 		if *outagePrefix != "" {
 			until, err := time.Parse(time.RFC3339Nano, *outageUntil)
 			if err != nil {
