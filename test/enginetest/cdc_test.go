@@ -177,7 +177,7 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 			t.Fatalf("payment %s: %d events", id, len(evs))
 		}
 		for i := 1; i < len(evs); i++ {
-			if evs[i].Source.LSN <= evs[i-1].Source.LSN || evs[i].Before["status"] != evs[i-1].After["status"] {
+			if evs[i].Source.LSN <= evs[i-1].Source.LSN || evs[i].After["prev_status"] != evs[i-1].After["status"] {
 				t.Fatalf("payment %s: event %d does not follow event %d", id, i, i-1)
 			}
 		}

@@ -521,13 +521,24 @@ func Notified(e *envelope.Event) (ceType, ceID string, ok bool) {
 		ceType = "paysched.payment." + strings.ToLower(status)
 	case e.Op == "c" || e.Op == "r":
 		ceType = "paysched.payment.created"
-	case e.Op == "u" && payment.Status(status).AtRest() && (e.Before() == nil || !sameString(e.Before().Status, status)):
+	case e.Op == "u" && payment.Status(status).AtRest() && !sameString(leftStatus(e), status):
 		ceType = "paysched.payment." + strings.ToLower(status)
 	default:
 		return "", "", false
 	}
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%d|%s|%s", e.Source.LSN, paymentID(e), ceType)))
 	return ceType, hex.EncodeToString(sum[:16]), true
+}
+
+// leftStatus is the raw status a payments update left: the before image's
+// when the event has one (REPLICA IDENTITY FULL, as before schema 15), else
+// the row's prev_status. Nil when neither says: a reader then announces
+// the status, as it always did without a before image.
+func leftStatus(e *envelope.Event) []byte {
+	if b := e.Before(); b != nil {
+		return b.Status
+	}
+	return e.After().PrevStatus
 }
 
 func paymentID(e *envelope.Event) string {

@@ -31,6 +31,15 @@ func refStr(row map[string]any, k string) *string {
 	return nil
 }
 
+// refLeft is the status an update left: its before image's, else the
+// row's prev_status (nil: unknown).
+func refLeft(e refEnvelope) any {
+	if e.Before != nil {
+		return e.Before["status"]
+	}
+	return e.After["prev_status"]
+}
+
 func refNotification(e refEnvelope) *kgo.Record {
 	if e.Source.Table != "payments" || e.After == nil {
 		return nil
@@ -42,7 +51,7 @@ func refNotification(e refEnvelope) *kgo.Record {
 		typ = "paysched.payment." + strings.ToLower(status)
 	case e.Op == "c" || e.Op == "r":
 		typ = "paysched.payment.created"
-	case e.Op == "u" && payment.Status(status).AtRest() && (e.Before == nil || e.Before["status"] != status):
+	case e.Op == "u" && payment.Status(status).AtRest() && refLeft(e) != status:
 		typ = "paysched.payment." + strings.ToLower(status)
 	default:
 		return nil
@@ -148,6 +157,9 @@ func TestParseEnvelopeAgreesWithEncodingJSON(t *testing.T) {
 		`{"before":null,"after":{"id":"p1","status":"PENDING","amount_minor":1500,"payer":"a","payee":"b<c>&","currency":"USD","due_time":"2026-12-01T09:00:00Z","attempt":0,"gateway_ref":null},"source":{"table":"payments","lsn":42,"ts_ms":1796115600123},"op":"c","ts_ms":1}`,
 		`{"before":{"id":"p1","status":"PROCESSING"},"after":{"id":"p1","status":"COMPLETED","gateway_ref":"ch_1","dead_letter_reason":null},"source":{"table":"payments","lsn":43,"ts_ms":5},"op":"u"}`,
 		`{"before":{"id":"p1","status":"COMPLETED"},"after":{"id":"p1","status":"COMPLETED"},"source":{"table":"payments","lsn":44},"op":"u"}`,
+		`{"before":null,"after":{"id":"p1","status":"COMPLETED","prev_status":"PROCESSING"},"source":{"table":"payments","lsn":45},"op":"u"}`,
+		`{"before":null,"after":{"id":"p1","status":"COMPLETED","prev_status":"COMPLETED"},"source":{"table":"payments","lsn":46},"op":"u"}`,
+		`{"before":null,"after":{"id":"p1","status":"CANCELLED","prev_status":null},"source":{"table":"payments","lsn":47},"op":"u"}`,
 		`{"before":{"id":"p1"},"after":{"id":"p1","status":"FAILED"},"source":{"table":"payments","lsn":44},"op":"u"}`,
 		`{"before":{"payment_id":"p1","attempt":1},"after":null,"source":{"table":"payment_attempts","lsn":45},"op":"d"}`,
 		`{"after":{"payment_id":"p1","new_status":"PENDING","prev_status":"DEAD_LETTERED"},"source":{"table":"payment_actions","lsn":46},"op":"c"}`,

@@ -3,9 +3,11 @@ package cdc_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -53,57 +55,117 @@ func TestGoldenEnvelopes(t *testing.T) {
 		{Name: "metadata", OID: 3802},
 	}}
 	id := "01a22b54-7abf-79b7-b1b6-bd55c481e1fa"
-	before := tuple(id, "alice", "1500", "USD", "2026-12-01 09:00:00+00", "PENDING", "0", "<null>", `{"k": "v"}`)
-	after := tuple(id, "alice", "1500", "USD", "2026-12-01 09:00:00+00", "PROCESSING", "1", "<null>", `{"k": "v"}`)
+	beforeVals := []string{id, "alice", "1500", "USD", "2026-12-01 09:00:00+00", "PENDING", "0", "<null>", `{"k": "v"}`}
+	afterVals := []string{id, "alice", "1500", "USD", "2026-12-01 09:00:00+00", "PROCESSING", "1", "<null>", `{"k": "v"}`}
 	commit := time.Date(2026, 12, 1, 9, 0, 0, 123_456_000, time.UTC)
 	now := time.Date(2026, 12, 1, 9, 0, 0, 456_789_012, time.UTC)
 	src := envelope.Source{Name: "paysched", DB: "paysched"}
-	for name, ch := range map[string]cdc.Change{
-		"create": {Rel: rel, Op: "c", After: before, LSN: 24023128, LastCommit: 24022984, TxID: 771, CommitTime: commit},
-		"update": {Rel: rel, Op: "u", Before: before, After: after, LSN: 24023400, LastCommit: 24023312, TxID: 772, CommitTime: commit},
-	} {
-		key, err := cdc.Key(ch)
-		if err != nil {
-			t.Fatal(err)
+	// The same rows in pgoutput's text form and in its binary form (binary
+	// 'true') give the same envelopes, byte for byte.
+	for _, form := range []string{"text", "binary"} {
+		before, after := tuple(beforeVals...), tuple(afterVals...)
+		if form == "binary" {
+			before, after = binaryTuple(t, rel, beforeVals...), binaryTuple(t, rel, afterVals...)
 		}
-		val, err := cdc.Value(ch, src, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var pretty map[string]any
-		if err := json.Unmarshal(val, &pretty); err != nil {
-			t.Fatalf("%s: envelope is not JSON: %v\n%s", name, err, val)
-		}
-		skey, err := cdc.SchemaKey(ch, src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sval, err := cdc.SchemaValue(ch, src, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(sval, &pretty); err != nil {
-			t.Fatalf("%s: schema-ful envelope is not JSON: %v\n%s", name, err, sval)
-		}
-		for file, got := range map[string][]byte{
-			name + ".golden":        append(append(key, '\n'), val...),
-			name + ".schema.golden": append(append(skey, '\n'), sval...),
+		for name, ch := range map[string]cdc.Change{
+			"create": {Rel: rel, Op: "c", After: before, LSN: 24023128, LastCommit: 24022984, TxID: 771, CommitTime: commit},
+			"update": {Rel: rel, Op: "u", Before: before, After: after, LSN: 24023400, LastCommit: 24023312, TxID: 772, CommitTime: commit},
 		} {
-			path := "testdata/" + file
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
+			key, err := cdc.Key(ch)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if string(got) != string(want) {
-				t.Errorf("%s changed:\n got %s\nwant %s", file, got, want)
+			val, err := cdc.Value(ch, src, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pretty map[string]any
+			if err := json.Unmarshal(val, &pretty); err != nil {
+				t.Fatalf("%s: envelope is not JSON: %v\n%s", name, err, val)
+			}
+			skey, err := cdc.SchemaKey(ch, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sval, err := cdc.SchemaValue(ch, src, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(sval, &pretty); err != nil {
+				t.Fatalf("%s: schema-ful envelope is not JSON: %v\n%s", name, err, sval)
+			}
+			for file, got := range map[string][]byte{
+				name + ".golden":        append(append(key, '\n'), val...),
+				name + ".schema.golden": append(append(skey, '\n'), sval...),
+			} {
+				path := "testdata/" + file
+				if *update {
+					if err := os.WriteFile(path, got, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(got) != string(want) {
+					t.Errorf("%s (%s form) changed:\n got %s\nwant %s", file, form, got, want)
+				}
 			}
 		}
 	}
+}
+
+// binaryTuple is tuple in pgoutput's binary form: each value, given as
+// Postgres's text output, in its type's binary encoding (the send
+// function's), for the types envelope.BinaryTypes names.
+func binaryTuple(t *testing.T, rel *envelope.Relation, vals ...string) *pglogrepl.TupleData {
+	t.Helper()
+	out := &pglogrepl.TupleData{ColumnNum: uint16(len(vals))}
+	for i, v := range vals {
+		if v == "<null>" {
+			out.Columns = append(out.Columns, &pglogrepl.TupleDataColumn{DataType: 'n'})
+			continue
+		}
+		var d []byte
+		switch oid := rel.Columns[i].OID; oid {
+		case 2950:
+			u, err := uuid.Parse(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d = u[:]
+		case 20, 23, 21:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch oid {
+			case 20:
+				d = binary.BigEndian.AppendUint64(nil, uint64(n))
+			case 23:
+				d = binary.BigEndian.AppendUint32(nil, uint32(int32(n)))
+			default:
+				d = binary.BigEndian.AppendUint16(nil, uint16(int16(n)))
+			}
+		case 16:
+			d = []byte{map[bool]byte{true: 1, false: 0}[v == "t"]}
+		case 1184:
+			ts, err := time.Parse("2006-01-02 15:04:05.999999Z07", v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d = binary.BigEndian.AppendUint64(nil, uint64(ts.UnixMicro()-time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()))
+		case 3802:
+			d = append([]byte{1}, v...)
+		case 25, 1042, 1043:
+			d = []byte(v)
+		default:
+			t.Fatalf("no binary form for oid %d in this test", oid)
+		}
+		out.Columns = append(out.Columns, &pglogrepl.TupleDataColumn{DataType: 'b', Data: d})
+	}
+	return out
 }
 
 func payment(due time.Time) store.NewPayment {
@@ -206,7 +268,10 @@ func TestStreamsEveryChangeInOrder(t *testing.T) {
 		if len(evs) != 2 || evs[0].Op != "c" || evs[1].Op != "u" || evs[1].Source.LSN <= evs[0].Source.LSN {
 			t.Fatalf("payment %s events out of order: %+v", it.ID, evs)
 		}
-		if evs[1].Before["status"] != "PENDING" || evs[1].After["status"] != "CANCELLED" || evs[0].After["amount_minor"] != float64(100) {
+		// REPLICA IDENTITY DEFAULT: an update carries no before image, as
+		// Debezium's events under it; the status it left is prev_status.
+		if evs[1].Before != nil || evs[1].After["prev_status"] != "PENDING" || evs[1].After["status"] != "CANCELLED" ||
+			evs[0].After["prev_status"] != nil || evs[0].After["amount_minor"] != float64(100) {
 			t.Fatalf("envelope content: %+v", evs[1])
 		}
 		// source.sequence is Debezium's [last committed LSN, this LSN].
@@ -461,5 +526,84 @@ func TestSlotOfAnotherDatabaseIsRefused(t *testing.T) {
 	err := setup(second)
 	if err == nil || !strings.Contains(err.Error(), "shared_slot") || !strings.Contains(err.Error(), first.Config().ConnConfig.Database) {
 		t.Fatalf("setup on another database's slot: %v, want a refusal naming the slot and its database", err)
+	}
+}
+
+// TestBinaryAndTextFormsAgree: one connector reading pgoutput's binary
+// form and one reading its text form write the same rows, byte for byte,
+// for every column type the captured tables use (timestamps to the
+// microsecond and before 2000, jsonb, unicode, nulls, negative numbers).
+func TestBinaryAndTextFormsAgree(t *testing.T) {
+	db := pgtest.NewPool(t)
+	bin, txt := kafka.TopicsFor("bin"), kafka.TopicsFor("txt")
+	seeds := kafkatest.NewCluster(t, bin.Payments, bin.Attempts, bin.Actions, bin.Heartbeat,
+		txt.Payments, txt.Attempts, txt.Actions, txt.Heartbeat)
+	ctx := startConnector(t, db, seeds, "bin_slot", 200*time.Millisecond, time.Second, func(c *cdc.Config) {
+		c.Source.Name, c.HeartbeatTopic = "bin", bin.Heartbeat
+	})
+	startConnector(t, db, seeds, "txt_slot", 200*time.Millisecond, time.Second, func(c *cdc.Config) {
+		c.Source.Name, c.HeartbeatTopic, c.Text = "txt", txt.Heartbeat, true
+	})
+	due := time.Now().Add(time.Hour).Truncate(time.Hour)
+	for i, sql := range []string{
+		`INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, description, metadata, tenant)
+		 VALUES ('01a22b54-7abf-79b7-b1b6-bd55c481e1fa', 'al"ice', 'bob é 😀 <&>', 9223372036854775807, 'EUR', $1::timestamptz, $1::timestamptz + interval '1.000001 s',
+		         'line1' || chr(10) || 'tab' || chr(9), '{"k": ["v", 1.5, null, {"é": true}]}', 'tenant\x')`,
+		`UPDATE payments SET status = 'PROCESSING', attempt = 1, lease_until = '1999-12-31 23:59:59.999999+00',
+		 lease_owner = 'sw', probe_first = true, releases = 3, retries = 2 WHERE id = '01a22b54-7abf-79b7-b1b6-bd55c481e1fa'`,
+		`INSERT INTO payment_attempts (payment_id, attempt, started_at, finished_at, gateway_key, outcome, gateway_ref, error, executor_id)
+		 VALUES ('01a22b54-7abf-79b7-b1b6-bd55c481e1fa', 1, $1::timestamptz, $1::timestamptz + interval '0.5 s', 'k', 'AMBIGUOUS', NULL, 'x' || chr(1), 'ex')`,
+		`UPDATE payments SET status = 'DEAD_LETTERED', dead_letter_reason = 'AMBIGUOUS_UNRESOLVED', last_error = '',
+		 lease_until = NULL, lease_owner = NULL WHERE id = '01a22b54-7abf-79b7-b1b6-bd55c481e1fa'`,
+		`INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason, run_id)
+		 VALUES ('01a22b54-7abf-79b7-b1b6-bd55c481e1fa', 'admin:x', 'redrive', 'DEAD_LETTERED', 'PENDING', 'why', -5)`,
+	} {
+		var err error
+		if strings.Contains(sql, "$1") {
+			_, err = db.Exec(ctx, sql, due)
+		} else {
+			_, err = db.Exec(ctx, sql)
+		}
+		if err != nil {
+			t.Fatalf("statement %d: %v", i, err)
+		}
+	}
+	// Each topic's rows, keyed by LSN: both connectors read one WAL.
+	rows := func(topics ...string) map[string]string {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		out := map[string]string{}
+		deadline := time.Now().Add(30 * time.Second)
+		for len(out) < 5 && time.Now().Before(deadline) {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			fs := cl.PollFetches(pctx)
+			pcancel()
+			fs.EachRecord(func(r *kgo.Record) {
+				var e struct {
+					Before, After json.RawMessage
+					Source        struct {
+						Table string
+						LSN   uint64
+					}
+				}
+				if err := json.Unmarshal(r.Value, &e); err != nil {
+					t.Fatalf("bad envelope: %v %s", err, r.Value)
+				}
+				out[fmt.Sprint(e.Source.Table, "@", e.Source.LSN)] = string(r.Key) + " " + string(e.Before) + " " + string(e.After)
+			})
+		}
+		return out
+	}
+	b, x := rows(bin.Payments, bin.Attempts, bin.Actions), rows(txt.Payments, txt.Attempts, txt.Actions)
+	if len(b) != 5 || len(x) != 5 {
+		t.Fatalf("events: binary %d, text %d, want 5 each", len(b), len(x))
+	}
+	for k, v := range x {
+		if b[k] != v {
+			t.Errorf("%s:\n binary %s\n text   %s", k, b[k], v)
+		}
 	}
 }

@@ -53,6 +53,11 @@ type Config struct {
 	// KafkaOpts are extra client options: the brokers' TLS and SASL
 	// (kafkaauth.Flags.Opts).
 	KafkaOpts []kgo.Opt
+	// Text streams pgoutput's text form of every column instead of its
+	// binary form (binary 'true'): the binary form spares the walsender
+	// every column's output function, and the encoder reads the types the
+	// captured tables use (envelope.BinaryTypes) into the same JSON.
+	Text bool
 }
 
 // Validate reports the first configuration error.
@@ -311,7 +316,7 @@ func (c *Connector) Run(ctx context.Context) error {
 		}
 	}
 	err = pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(c.cfg.Publication, "'", "''") + "'"},
+		PluginArgs: c.pluginArgs(),
 	})
 	if err != nil {
 		return fmt.Errorf("start replication: %w", err)
@@ -398,6 +403,16 @@ func (c *Connector) Run(ctx context.Context) error {
 	}
 }
 
+// pluginArgs are pgoutput's options: protocol 1, the publication, and the
+// binary form unless Text.
+func (c *Connector) pluginArgs() []string {
+	args := []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(c.cfg.Publication, "'", "''") + "'"}
+	if !c.cfg.Text {
+		args = append(args, "binary 'true'")
+	}
+	return args
+}
+
 // deadlineCtx is one deadline context per status interval, not one per
 // message: making one (a timer) for each of a spike's million messages
 // cost the connector more CPU than reading them.
@@ -458,6 +473,13 @@ func (c *Connector) handle(ctx context.Context, x pglogrepl.XLogData, tx *txn) (
 		r := &envelope.Relation{Schema: m.Namespace, Table: m.RelationName}
 		for _, col := range m.Columns {
 			r.Columns = append(r.Columns, envelope.Column{Name: col.Name, OID: col.DataType, Key: col.Flags&1 == 1})
+		}
+		if !c.cfg.Text {
+			// A column the encoder could not read would fail its first
+			// change; refused here, it names the column before any is read.
+			if err := envelope.CheckBinary(r); err != nil {
+				return tx, err
+			}
 		}
 		r.Prepare(c.cfg.Source)
 		c.rels[m.RelationID] = r

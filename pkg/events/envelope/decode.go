@@ -40,7 +40,10 @@ func (e *Event) After() *Row {
 // Row holds the raw JSON values (nil when absent) of the columns the audit
 // log and the notifications use.
 type Row struct {
-	ID, PaymentID, Status, NewStatus                             []byte
+	// PrevStatus is payments.prev_status: the status the row left in its
+	// latest update (updates carry no before image under REPLICA IDENTITY
+	// DEFAULT).
+	ID, PaymentID, Status, NewStatus, PrevStatus                 []byte
 	Payer, Payee, Amount, Currency, DueTime, Attempt, GatewayRef []byte
 	DeadLetterReason, FailureReason                              []byte
 }
@@ -227,6 +230,8 @@ func (s *scanner) row(r *Row) error {
 			r.Status = v
 		case "new_status":
 			r.NewStatus = v
+		case "prev_status":
+			r.PrevStatus = v
 		case "payer":
 			r.Payer = v
 		case "payee":

@@ -175,10 +175,16 @@ const (
 	oidInt8        = 20
 	oidInt2        = 21
 	oidInt4        = 23
+	oidText        = 25
+	oidJSON        = 114
+	oidBpchar      = 1042
+	oidVarchar     = 1043
 	oidTimestamptz = 1184
 	oidTimestamp   = 1114
 	oidFloat8      = 701
 	oidFloat4      = 700
+	oidUUID        = 2950
+	oidJSONB       = 3802
 )
 
 // appendField appends "name":value with Debezium's JSON encodings:
@@ -196,6 +202,8 @@ func appendField(b []byte, c *Column, v Datum) ([]byte, error) {
 		return append(b, "null"...), nil
 	case 'u':
 		return append(b, `"__debezium_unavailable_value"`...), nil
+	case 'b':
+		return appendBinary(b, c, v.Data)
 	case 't':
 	default:
 		return nil, fmt.Errorf("column %s: unsupported tuple data kind %q", c.Name, v.Kind)

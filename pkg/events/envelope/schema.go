@@ -55,13 +55,6 @@ func columnSchema(c *Column) field {
 	return f
 }
 
-// More type OIDs, for schemas only.
-const (
-	oidUUID  = 2950
-	oidJSON  = 114
-	oidJSONB = 3802
-)
-
 func sourceSchema() field {
 	s := func(name string, opt bool) field { return field{Type: "string", Optional: opt, Field: name} }
 	i := func(name string, opt bool) field { return field{Type: "int64", Optional: opt, Field: name} }
