@@ -84,7 +84,17 @@ for run in $(seq 1 "$RUNS"); do
     --pids "$pidlist,sweeper=$sw" --logs "$loglist" | while IFS= read -r line; do
       echo "$line"
       case $line in *" open=0") touch "$logs/drained-$run" ;; esac
+      case $line in "wal per payment"*) echo "$line" >"$logs/wal-$run" ;; esac
     done
+  if [ "${PAYSCHED_WAL_STATS:-}" = 1 ]; then
+    # What the WAL of the spike is made of, by record type (the walsender
+    # reads every record of the cluster, whichever database wrote it).
+    range=$(sed -n "s/.*from \([0-9A-F\/]*\) to \([0-9A-F\/]*\)).*/-s \1 -e \2/p" "$logs/wal-$run")
+    pgdata=$("$ROOT/deploy/local/pg.sh" datadir "$PAYSCHED_PG_DIR")
+    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+    if [ "$(id -u)" = 0 ]; then runas=(runuser -u postgres --); else runas=(); fi
+    (cd / && "${runas[@]}" "$bin/pg_waldump" --stats=record -p "$pgdata/pg_wal" $range 2>&1 | head -40) || true
+  fi
   if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then
     psql "$db" -c "SELECT calls, rows, round(total_exec_time::numeric) AS ms, round((total_exec_time/greatest(rows,1))::numeric*1000,1) AS us_per_row, left(regexp_replace(query, chr(10)||chr(124)||chr(32)||chr(43), chr(32), chr(103)), 90) AS q FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12"
   fi

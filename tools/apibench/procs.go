@@ -35,14 +35,21 @@ func cpuTime(pid int) (time.Duration, bool) {
 	return time.Duration(ut+st) * clockTick, true
 }
 
+// PGPart prefixes the names of the parts of Postgres's CPU (postgres/...):
+// a breakdown of the "postgres" figure, never added to a total.
+const PGPart = "postgres/"
+
 // postgresCPU sums the CPU time of every postgres process on the machine
-// (the benchmark's private cluster is the only one running).
-func postgresCPU() time.Duration {
+// (the benchmark's private cluster is the only one running), in all and
+// by kind: the walsender (logical decoding for cdc), the backends of each
+// database (the engine's statements in one, the audit log's writes in
+// the other), autovacuum, and the rest (checkpointer, WAL writer...).
+func postgresCPU() map[string]time.Duration {
+	out := map[string]time.Duration{}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return out
 	}
-	var total time.Duration
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -52,11 +59,36 @@ func postgresCPU() time.Duration {
 		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
 			continue
 		}
-		if t, ok := cpuTime(pid); ok {
-			total += t
+		t, ok := cpuTime(pid)
+		if !ok {
+			continue
 		}
+		out["postgres"] += t
+		out[PGPart+pgKind(pid)] += t
 	}
-	return total
+	return out
+}
+
+// pgKind names a postgres process by its title ("postgres: walsender ...",
+// "postgres: <user> <database> <client> <state>", "postgres: checkpointer").
+func pgKind(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return "other"
+	}
+	f := strings.Fields(strings.ReplaceAll(string(b), "\x00", " "))
+	switch {
+	case len(f) < 2 || f[0] != "postgres:":
+		return "other"
+	case f[1] == "walsender":
+		return "walsender"
+	case f[1] == "autovacuum":
+		return "autovacuum"
+	case len(f) >= 4 && !strings.HasSuffix(f[1], "process") && f[1] != "logical" && f[1] != "background":
+		// A backend: user, database, client.
+		return "db " + f[2]
+	}
+	return "other"
 }
 
 // cpuMeter samples the CPU time of the benchmark's processes and of
@@ -72,7 +104,7 @@ func newCPUMeter(pids map[string]int) *cpuMeter {
 }
 
 func m0(pids map[string]int) map[string]time.Duration {
-	out := map[string]time.Duration{"postgres": postgresCPU()}
+	out := postgresCPU()
 	for name, pid := range pids {
 		out[name], _ = cpuTime(pid)
 	}

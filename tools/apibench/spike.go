@@ -57,6 +57,11 @@ type SpikeResult struct {
 	// WALBytes is the WAL written per payment from the due time until the
 	// last was executed (the audit log's writes included when it runs).
 	WALBytes float64
+	// WALRecords is the cluster's WAL records per payment over the same
+	// span (pg_stat_wal), and WALRange its first and last LSN (for
+	// pg_waldump --stats).
+	WALRecords float64
+	WALRange   [2]string
 }
 
 // Spike schedules N payments all due in the same second through the API
@@ -119,7 +124,13 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walStart); err != nil {
 		return SpikeResult{}, err
 	}
+	recStart, err := walStats(ctx, db)
+	if err != nil {
+		return SpikeResult{}, err
+	}
 	var walBytes int64
+	var walEnd string
+	var recEnd [2]int64
 	var used map[string]time.Duration
 	var counted time.Time
 	var countTook time.Duration
@@ -139,7 +150,11 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		}
 		if !anyOpen {
 			used = cpu.since()
-			if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, walStart).Scan(&walBytes); err != nil {
+			if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint, pg_current_wal_lsn()::text`,
+				walStart).Scan(&walBytes, &walEnd); err != nil {
+				return SpikeResult{}, err
+			}
+			if recEnd, err = walStats(ctx, db); err != nil {
 				return SpikeResult{}, err
 			}
 			progress(fmt.Sprintf("t+%5.1fs open=0", time.Since(due).Seconds()))
@@ -159,7 +174,8 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	r := SpikeResult{N: cfg.N, RSSMB: map[string]int{}, CPUus: map[string]float64{}, WALBytes: float64(walBytes) / float64(cfg.N)}
+	r := SpikeResult{N: cfg.N, RSSMB: map[string]int{}, CPUus: map[string]float64{}, WALBytes: float64(walBytes) / float64(cfg.N),
+		WALRecords: float64(recEnd[0]-recStart[0]) / float64(cfg.N), WALRange: [2]string{walStart, walEnd}}
 	for name, d := range used {
 		r.CPUus[name] = float64(d.Microseconds()) / float64(cfg.N)
 	}

@@ -3,11 +3,13 @@ package apibench
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -50,7 +52,15 @@ type SteadyResult struct {
 	ChangeBytes, NoteBytes float64
 	// CPUus is each process's CPU (and Postgres's, all its processes) from
 	// the first due time to the drain, in µs per payment.
-	CPUus                   map[string]float64
+	CPUus map[string]float64
+	// WALRecords and WALBytes are the cluster's WAL per payment over the
+	// same span (pg_stat_wal): the walsender reads every record of the
+	// cluster, whichever database wrote it.
+	WALRecords, WALBytes float64
+	// WatcherUs is this benchmark's own CPU per payment over the same
+	// span (its Kafka watchers, its drain probe): shown beside the
+	// product's, never in its total.
+	WatcherUs               float64
 	DoubleCharged           int
 	Completed, Failed, Dead int
 }
@@ -65,6 +75,9 @@ func (r SteadyResult) CPU() string {
 	names := make([]string, 0, len(r.CPUus))
 	total := 0.0
 	for name, us := range r.CPUus {
+		if strings.HasPrefix(name, PGPart) {
+			continue
+		}
 		names = append(names, name)
 		total += us
 	}
@@ -72,8 +85,30 @@ func (r SteadyResult) CPU() string {
 	var b strings.Builder
 	for _, name := range names {
 		fmt.Fprintf(&b, "cpu per payment %-15s %6.1f µs\n", name, r.CPUus[name])
+		if name == "postgres" {
+			b.WriteString(PGParts(r.CPUus))
+		}
 	}
-	fmt.Fprintf(&b, "cpu per payment %-15s %6.1f µs", "total", total)
+	fmt.Fprintf(&b, "cpu per payment %-15s %6.1f µs\n", "total", total)
+	fmt.Fprintf(&b, "cpu per payment %-15s %6.1f µs (the benchmark itself: not in the total)\n", "bench watcher", r.WatcherUs)
+	fmt.Fprintf(&b, "wal per payment %.1f records, %.0f bytes (the whole cluster)", r.WALRecords, r.WALBytes)
+	return b.String()
+}
+
+// PGParts lists Postgres's CPU by kind of process (cpu names under
+// PGPart), largest first, indented under the total.
+func PGParts(cpu map[string]float64) string {
+	var parts []string
+	for name := range cpu {
+		if strings.HasPrefix(name, PGPart) {
+			parts = append(parts, name)
+		}
+	}
+	sort.Slice(parts, func(i, j int) bool { return cpu[parts[i]] > cpu[parts[j]] })
+	var b strings.Builder
+	for _, name := range parts {
+		fmt.Fprintf(&b, "cpu per payment   %-24s %6.1f µs\n", strings.TrimPrefix(name, PGPart), cpu[name])
+	}
 	return b.String()
 }
 
@@ -141,6 +176,15 @@ func percentiles(v []float64, bytes int64) (p50, p99, mean float64) {
 	return v[len(v)/2], v[min(len(v)-1, len(v)*99/100)], float64(bytes) / float64(len(v))
 }
 
+// walStats reads the cluster's WAL records and bytes written so far.
+func walStats(ctx context.Context, db *pgxpool.Pool) ([2]int64, error) {
+	var w [2]int64
+	if err := db.QueryRow(ctx, `SELECT wal_records, wal_bytes::bigint FROM pg_stat_wal`).Scan(&w[0], &w[1]); err != nil {
+		return w, fmt.Errorf("pg_stat_wal: %w", err)
+	}
+	return w, nil
+}
+
 // hopKey names a change by payment and status: a terminal notification
 // and the change it announces share it.
 func hopKey(id, status string) string { return id + "|" + status }
@@ -174,58 +218,64 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 		return r, fmt.Errorf("scheduling took longer than the lead (%s)", lead)
 	}
 	progress(fmt.Sprintf("scheduled %d payments due %d/s from %s for %s", n, cfg.Rate, t0.Format(time.RFC3339), cfg.Duration))
-	cdc := &lagWatch{}
+	cdc, notes := &lagWatch{}, &lagWatch{}
 	// When each terminal change became readable, for the second hop.
 	var seenMu sync.Mutex
 	seen := map[string]time.Time{}
 	var consume []float64
-	cdc.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.Default.Payments, nil, func(rec *kgo.Record, now time.Time) {
-		// Only changes committed from the first due time on: the creates
-		// before it are the setup, and their backlog's tail, still being
-		// streamed when the watch starts, is not the steady load.
-		if ts, ok := envelope.SourceTsMs(rec.Value); ok && ts >= t0.UnixMilli() {
-			cdc.add(float64(now.UnixMilli()-ts), rec)
-		}
-		if e, err := envelope.Parse(rec.Value); err == nil && e.After() != nil {
-			id, st := envelope.Str(e.After().ID), envelope.Str(e.After().Status)
-			if id != nil && st != nil && payment.Status(*st).AtRest() {
-				seenMu.Lock()
-				seen[hopKey(*id, *st)] = now
-				seenMu.Unlock()
+	if len(cfg.KafkaBrokers) > 0 { // else the engine alone (CDC=0): no events to watch
+		// Both watchers read partition 0 only, as the spike's does: keys spread
+		// payments evenly over partitions and each is written in commit order,
+		// so a partition is a fair sample, for a fraction of the watcher's load
+		// on the machine it measures (reading every change decoded ~3 changes
+		// per payment at 5,000/s in this process).
+		cdc.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.Default.Payments, []int32{0}, func(rec *kgo.Record, now time.Time) {
+			// Only changes committed from the first due time on: the creates
+			// before it are the setup, and their backlog's tail, still being
+			// streamed when the watch starts, is not the steady load.
+			if ts, ok := envelope.SourceTsMs(rec.Value); ok && ts >= t0.UnixMilli() {
+				cdc.add(float64(now.UnixMilli()-ts), rec)
 			}
-		}
-	})
-	if err != nil {
-		return r, err
-	}
-	defer cdc.stop()
-	notes := &lagWatch{}
-	notes.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.Default.Notifications, nil, func(rec *kgo.Record, now time.Time) {
-		for _, h := range rec.Headers {
-			switch h.Key {
-			case "ce_time":
-				if at, err := time.Parse(time.RFC3339Nano, string(h.Value)); err == nil && !at.Before(t0) {
-					notes.add(float64(now.Sub(at).Microseconds())/1000, rec)
+			if e, err := envelope.Parse(rec.Value); err == nil && e.After() != nil {
+				id, st := envelope.Str(e.After().ID), envelope.Str(e.After().Status)
+				if id != nil && st != nil && payment.Status(*st).AtRest() {
+					seenMu.Lock()
+					seen[hopKey(*id, *st)] = now
+					seenMu.Unlock()
 				}
-			case "ce_type":
-				st, ok := strings.CutPrefix(string(h.Value), "paysched.payment.")
-				if !ok || st == "created" {
-					continue
-				}
-				seenMu.Lock()
-				// The change is read first but by another consumer: a
-				// note seen before its change (rare) is left out.
-				if at, ok := seen[hopKey(string(rec.Key), strings.ToUpper(st))]; ok {
-					consume = append(consume, float64(now.Sub(at).Microseconds())/1000)
-				}
-				seenMu.Unlock()
 			}
+		})
+		if err != nil {
+			return r, err
 		}
-	})
-	if err != nil {
-		return r, err
+		defer cdc.stop()
+		notes.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.Default.Notifications, []int32{0}, func(rec *kgo.Record, now time.Time) {
+			for _, h := range rec.Headers {
+				switch h.Key {
+				case "ce_time":
+					if at, err := time.Parse(time.RFC3339Nano, string(h.Value)); err == nil && !at.Before(t0) {
+						notes.add(float64(now.Sub(at).Microseconds())/1000, rec)
+					}
+				case "ce_type":
+					st, ok := strings.CutPrefix(string(h.Value), "paysched.payment.")
+					if !ok || st == "created" {
+						continue
+					}
+					seenMu.Lock()
+					// The change is read first but by another consumer: a
+					// note seen before its change (rare) is left out.
+					if at, ok := seen[hopKey(string(rec.Key), strings.ToUpper(st))]; ok {
+						consume = append(consume, float64(now.Sub(at).Microseconds())/1000)
+					}
+					seenMu.Unlock()
+				}
+			}
+		})
+		if err != nil {
+			return r, err
+		}
+		defer notes.stop()
 	}
-	defer notes.stop()
 	// Planned as the services plan (svc.CustomPlans): a generic plan of the
 	// drain check locked a year of partitions every poll, during the spike.
 	db, err := svc.Pool(ctx, cfg.DatabaseURL, 4, svc.CustomPlans)
@@ -235,7 +285,13 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 	defer db.Close()
 	deadline := t0.Add(cfg.Duration).Add(cfg.Timeout)
 	time.Sleep(time.Until(t0))
+	walStart, err := walStats(ctx, db)
+	if err != nil {
+		return r, err
+	}
 	cpu := newCPUMeter(cfg.Pids)
+	self := os.Getpid()
+	selfStart, _ := cpuTime(self)
 	// Whether anything is open is two index probes; how much is open reads
 	// every open row (~0.9 s of a database core at 600,000), so it is
 	// counted for the progress lines only now and then: polled every 5 s,
@@ -258,6 +314,15 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 			for name, d := range cpu.since() {
 				r.CPUus[name] = float64(d.Microseconds()) / float64(n)
 			}
+			if selfNow, ok := cpuTime(self); ok {
+				r.WatcherUs = float64((selfNow - selfStart).Microseconds()) / float64(n)
+			}
+			walEnd, err := walStats(ctx, db)
+			if err != nil {
+				return r, err
+			}
+			r.WALRecords = float64(walEnd[0]-walStart[0]) / float64(n)
+			r.WALBytes = float64(walEnd[1]-walStart[1]) / float64(n)
 			progress(fmt.Sprintf("t+%5.1fs open=0", time.Since(t0).Seconds()))
 			break
 		}

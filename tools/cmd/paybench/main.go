@@ -131,15 +131,21 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids
 	cpuNames := make([]string, 0, len(r.CPUus))
 	total := 0.0
 	for k, v := range r.CPUus {
+		if strings.HasPrefix(k, apibench.PGPart) {
+			continue // a part of postgres's
+		}
 		cpuNames = append(cpuNames, k)
 		total += v
 	}
 	sort.Strings(cpuNames)
 	for _, k := range cpuNames {
 		fmt.Printf("cpu per payment %-14s %7.1f µs\n", k, r.CPUus[k])
+		if k == "postgres" {
+			fmt.Print(apibench.PGParts(r.CPUus))
+		}
 	}
 	fmt.Printf("cpu per payment %-14s %7.1f µs\n", "total", total)
-	fmt.Printf("wal per payment %7.0f bytes\n", r.WALBytes)
+	fmt.Printf("wal per payment %7.0f bytes, %.1f records (the whole cluster; from %s to %s)\n", r.WALBytes, r.WALRecords, r.WALRange[0], r.WALRange[1])
 	last := fmt.Sprintf("bench executed_per_s=%.0f lateness_p50_s=%.2f lateness_p99_s=%.2f lateness_max_s=%.2f drain_s=%.1f max_rss_mb=%d",
 		r.ExecutedPerS, r.LatP50, r.LatP99, r.LatMax, r.DrainS, r.MaxRSSMB)
 	if r.CDC {
@@ -183,9 +189,13 @@ func namedList(s string) map[string]string {
 }
 
 func steady(cfg apibench.Config, rate int, d time.Duration, dbURL, gwAddr, brokers, pids, logs string, timeout time.Duration) int {
-	if rate <= 0 || d < time.Second || brokers == "" || dbURL == "" {
-		fmt.Fprintln(os.Stderr, "paybench: steady needs --rate > 0, --steady-for >= 1s, --kafka-brokers and --database-url")
+	if rate <= 0 || d < time.Second || dbURL == "" {
+		fmt.Fprintln(os.Stderr, "paybench: steady needs --rate > 0, --steady-for >= 1s and --database-url (and --kafka-brokers to watch the events)")
 		return 2
+	}
+	var seeds []string
+	if brokers != "" {
+		seeds = strings.Split(brokers, ",")
 	}
 	procs := map[string]int{}
 	for name, v := range namedList(pids) {
@@ -195,7 +205,7 @@ func steady(cfg apibench.Config, rate int, d time.Duration, dbURL, gwAddr, broke
 	}
 	cfg.BatchSize = 1000
 	r, err := apibench.Steady(context.Background(), apibench.SteadyConfig{Config: cfg, Rate: rate, Duration: d, DatabaseURL: dbURL,
-		GatewayAddr: gwAddr, KafkaBrokers: strings.Split(brokers, ","), Pids: procs, Logs: namedList(logs), Timeout: timeout},
+		GatewayAddr: gwAddr, KafkaBrokers: seeds, Pids: procs, Logs: namedList(logs), Timeout: timeout},
 		func(s string) { fmt.Println(s) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
