@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -72,16 +73,13 @@ func New(ledger Ledger, f *gatewayv1.Faults) *Server {
 }
 
 func (s *Server) pause(ctx context.Context, f *gatewayv1.Faults) {
-	lo, hi := f.GetLatencyMinMs(), f.GetLatencyMaxMs()
-	if hi <= 0 {
+	if f.GetLatencyMaxMs() <= 0 {
 		return
 	}
-	d := time.Duration(lo) * time.Millisecond
-	if hi > lo {
-		d += time.Duration(rand.Int64N(int64(hi-lo)+1)) * time.Millisecond
-	}
+	t := time.NewTimer(latency(f))
+	defer t.Stop()
 	select {
-	case <-time.After(d):
+	case <-t.C:
 	case <-ctx.Done():
 	}
 }
@@ -126,8 +124,9 @@ func (s *Server) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gat
 }
 
 // Charges implements GatewayService: each item is charged as Charge
-// would, and answered as soon as it is decided. With latency injected,
-// items are charged concurrently, so a slow one holds only itself.
+// would, and answered as soon as it is decided. With latency injected, each
+// item waits out its own latency on the stream's delay queue (one
+// goroutine and one timer for the stream), so a slow one holds only itself.
 func (s *Server) Charges(stream gatewayv1.GatewayService_ChargesServer) error {
 	ctx := stream.Context()
 	out := make(chan *gatewayv1.ChargeResult, 1024)
@@ -146,7 +145,12 @@ func (s *Server) Charges(stream gatewayv1.GatewayService_ChargesServer) error {
 		}
 		sent <- err
 	}()
-	var wg sync.WaitGroup
+	q := newDelays()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		q.run(ctx, func(d delayed) { out <- s.answerDelayed(ctx, d) })
+	}()
 	var recvErr error
 	for {
 		req, err := stream.Recv()
@@ -156,20 +160,22 @@ func (s *Server) Charges(stream gatewayv1.GatewayService_ChargesServer) error {
 			}
 			break
 		}
-		concurrent := s.faults.Load().GetLatencyMaxMs() > 0
+		f := s.faults.Load()
+		now := time.Now()
 		for _, it := range req.GetItems() {
-			if concurrent {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					out <- s.answer(ctx, it)
-				}()
-			} else {
+			if f.GetLatencyMaxMs() <= 0 {
 				out <- s.answer(ctx, it)
+				continue
 			}
+			d := delayed{at: now.Add(latency(f)), it: it}
+			if ms := it.GetTimeoutMs(); ms > 0 {
+				d.deadline = now.Add(time.Duration(ms) * time.Millisecond)
+			}
+			q.push(d)
 		}
 	}
-	wg.Wait()
+	q.close()
+	<-done
 	close(out)
 	if err := <-sent; err != nil {
 		return err
@@ -177,17 +183,27 @@ func (s *Server) Charges(stream gatewayv1.GatewayService_ChargesServer) error {
 	return recvErr
 }
 
-// answer charges one item of a Charges stream.
+// answer charges one item of a Charges stream at once.
 func (s *Server) answer(ctx context.Context, it *gatewayv1.ChargeItem) *gatewayv1.ChargeResult {
-	// Only a pause can outlast the item's timeout: without latency the
-	// charge is decided at once, and a timer per item cost more than it.
-	if ms := it.GetTimeoutMs(); ms > 0 && s.faults.Load().GetLatencyMaxMs() > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
-		defer cancel()
-	}
 	span := tracing.ContinueItem(ctx, "gateway.v1.GatewayService/Charge", it.GetTraceContext())
-	ch, err := s.charge(ctx, it.GetRequest())
+	ch, err := s.decide(ctx, it.GetRequest())
+	return result(span, it, ch, err)
+}
+
+// answerDelayed answers an item whose latency has passed, or whose caller
+// gave up first: a latency that outlasts the item's timeout ends at the
+// timeout, with nothing charged (the caller reads DEADLINE_EXCEEDED as
+// ambiguous and asks).
+func (s *Server) answerDelayed(ctx context.Context, d delayed) *gatewayv1.ChargeResult {
+	span := tracing.ContinueItem(ctx, "gateway.v1.GatewayService/Charge", d.it.GetTraceContext())
+	if !d.deadline.IsZero() && d.deadline.Before(d.at) {
+		return result(span, d.it, nil, status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
+	}
+	ch, err := s.decide(ctx, d.it.GetRequest())
+	return result(span, d.it, ch, err)
+}
+
+func result(span trace.Span, it *gatewayv1.ChargeItem, ch *gatewayv1.Charge, err error) *gatewayv1.ChargeResult {
 	st := status.Convert(err)
 	tracing.EndItem(span, st.Code(), st.Message())
 	if err != nil {
@@ -196,10 +212,26 @@ func (s *Server) answer(ctx context.Context, it *gatewayv1.ChargeItem) *gatewayv
 	return &gatewayv1.ChargeResult{Tag: it.GetTag(), Charge: ch}
 }
 
-// charge is one charge, for Charge and Charges alike.
+// latency is one charge's injected latency, uniform in the faults' bounds.
+func latency(f *gatewayv1.Faults) time.Duration {
+	lo, hi := f.GetLatencyMinMs(), f.GetLatencyMaxMs()
+	d := time.Duration(lo) * time.Millisecond
+	if hi > lo {
+		d += time.Duration(rand.Int64N(int64(hi-lo)+1)) * time.Millisecond
+	}
+	return d
+}
+
+// charge is one unary charge: its latency, then decide.
 func (s *Server) charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
+	s.pause(ctx, s.faults.Load())
+	return s.decide(ctx, req)
+}
+
+// decide makes one charge once its latency has passed, for Charge and
+// Charges alike.
+func (s *Server) decide(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
 	f := s.faults.Load()
-	s.pause(ctx, f)
 	if ctx.Err() != nil {
 		// The caller gave up before the gateway got to it: nothing charged.
 		return nil, status.FromContextError(ctx.Err()).Err()

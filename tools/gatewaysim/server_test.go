@@ -201,3 +201,62 @@ func TestChargesStreamIsIdempotent(t *testing.T) {
 		t.Fatalf("report %v %v: want %d charges, none double", rep, err, keys)
 	}
 }
+
+// With latency injected, each item of a Charges stream waits out its own:
+// an item whose timeout is shorter than the latency is answered
+// DEADLINE_EXCEEDED at its timeout and never charged, and items behind it
+// with a longer timeout are charged, each after its own latency.
+func TestChargesLatencyOutlastingTheTimeout(t *testing.T) {
+	s := gatewaysim.New(gatewaysim.NewMemLedger(), &gatewayv1.Faults{LatencyMinMs: 300, LatencyMaxMs: 300})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	gatewayv1.RegisterGatewayServiceServer(gs, s)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	st, err := gatewayv1.NewGatewayServiceClient(cc).Charges(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := []*gatewayv1.ChargeItem{{Tag: 1, Request: charge("short", 100), TimeoutMs: 50}}
+	for i := range 20 {
+		items = append(items, &gatewayv1.ChargeItem{Tag: uint64(2 + i), Request: charge(fmt.Sprint("long-", i), 100), TimeoutMs: 60_000})
+	}
+	if err := st.Send(&gatewayv1.ChargesRequest{Items: items}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]*gatewayv1.ChargeResult{}
+	var order []uint64
+	for len(got) < len(items) {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(got), err)
+		}
+		for _, r := range resp.GetResults() {
+			got[r.GetTag()] = r
+			order = append(order, r.GetTag())
+		}
+	}
+	if r := got[1]; codes.Code(r.GetCode()) != codes.DeadlineExceeded || r.GetCharge() != nil || order[0] != 1 {
+		t.Fatalf("the item whose timeout the latency outlasts: %v (first answered: %d), want DEADLINE_EXCEEDED first", r, order[0])
+	}
+	for tag := uint64(2); tag < uint64(len(items))+1; tag++ {
+		if got[tag].GetCharge().GetChargeId() == "" {
+			t.Fatalf("item %d: %v, want a charge", tag, got[tag])
+		}
+	}
+	rep, err := s.Report(context.Background(), &gatewayv1.ReportRequest{})
+	if err != nil || rep.GetCharges() != 20 {
+		t.Fatalf("report %v %v: want 20 charges (not the timed-out one)", rep, err)
+	}
+}

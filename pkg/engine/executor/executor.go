@@ -137,6 +137,8 @@ type Server struct {
 
 // task is one claimed payment on its way through the executor.
 type task struct {
+	// ctx ends at the batch's call deadline: its lease's end less the
+	// margin.
 	ctx context.Context
 	w   store.Work
 	// leaseEnd is when the claim's lease ends by this process's clock,
@@ -283,9 +285,22 @@ func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.Execu
 	}
 	out := make(chan *internalv1.Outcome, n)
 	loaded := make(map[store.Item]bool, len(works))
+	// Every call of the batch ends by its claim's lease end less the
+	// margin, whatever its own timeout says: no call outlives the claim.
+	// One deadline serves the whole batch (a claim's rows share their
+	// lease; the earliest is taken), rather than a timer per call; it ends
+	// with the batch, whose every outcome this handler waits for below.
+	var end time.Time
+	for i, w := range works {
+		if le := readAt.Add(w.LeaseLeft); i == 0 || le.Before(end) {
+			end = le
+		}
+	}
+	bctx, bcancel := context.WithDeadline(ctx, end.Add(-s.cfg.LeaseMargin))
+	defer bcancel()
 	for _, w := range works {
 		loaded[store.Item{ID: w.ID, Attempt: w.Attempt}] = true
-		t := &task{ctx: ctx, w: w, leaseEnd: readAt.Add(w.LeaseLeft), out: out, gatewayOK: true}
+		t := &task{ctx: bctx, w: w, leaseEnd: readAt.Add(w.LeaseLeft), out: out, gatewayOK: true}
 		if s.cfg.Backoff.Spent(w.Retries) && !w.ProbeFirst {
 			// Spent by expired leases whose attempts were all settled as
 			// not charged: nothing to ask, nothing more to try.
@@ -368,10 +383,8 @@ func (s *Server) call(t *task) {
 		t.result = internalv1.Result_RESULT_RELEASED
 		return
 	}
-	// Every call of the attempt ends by the lease's end less the margin,
-	// whatever its own timeout says: no call outlives the claim.
-	ctx, cancel := context.WithDeadline(t.ctx, t.leaseEnd.Add(-s.cfg.LeaseMargin))
-	defer cancel()
+	// t.ctx ends by the batch's lease end less the margin (Execute).
+	ctx := t.ctx
 	p := gateway.Payment{ID: w.ID.String(), Payer: w.Payer, Payee: w.Payee, Currency: w.Currency, Amount: w.Amount, DueAt: w.DueTime}
 	start := time.Now()
 	var r gateway.Result
