@@ -94,9 +94,8 @@ func appendBinary(b []byte, c *Column, d []byte) ([]byte, error) {
 			// either, is refused alike.
 			return nil, fmt.Errorf("column %s: unparseable timestamp %q", c.Name, map[bool]string{true: "infinity", false: "-infinity"}[us > 0])
 		}
-		t := time.UnixMicro(us + pgEpochMicros).UTC()
 		b = append(b, '"')
-		b = t.AppendFormat(b, "2006-01-02T15:04:05.999999Z")
+		b = appendTimestamp(b, us+pgEpochMicros)
 		return append(b, '"'), nil
 	}
 	return nil, fmt.Errorf("column %s: type oid %d has no binary decoder", c.Name, c.OID)
@@ -114,4 +113,60 @@ func appendUUID(b []byte, u []byte) []byte {
 		b = append(b, hexDigits[x>>4], hexDigits[x&0xf])
 	}
 	return append(b, '"')
+}
+
+// appendTimestamp appends Unix microseconds us as time.Time's AppendFormat
+// with "2006-01-02T15:04:05.999999Z" would in UTC, without building a
+// time.Time: the connector writes two to five timestamps per change, and
+// the general formatter was a tenth of its CPU at a steady 5,000/s. Years
+// outside 1..9999 go through AppendFormat.
+func appendTimestamp(b []byte, us int64) []byte {
+	const day = 86_400_000_000
+	days, rem := us/day, us%day
+	if rem < 0 {
+		days, rem = days-1, rem+day
+	}
+	// Days since 1970-01-01 to the civil date (Howard Hinnant's
+	// days_from_civil, inverted), valid across the proleptic Gregorian
+	// calendar.
+	z := days + 719468
+	era := z / 146097
+	if z < 0 && z%146097 != 0 {
+		era--
+	}
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	y := yoe + era*400
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d := doy - (153*mp+2)/5 + 1
+	m := mp + 3
+	if m > 12 {
+		m -= 12
+	}
+	if m <= 2 {
+		y++
+	}
+	if y < 1 || y > 9999 {
+		return time.UnixMicro(us).UTC().AppendFormat(b, "2006-01-02T15:04:05.999999Z")
+	}
+	secs, frac := rem/1_000_000, rem%1_000_000
+	b = append(b, byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10), '-',
+		byte('0'+m/10), byte('0'+m%10), '-', byte('0'+d/10), byte('0'+d%10), 'T')
+	h, mi, s := secs/3600, secs/60%60, secs%60
+	b = append(b, byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10), ':', byte('0'+s/10), byte('0'+s%10))
+	if frac != 0 {
+		var digits [6]byte
+		n := 6
+		for i := 5; i >= 0; i-- {
+			digits[i] = byte('0' + frac%10)
+			frac /= 10
+		}
+		for n > 0 && digits[n-1] == '0' {
+			n--
+		}
+		b = append(b, '.')
+		b = append(b, digits[:n]...)
+	}
+	return append(b, 'Z')
 }
