@@ -1,12 +1,16 @@
 package apibench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // clockTick is the kernel's USER_HZ: /proc times are in these.
@@ -39,17 +43,20 @@ func cpuTime(pid int) (time.Duration, bool) {
 // a breakdown of the "postgres" figure, never added to a total.
 const PGPart = "postgres/"
 
-// postgresCPU sums the CPU time of every postgres process on the machine
-// (the benchmark's private cluster is the only one running), in all and
-// by kind: the walsender (logical decoding for cdc), the backends of each
-// database (the engine's statements in one, the audit log's writes in
-// the other), autovacuum, and the rest (checkpointer, WAL writer...).
-func postgresCPU() map[string]time.Duration {
-	out := map[string]time.Duration{}
+// BenchPG names the Postgres CPU of the benchmark's own queries: shown
+// beside the product's, never in its total.
+const BenchPG = "bench/postgres"
+
+// postgresProcs is the CPU time of each postgres process of the
+// benchmark's cluster (every one on the machine without
+// PAYSCHED_PG_POSTMASTER), by pid.
+func postgresProcs() map[int]time.Duration {
+	out := map[int]time.Duration{}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return out
 	}
+	pm := postmaster()
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -59,14 +66,41 @@ func postgresCPU() map[string]time.Duration {
 		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
 			continue
 		}
-		t, ok := cpuTime(pid)
-		if !ok {
-			continue
+		if pm != 0 && pid != pm && parent(pid) != pm {
+			continue // another cluster's (a test run beside the benchmark)
 		}
-		out["postgres"] += t
-		out[PGPart+pgKind(pid)] += t
+		if t, ok := cpuTime(pid); ok {
+			out[pid] = t
+		}
 	}
 	return out
+}
+
+// postmaster is the benchmark cluster's postmaster pid, from
+// PAYSCHED_PG_POSTMASTER (deploy/local/with-pg.sh sets it; 0: count every
+// postgres process on the machine).
+func postmaster() int {
+	pm, _ := strconv.Atoi(os.Getenv("PAYSCHED_PG_POSTMASTER"))
+	return pm
+}
+
+// parent is a process's parent pid (0 when it is gone).
+func parent(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 // pgKind names a postgres process by its title ("postgres: walsender ...",
@@ -92,33 +126,77 @@ func pgKind(pid int) string {
 }
 
 // cpuMeter samples the CPU time of the benchmark's processes and of
-// Postgres, to account CPU per payment.
+// Postgres, to account CPU per payment. Postgres is counted per process
+// (a backend that starts during the run counts from zero; one that ends
+// before the last sample is lost, never negative), in all ("postgres") and
+// by what each process serves (PGPart + label: the walsender, each
+// service's connections by application_name, autovacuum, the rest).
 type cpuMeter struct {
-	pids  map[string]int
-	start map[string]time.Duration
+	pids    map[string]int
+	start   map[string]time.Duration
+	pgStart map[int]time.Duration
+	// labels names Postgres's backends by pid (pg_stat_activity's
+	// application_name and database); nil: by process title.
+	labels func() map[int]string
 }
 
-func newCPUMeter(pids map[string]int) *cpuMeter {
-	m := &cpuMeter{pids: pids, start: m0(pids)}
-	return m
-}
-
-func m0(pids map[string]int) map[string]time.Duration {
-	out := postgresCPU()
+func newCPUMeter(pids map[string]int, labels func() map[int]string) *cpuMeter {
+	m := &cpuMeter{pids: pids, start: map[string]time.Duration{}, pgStart: postgresProcs(), labels: labels}
 	for name, pid := range pids {
-		out[name], _ = cpuTime(pid)
+		m.start[name], _ = cpuTime(pid)
 	}
-	return out
+	return m
 }
 
 // since returns each process's CPU time since the meter started.
 func (m *cpuMeter) since() map[string]time.Duration {
-	now := m0(m.pids)
 	out := map[string]time.Duration{}
-	for k, v := range now {
-		out[k] = v - m.start[k]
+	for name, pid := range m.pids {
+		now, _ := cpuTime(pid)
+		out[name] = now - m.start[name]
+	}
+	var labels map[int]string
+	if m.labels != nil {
+		labels = m.labels()
+	}
+	for pid, now := range postgresProcs() {
+		d := now - m.pgStart[pid]
+		if d < 0 {
+			d = now // a new process under a reused pid
+		}
+		kind := pgKind(pid)
+		if l, ok := labels[pid]; ok && strings.HasPrefix(kind, "db ") {
+			kind = l
+		}
+		if strings.HasPrefix(kind, "paybench ") {
+			// The benchmark's own queries (its drain probe, its counts): the
+			// measurement's, not the product's.
+			out[BenchPG] += d
+			continue
+		}
+		out["postgres"] += d
+		out[PGPart+kind] += d
 	}
 	return out
+}
+
+// pgLabels names each backend of db's cluster by its application_name and
+// database, for cpuMeter.
+func pgLabels(ctx context.Context, db *pgxpool.Pool) func() map[int]string {
+	return func() map[int]string {
+		out := map[int]string{}
+		rows, err := db.Query(ctx, `SELECT pid, COALESCE(NULLIF(application_name, ''), '?'), COALESCE(datname, '') FROM pg_stat_activity WHERE backend_type = 'client backend'`)
+		if err != nil {
+			return out
+		}
+		var pid int
+		var app, dbname string
+		_, _ = pgx.ForEachRow(rows, []any{&pid, &app, &dbname}, func() error {
+			out[pid] = app + " (" + dbname + ")"
+			return nil
+		})
+		return out
+	}
 }
 
 // watchdog notices a benchmark process that exits: a run whose engine lost

@@ -119,7 +119,7 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 	}
 	deadline := time.Now().Add(cfg.Timeout)
 	time.Sleep(time.Until(due)) // nothing is open to watch before
-	cpu := newCPUMeter(cfg.Pids)
+	cpu := newCPUMeter(cfg.Pids, pgLabels(ctx, db))
 	var walStart string
 	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walStart); err != nil {
 		return SpikeResult{}, err

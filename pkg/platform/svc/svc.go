@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -67,6 +68,11 @@ func Pool(ctx context.Context, url string, maxConns int, opts ...PoolOption) (*p
 		return nil, fmt.Errorf("database url: %w", err)
 	}
 	cfg.ConnConfig.Tracer = tracing.NewDBTracer()
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		// pg_stat_activity (and an operator's eye) then names the service
+		// behind each connection; a URL's application_name wins.
+		cfg.ConnConfig.RuntimeParams["application_name"] = filepath.Base(os.Args[0])
+	}
 	for _, o := range opts {
 		o(cfg)
 	}
