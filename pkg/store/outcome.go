@@ -128,6 +128,13 @@ type Transition struct {
 // ABANDONED is replaced by the real outcome; any other existing row wins
 // (a retried statement changes nothing). Both writes are one statement:
 // there is no moment where one exists without the other.
+//
+// The payment's change announces its attempt (schema 15): the attempt_*
+// columns carry what the attempt row holds, and the attempt row of a
+// payment moved here is marked announced, which the publication leaves
+// out (cdc derives its change event from the payment's). An attempt row
+// whose payment was fenced out is not announced and is published itself,
+// as is the replacement of an ABANDONED row.
 const completeSQL = `
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::text[], $5::timestamptz[], $6::int[],
@@ -146,17 +153,23 @@ WITH u AS (
         dead_letter_reason = NULLIF(u.dead, ''),
         failure_reason = NULLIF(u.fail, ''),
         releases = u.releases,
-        lease_until = NULL, lease_owner = NULL, updated_at = now()
+        lease_until = NULL, lease_owner = NULL, updated_at = now(),
+        attempt_outcome = NULLIF(u.outcome, ''),
+        attempt_started_at = CASE WHEN u.outcome <> '' THEN u.started_at END,
+        attempt_error = CASE WHEN u.outcome <> '' THEN NULLIF(u.err, '') END,
+        attempt_ref = CASE WHEN u.outcome <> '' THEN NULLIF(u.ref, '') END,
+        attempt_executor = CASE WHEN u.outcome <> '' THEN $13 END
     FROM u
     WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING' AND p.attempt = u.attempt
     RETURNING p.id, p.attempt
 ), attempts AS (
-    INSERT INTO payment_attempts AS a (payment_id, attempt, started_at, finished_at, gateway_key, outcome, gateway_ref, error, executor_id)
-    SELECT u.id, u.attempt, u.started_at, now(), u.id::text, u.outcome, NULLIF(u.ref, ''), NULLIF(u.err, ''), $13
+    INSERT INTO payment_attempts AS a (payment_id, attempt, started_at, finished_at, gateway_key, outcome, gateway_ref, error, executor_id, announced)
+    SELECT u.id, u.attempt, u.started_at, now(), u.id::text, u.outcome, NULLIF(u.ref, ''), NULLIF(u.err, ''), $13,
+           EXISTS (SELECT 1 FROM moved m WHERE m.id = u.id AND m.attempt = u.attempt)
     FROM u WHERE u.outcome <> ''
     ON CONFLICT (payment_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, outcome = excluded.outcome, gateway_ref = excluded.gateway_ref,
-        error = excluded.error, executor_id = excluded.executor_id
+        error = excluded.error, executor_id = excluded.executor_id, announced = false
     WHERE a.outcome = 'ABANDONED'
 )
 SELECT id, attempt FROM moved`

@@ -33,6 +33,7 @@ func main() {
 	httpAddr := fs.String("http-addr", "127.0.0.1:9400", "metrics and health listen address")
 	status := fs.Duration("status-interval", time.Second, "how often the acknowledged LSN is reported to Postgres")
 	compression := fs.String("kafka-compression", "snappy", "producer batch compression: none, gzip, snappy, lz4 or zstd")
+	announced := fs.Bool("announced-attempts", true, "derive the change events of attempt rows that their outcome's payment change announces (the publication leaves those rows out: one change fewer per payment); false: publish every attempt row itself, as before schema 15")
 	binaryMode := fs.Bool("pgoutput-binary", true, "read pgoutput's binary form of each column (the walsender skips every column's output function); false: its text form")
 	resync := fs.Bool("resync", false, "when the replication slot is missing or does not continue from the last position cdc confirmed (a failover, a dropped slot), recreate it and emit snapshot events (op r) for the rows changed since then; without it cdc refuses to start")
 	failover := fs.Bool("slot-failover", true, "make the slot a failover slot on PostgreSQL 17 and later (CREATE or ALTER with FAILOVER), so standbys running sync_replication_slots keep it across a failover")
@@ -62,7 +63,7 @@ func main() {
 		}
 		cfg := cdc.Config{KafkaOpts: kafkaOpts, DatabaseURL: *dbURL, Slot: *slot, Publication: *pub,
 			Source: envelope.Source{Name: *prefix, DB: pcfg.Database}, Brokers: strings.Split(*brokers, ","), Compression: codec,
-			HeartbeatTopic: kafka.TopicsFor(*prefix).Heartbeat, StatusInterval: *status, HeartbeatInterval: *beat, Schemas: *schemas, Resync: *resync, Failover: *failover, Text: !*binaryMode}
+			HeartbeatTopic: kafka.TopicsFor(*prefix).Heartbeat, StatusInterval: *status, HeartbeatInterval: *beat, Schemas: *schemas, Resync: *resync, Failover: *failover, Text: !*binaryMode, PublishAttempts: !*announced}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/paysched/paysched/pkg/events/cdc"
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	paymentpkg "github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/kafkatest"
 	"github.com/paysched/paysched/test/pgtest"
@@ -604,6 +605,131 @@ func TestBinaryAndTextFormsAgree(t *testing.T) {
 	for k, v := range x {
 		if b[k] != v {
 			t.Errorf("%s:\n binary %s\n text   %s", k, b[k], v)
+		}
+	}
+}
+
+// TestAnnouncedAttemptsAreTheRows: the attempt events cdc derives from the
+// payments changes that announce them are, key by key, the events of the
+// rows themselves (a second connector publishing every attempt row shows
+// them): the same after images byte for byte, the same ops, one event per
+// change, also where the attempt row is written apart from its payment's
+// move (a lease the reaper took back, then the late outcome that replaces
+// its ABANDONED row, both published as rows).
+func TestAnnouncedAttemptsAreTheRows(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ann, all := kafka.TopicsFor("ann"), kafka.TopicsFor("all")
+	seeds := kafkatest.NewCluster(t, ann.Payments, ann.Attempts, ann.Heartbeat, all.Payments, all.Attempts, all.Heartbeat)
+	ctx := startConnector(t, db, seeds, "ann_slot", 200*time.Millisecond, time.Second, func(c *cdc.Config) {
+		c.Source.Name, c.HeartbeatTopic = "ann", ann.Heartbeat
+	})
+	startConnector(t, db, seeds, "all_slot", 200*time.Millisecond, time.Second, func(c *cdc.Config) {
+		c.Source.Name, c.HeartbeatTopic, c.Publication, c.PublishAttempts = "all", all.Heartbeat, "paysched_all", true
+	})
+	st := store.NewStore(db)
+	var items []store.NewPayment
+	for range 30 {
+		items = append(items, payment(time.Now().Add(-time.Minute)))
+	}
+	if _, err := st.Create(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	claimer := &store.Claimer{DB: db, Owner: "sw", Lease: time.Minute}
+	claimed, err := claimer.Claim(ctx, 20)
+	if err != nil || len(claimed) != 20 {
+		t.Fatalf("claimed %d: %v", len(claimed), err)
+	}
+	var ts []store.Transition
+	for i, c := range claimed {
+		tr := store.Transition{Item: store.Item{ID: c.ID, DueTime: c.DueTime, Attempt: c.Attempt}, StartedAt: time.Now().Add(-time.Second)}
+		switch i % 4 {
+		case 0:
+			tr.Outcome, tr.Status, tr.Ref = paymentpkg.Succeeded, paymentpkg.Completed, "ch_"+fmt.Sprint(i)
+		case 1:
+			tr.Outcome, tr.Status, tr.FailReason, tr.Error = paymentpkg.Declined, paymentpkg.Failed, paymentpkg.FailDeclined, "declined: é \"quoted\""
+		case 2:
+			tr.Outcome, tr.Status, tr.RunAt, tr.NewRetries, tr.Error = paymentpkg.Retryable, paymentpkg.Pending, time.Now().Add(time.Hour), 1, "unavailable"
+		default:
+			tr.Status, tr.Releases = paymentpkg.Pending, 1 // a release: no attempt
+		}
+		ts = append(ts, tr)
+	}
+	if _, err := store.Complete(ctx, db, "ex-1", ts); err != nil {
+		t.Fatal(err)
+	}
+	// A lease the reaper takes back (its ABANDONED row), then the late
+	// outcome of that attempt (fenced out; it replaces the ABANDONED row).
+	short := &store.Claimer{DB: db, Owner: "sw", Lease: time.Millisecond}
+	late, err := short.Claim(ctx, 5)
+	if err != nil || len(late) != 5 {
+		t.Fatalf("claimed %d: %v", len(late), err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n, err := store.ExpireLeases(ctx, db, 100); err != nil || n != 5 {
+		t.Fatalf("expired %d: %v", n, err)
+	}
+	ts = ts[:0]
+	for _, c := range late {
+		ts = append(ts, store.Transition{Item: store.Item{ID: c.ID, DueTime: c.DueTime, Attempt: c.Attempt}, StartedAt: time.Now(),
+			Outcome: paymentpkg.Succeeded, Status: paymentpkg.Completed, Ref: "ch_late"})
+	}
+	applied, err := store.Complete(ctx, db, "ex-2", ts)
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("late outcomes applied %d (want 0, fenced): %v", len(applied), err)
+	}
+	var rows int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM payment_attempts`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	type ev struct{ op, after string }
+	read := func(topic string, want int) map[string][]ev {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		out, n := map[string][]ev{}, 0
+		deadline := time.Now().Add(30 * time.Second)
+		for n < want && time.Now().Before(deadline) {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			fs := cl.PollFetches(pctx)
+			pcancel()
+			fs.EachRecord(func(r *kgo.Record) {
+				var e struct {
+					After json.RawMessage
+					Op    string
+				}
+				if err := json.Unmarshal(r.Value, &e); err != nil {
+					t.Fatalf("bad envelope: %v %s", err, r.Value)
+				}
+				out[string(r.Key)] = append(out[string(r.Key)], ev{e.Op, string(e.After)})
+				n++
+			})
+		}
+		time.Sleep(time.Second) // nothing more may come
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) { out[string(r.Key)] = append(out[string(r.Key)], ev{"extra", string(r.Value)}) })
+		pcancel()
+		return out
+	}
+	// 15 outcomes (5 releases wrote none), 5 ABANDONED rows, 5 replacements.
+	if rows != 20 {
+		t.Fatalf("%d attempt rows, want 20", rows)
+	}
+	want := read(all.Attempts, 25)
+	got := read(ann.Attempts, 25)
+	if len(want) != 20 || len(got) != 20 {
+		t.Fatalf("attempt keys: announced %d, published %d, want 20", len(got), len(want))
+	}
+	for k, w := range want {
+		g := got[k]
+		if len(g) != len(w) {
+			t.Fatalf("%s: announced events %v, published %v", k, g, w)
+		}
+		for i := range w {
+			if g[i] != w[i] {
+				t.Errorf("%s event %d:\n announced %+v\n published %+v", k, i, g[i], w[i])
+			}
 		}
 	}
 }

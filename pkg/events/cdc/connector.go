@@ -58,6 +58,10 @@ type Config struct {
 	// every column's output function, and the encoder reads the types the
 	// captured tables use (envelope.BinaryTypes) into the same JSON.
 	Text bool
+	// PublishAttempts publishes every attempt row as its own change, as
+	// before schema 15, instead of deriving the change events of the rows
+	// an outcome's payment change announces (attempts.go).
+	PublishAttempts bool
 }
 
 // Validate reports the first configuration error.
@@ -98,7 +102,9 @@ type Connector struct {
 	recorded pglogrepl.LSN
 	// scratch column lists for the tuple being read
 	before, after []envelope.Datum
-	m             struct {
+	// ann derives announced attempts' events (nil: PublishAttempts).
+	ann *announcer
+	m   struct {
 		events  prometheus.Counter
 		slotLag prometheus.Gauge
 		lag     prometheus.Histogram
@@ -189,6 +195,9 @@ func (c *Connector) Setup(ctx context.Context) error {
 				return fmt.Errorf("add %s to publication: %w", t, err)
 			}
 		}
+	}
+	if err := c.ensureAttemptsFilter(ctx); err != nil {
+		return err
 	}
 	if err := c.ensureTable(ctx, "cdc_state", `CREATE TABLE IF NOT EXISTS cdc_state (slot text PRIMARY KEY, confirmed_lsn pg_lsn NOT NULL, confirmed_at timestamptz NOT NULL)`); err != nil {
 		return fmt.Errorf("cdc_state table: %w", err)
@@ -302,6 +311,13 @@ func (c *Connector) Close() { c.kafk.Close() }
 // fails for good; either way what was acknowledged is reported, and a
 // restart resumes from there (events after it may be sent twice, never lost).
 func (c *Connector) Run(ctx context.Context) error {
+	if !c.cfg.PublishAttempts {
+		ann, err := loadAnnouncer(ctx, c.db, c.cfg.Source)
+		if err != nil {
+			return err
+		}
+		c.ann = ann
+	}
 	conn, err := c.replConn(ctx)
 	if err != nil {
 		return err
@@ -482,6 +498,11 @@ func (c *Connector) handle(ctx context.Context, x pglogrepl.XLogData, tx *txn) (
 			}
 		}
 		r.Prepare(c.cfg.Source)
+		if c.ann != nil && r.Table == "payments" {
+			if err := c.ann.bind(r); err != nil {
+				return tx, err
+			}
+		}
 		c.rels[m.RelationID] = r
 	case *pglogrepl.BeginMessage:
 		return &txn{xid: m.Xid, commitTime: m.CommitTime, commitMs: m.CommitTime.UnixMilli(), commitUs: m.CommitTime.UnixMicro(),
@@ -586,6 +607,24 @@ func (c *Connector) change(tx *txn, m []byte, lsn pglogrepl.LSN) error {
 	*bp = b
 	tx.recs = append(tx.recs, &kgo.Record{Topic: r.Topic(), Key: b[:k:k], Value: b[k:]})
 	tx.bufs = append(tx.bufs, bp)
+	if op == 'u' && c.ann != nil {
+		if vals := c.ann.derive(r, after); vals != nil {
+			// The attempt row this change announces: its insert, at this
+			// change's position in the stream.
+			bp := bufPool.Get().(*[]byte)
+			b, err := appendKey((*bp)[:0], c.ann.rel, vals)
+			if err != nil {
+				return err
+			}
+			k := len(b)
+			if b, err = appendValue(b, c.ann.rel, 'c', nil, vals, uint64(lsn), tx.lastCommit, tx.xid, tx.commitUs, tx.nowNs); err != nil {
+				return err
+			}
+			*bp = b
+			tx.recs = append(tx.recs, &kgo.Record{Topic: c.ann.rel.Topic(), Key: b[:k:k], Value: b[k:]})
+			tx.bufs = append(tx.bufs, bp)
+		}
+	}
 	return nil
 }
 

@@ -12,18 +12,71 @@
 
 ALTER TABLE payments ADD COLUMN prev_status text;
 
+-- An outcome's attempt row is announced by its payment's change. The
+-- executor writes a payment's outcome and its attempt row in one statement;
+-- each was a change for the walsender to decode and send, and for cdc to
+-- read: three changes per payment (claim, outcome, attempt). Now the
+-- outcome's change carries the attempt (these columns, which describe the
+-- attempt recorded by that change and no other: the guard's trigger clears
+-- them on any update that records none), cdc derives the attempt's change
+-- event from it, and the publication leaves out the attempt rows so
+-- announced (announced = true). Every other attempt row (the reaper's
+-- ABANDONED ones, a fenced outcome's, the replacement of an ABANDONED row
+-- by a late outcome) is published as before. docs/EVENTS.md.
+ALTER TABLE payments ADD COLUMN attempt_outcome text, ADD COLUMN attempt_started_at timestamptz,
+    ADD COLUMN attempt_error text, ADD COLUMN attempt_ref text, ADD COLUMN attempt_executor text;
+ALTER TABLE payment_attempts ADD COLUMN announced boolean NOT NULL DEFAULT false;
+GRANT UPDATE (attempt_outcome, attempt_started_at, attempt_error, attempt_ref, attempt_executor) ON payments TO paysched_executor;
+GRANT UPDATE (announced) ON payment_attempts TO paysched_executor;
+CREATE OR REPLACE FUNCTION paysched_grant_partition(part text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('GRANT SELECT ON %I TO paysched_sweeper, paysched_executor, paysched_admin', part);
+    EXECUTE format('GRANT UPDATE (status, lease_until, lease_owner, attempt, updated_at) ON %I TO paysched_sweeper', part);
+    EXECUTE format('GRANT UPDATE (status, run_at, retries, probe_first, gateway_ref, last_error, dead_letter_reason,'
+                   ' lease_until, lease_owner, updated_at, releases, failure_reason, attempt_outcome, attempt_started_at,'
+                   ' attempt_error, attempt_ref, attempt_executor) ON %I TO paysched_executor', part);
+END
+$$;
+REVOKE EXECUTE ON FUNCTION paysched_grant_partition(text) FROM PUBLIC;
+SELECT paysched_grant_partition(c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'payments'::regclass;
+
+-- The publication the migrations made (cdc makes its own only when it
+-- owns the tables) leaves out announced attempt rows: a row filter, which
+-- for an update holds the old and the new row to it, so the replacement of
+-- an unannounced ABANDONED row is still an update event.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'paysched') THEN
+        ALTER PUBLICATION paysched SET TABLE payments, payment_actions, cdc_heartbeat,
+            payment_attempts WHERE (NOT announced);
+    END IF;
+END
+$$;
+
 -- prev_status is the status the row had before its latest update (NULL
 -- until its first), set by the guard's trigger before anything else,
 -- whoever updates, superusers included: it is the record's, not a check.
 -- No role may write it (no grant names it), and the trigger overwrites
--- whatever an UPDATE sets.
+-- whatever an UPDATE sets. The trigger keeps the attempt columns to the
+-- change that wrote them, likewise.
 CREATE OR REPLACE FUNCTION paysched_guard_payment() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         NEW.prev_status := NULL;
+        NEW.attempt_outcome := NULL; NEW.attempt_started_at := NULL; NEW.attempt_error := NULL;
+        NEW.attempt_ref := NULL; NEW.attempt_executor := NULL;
     ELSE
         NEW.prev_status := OLD.status;
+        -- The attempt columns describe the attempt this change records, and
+        -- no later change's: an update that records no new attempt clears
+        -- them (a recorded attempt has its own started_at).
+        IF NEW.attempt_started_at IS NOT DISTINCT FROM OLD.attempt_started_at THEN
+            NEW.attempt_outcome := NULL; NEW.attempt_started_at := NULL; NEW.attempt_error := NULL;
+            NEW.attempt_ref := NULL; NEW.attempt_executor := NULL;
+        END IF;
     END IF;
     IF current_setting('is_superuser') = 'on' THEN
         RETURN NEW;
@@ -54,15 +107,17 @@ BEGIN
 END
 $$;
 
--- The update trigger now also fires when prev_status would be stale: an
--- update that keeps the status (a repair of gateway_ref, say) right after
--- a move must record that it left the status it kept, or a reader would
--- announce the move twice. An update that changes nothing of the kind
--- still does not call the function.
+-- The update trigger now also fires when prev_status would be stale (an
+-- update that keeps the status, a repair of gateway_ref say, right after a
+-- move must record that it left the status it kept, or a reader would
+-- announce the move twice) and when attempt columns are set or to be
+-- cleared. An update that changes nothing of the kind still does not call
+-- the function.
 DROP TRIGGER paysched_guard_move ON payments;
 CREATE TRIGGER paysched_guard_move BEFORE UPDATE ON payments
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status OR NEW.prev_status IS DISTINCT FROM OLD.status
-                       OR (OLD.probe_first AND NOT NEW.probe_first))
+                       OR (OLD.probe_first AND NOT NEW.probe_first)
+                       OR OLD.attempt_started_at IS NOT NULL OR NEW.attempt_started_at IS NOT NULL)
     EXECUTE FUNCTION paysched_guard_payment();
 
 -- Partitions carry their own replica identity: the parent's and every
