@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,6 +87,9 @@ type run struct {
 	mu       sync.Mutex
 	events   []string       // what the driver did, in order
 	kills    map[string]int // kill -9 per process
+	// killsHolding counts the executors killed while their completer held
+	// outcomes (--complete-wait).
+	killsHolding int
 	findings []string
 	res      Result
 }
@@ -273,6 +278,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	go func() { defer wg.Done(); r.disrupt(ctx, t0, end) }()
 	wg.Wait()
 	r.logf("chaos over: %s", strings.Join(r.events, ", "))
+	r.logf("executors killed while their completer held outcomes: %d of %d executor kills", r.killsHolding, r.executorKills())
 	// Whatever is down comes back before the checks (a real cluster heals).
 	for _, p := range r.procs {
 		p.mu.Lock()
@@ -458,6 +464,19 @@ func (r *run) disrupt(ctx context.Context, t0, end time.Time) {
 		}
 		if !time.Now().Before(next) {
 			p := victims[rand.IntN(len(victims))]
+			how := ""
+			if p.tier == "executor" {
+				// An executor is killed while its completer holds outcomes
+				// for its next statement, when it holds any within a second:
+				// those outcomes are lost with it, their leases expire and
+				// the next attempts ask the gateway first.
+				if n := heldOutcomes(p, time.Second); n > 0 {
+					how = fmt.Sprintf(" (holding %d outcomes)", n)
+					r.mu.Lock()
+					r.killsHolding++
+					r.mu.Unlock()
+				}
+			}
 			if err := p.kill9(time.Duration(200+rand.IntN(1300)) * time.Millisecond); err != nil {
 				r.violation("restart %s: %v", p.name, err)
 			}
@@ -465,7 +484,7 @@ func (r *run) disrupt(ctx context.Context, t0, end time.Time) {
 			r.kills[p.name]++
 			r.res.Kills++
 			r.mu.Unlock()
-			r.event("kill -9 %s", p.name)
+			r.event("kill -9 %s%s", p.name, how)
 			next = time.Now().Add(r.pause())
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -473,6 +492,52 @@ func (r *run) disrupt(ctx context.Context, t0, end time.Time) {
 	for _, s := range special { // a short run still gets each once
 		s.do()
 	}
+}
+
+// executorKills is how many kill -9 hit an executor.
+func (r *run) executorKills() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for name, k := range r.kills {
+		if strings.HasPrefix(name, "executor-") {
+			n += k
+		}
+	}
+	return n
+}
+
+// heldOutcomes waits up to wait for p (an executor) to hold outcomes in
+// its completer (paysched_executor_outcomes_held, from its metrics) and
+// returns how many it held when it did (0: it held none meanwhile, or did
+// not answer).
+func heldOutcomes(p *proc, wait time.Duration) int {
+	addr := ""
+	for i, a := range p.args {
+		if a == "--http-addr" && i+1 < len(p.args) {
+			addr = p.args[i+1]
+		}
+	}
+	if addr == "" {
+		return 0
+	}
+	cl := &http.Client{Timeout: 200 * time.Millisecond}
+	for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		resp, err := cl.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return 0
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "paysched_executor_outcomes_held "); ok {
+				if n, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && n > 0 {
+					return int(n)
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func (r *run) pause() time.Duration {
