@@ -149,11 +149,15 @@ func TestBatchStatementsReadByKey(t *testing.T) {
 					lines = append(lines, l)
 				}
 				text := strings.Join(lines, "\n")
-				if strings.Contains(text, "Seq Scan on "+part) {
+				if strings.Contains(text, "Seq Scan on "+part) || strings.Contains(text, "Hash Join") {
 					t.Errorf("%s reads the whole partition:\n%s", name, text)
+				}
+				if strings.HasPrefix(name, "claim") && !strings.Contains(text, "Tid Scan on "+part) {
+					t.Errorf("%s does not reach the rows it locked by their tuple ids:\n%s", name, text)
 				}
 			}
 			explain("claim", partitionSQL(claimSQL, due), "sweeper-t", time.Minute, 1000)
+			explain("claim, fair shares", partitionSQL(fairClaimSQL, due), "sweeper-t", time.Minute, []string{"tenant-a", "tenant-b"}, []int32{500, 500})
 			claimed, err := (&Claimer{DB: db, Owner: "sweeper-t", Lease: time.Minute}).Claim(ctx, 1000)
 			if err != nil || len(claimed) != 1000 {
 				t.Fatalf("claim: %d, %v", len(claimed), err)

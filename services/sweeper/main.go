@@ -27,7 +27,7 @@ func main() {
 	id := fs.String("id", obs.InstanceID("sweeper"), "lease owner id")
 	executors := fs.String("executors", "127.0.0.1:9100,127.0.0.1:9110", "executor addresses, or a DNS name:port resolving to all of them")
 	interval := fs.Duration("interval", 100*time.Millisecond, "poll interval when nothing more is due (an idle claim is one index probe; it bounds the lateness of a lone payment)")
-	claimCooldown := fs.Duration("claim-cooldown", 50*time.Millisecond, "pause after a claim that found fewer due rows than it asked for (at most --interval): at a steady rate the next claim takes what fell due meanwhile in one statement; after a claim that found nothing, the sweeper wakes when the next payment falls due instead")
+	claimCooldown := fs.Duration("claim-cooldown", 100*time.Millisecond, "pause after a claim that found fewer due rows than it asked for (at most --interval; by default 100ms or --interval if shorter): at a steady rate the next claim takes what fell due meanwhile in one statement; after a claim that found nothing, the sweeper wakes when the next payment falls due instead")
 	batch := fs.Int("batch", 500, "rows per claim")
 	lease := fs.Duration("lease", 2*time.Minute, "lease per claim")
 	slots := fs.Int("slots", 2, "batches in flight per executor")
@@ -50,6 +50,12 @@ func main() {
 		}
 		// A tenth of a second of burst keeps every wall-clock second under the ceiling.
 		bucket := pacing.Bucket{Name: "gateway", Rate: *ceiling, Burst: max(1, *ceiling/10)}
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["claim-cooldown"] {
+			// The default never exceeds a shorter --interval.
+			*claimCooldown = min(*claimCooldown, *interval)
+		}
 		cfg := sweeper.Config{
 			ID: *id, Interval: *interval, Cooldown: *claimCooldown, Batch: *batch, Lease: *lease, Executors: strings.Split(*executors, ","),
 			Resolve: *resolveEvery, Slots: *slots, Bucket: bucket, Grace: 60 * time.Second,

@@ -55,7 +55,7 @@ type Config struct {
 	// CompleteBatch bounds the outcomes written per statement (default 1000).
 	CompleteBatch int
 	// CompleteWait is how long a completer holds the first outcome of a
-	// statement for more to join it (--complete-wait, 25ms; 0: write what
+	// statement for more to join it (--complete-wait, 50ms; 0: write what
 	// is ready at once). It writes when CompleteBatch are ready or CompleteWait after
 	// the first, and never holds an outcome past its call's deadline (the
 	// lease's end less LeaseMargin): at a steady rate this turns one
@@ -64,7 +64,7 @@ type Config struct {
 	// the next attempt asks the gateway first).
 	CompleteWait time.Duration
 	// StreamLinger is how long the outcomes streamed back to a sweeper wait
-	// for more to join their message (--stream-linger, 1ms; 0: none).
+	// for more to join their message (--stream-linger, 2ms; 0: none).
 	StreamLinger time.Duration
 	// LeaseMargin is kept between a call's deadline and the end of its
 	// claim's lease, for clock skew and the outcome write (default 2s).

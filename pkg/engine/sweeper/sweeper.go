@@ -47,7 +47,7 @@ type Config struct {
 	ID       string        // lease owner
 	Interval time.Duration // idle poll interval (1s)
 	// Cooldown is the pause after a claim that found fewer due rows than
-	// it asked for (--claim-cooldown, 50ms): at a steady rate the next
+	// it asked for (--claim-cooldown, 100ms): at a steady rate the next
 	// claim then takes what fell due meanwhile in one statement, instead
 	// of a round every few ms for a few rows each. After a claim that
 	// found nothing, the sweeper wakes when the next payment falls due

@@ -62,7 +62,7 @@ func Register(fs *flag.FlagSet, defaultAddr string) *Flags {
 	fs.StringVar(&f.TokenFile, "gateway-token-file", "", "file holding the bearer token sent with every gateway call; needs --gateway-ca-file (--gateway=grpc)")
 	fs.StringVar(&f.StripeKeyFile, "stripe-key-file", "", "file holding the Stripe secret key (--gateway=stripe)")
 	fs.StringVar(&f.StripeURL, "stripe-api-url", "https://api.stripe.com", "Stripe API base URL; stripe-mock's for local runs (--gateway=stripe)")
-	fs.DurationVar(&f.Linger, "gateway-linger", time.Millisecond, "how long a charge waits for others to share its message on the gateway.v1 Charges stream (0-100ms; --gateway=grpc)")
+	fs.DurationVar(&f.Linger, "gateway-linger", 2*time.Millisecond, "how long a charge waits for others to share its message on the gateway.v1 Charges stream (0-100ms; --gateway=grpc)")
 	fs.BoolVar(&f.StripeTestMode, "stripe-test-mode", false, "accept a Stripe test key (sk_test_, rk_test_) outside --dev: a staging deployment against Stripe's test mode")
 	return f
 }

@@ -55,7 +55,7 @@ func main() {
 	hookSecret := config.SecretVar(fs, "webhook-secret", "HMAC-SHA256 secret signing the webhooks")
 	serverTLS := mtls.RegisterServer(fs, gatewaysim.DefaultClients)
 	tokenFile := fs.String("token-file", "", "file holding the bearer token every call must carry (needs TLS)")
-	linger := fs.Duration("answer-linger", time.Millisecond, "how long a Charges stream's answers wait for others to share their message (0-100ms)")
+	linger := fs.Duration("answer-linger", 2*time.Millisecond, "how long a Charges stream's answers wait for others to share their message (0-100ms)")
 	svc.Main("gateway-sim", fs, func(ctx context.Context, log *slog.Logger) error {
 		f.LatencyMinMs, f.LatencyMaxMs = int32(*latMin), int32(*latMax)
 		if *keyRetention < 0 {
