@@ -51,6 +51,9 @@ type SpikeResult struct {
 	CDC                             bool
 	CDCLagP50, CDCLagP99            float64
 	AuditCatchupS                   float64
+	// CatchupCPUus is CPU µs per payment by process from the drain until
+	// the audit log caught up (CDC only).
+	CatchupCPUus map[string]float64
 	// CPUus is CPU µs per payment by process (postgres: all its
 	// processes), from the due time to the drain.
 	CPUus map[string]float64
@@ -195,6 +198,12 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		// log instead took up to 2 s of CPU per call, with parallel
 		// workers, competing with the consumer it measured.)
 		caughtUp, ok := notes.waitAll(cfg.N, deadline, dog.failed)
+		// What the catch-up cost, by process, from the drain to here.
+		after := cpu.since()
+		r.CatchupCPUus = map[string]float64{}
+		for name, d := range after {
+			r.CatchupCPUus[name] = float64((d - used[name]).Microseconds()) / float64(cfg.N)
+		}
 		atRest := payment.Names(payment.Completed, payment.Failed, payment.DeadLettered, payment.Cancelled)
 		for {
 			var n int

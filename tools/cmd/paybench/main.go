@@ -146,6 +146,24 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids
 	}
 	fmt.Printf("cpu per payment %-14s %7.1f µs\n", "total", total)
 	fmt.Printf("cpu per payment %-14s %7.1f µs (the benchmark's own queries in Postgres: not in the total)\n", "bench queries", r.CPUus[apibench.BenchPG])
+	if len(r.CatchupCPUus) > 0 {
+		names := make([]string, 0, len(r.CatchupCPUus))
+		for k := range r.CatchupCPUus {
+			if !strings.HasPrefix(k, apibench.PGPart) && k != apibench.BenchPG {
+				names = append(names, k)
+			}
+		}
+		sort.Strings(names)
+		catchup := 0.0
+		for _, k := range names {
+			fmt.Printf("audit catch-up cpu per payment %-14s %7.1f µs\n", k, r.CatchupCPUus[k])
+			catchup += r.CatchupCPUus[k]
+			if k == "postgres" {
+				fmt.Print(strings.ReplaceAll(apibench.PGParts(r.CatchupCPUus), "cpu per payment", "audit catch-up cpu per payment"))
+			}
+		}
+		fmt.Printf("audit catch-up cpu per payment %-14s %7.1f µs\n", "total", catchup)
+	}
 	fmt.Printf("wal per payment %7.0f bytes, %.1f records (the whole cluster; from %s to %s)\n", r.WALBytes, r.WALRecords, r.WALRange[0], r.WALRange[1])
 	last := fmt.Sprintf("bench executed_per_s=%.0f lateness_p50_s=%.2f lateness_p99_s=%.2f lateness_max_s=%.2f drain_s=%.1f max_rss_mb=%d",
 		r.ExecutedPerS, r.LatP50, r.LatP99, r.LatMax, r.DrainS, r.MaxRSSMB)
