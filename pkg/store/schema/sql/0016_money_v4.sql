@@ -1,0 +1,100 @@
+-- paysched schema, version 16: money and guards v4 (issue 32).
+--
+-- The guard on payments (0012, 0015) checked a status change against
+-- payment.Moves and kept probe_first from being cleared on an open payment.
+-- It let a role clear probe_first on a dead letter (status unchanged) and
+-- then move the dead letter back to PENDING: its next claim charged without
+-- asking the gateway, a second charge once the PSP forgot the key. It let a
+-- payer's cancel (a compromised payments-api) end a payment an attempt may
+-- have charged, and the sweeper's and the reaper's moves back to PENDING
+-- forget that an attempt may have reached the gateway. And an insert was
+-- bounded in its status and counters only: not in run_at, the lease or the
+-- tenant.
+
+-- The sweeper's release now sets probe_first (see releaseSQL in
+-- pkg/store/claim.go): it needs the column, on the parent and on every
+-- partition (a statement naming a partition is checked against the
+-- partition's privileges).
+GRANT UPDATE (probe_first) ON payments TO paysched_sweeper;
+CREATE OR REPLACE FUNCTION paysched_grant_partition(part text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('GRANT SELECT ON %I TO paysched_sweeper, paysched_executor, paysched_admin', part);
+    EXECUTE format('GRANT UPDATE (status, lease_until, lease_owner, attempt, probe_first, updated_at) ON %I TO paysched_sweeper', part);
+    EXECUTE format('GRANT UPDATE (status, run_at, retries, probe_first, gateway_ref, last_error, dead_letter_reason,'
+                   ' lease_until, lease_owner, updated_at, releases, failure_reason) ON %I TO paysched_executor', part);
+END
+$$;
+REVOKE EXECUTE ON FUNCTION paysched_grant_partition(text) FROM PUBLIC;
+SELECT paysched_grant_partition(c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'payments'::regclass;
+
+-- The guard, whole. prev_status is set first, whoever updates (0015): it
+-- is the record's, not a check.
+CREATE OR REPLACE FUNCTION paysched_guard_payment() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        NEW.prev_status := NULL;
+    ELSE
+        NEW.prev_status := OLD.status;
+    END IF;
+    IF current_setting('is_superuser') = 'on' THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        -- Only the API creates, and only a payment nothing has touched:
+        -- claimable at its due time and no sooner or later, leased by
+        -- nobody, no budget spent, nothing heard from the gateway, and
+        -- scheduled for a tenant that is a name (the token's claim or the
+        -- payer: never empty, at most 256 bytes, as auth checks).
+        IF NOT paysched_acts_as('client') OR NEW.status <> 'PENDING' OR NEW.attempt <> 0 OR NEW.probe_first
+           OR NEW.retries <> 0 OR NEW.probes <> 0 OR NEW.releases <> 0 OR NEW.gateway_ref IS NOT NULL
+           OR NEW.run_at IS DISTINCT FROM NEW.due_time
+           OR NEW.lease_until IS NOT NULL OR NEW.lease_owner IS NOT NULL
+           OR NEW.last_error IS NOT NULL OR NEW.dead_letter_reason IS NOT NULL OR NEW.failure_reason IS NOT NULL
+           OR NEW.tenant = '' OR octet_length(NEW.tenant) > 256 THEN
+            RAISE EXCEPTION 'paysched: % may not create payment % as % (a new payment is PENDING at its due time, untouched, with a tenant)',
+                current_user, NEW.id, NEW.status
+                USING ERRCODE = '42501';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF NEW.status IS DISTINCT FROM OLD.status AND NOT paysched_may_move(OLD.status, NEW.status) THEN
+        RAISE EXCEPTION 'paysched: % may not move payment % from % to % (payment.Moves)', current_user, OLD.id, OLD.status, NEW.status
+            USING ERRCODE = '42501';
+    END IF;
+    -- probe_first says an earlier attempt may have charged the payment. It
+    -- goes from true to false only in the executor's move out of
+    -- PROCESSING, made after the gateway proved no charge (or answered
+    -- one), whatever the status: cleared anywhere else (a dead letter, a
+    -- payment at rest, an open one) the doubt is lost, and a move back to
+    -- PENDING later charges without asking.
+    IF OLD.probe_first AND NOT NEW.probe_first
+       AND NOT (OLD.status = 'PROCESSING' AND NEW.status IS DISTINCT FROM 'PROCESSING' AND paysched_acts_as('executor')) THEN
+        RAISE EXCEPTION 'paysched: % may not clear probe_first of payment % (% to %): only the executor''s move out of PROCESSING does',
+            current_user, OLD.id, OLD.status, NEW.status
+            USING ERRCODE = '42501';
+    END IF;
+    -- A move back to PENDING by anyone but the executor asks first: the
+    -- sweeper's release and the reaper's expiry take back a claim that may
+    -- have been dispatched, a re-drive or the resolver's requeue a dead
+    -- letter that may have been charged. Only the executor knows what its
+    -- attempt did.
+    IF NEW.status = 'PENDING' AND OLD.status IS DISTINCT FROM 'PENDING' AND NOT NEW.probe_first
+       AND NOT (OLD.status = 'PROCESSING' AND paysched_acts_as('executor')) THEN
+        RAISE EXCEPTION 'paysched: % may not move payment % from % to PENDING without probe_first', current_user, OLD.id, OLD.status
+            USING ERRCODE = '42501';
+    END IF;
+    -- A payer's cancel answers "not charged": never while an attempt may
+    -- have charged. An operator's cancel asks the gateway first (admin-api).
+    IF OLD.status = 'PENDING' AND NEW.status = 'CANCELLED' AND OLD.probe_first AND NOT paysched_acts_as('operator') THEN
+        RAISE EXCEPTION 'paysched: % may not cancel payment %: an attempt may have charged it (probe_first)', current_user, OLD.id
+            USING ERRCODE = '42501';
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- The triggers of 0012 and 0015 stay as they are: paysched_guard_move's
+-- WHEN covers every change checked above (a status change, probe_first
+-- cleared) and a stale prev_status.
