@@ -33,11 +33,15 @@ var files embed.FS
 const Prefix = "/console"
 
 // Actions are the money-moving operator actions, as the admin service
-// performs them (probe first, fenced move, audited as the operator).
+// performs them (probe first, fenced move, audited as the operator). Each
+// acts on the dead letter id only while it is dead-lettered at attempt,
+// as the request pinned it (attempt < 0: at any attempt), and otherwise
+// answers apierr.ReasonChangedSinceRequest: the approver approved that
+// dead letter, not what it became since.
 type Actions interface {
-	Redrive(ctx context.Context, operator string, id uuid.UUID, note string) error
-	Resolve(ctx context.Context, operator string, id uuid.UUID, note string) error
-	Cancel(ctx context.Context, operator string, id uuid.UUID, note string) error
+	Redrive(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
+	Resolve(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
+	Cancel(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
 	// Reconcile starts a reconciliation run of day; it shows in
 	// reconciliation_runs while it runs.
 	Reconcile(ctx context.Context, operator string, day time.Time) error

@@ -44,13 +44,13 @@ func (f *fakeActions) do(kind, op string, id uuid.UUID, note string) error {
 	}
 	return nil
 }
-func (f *fakeActions) Redrive(_ context.Context, op string, id uuid.UUID, note string) error {
+func (f *fakeActions) Redrive(_ context.Context, op string, id uuid.UUID, _ int32, note string) error {
 	return f.do("REDRIVE", op, id, note)
 }
-func (f *fakeActions) Resolve(_ context.Context, op string, id uuid.UUID, note string) error {
+func (f *fakeActions) Resolve(_ context.Context, op string, id uuid.UUID, _ int32, note string) error {
 	return f.do("RESOLVE", op, id, note)
 }
-func (f *fakeActions) Cancel(_ context.Context, op string, id uuid.UUID, note string) error {
+func (f *fakeActions) Cancel(_ context.Context, op string, id uuid.UUID, _ int32, note string) error {
 	return f.do("CANCEL", op, id, note)
 }
 func (f *fakeActions) Reconcile(context.Context, string, time.Time) error { return nil }

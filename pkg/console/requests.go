@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/status"
 
+	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -19,9 +20,13 @@ const maxBulk = 10000
 
 // Request is an operator's action on one or more dead letters.
 type Request struct {
-	ID            int64
-	Action        string
-	IDs           []uuid.UUID
+	ID     int64
+	Action string
+	IDs    []uuid.UUID
+	// Attempts pins each of IDs: the attempt its dead letter was at when
+	// requested (nil for requests made before version 16). A payment no
+	// longer dead-lettered at it is skipped.
+	Attempts      []int32
 	Filter        string
 	AmountTotal   int64
 	AmountMax     int64
@@ -33,8 +38,11 @@ type Request struct {
 	DecidedAt     *time.Time
 	State         string
 	Done, Failed  int
-	Errors        []string
-	FinishedAt    *time.Time
+	// Skipped counts payments changed since the request (re-driven,
+	// resolved, claimed and dead-lettered again): not acted on.
+	Skipped    int
+	Errors     []string
+	FinishedAt *time.Time
 }
 
 // Total is how many payments it acts on.
@@ -45,16 +53,18 @@ func (r *Request) Percent() int {
 	if len(r.IDs) == 0 {
 		return 100
 	}
-	return (r.Done + r.Failed) * 100 / len(r.IDs)
+	return (r.Done + r.Failed + r.Skipped) * 100 / len(r.IDs)
 }
 
 var actions = map[string]string{"REDRIVE": "re-drive", "RESOLVE": "resolve as failed", "CANCEL": "cancel"}
 
 // deadSelectionSQL pins what an action will act on: the dead letters among
 // ids (the selected ones), or the first maxBulk matching a reason (all
-// that match), through the dead-letter index.
+// that match), through the dead-letter index; each with its attempt, which
+// with the status says the payment has not changed since (only a claim
+// changes the attempt, and a dead letter comes back only through one).
 const deadSelectionSQL = `
-SELECT p.id, p.amount_minor
+SELECT p.id, p.amount_minor, p.attempt
 FROM payments p
 WHERE p.status = ` + dead + ` AND p.due_time <= now()
   AND ($1::uuid[] IS NULL OR p.id = ANY($1))
@@ -64,10 +74,12 @@ LIMIT $3`
 
 // Selection is what an action would act on.
 type Selection struct {
-	IDs    []uuid.UUID
-	Total  int64
-	Max    int64
-	Capped bool
+	IDs []uuid.UUID
+	// Attempts: each payment's attempt when selected.
+	Attempts []int32
+	Total    int64
+	Max      int64
+	Capped   bool
 }
 
 func selectDead(ctx context.Context, db store.DB, ids []uuid.UUID, reason string) (Selection, error) {
@@ -84,7 +96,8 @@ func selectDead(ctx context.Context, db store.DB, ids []uuid.UUID, reason string
 	for rows.Next() {
 		var id uuid.UUID
 		var amt int64
-		if err := rows.Scan(&id, &amt); err != nil {
+		var attempt int32
+		if err := rows.Scan(&id, &amt, &attempt); err != nil {
 			return Selection{}, fmt.Errorf("select dead letters: %w", err)
 		}
 		if len(s.IDs) == maxBulk {
@@ -92,6 +105,7 @@ func selectDead(ctx context.Context, db store.DB, ids []uuid.UUID, reason string
 			break
 		}
 		s.IDs = append(s.IDs, id)
+		s.Attempts = append(s.Attempts, attempt)
 		s.Total += amt
 		s.Max = max(s.Max, amt)
 	}
@@ -99,8 +113,8 @@ func selectDead(ctx context.Context, db store.DB, ids []uuid.UUID, reason string
 }
 
 const insertRequestSQL = `
-INSERT INTO console_requests (action, ids, filter, amount_total, amount_max, reason, requested_by, needs_approval, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+INSERT INTO console_requests (action, ids, filter, amount_total, amount_max, reason, requested_by, needs_approval, state, attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 RETURNING id`
 
 // needsApproval: four eyes on any action on more than one payment, or on
@@ -116,7 +130,7 @@ func (c *Console) createRequest(ctx context.Context, action, filter, reason, by 
 		state = "AWAITING_APPROVAL"
 	}
 	var id int64
-	err := c.db.QueryRow(ctx, insertRequestSQL, action, s.IDs, filter, s.Total, s.Max, reason, by, need, state).Scan(&id)
+	err := c.db.QueryRow(ctx, insertRequestSQL, action, s.IDs, filter, s.Total, s.Max, reason, by, need, state, s.Attempts).Scan(&id)
 	if err != nil {
 		return 0, false, fmt.Errorf("create request: %w", err)
 	}
@@ -124,13 +138,13 @@ func (c *Console) createRequest(ctx context.Context, action, filter, reason, by 
 	return id, need, nil
 }
 
-const requestCols = `id, action, ids, filter, amount_total, amount_max, reason, requested_by, requested_at, needs_approval,
-       coalesce(decided_by, ''), decided_at, state, done, failed, errors, finished_at`
+const requestCols = `id, action, ids, attempts, filter, amount_total, amount_max, reason, requested_by, requested_at, needs_approval,
+       coalesce(decided_by, ''), decided_at, state, done, failed, skipped, errors, finished_at`
 
 func scanRequest(row pgx.Row) (*Request, error) {
 	var r Request
-	err := row.Scan(&r.ID, &r.Action, &r.IDs, &r.Filter, &r.AmountTotal, &r.AmountMax, &r.Reason, &r.RequestedBy, &r.RequestedAt,
-		&r.NeedsApproval, &r.DecidedBy, &r.DecidedAt, &r.State, &r.Done, &r.Failed, &r.Errors, &r.FinishedAt)
+	err := row.Scan(&r.ID, &r.Action, &r.IDs, &r.Attempts, &r.Filter, &r.AmountTotal, &r.AmountMax, &r.Reason, &r.RequestedBy, &r.RequestedAt,
+		&r.NeedsApproval, &r.DecidedBy, &r.DecidedAt, &r.State, &r.Done, &r.Failed, &r.Skipped, &r.Errors, &r.FinishedAt)
 	return &r, err
 }
 
@@ -203,7 +217,7 @@ RETURNING ` + requestCols
 
 const progressSQL = `
 UPDATE console_requests SET done = $2, failed = $3, errors = $4, heartbeat_at = now(),
-       state = CASE WHEN $5 THEN 'DONE' ELSE state END, finished_at = CASE WHEN $5 THEN now() END
+       state = CASE WHEN $5 THEN 'DONE' ELSE state END, finished_at = CASE WHEN $5 THEN now() END, skipped = $7
 WHERE id = $1 AND runner = $6`
 
 // runRequests runs approved requests in the background until ctx ends.
@@ -234,42 +248,62 @@ func (c *Console) runRequest(ctx context.Context, r *Request) {
 	}
 	note += ")"
 	last := time.Now()
-	for i := r.Done + r.Failed; i < len(r.IDs); i++ {
+	for i := r.Done + r.Failed + r.Skipped; i < len(r.IDs); i++ {
 		if ctx.Err() != nil {
 			return // another runner (or this one, restarted) goes on
 		}
-		if err := c.act(ctx, r.Action, r.RequestedBy, r.IDs[i], note); err != nil {
-			r.Failed++
-			r.Errors = append(r.Errors, r.IDs[i].String()+": "+actionError(err))
-			if len(r.Errors) > 50 {
-				r.Errors = r.Errors[len(r.Errors)-50:]
-			}
-		} else {
+		err := c.act(ctx, r.Action, r.RequestedBy, r.IDs[i], r.pin(i), note)
+		switch {
+		case err == nil:
 			r.Done++
+		case apierr.Reason(err) == apierr.ReasonChangedSinceRequest:
+			r.Skipped++
+			r.note(r.IDs[i].String() + ": skipped: " + actionError(err))
+		default:
+			r.Failed++
+			r.note(r.IDs[i].String() + ": " + actionError(err))
 		}
 		if time.Since(last) > 500*time.Millisecond {
-			if _, err := c.db.Exec(ctx, progressSQL, r.ID, r.Done, r.Failed, r.Errors, false, c.cfg.Process); err != nil && ctx.Err() == nil {
+			if _, err := c.db.Exec(ctx, progressSQL, r.ID, r.Done, r.Failed, r.Errors, false, c.cfg.Process, r.Skipped); err != nil && ctx.Err() == nil {
 				c.log.Warn("console: request progress", "id", r.ID, "err", err)
 			}
 			last = time.Now()
 		}
 	}
-	if _, err := c.db.Exec(ctx, progressSQL, r.ID, r.Done, r.Failed, r.Errors, true, c.cfg.Process); err != nil && ctx.Err() == nil {
+	if _, err := c.db.Exec(ctx, progressSQL, r.ID, r.Done, r.Failed, r.Errors, true, c.cfg.Process, r.Skipped); err != nil && ctx.Err() == nil {
 		c.log.Warn("console: request done", "id", r.ID, "err", err)
 	}
-	c.log.Info("console: request done", "id", r.ID, "done", r.Done, "failed", r.Failed)
+	c.log.Info("console: request done", "id", r.ID, "done", r.Done, "failed", r.Failed, "skipped", r.Skipped)
 }
 
-func (c *Console) act(ctx context.Context, action, operator string, id uuid.UUID, note string) error {
+// pin is the attempt IDs[i] was pinned at; -1 for a request made before
+// pins (the admin service then asks only that it is still a dead letter
+// at the attempt it reads).
+func (r *Request) pin(i int) int32 {
+	if i < len(r.Attempts) {
+		return r.Attempts[i]
+	}
+	return -1
+}
+
+// note keeps the last 50 refusals and skips.
+func (r *Request) note(s string) {
+	r.Errors = append(r.Errors, s)
+	if len(r.Errors) > 50 {
+		r.Errors = r.Errors[len(r.Errors)-50:]
+	}
+}
+
+func (c *Console) act(ctx context.Context, action, operator string, id uuid.UUID, attempt int32, note string) error {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	switch action {
 	case "REDRIVE":
-		return c.actions.Redrive(actx, operator, id, note)
+		return c.actions.Redrive(actx, operator, id, attempt, note)
 	case "RESOLVE":
-		return c.actions.Resolve(actx, operator, id, note)
+		return c.actions.Resolve(actx, operator, id, attempt, note)
 	case "CANCEL":
-		return c.actions.Cancel(actx, operator, id, note)
+		return c.actions.Cancel(actx, operator, id, attempt, note)
 	}
 	return fmt.Errorf("unknown action %q", action)
 }

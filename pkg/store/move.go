@@ -24,6 +24,10 @@ type Move struct {
 	// not happen (ErrNotMoved).
 	By payment.Actor
 	To payment.Status
+	// From, when set, is the only status the move may leave (one of those
+	// By may leave): an action approved on a dead letter acts on that dead
+	// letter, not on what it became since.
+	From payment.Status
 	// Amount and Currency, when Amount > 0, must match the payment: gateway
 	// truth about another amount never moves a row.
 	Amount   int64
@@ -101,10 +105,12 @@ RETURNING prev_status`
 func Apply(ctx context.Context, db DB, m Move) (payment.Status, error) {
 	var from []string
 	for _, s := range payment.From(m.To, m.By) {
-		from = append(from, string(s))
+		if m.From == "" || m.From == s {
+			from = append(from, string(s))
+		}
 	}
 	if len(from) == 0 {
-		return "", fmt.Errorf("move payment %s: %w: %s may not move a payment to %s", m.ID, ErrNotAllowed, m.By, m.To)
+		return "", fmt.Errorf("move payment %s: %w: %s may not move a payment from %q to %s", m.ID, ErrNotAllowed, m.By, m.From, m.To)
 	}
 	if m.By == payment.Webhook && m.Amount <= 0 {
 		// Gateway truth about money names its amount: a webhook that does

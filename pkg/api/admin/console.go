@@ -10,6 +10,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/payment"
 )
 
 // ConsoleActions lets the operator console act through this service: the
@@ -21,21 +22,29 @@ func (a ConsoleActions) as(ctx context.Context, operator string) context.Context
 	return auth.WithPrincipal(ctx, auth.Principal{Actor: "console:" + operator, Admin: true})
 }
 
-// Redrive re-drives a dead letter (console.Actions).
-func (a ConsoleActions) Redrive(ctx context.Context, operator string, id uuid.UUID, note string) error {
-	_, err := a.S.RedrivePayment(a.as(ctx, operator), &payschedv1.RedrivePaymentRequest{PaymentId: id.String(), Note: note})
+// deadAt pins a console request's payment: the dead letter at attempt, as
+// it was when requested.
+func deadAt(attempt int32) *pinned { return &pinned{status: payment.DeadLettered, attempt: attempt} }
+
+// Redrive re-drives the dead letter id if it is still dead-lettered at
+// attempt (console.Actions); otherwise it answers CHANGED_SINCE_REQUEST.
+func (a ConsoleActions) Redrive(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error {
+	_, err := a.S.redrive(a.as(ctx, operator), &payschedv1.RedrivePaymentRequest{PaymentId: id.String(), Note: note}, deadAt(attempt))
 	return err
 }
 
-// Resolve resolves a dead letter as failed (console.Actions).
-func (a ConsoleActions) Resolve(ctx context.Context, operator string, id uuid.UUID, note string) error {
-	_, err := a.S.ResolvePayment(a.as(ctx, operator), &payschedv1.ResolvePaymentRequest{PaymentId: id.String(), Note: note})
+// Resolve resolves the dead letter id as failed if it is still
+// dead-lettered at attempt (console.Actions).
+func (a ConsoleActions) Resolve(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error {
+	_, err := a.S.resolve(a.as(ctx, operator), &payschedv1.ResolvePaymentRequest{PaymentId: id.String(), Note: note}, deadAt(attempt))
 	return err
 }
 
-// Cancel cancels a payment at rest (console.Actions).
-func (a ConsoleActions) Cancel(ctx context.Context, operator string, id uuid.UUID, note string) error {
-	_, err := a.S.CancelPayment(a.as(ctx, operator), &payschedv1.CancelPaymentRequest{PaymentId: id.String(), Note: note})
+// Cancel cancels the dead letter id if it is still dead-lettered at
+// attempt (console.Actions): a payment re-driven since is PENDING, and
+// cancelling it is not what was approved.
+func (a ConsoleActions) Cancel(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error {
+	_, err := a.S.cancel(a.as(ctx, operator), &payschedv1.CancelPaymentRequest{PaymentId: id.String(), Note: note}, deadAt(attempt))
 	return err
 }
 

@@ -35,6 +35,10 @@ const (
 	ReasonInternal            = "INTERNAL"
 	ReasonUnavailable         = "UNAVAILABLE"
 	ReasonRateLimited         = "RATE_LIMITED"
+	// ReasonChangedSinceRequest: an operator's action approved on a
+	// payment as it was when requested (the console's four eyes) finds it
+	// changed since: it is skipped, not acted on.
+	ReasonChangedSinceRequest = "CHANGED_SINCE_REQUEST"
 )
 
 // Violation is one invalid field.

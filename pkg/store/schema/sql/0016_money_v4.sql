@@ -98,3 +98,13 @@ $$;
 -- The triggers of 0012 and 0015 stay as they are: paysched_guard_move's
 -- WHEN covers every change checked above (a status change, probe_first
 -- cleared) and a stale prev_status.
+
+-- A console request pins each payment's attempt when it is requested: the
+-- approver approves those dead letters as they were, and the runner skips
+-- (and counts) any that changed since, a re-driven one above all (PENDING
+-- again: cancelling it is not what was approved). Requests made before
+-- this version have no attempts and are run as before.
+ALTER TABLE console_requests ADD COLUMN attempts integer[]
+    CHECK (attempts IS NULL OR cardinality(attempts) = cardinality(ids));
+ALTER TABLE console_requests ADD COLUMN skipped integer NOT NULL DEFAULT 0;
+GRANT UPDATE (skipped) ON console_requests TO paysched_admin;
