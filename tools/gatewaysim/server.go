@@ -430,7 +430,7 @@ func Event(c *Charge) webhook.Event {
 		typ, st = webhook.TypeDeclined, payment.Declined
 	}
 	return webhook.Event{ID: "evt_" + c.ID, Type: typ, Created: c.CreatedAt.Unix(), Data: webhook.Charge{
-		ChargeID: c.ID, IdempotencyKey: c.Key, Reference: c.Reference, Amount: c.Amount, Currency: c.Currency,
+		ChargeID: c.ID, IdempotencyKey: c.Key, Reference: c.Reference, Payer: c.Payer, Amount: c.Amount, Currency: c.Currency,
 		Status: string(st), DeclineReason: c.DeclineReason, CreatedAt: c.CreatedAt,
 	}}
 }

@@ -30,7 +30,9 @@ func (h hookProber) Probe(context.Context, gateway.Payment) gateway.Result {
 	}
 	return gateway.Result{Outcome: payment.Retryable, Absent: true}
 }
-func (hookProber) Cancel(context.Context, gateway.Payment, string) gateway.Result { return gateway.Result{} }
+func (hookProber) Cancel(context.Context, gateway.Payment, string) gateway.Result {
+	return gateway.Result{}
+}
 
 // TestConsoleActionsActOnlyOnThePinnedDeadLetter: the console's actions
 // act on a dead letter only while it is dead-lettered at the attempt the
