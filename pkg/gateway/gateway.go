@@ -27,6 +27,42 @@ const ErrorDomain = "gateway.paysched.dev"
 // proved (proto/gateway/v1, GetCharge).
 const ReasonChargeAbsent = "CHARGE_ABSENT"
 
+// ReasonRateLimited marks a RESOURCE_EXHAUSTED the gateway itself sent:
+// its rate limit, or a refusal before it did anything. Only that one means
+// "not charged": a gRPC client reports its own refusals with the same code
+// (an answer over its receive limit, after the request was sent and
+// perhaps charged).
+const ReasonRateLimited = "RATE_LIMITED"
+
+// RateLimited is the error an implementation answers a charge with when
+// the gateway refused it before doing anything (its rate limit; an
+// adapter's own refusal before sending): RESOURCE_EXHAUSTED carrying
+// ErrorInfo{Reason: RATE_LIMITED}. GRPC marks the Charges stream's
+// RESOURCE_EXHAUSTED items so (the gateway answered them); a unary Charge
+// must carry the mark on the wire.
+func RateLimited(format string, a ...any) error {
+	st := status.Newf(codes.ResourceExhausted, format, a...)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// IsRateLimited reports whether err is RateLimited's: a RESOURCE_EXHAUSTED
+// without the mark may be the client's own, after sending.
+func IsRateLimited(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		return false
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == ReasonRateLimited && ei.GetDomain() == ErrorDomain {
+			return true
+		}
+	}
+	return false
+}
+
 // Absent is the error an implementation answers GetCharge with when a
 // strongly consistent read proved that it holds no charge under the key:
 // NOT_FOUND carrying ErrorInfo{Reason: CHARGE_ABSENT}.
@@ -148,16 +184,19 @@ func (c *Charger) ChargeWithin(ctx context.Context, p Payment, limit time.Durati
 		return c.settlePending(ctx, p, ch, Read(ch, p))
 	}
 	msg := Clean(status.Convert(err).Message(), maxMessage)
-	switch status.Code(err) {
-	case codes.ResourceExhausted:
-		// The gateway's rate limit (or a local limit before sending): the
-		// gateway refused it, nothing was charged.
+	switch code := status.Code(err); {
+	case code == codes.ResourceExhausted && IsRateLimited(err):
+		// The gateway's rate limit (or an adapter's refusal before
+		// sending), as the gateway said: nothing was charged. A
+		// RESOURCE_EXHAUSTED without its mark is the client's own (an
+		// answer over its receive limit) and goes on below: the request
+		// was sent and may have charged.
 		return Result{Outcome: payment.Retryable, Error: "rate limited: " + msg, Unhealthy: true}
-	case codes.FailedPrecondition:
+	case code == codes.FailedPrecondition:
 		// The key names a charge with other parameters: that charge is not
 		// this payment's, and charging again would not help.
 		return Result{Outcome: payment.KeyConflict, Error: "key conflict: " + msg}
-	case codes.Unauthenticated, codes.PermissionDenied:
+	case code == codes.Unauthenticated, code == codes.PermissionDenied:
 		// The gateway refused the caller before it looked at the charge: a
 		// credentials problem, so nothing was charged and the breaker should
 		// stop the flow until an operator fixes it.

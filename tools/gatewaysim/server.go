@@ -119,6 +119,12 @@ func chance(p float64) bool { return p > 0 && rand.Float64() < p }
 // Charge implements GatewayService.
 func (s *Server) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.ChargeResponse, error) {
 	ch, err := s.charge(ctx, req)
+	if status.Code(err) == codes.ResourceExhausted {
+		// On the wire, a unary rate limit says it is the gateway's
+		// (gateway.RateLimited): a client reports an answer over its size
+		// limit with the same code.
+		return nil, gateway.RateLimited("%s", status.Convert(err).Message())
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -217,7 +217,7 @@ func (a *Adapter) defaultPaymentMethod(ctx context.Context, cus string) (pm, rea
 		// Only a read failed: nothing was charged, so it must not read as
 		// "may have charged". RESOURCE_EXHAUSTED is the port's "not
 		// charged, Stripe unhealthy, retry later".
-		return "", "", status.Errorf(codes.ResourceExhausted, "stripe: nothing charged: %s", st.Message())
+		return "", "", gateway.RateLimited("stripe: nothing charged: %s", st.Message())
 	}
 	if got.Deleted {
 		return "", "no_such_customer: customer " + cus + " is deleted", nil
