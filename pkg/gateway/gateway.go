@@ -23,6 +23,13 @@ import (
 // ErrorDomain is the ErrorInfo domain of the gateway contract's reasons.
 const ErrorDomain = "gateway.paysched.dev"
 
+// ClockSkew is the gateway contract's clock skew margin (gateway.v1,
+// docs/GATEWAYS.md): a gateway looking for a payment's charges from its
+// due time (not_before) looks from that long before it, since its clock
+// and the engine's may disagree; and services refuse to start when the
+// database's clock and the gateway's disagree by more.
+const ClockSkew = 10 * time.Minute
+
 // ReasonChargeAbsent marks a NOT_FOUND that a strongly consistent read
 // proved (proto/gateway/v1, GetCharge).
 const ReasonChargeAbsent = "CHARGE_ABSENT"
@@ -176,9 +183,13 @@ func (c *Charger) Charge(ctx context.Context, p Payment) Result {
 // limit (the executor passes what its claim's lease leaves).
 func (c *Charger) ChargeWithin(ctx context.Context, p Payment, limit time.Duration) Result {
 	cctx, cancel := context.WithTimeout(ctx, min(c.ChargeTimeout, limit))
-	ch, err := c.Gateway.Charge(cctx, &gatewayv1.ChargeRequest{
+	req := &gatewayv1.ChargeRequest{
 		IdempotencyKey: p.ID, Amount: p.Amount, Currency: p.Currency, Payer: p.Payer, Payee: p.Payee, Reference: p.ID,
-	})
+	}
+	if !p.DueAt.IsZero() {
+		req.NotBefore = timestampOf(p.DueAt)
+	}
+	ch, err := c.Gateway.Charge(cctx, req)
 	cancel()
 	if err == nil {
 		return c.settlePending(ctx, p, ch, Read(ch, p))
