@@ -22,6 +22,7 @@ import (
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/reconcile"
+	"github.com/paysched/paysched/pkg/store"
 )
 
 func main() {
@@ -101,6 +102,11 @@ func main() {
 			return err
 		}
 		defer gw.Close()
+		// Proofs of absence hold only within the contract's clock skew
+		// margin: a gateway whose clock is further off is refused.
+		if err := gateway.CheckClock(ctx, gw, func(ctx context.Context) (time.Time, error) { return store.Now(ctx, pool) }, time.Minute); err != nil {
+			return err
+		}
 		reg := obs.Registry()
 		m := reconcile.NewMetrics(reg)
 		if err := m.Restore(ctx, pool); err != nil {

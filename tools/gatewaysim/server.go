@@ -302,6 +302,7 @@ func poison(f *gatewayv1.Faults, s string) string {
 // listing fails (--probe-unproven-rate), the miss is a plain NOT_FOUND,
 // which proves nothing.
 func (s *Server) GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest) (*gatewayv1.GetChargeResponse, error) {
+	tellClock(ctx)
 	// Latency is injected on Charge only, so a probe can answer while charges time out.
 	f := s.faults.Load()
 	if f.GetOutage() || chance(f.GetProbeUnavailableRate()) {
@@ -320,7 +321,9 @@ func (s *Server) GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest)
 	if chance(f.GetProbeUnprovenRate()) || lag > 0 && req.GetPayer() == "" {
 		return nil, status.Error(codes.NotFound, "no charge under this key in the index (it may lag)")
 	}
-	if err == nil && c.Payer == req.GetPayer() && (req.GetNotBefore() == nil || !c.CreatedAt.Before(req.GetNotBefore().AsTime())) {
+	// The window starts at not_before less the contract's skew margin: the
+	// engine's clock (the due time) may be ahead of ours (created_at).
+	if err == nil && c.Payer == req.GetPayer() && (req.GetNotBefore() == nil || !c.CreatedAt.Before(req.GetNotBefore().AsTime().Add(-gateway.ClockSkew))) {
 		return &gatewayv1.GetChargeResponse{Charge: toProto(c, now)}, nil
 	}
 	return nil, gateway.Absent("no charge under this key")

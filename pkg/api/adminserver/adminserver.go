@@ -33,6 +33,7 @@ import (
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/platform/tracing"
 	"github.com/paysched/paysched/pkg/reconcile"
+	"github.com/paysched/paysched/pkg/store"
 )
 
 // Config is admin-api's configuration.
@@ -119,6 +120,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			pool.Close()
 			return nil, err
 		}
+		// Operators' moves act on the gateway's proofs of absence, which
+		// hold only within the contract's clock skew margin (a gateway not
+		// up yet is waited for, a minute).
+		if err := gateway.CheckClock(ctx, gw, func(ctx context.Context) (time.Time, error) { return store.Now(ctx, pool) }, time.Minute); err != nil {
+			gw.Close()
+			pool.Close()
+			return nil, err
+		}
 		runner = &reconcile.Runner{DB: pool, Gateway: gw, Metrics: reconcile.NewMetrics(reg), Log: log}
 		prober = &gateway.Charger{Gateway: gw, ProbeTimeout: 5 * time.Second}
 	}
@@ -182,6 +191,10 @@ func (s *Server) Serve(ctx context.Context, l server.Listeners) error {
 		Reflection: s.reflection, HTTP: s.http, HTTPListener: l.HTTP, InternalListener: l.Internal, Ready: s.ready,
 		Grace: 20 * time.Second}.Run(ctx, upkeep)
 }
+
+// Close releases what New opened, for a server that is not served (Serve
+// releases it when it returns).
+func (s *Server) Close() { s.close() }
 
 // close releases what New opened, after the servers have stopped.
 func (s *Server) close() {

@@ -155,9 +155,11 @@ func (f *Flags) StripeLive() (bool, error) {
 	return strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"), nil
 }
 
-// Gateway is an open gateway; Close releases its connections.
+// Gateway is an open gateway; Close releases its connections. It tells
+// its clock (gateway.CheckClock).
 type Gateway interface {
 	gateway.Gateway
+	gateway.Clocked
 	Close()
 }
 

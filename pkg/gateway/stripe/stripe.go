@@ -125,6 +125,24 @@ func New(cfg Config) (*Adapter, error) {
 // Close implements dial.Gateway; the HTTP client needs no closing.
 func (a *Adapter) Close() {}
 
+// Clock implements gateway.Clocked: the Date header of a one-item listing
+// of PaymentIntents (a call every key the adapter works with may make).
+func (a *Adapter) Clock(ctx context.Context) (time.Time, error) {
+	p := &stripe.PaymentIntentListParams{}
+	p.Context = ctx
+	p.Limit = stripe.Int64(1)
+	q := &form.Values{}
+	form.AppendTo(q, p)
+	list := &stripe.PaymentIntentList{}
+	if err := a.api.CallRaw(http.MethodGet, "/v1/payment_intents", a.key.key, []byte(q.Encode()), p.GetParams(), list); err != nil {
+		return time.Time{}, a.toStatus("ask Stripe its clock", err)
+	}
+	if list.LastResponse == nil || list.LastResponse.Header.Get("Date") == "" {
+		return time.Time{}, errors.New("stripe: the answer carries no Date header")
+	}
+	return gateway.ParseDate(list.LastResponse.Header.Get("Date"))
+}
+
 // Charge implements gateway.Gateway: it creates and confirms, in one
 // request, an off-session PaymentIntent under Idempotency-Key = the key.
 func (a *Adapter) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
