@@ -90,7 +90,7 @@ type login struct {
 
 func (h *harness) as(name string, role Role) login {
 	rec := httptest.NewRecorder()
-	if err := h.c.startSession(rec, name, role, "dev"); err != nil {
+	if err := h.c.startSession(context.Background(), rec, devIdentity(name), role, "dev", ""); err != nil {
 		h.t.Fatal(err)
 	}
 	ck := rec.Result().Cookies()[0]
@@ -323,7 +323,7 @@ func TestFourEyes(t *testing.T) {
 			t.Fatalf("call %q: want ada's action with both names", c)
 		}
 	}
-	if r := h.requestState(rid); r.DecidedBy != "bea" || r.Done != 3 {
+	if r := h.requestState(rid); r.DecidedBy != "dev:bea" || r.DecidedName != "bea" || r.Done != 3 {
 		t.Fatalf("request %+v", r)
 	}
 }

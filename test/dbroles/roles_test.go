@@ -271,6 +271,31 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 				return err
 			})
 		}},
+		{"paysched_admin", "console: sessions, requests, decisions, progress", func(db *pgxpool.Pool) error {
+			for _, q := range []string{
+				`DELETE FROM console_sessions WHERE expires_at < now() - interval '1 day'`,
+				`INSERT INTO console_sessions (id, operator, name, role, via, created_at, expires_at, checked_at, refresh)
+				 VALUES ('s1', 'iss#sub', 'ada', 'admin', 'oidc', now(), now() + interval '8 hours', now(), '\x00')`,
+				`SELECT id, operator, name, role, via, expires_at, checked_at, refresh FROM console_sessions WHERE id = 's1' AND revoked_at IS NULL`,
+				`UPDATE console_sessions SET checked_at = now() WHERE id = 's1' AND checked_at < now() RETURNING refresh`,
+				`UPDATE console_sessions SET role = 'viewer', name = 'ada', refresh = NULL WHERE id = 's1'`,
+				`UPDATE console_sessions SET revoked_at = now(), revoked_by = 'x', refresh = NULL WHERE operator = 'iss#sub'`,
+				`INSERT INTO console_requests (action, ids, filter, amount_total, amount_max, reason, requested_by, requested_name,
+				 needs_approval, state, attempts, amounts)
+				 VALUES ('CANCEL', ARRAY[gen_random_uuid(), gen_random_uuid()], 'f', 2, 1, 'r', 'iss#a', 'ada', true, 'AWAITING_APPROVAL',
+				         ARRAY[1, 1], '{"EUR": 2}')`,
+				`UPDATE console_requests SET state = 'APPROVED', decided_by = 'iss#b', decided_name = 'bea', decided_at = now()
+				 WHERE state = 'AWAITING_APPROVAL' AND requested_by <> 'iss#b'`,
+				`UPDATE console_requests SET state = 'RUNNING', runner = 'r', heartbeat_at = now() WHERE state = 'APPROVED'`,
+				`UPDATE console_requests SET done = 1, failed = 0, skipped = 1, errors = '{}', heartbeat_at = now(), state = 'DONE',
+				 finished_at = now() WHERE runner = 'r'`,
+			} {
+				if _, err := db.Exec(ctx, q); err != nil {
+					return fmt.Errorf("%s: %w", strings.Join(strings.Fields(q)[:3], " "), err)
+				}
+			}
+			return nil
+		}},
 		{"paysched_audit", "append and overdue check", func(db *pgxpool.Pool) error {
 			if _, err := db.Exec(ctx, `INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
 				VALUES (1, 'payments', 'k', 'c', $1, 'PENDING', '{}', now()) ON CONFLICT (lsn, table_name, row_key) DO NOTHING`, ids[0]); err != nil {

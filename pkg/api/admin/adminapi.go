@@ -429,16 +429,35 @@ func (s *Server) TriggerReconciliationRun(ctx context.Context, req *payschedv1.T
 	if day.After(time.Now()) {
 		return nil, invalid("day", "must not be in the future")
 	}
-	if s.runner == nil {
-		return nil, apierr.New(codes.FailedPrecondition, "RECONCILER_NOT_CONFIGURED", "this payments-api has no gateway address to reconcile against", nil)
+	done, err := s.startRun(ctx, day, "admin:"+who)
+	if err != nil {
+		return nil, err
 	}
 	// The run outlives an impatient client: it is one transaction, and
 	// cutting it short would only waste it.
-	run, err := s.runner.Run(context.WithoutCancel(ctx), day, "admin:"+who)
-	if run == nil {
-		return nil, s.internal("reconcile", err)
+	res := <-done
+	if res.Run == nil {
+		return nil, s.internal("reconcile", res.Err)
 	}
-	return &payschedv1.TriggerReconciliationRunResponse{Run: RunToProto(run)}, nil
+	return &payschedv1.TriggerReconciliationRunResponse{Run: RunToProto(res.Run)}, nil
+}
+
+// startRun starts a run of day by who, unless one is in flight
+// (FAILED_PRECONDITION RUN_IN_PROGRESS).
+func (s *Server) startRun(ctx context.Context, day time.Time, by string) (<-chan reconcile.Result, error) {
+	if s.runner == nil {
+		return nil, apierr.New(codes.FailedPrecondition, "RECONCILER_NOT_CONFIGURED", "this admin-api has no gateway address to reconcile against", nil)
+	}
+	done, err := s.runner.Start(ctx, day, by)
+	switch {
+	case errors.Is(err, reconcile.ErrRunInProgress):
+		return nil, apierr.New(codes.FailedPrecondition, apierr.ReasonRunInProgress,
+			"a reconciliation run of "+reconcile.Day(day).Format(time.DateOnly)+" is already running: wait for it (its row shows RUNNING)",
+			map[string]string{"day": reconcile.Day(day).Format(time.DateOnly)})
+	case err != nil:
+		return nil, s.internal("start reconciliation", err)
+	}
+	return done, nil
 }
 
 // RunToProto is the API form of a run.

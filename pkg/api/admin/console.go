@@ -5,10 +5,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"google.golang.org/grpc/codes"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
-	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/payment"
 )
@@ -49,15 +47,17 @@ func (a ConsoleActions) Cancel(ctx context.Context, operator string, id uuid.UUI
 }
 
 // Reconcile starts a run of day in the background (a run can take
-// minutes; its row shows it RUNNING meanwhile) and returns at once.
+// minutes; its row shows it RUNNING meanwhile) and returns at once; one
+// already in flight is answered FAILED_PRECONDITION RUN_IN_PROGRESS,
+// nothing started (console.Actions).
 func (a ConsoleActions) Reconcile(ctx context.Context, operator string, day time.Time) error {
-	if a.S.runner == nil {
-		return apierr.New(codes.FailedPrecondition, "RECONCILER_NOT_CONFIGURED", "this admin-api has no gateway address to reconcile against", nil)
+	done, err := a.S.startRun(ctx, day, "admin:console:"+operator)
+	if err != nil {
+		return err
 	}
-	rctx := a.as(context.WithoutCancel(ctx), operator)
 	go func() {
-		if _, err := a.S.TriggerReconciliationRun(rctx, &payschedv1.TriggerReconciliationRunRequest{Day: day.Format(time.DateOnly)}); err != nil {
-			a.S.log.Error("console reconciliation run", "day", day.Format(time.DateOnly), "err", err)
+		if res := <-done; res.Err != nil {
+			a.S.log.Error("console reconciliation run", "day", day.Format(time.DateOnly), "err", res.Err)
 		}
 	}()
 	return nil

@@ -147,6 +147,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	srv := &Server{pool: pool, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log, reflection: cfg.Reflection}
 	if cfg.Console != nil {
+		// The console's actions go through the limiter the API's calls
+		// do, per operator.
+		cc := *cfg.Console
+		cc.Admit = func(op string) (bool, time.Duration) { return limiter.Allow("console:" + op) }
+		cfg.Console = &cc
 		if err := srv.serveConsole(ctx, cfg, adm); err != nil {
 			srv.close()
 			return nil, err

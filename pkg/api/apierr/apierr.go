@@ -39,6 +39,9 @@ const (
 	// payment as it was when requested (the console's four eyes) finds it
 	// changed since: it is skipped, not acted on.
 	ReasonChangedSinceRequest = "CHANGED_SINCE_REQUEST"
+	// ReasonRunInProgress: a reconciliation run of the day is already in
+	// flight; a second start is answered, not queued behind it.
+	ReasonRunInProgress = "RUN_IN_PROGRESS"
 )
 
 // Violation is one invalid field.

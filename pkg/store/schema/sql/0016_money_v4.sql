@@ -108,3 +108,56 @@ ALTER TABLE console_requests ADD COLUMN attempts integer[]
     CHECK (attempts IS NULL OR cardinality(attempts) = cardinality(ids));
 ALTER TABLE console_requests ADD COLUMN skipped integer NOT NULL DEFAULT 0;
 GRANT UPDATE (skipped) ON console_requests TO paysched_admin;
+
+-- Four eyes in the console (issue 32, item 6).
+--
+-- Who: requested_by and decided_by now hold the operator's identity (the
+-- identity provider's issuer and subject, "dev:<name>" for the local
+-- login), which the CHECK above compares; the names shown are apart and
+-- never compared.
+ALTER TABLE console_requests ADD COLUMN requested_name text, ADD COLUMN decided_name text;
+UPDATE console_requests SET requested_name = requested_by, decided_name = decided_by;
+-- How much, per currency: {"EUR": 12000, ...} in minor units. An
+-- operator's single actions are totalled per currency over a window (one
+-- currency's amounts are never added to another's).
+ALTER TABLE console_requests ADD COLUMN amounts jsonb NOT NULL DEFAULT '{}'::jsonb;
+CREATE INDEX console_requests_unapproved_idx ON console_requests (requested_by, requested_at) WHERE NOT needs_approval;
+-- A request that needs no approval is QUEUED, never APPROVED: APPROVED
+-- means a second operator approved it.
+UPDATE console_requests SET state = 'QUEUED' WHERE state = 'APPROVED' AND decided_by IS NULL;
+ALTER TABLE console_requests DROP CONSTRAINT console_requests_state_check;
+ALTER TABLE console_requests ADD CONSTRAINT console_requests_state_check
+    CHECK (state IN ('AWAITING_APPROVAL', 'REJECTED', 'APPROVED', 'QUEUED', 'RUNNING', 'DONE'));
+-- Four eyes, in the database too: no APPROVED without its decider; a
+-- request that needed approval is decided, run or done only with one; only
+-- a request on one payment may go without approval, and then it is never
+-- awaiting, approved or rejected.
+ALTER TABLE console_requests ADD CONSTRAINT console_requests_approved_by_check
+    CHECK (state <> 'APPROVED' OR decided_by IS NOT NULL);
+ALTER TABLE console_requests ADD CONSTRAINT console_requests_decided_check
+    CHECK (NOT needs_approval OR state = 'AWAITING_APPROVAL' OR decided_by IS NOT NULL);
+ALTER TABLE console_requests ADD CONSTRAINT console_requests_one_unapproved_check
+    CHECK (needs_approval OR (cardinality(ids) = 1 AND state IN ('QUEUED', 'RUNNING', 'DONE')));
+GRANT UPDATE (decided_name) ON console_requests TO paysched_admin;
+
+-- Console sessions, server-side: the cookie names one, and every page
+-- reads it, so logout and an admin's revoke end it at once on every
+-- replica, and its role is the one last read from the identity provider
+-- (refreshed every minute through the provider's refresh token, sealed
+-- with the session key).
+CREATE TABLE console_sessions (
+    id          text        PRIMARY KEY,
+    operator    text        NOT NULL,
+    name        text        NOT NULL,
+    role        text        NOT NULL CHECK (role IN ('viewer', 'operator', 'admin')),
+    via         text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    expires_at  timestamptz NOT NULL,
+    checked_at  timestamptz NOT NULL,
+    revoked_at  timestamptz,
+    revoked_by  text,
+    refresh     bytea
+);
+CREATE INDEX console_sessions_operator_idx ON console_sessions (operator) WHERE revoked_at IS NULL;
+GRANT SELECT, INSERT, DELETE ON console_sessions TO paysched_admin;
+GRANT UPDATE (name, role, checked_at, revoked_at, revoked_by, refresh) ON console_sessions TO paysched_admin;
