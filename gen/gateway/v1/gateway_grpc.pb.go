@@ -63,7 +63,10 @@ type GatewayServiceClient interface {
 	// "gateway.paysched.dev"). A NOT_FOUND without it (an eventually
 	// consistent index that may lag the charges, as Stripe's Search does) is
 	// read as "not known": the engine never acts on it as a proof that
-	// nothing was charged.
+	// nothing was charged. Every answer, found or not, carries the gateway's
+	// clock in the response header "date" (an HTTP-date): services compare
+	// it with the database's at start and refuse a skew beyond the margin
+	// (10 minutes, see GetChargeRequest.not_before).
 	GetCharge(ctx context.Context, in *GetChargeRequest, opts ...grpc.CallOption) (*GetChargeResponse, error)
 	// CancelCharge cancels the undecided (PENDING) charge under a key, so
 	// that it can never succeed, and answers the charge as it then stands:
@@ -174,7 +177,10 @@ type GatewayServiceServer interface {
 	// "gateway.paysched.dev"). A NOT_FOUND without it (an eventually
 	// consistent index that may lag the charges, as Stripe's Search does) is
 	// read as "not known": the engine never acts on it as a proof that
-	// nothing was charged.
+	// nothing was charged. Every answer, found or not, carries the gateway's
+	// clock in the response header "date" (an HTTP-date): services compare
+	// it with the database's at start and refuse a skew beyond the margin
+	// (10 minutes, see GetChargeRequest.not_before).
 	GetCharge(context.Context, *GetChargeRequest) (*GetChargeResponse, error)
 	// CancelCharge cancels the undecided (PENDING) charge under a key, so
 	// that it can never succeed, and answers the charge as it then stands:
