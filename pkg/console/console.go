@@ -17,12 +17,14 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -33,11 +35,15 @@ var files embed.FS
 const Prefix = "/console"
 
 // Actions are the money-moving operator actions, as the admin service
-// performs them (probe first, fenced move, audited as the operator).
+// performs them (probe first, fenced move, audited as the operator). Each
+// acts on the dead letter id only while it is dead-lettered at attempt,
+// as the request pinned it (attempt < 0: at any attempt), and otherwise
+// answers apierr.ReasonChangedSinceRequest: the approver approved that
+// dead letter, not what it became since.
 type Actions interface {
-	Redrive(ctx context.Context, operator string, id uuid.UUID, note string) error
-	Resolve(ctx context.Context, operator string, id uuid.UUID, note string) error
-	Cancel(ctx context.Context, operator string, id uuid.UUID, note string) error
+	Redrive(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
+	Resolve(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
+	Cancel(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
 	// Reconcile starts a reconciliation run of day; it shows in
 	// reconciliation_runs while it runs.
 	Reconcile(ctx context.Context, operator string, day time.Time) error
@@ -54,9 +60,24 @@ type Config struct {
 	SessionTTL time.Duration
 	// OIDC, if set, is the production login.
 	OIDC *OIDCConfig
-	// ApprovalAmount (minor units): a single action on a payment of at
-	// least this amount waits for a second operator (default 100000).
-	ApprovalAmount int64
+	// ApprovalAmount (minor units of the payment's currency): a single
+	// action on a payment of at least this amount, or one taking the
+	// operator's running total in that currency over ApprovalWindow to it,
+	// waits for a second operator (default 100000). ApprovalAmounts
+	// overrides it per currency: amounts are only ever compared within
+	// one currency.
+	ApprovalAmount  int64
+	ApprovalAmounts map[string]int64
+	// ApprovalWindow (default 1 h) and ApprovalCount (default 10): an
+	// operator's single actions that ran without approval in the window
+	// are counted, and past the count the next one waits for a second
+	// operator, as does one past the running total in its currency.
+	ApprovalWindow time.Duration
+	ApprovalCount  int
+	// Admit, if set, is the limiter the REST API's calls go through (per
+	// operator identity): every action the console takes (a POST) goes
+	// through it too, refused 429 past the rate, as the API refuses.
+	Admit func(operator string) (bool, time.Duration)
 	// Process names this replica as a runner of bulk requests.
 	Process string
 	// AuditDB, if set, is the audit log's database (a payment's history).
@@ -74,6 +95,13 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("console: session TTL must be between 0 and 24h, got %s", c.SessionTTL)
 	case c.ApprovalAmount < 0:
 		return fmt.Errorf("console: approval amount must not be negative, got %d", c.ApprovalAmount)
+	case c.ApprovalWindow < 0 || c.ApprovalCount < 0:
+		return fmt.Errorf("console: approval window and count must not be negative, got %s and %d", c.ApprovalWindow, c.ApprovalCount)
+	}
+	for cur, a := range c.ApprovalAmounts {
+		if !payment.Known(cur) || a < 0 {
+			return fmt.Errorf("console: approval amount %s=%d: want an ISO 4217 code and a non-negative amount", cur, a)
+		}
 	}
 	if c.OIDC != nil {
 		if err := c.OIDC.validate(); err != nil {
@@ -104,6 +132,12 @@ func New(ctx context.Context, cfg Config, db *pgxpool.Pool, actions Actions, log
 	}
 	if cfg.ApprovalAmount == 0 {
 		cfg.ApprovalAmount = 100000
+	}
+	if cfg.ApprovalWindow == 0 {
+		cfg.ApprovalWindow = time.Hour
+	}
+	if cfg.ApprovalCount == 0 {
+		cfg.ApprovalCount = 10
 	}
 	if cfg.Process == "" {
 		cfg.Process = "admin-api"
@@ -172,6 +206,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix+"/reconciliation", c.page(Viewer, c.reconPage))
 	m.HandleFunc("POST "+Prefix+"/reconciliation", c.page(Operator, c.reconStart))
 	m.HandleFunc("GET "+Prefix+"/gateway", c.page(Viewer, c.gatewayPage))
+	m.HandleFunc("GET "+Prefix+"/sessions", c.page(Admin, c.sessionsPage))
+	m.HandleFunc("POST "+Prefix+"/sessions/revoke", c.page(Admin, c.revokeOperator))
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "No such page.")
 	})
@@ -206,6 +242,17 @@ func (c *Console) page(role Role, h func(w http.ResponseWriter, r *http.Request,
 		if s.Role < role {
 			c.fail(w, r, v, http.StatusForbidden, fmt.Sprintf("This needs the %s role; you are %s.", role, s.Role))
 			return
+		}
+		if r.Method == http.MethodPost && role >= Operator && c.cfg.Admit != nil {
+			// The console's actions count against the operator's rate
+			// as the API's calls do: splitting work into many small
+			// actions does not get past the limit.
+			if ok, wait := c.cfg.Admit(s.Operator); !ok {
+				secs := int64((wait + time.Second - 1) / time.Second)
+				w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+				c.fail(w, r, v, http.StatusTooManyRequests, fmt.Sprintf("Too many actions at once: try again in %s.", wait.Round(time.Second)))
+				return
+			}
 		}
 		h(w, r, v)
 	}

@@ -44,13 +44,13 @@ func (f *fakeActions) do(kind, op string, id uuid.UUID, note string) error {
 	}
 	return nil
 }
-func (f *fakeActions) Redrive(_ context.Context, op string, id uuid.UUID, note string) error {
+func (f *fakeActions) Redrive(_ context.Context, op string, id uuid.UUID, _ int32, note string) error {
 	return f.do("REDRIVE", op, id, note)
 }
-func (f *fakeActions) Resolve(_ context.Context, op string, id uuid.UUID, note string) error {
+func (f *fakeActions) Resolve(_ context.Context, op string, id uuid.UUID, _ int32, note string) error {
 	return f.do("RESOLVE", op, id, note)
 }
-func (f *fakeActions) Cancel(_ context.Context, op string, id uuid.UUID, note string) error {
+func (f *fakeActions) Cancel(_ context.Context, op string, id uuid.UUID, _ int32, note string) error {
 	return f.do("CANCEL", op, id, note)
 }
 func (f *fakeActions) Reconcile(context.Context, string, time.Time) error { return nil }
@@ -90,7 +90,7 @@ type login struct {
 
 func (h *harness) as(name string, role Role) login {
 	rec := httptest.NewRecorder()
-	if err := h.c.startSession(rec, name, role, "dev"); err != nil {
+	if err := h.c.startSession(context.Background(), rec, devIdentity(name), role, "dev", ""); err != nil {
 		h.t.Fatal(err)
 	}
 	ck := rec.Result().Cookies()[0]
@@ -323,7 +323,7 @@ func TestFourEyes(t *testing.T) {
 			t.Fatalf("call %q: want ada's action with both names", c)
 		}
 	}
-	if r := h.requestState(rid); r.DecidedBy != "bea" || r.Done != 3 {
+	if r := h.requestState(rid); r.DecidedBy != "dev:bea" || r.DecidedName != "bea" || r.Done != 3 {
 		t.Fatalf("request %+v", r)
 	}
 }

@@ -142,7 +142,10 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix+"/login?error=norole", http.StatusSeeOther)
 		return
 	}
-	if err := c.startSession(w, name, role, "oidc"); err != nil {
+	// The refresh token lets the console read the role again every minute
+	// (a provider that issues none: the role of the login holds until the
+	// session ends or an admin revokes it).
+	if err := c.startSession(r.Context(), w, oidcIdentity(idt.Issuer, idt.Subject, name), role, "oidc", tok.RefreshToken); err != nil {
 		c.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
 		return
 	}

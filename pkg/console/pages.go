@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/events/audit"
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/payment"
@@ -453,7 +454,7 @@ func (c *Console) paymentAction(w http.ResponseWriter, r *http.Request, v *view)
 		c.fail(w, r, v, http.StatusConflict, "This payment is not a dead letter (any more): nothing to do.")
 		return
 	}
-	rid, _, err := c.createRequest(ctx, action, "payment "+id.String(), reason, v.Session.Name, sel)
+	rid, _, err := c.createRequest(ctx, action, "payment "+id.String(), reason, v.Session.who(), sel)
 	if err != nil {
 		c.dbFail(w, r, v, "create request", err)
 		return
@@ -613,8 +614,20 @@ func (c *Console) readBulk(ctx context.Context, w http.ResponseWriter, r *http.R
 func (c *Console) confirm(w http.ResponseWriter, r *http.Request, v *view, status int, b bulk) {
 	v.Title = "Confirm"
 	v.Data = map[string]any{"Action": b.action, "ActionName": actions[b.action], "Reason": b.reason, "Sel": b.sel,
-		"Filter": b.filter, "Form": r.PostForm, "NeedsApproval": c.needsApproval(b.sel), "Threshold": c.cfg.ApprovalAmount}
+		"Filter": b.filter, "Form": r.PostForm, "NeedsApproval": c.needsApproval(b.sel, c.runningFor(r, v))}
 	c.render(w, status, "confirm.html", v)
+}
+
+// runningFor is the session's running totals for the confirm page; a
+// failure to read them says "needs approval" rather than nothing.
+func (c *Console) runningFor(r *http.Request, v *view) running {
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	rn, err := runningOf(ctx, c.db, v.Session.Operator, c.cfg.ApprovalWindow)
+	if err != nil {
+		return running{Count: c.cfg.ApprovalCount}
+	}
+	return rn
 }
 
 // bulkPreview shows what an action would do before anything is asked.
@@ -641,7 +654,7 @@ func (c *Console) bulkRequest(w http.ResponseWriter, r *http.Request, v *view) {
 		c.confirm(w, r, v, http.StatusConflict, b)
 		return
 	}
-	id, _, err := c.createRequest(ctx, b.action, b.filter, b.reason, v.Session.Name, b.sel)
+	id, _, err := c.createRequest(ctx, b.action, b.filter, b.reason, v.Session.who(), b.sel)
 	if err != nil {
 		c.dbFail(w, r, v, "create request", err)
 		return
@@ -694,8 +707,8 @@ func (c *Console) requestPage(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	v.Title = fmt.Sprintf("Request #%d", id)
 	v.Data = map[string]any{"R": q, "ActionName": actions[q.Action], "Shown": shown,
-		"CanDecide": v.Session.Role >= Admin && q.State == "AWAITING_APPROVAL" && q.RequestedBy != v.Session.Name,
-		"Own":       q.RequestedBy == v.Session.Name}
+		"CanDecide": v.Session.Role >= Admin && q.State == "AWAITING_APPROVAL" && q.RequestedBy != v.Session.Operator,
+		"Own":       q.RequestedBy == v.Session.Operator}
 	c.render(w, http.StatusOK, "request.html", v)
 }
 
@@ -716,7 +729,7 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	if err := c.decideRequest(ctx, id, approve, v.Session.Name); err != nil {
+	if err := c.decideRequest(ctx, id, approve, v.Session.who()); err != nil {
 		c.fail(w, r, v, http.StatusConflict, "Not decided: "+err.Error()+".")
 		return
 	}
@@ -800,6 +813,10 @@ func (c *Console) reconStart(w http.ResponseWriter, r *http.Request, v *view) {
 		return
 	}
 	if err := c.actions.Reconcile(r.Context(), v.Session.Name, day); err != nil {
+		if apierr.Reason(err) == apierr.ReasonRunInProgress {
+			c.fail(w, r, v, http.StatusConflict, "A run of "+day.Format("2006-01-02")+" is already running: wait for it to finish (this page shows it RUNNING).")
+			return
+		}
 		c.fail(w, r, v, http.StatusConflict, "The run did not start: "+actionError(err))
 		return
 	}

@@ -47,7 +47,7 @@ func TestSearchPlansAreIndexedAndBounded(t *testing.T) {
 		{"dead letters of a due range", deadWalkSQL, []any{now, uuid.Nil, far, scanCap}, "Index Scan using payments_p"},
 		{"dead letters", deadWalkSQL, []any{time.Unix(0, 0), uuid.Nil, farFuture, scanCap}, "Index Scan using payments_p"},
 		{"dead-letter count", deadCountSQL, []any{"", maxBulk + 1}, "due_time_id_idx"},
-		{"dead-letter selection", deadSelectionSQL, []any{nil, "", maxBulk + 1}, "due_time_id_idx"},
+		{"dead-letter selection", deadSelectionSQL, []any{nil, "", maxBulk + 1, nil}, "due_time_id_idx"},
 		{"open status count", cappedCountSQL(payment.DeadLettered), []any{countCap + 1}, "Index"},
 		{"forecast", forecastSQL, nil, "run_at_idx"},
 	} {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Role is what an operator may do; each includes the ones before it.
@@ -54,13 +57,40 @@ func ParseRole(s string) Role {
 	return NoRole
 }
 
-// Session is a logged-in operator, carried in a signed cookie.
+// Session is a logged-in operator. The signed cookie carries its id and
+// expiry only; the rest is the server's (console_sessions), read on every
+// page: logout and an admin's revoke end it everywhere at once, and its
+// role is the one last read from the identity provider.
 type Session struct {
-	ID      string    `json:"sid"`
-	Name    string    `json:"name"`
-	Role    Role      `json:"role"`
-	Via     string    `json:"via"` // "dev" or "oidc"
+	ID string `json:"sid"`
+	// Operator is who logged in, as four eyes compare it: the identity
+	// provider's issuer and subject ("<iss>#<sub>"), or "dev:<name>" for
+	// the local login. Never a display name.
+	Operator string `json:"-"`
+	// Name is shown and audited, never compared.
+	Name    string    `json:"-"`
+	Role    Role      `json:"-"`
+	Via     string    `json:"-"` // "dev" or "oidc"
 	Expires time.Time `json:"exp"`
+}
+
+// who is the session's identity.
+func (s *Session) who() identity { return identity{Operator: s.Operator, Name: s.Name} }
+
+// IsAdmin reports whether the session holds the admin role (templates).
+func (s *Session) IsAdmin() bool { return s.Role >= Admin }
+
+// identity is who logs in: the compared identity and the shown name.
+type identity struct{ Operator, Name string }
+
+// devIdentity is the local login's identity: development only, where any
+// name is anyone.
+func devIdentity(name string) identity { return identity{Operator: "dev:" + name, Name: name} }
+
+// oidcIdentity is a provider's user: its issuer and subject, which it
+// never reassigns, and the name it shows.
+func oidcIdentity(iss, sub, name string) identity {
+	return identity{Operator: iss + "#" + sub, Name: name}
 }
 
 const (
@@ -101,31 +131,46 @@ func (c *Console) open(purpose, s string, v any) bool {
 	return json.Unmarshal(b, v) == nil
 }
 
-// session returns the request's valid, unexpired session.
+// session returns the request's valid, unexpired session as the server
+// holds it now: not revoked, not logged out, with its current role.
 func (c *Console) session(r *http.Request) (*Session, bool) {
 	ck, err := r.Cookie(sessionCookie)
 	if err != nil {
 		return nil, false
 	}
 	var s Session
-	if !c.open("session", ck.Value, &s) || c.now().After(s.Expires) || s.Role == NoRole || s.Name == "" {
+	if !c.open("session", ck.Value, &s) || c.now().After(s.Expires) || s.ID == "" {
 		return nil, false
 	}
-	return &s, true
+	got, err := c.loadSession(r.Context(), s.ID)
+	if err != nil {
+		if !errors.Is(err, pgx.ErrNoRows) {
+			c.log.Warn("console: read session", "err", err)
+		}
+		return nil, false
+	}
+	if got.Role == NoRole || c.now().After(got.Expires) {
+		return nil, false
+	}
+	return got, true
 }
 
-// startSession sets the session cookie: HttpOnly (no script reads it),
-// Secure (browsers treat 127.0.0.1 and localhost as secure too),
-// SameSite=Strict (no other site's page sends it), path-scoped.
-func (c *Console) startSession(w http.ResponseWriter, name string, role Role, via string) error {
-	s := Session{ID: randomToken(), Name: name, Role: role, Via: via, Expires: c.now().Add(c.cfg.SessionTTL)}
+// startSession records a session for who and sets its cookie: HttpOnly
+// (no script reads it), Secure (browsers treat 127.0.0.1 and localhost as
+// secure too), SameSite=Strict (no other site's page sends it),
+// path-scoped. refresh is the provider's refresh token ("": none).
+func (c *Console) startSession(ctx context.Context, w http.ResponseWriter, who identity, role Role, via, refresh string) error {
+	s := Session{ID: randomToken(), Operator: who.Operator, Name: who.Name, Role: role, Via: via, Expires: c.now().Add(c.cfg.SessionTTL)}
+	if err := c.recordSession(ctx, &s, refresh); err != nil {
+		return err
+	}
 	v, err := c.seal("session", s)
 	if err != nil {
 		return err
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: v, Path: Prefix + "/", HttpOnly: true, Secure: true,
 		SameSite: http.SameSiteStrictMode, Expires: s.Expires})
-	c.log.Info("console: login", "operator", name, "role", role.String(), "via", via)
+	c.log.Info("console: login", "operator", who.Name, "identity", who.Operator, "role", role.String(), "via", via)
 	return nil
 }
 
@@ -204,17 +249,23 @@ func (c *Console) devLogin(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, v, http.StatusBadRequest, "Choose viewer, operator or admin.")
 		return
 	}
-	if err := c.startSession(w, name, role, "dev"); err != nil {
+	if err := c.startSession(r.Context(), w, devIdentity(name), role, "dev", ""); err != nil {
 		c.fail(w, r, v, http.StatusInternalServerError, "Could not start a session.")
 		return
 	}
 	http.Redirect(w, r, safeNext(r.PostForm.Get("next")), http.StatusSeeOther)
 }
 
+// logout ends the session on the server (a copy of its cookie opens
+// nothing after) and drops the cookie.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, v *view) {
+	if err := c.revokeSession(r.Context(), v.Session.ID, v.Session.Operator); err != nil {
+		c.dbFail(w, r, v, "log out", err)
+		return
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: Prefix + "/", HttpOnly: true, Secure: true,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
-	c.log.Info("console: logout", "operator", v.Session.Name)
+	c.log.Info("console: logout", "operator", v.Session.Name, "identity", v.Session.Operator)
 	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
 }
 

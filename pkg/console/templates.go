@@ -14,6 +14,8 @@ import (
 func parseTemplates() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"money": money,
+		// minor says an amount exactly, whatever its currency's exponent.
+		"minor": func(n int64, cur string) string { return num(n) + " " + cur + " (minor units)" },
 		"when":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
 		"whenp": func(t *time.Time) string {
 			if t == nil {

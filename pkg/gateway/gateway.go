@@ -23,9 +23,52 @@ import (
 // ErrorDomain is the ErrorInfo domain of the gateway contract's reasons.
 const ErrorDomain = "gateway.paysched.dev"
 
+// ClockSkew is the gateway contract's clock skew margin (gateway.v1,
+// docs/GATEWAYS.md): a gateway looking for a payment's charges from its
+// due time (not_before) looks from that long before it, since its clock
+// and the engine's may disagree; and services refuse to start when the
+// database's clock and the gateway's disagree by more.
+const ClockSkew = 10 * time.Minute
+
 // ReasonChargeAbsent marks a NOT_FOUND that a strongly consistent read
 // proved (proto/gateway/v1, GetCharge).
 const ReasonChargeAbsent = "CHARGE_ABSENT"
+
+// ReasonRateLimited marks a RESOURCE_EXHAUSTED the gateway itself sent:
+// its rate limit, or a refusal before it did anything. Only that one means
+// "not charged": a gRPC client reports its own refusals with the same code
+// (an answer over its receive limit, after the request was sent and
+// perhaps charged).
+const ReasonRateLimited = "RATE_LIMITED"
+
+// RateLimited is the error an implementation answers a charge with when
+// the gateway refused it before doing anything (its rate limit; an
+// adapter's own refusal before sending): RESOURCE_EXHAUSTED carrying
+// ErrorInfo{Reason: RATE_LIMITED}. GRPC marks the Charges stream's
+// RESOURCE_EXHAUSTED items so (the gateway answered them); a unary Charge
+// must carry the mark on the wire.
+func RateLimited(format string, a ...any) error {
+	st := status.Newf(codes.ResourceExhausted, format, a...)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// IsRateLimited reports whether err is RateLimited's: a RESOURCE_EXHAUSTED
+// without the mark may be the client's own, after sending.
+func IsRateLimited(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		return false
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == ReasonRateLimited && ei.GetDomain() == ErrorDomain {
+			return true
+		}
+	}
+	return false
+}
 
 // Absent is the error an implementation answers GetCharge with when a
 // strongly consistent read proved that it holds no charge under the key:
@@ -140,24 +183,31 @@ func (c *Charger) Charge(ctx context.Context, p Payment) Result {
 // limit (the executor passes what its claim's lease leaves).
 func (c *Charger) ChargeWithin(ctx context.Context, p Payment, limit time.Duration) Result {
 	cctx, cancel := context.WithTimeout(ctx, min(c.ChargeTimeout, limit))
-	ch, err := c.Gateway.Charge(cctx, &gatewayv1.ChargeRequest{
+	req := &gatewayv1.ChargeRequest{
 		IdempotencyKey: p.ID, Amount: p.Amount, Currency: p.Currency, Payer: p.Payer, Payee: p.Payee, Reference: p.ID,
-	})
+	}
+	if !p.DueAt.IsZero() {
+		req.NotBefore = timestampOf(p.DueAt)
+	}
+	ch, err := c.Gateway.Charge(cctx, req)
 	cancel()
 	if err == nil {
 		return c.settlePending(ctx, p, ch, Read(ch, p))
 	}
 	msg := Clean(status.Convert(err).Message(), maxMessage)
-	switch status.Code(err) {
-	case codes.ResourceExhausted:
-		// The gateway's rate limit (or a local limit before sending): the
-		// gateway refused it, nothing was charged.
+	switch code := status.Code(err); {
+	case code == codes.ResourceExhausted && IsRateLimited(err):
+		// The gateway's rate limit (or an adapter's refusal before
+		// sending), as the gateway said: nothing was charged. A
+		// RESOURCE_EXHAUSTED without its mark is the client's own (an
+		// answer over its receive limit) and goes on below: the request
+		// was sent and may have charged.
 		return Result{Outcome: payment.Retryable, Error: "rate limited: " + msg, Unhealthy: true}
-	case codes.FailedPrecondition:
+	case code == codes.FailedPrecondition:
 		// The key names a charge with other parameters: that charge is not
 		// this payment's, and charging again would not help.
 		return Result{Outcome: payment.KeyConflict, Error: "key conflict: " + msg}
-	case codes.Unauthenticated, codes.PermissionDenied:
+	case code == codes.Unauthenticated, code == codes.PermissionDenied:
 		// The gateway refused the caller before it looked at the charge: a
 		// credentials problem, so nothing was charged and the breaker should
 		// stop the flow until an operator fixes it.

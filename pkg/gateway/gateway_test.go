@@ -96,7 +96,13 @@ func TestAnswersAreReadStrictly(t *testing.T) {
 		{"another currency", fakeGateway{charge: charge(succeeded, func(c *gatewayv1.Charge) { c.Currency = "USD" })}, payment.Ambiguous, true, true, 0},
 		{"key reused with other parameters", fakeGateway{chargeErr: status.Error(codes.FailedPrecondition, "key reused"),
 			probe: charge(succeeded, func(c *gatewayv1.Charge) { c.Amount = 9 })}, payment.KeyConflict, false, false, 0},
-		{"rate limited", fakeGateway{chargeErr: status.Error(codes.ResourceExhausted, "slow down")}, payment.Retryable, false, false, 0},
+		{"rate limited", fakeGateway{chargeErr: gateway.RateLimited("slow down")}, payment.Retryable, false, false, 0},
+		// A RESOURCE_EXHAUSTED the gateway did not mark as its own may be
+		// the client's (an answer over its receive limit, after sending).
+		{"resource exhausted, unmarked, then charged", fakeGateway{chargeErr: status.Error(codes.ResourceExhausted, "grpc: received message larger than max"),
+			probe: charge(succeeded)}, payment.Succeeded, false, false, 1},
+		{"resource exhausted, unmarked, then no answer", fakeGateway{chargeErr: status.Error(codes.ResourceExhausted, "grpc: received message larger than max"),
+			probeErr: status.Error(codes.Unavailable, "down")}, payment.Ambiguous, true, false, 1},
 		{"held undecided (processing, requires_action)", fakeGateway{charge: charge(gatewayv1.ChargeStatus_CHARGE_STATUS_PENDING)}, payment.Ambiguous, true, false, 0},
 		{"refused: no or wrong token", fakeGateway{chargeErr: status.Error(codes.Unauthenticated, "bearer")}, payment.Retryable, false, false, 0},
 		{"refused: not allowed", fakeGateway{chargeErr: status.Error(codes.PermissionDenied, "no")}, payment.Retryable, false, false, 0},

@@ -284,7 +284,14 @@ func (s *chargeStream) recv() {
 			}
 			delete(s.pending, r.GetTag())
 			a := answer{charge: r.GetCharge()}
-			if c := codes.Code(r.GetCode()); c != codes.OK {
+			switch c := codes.Code(r.GetCode()); c {
+			case codes.OK:
+			case codes.ResourceExhausted:
+				// The gateway answered this item so: its own rate limit,
+				// nothing charged (a client-side refusal fails the stream
+				// instead, and reads as ambiguous).
+				a = answer{err: RateLimited("%s", r.GetMessage())}
+			default:
 				a = answer{err: status.Error(c, r.GetMessage())}
 			}
 			ch <- a

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +27,15 @@ type Receiver struct {
 	Secret []byte
 	// StripeSecret verifies Stripe's (Stripe), the endpoint's signing secret.
 	StripeSecret []byte
+	// Account and Livemode are what gateway.v1 events (ServeHTTP) must
+	// say: the account the gateway charges in ("": the one it has) and
+	// whether it moves real money (gateway-sim: false). StripeAccount and
+	// StripeLivemode are Stripe's: our account's id when the endpoint is a
+	// platform's ("": events naming any account, a connected account's,
+	// are not ours) and the Stripe key's mode. An event of another account
+	// or mode is ignored and counted.
+	Account, StripeAccount   string
+	Livemode, StripeLivemode bool
 	// Tolerance for the signed timestamp (default 5 minutes).
 	Tolerance time.Duration
 	Metrics   *Metrics
@@ -48,13 +58,33 @@ func (rc *Receiver) fail(w http.ResponseWriter, code int, result, msg string) {
 // ServeHTTP handles POST /webhooks/gateway: gateway-sim's events, signed
 // in webhook.Header with Secret.
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rc.handle(w, r, webhook.Header, rc.Secret, func(body []byte) (webhook.Event, error) {
-		var e webhook.Event
-		if err := json.Unmarshal(body, &e); err != nil || e.ID == "" {
-			return e, errors.New("body is not a webhook event")
-		}
-		return e, nil
-	})
+	rc.handle(w, r, webhook.Header, rc.Secret, ours{account: rc.Account, livemode: rc.Livemode, payer: samePayer},
+		func(body []byte) (webhook.Event, error) {
+			var e webhook.Event
+			if err := json.Unmarshal(body, &e); err != nil || e.ID == "" {
+				return e, errors.New("body is not a webhook event")
+			}
+			return e, nil
+		})
+}
+
+// ours is what ties an event to a payment of ours: the account and mode
+// the charge was made in, and whether the payer it names is the payment's.
+type ours struct {
+	account  string
+	livemode bool
+	payer    func(event, payment string) bool
+}
+
+// samePayer: gateway.v1 events name the payer as the engine sent it.
+func samePayer(event, payment string) bool { return event != "" && event == payment }
+
+// stripeCustomer: Stripe events name the PaymentIntent's customer, the
+// payer's customer part (the adapter reads a payer as cus_... or
+// cus_.../pm_...).
+func stripeCustomer(event, payment string) bool {
+	cus, _, _ := strings.Cut(payment, "/")
+	return event != "" && event == cus
 }
 
 // Stripe is the handler of POST /webhooks/stripe: Stripe-signed events
@@ -63,13 +93,15 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // go through the same fenced moves, once per event id, as gateway-sim's.
 func (rc *Receiver) Stripe() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc.handle(w, r, webhook.StripeHeader, rc.StripeSecret, webhook.ParseStripe)
+		rc.handle(w, r, webhook.StripeHeader, rc.StripeSecret,
+			ours{account: rc.StripeAccount, livemode: rc.StripeLivemode, payer: stripeCustomer}, webhook.ParseStripe)
 	})
 }
 
 // handle reads, verifies (signature, then timestamp) and applies one
 // delivery; decode maps the verified body to an Event.
-func (rc *Receiver) handle(w http.ResponseWriter, r *http.Request, header string, secret []byte, decode func([]byte) (webhook.Event, error)) {
+func (rc *Receiver) handle(w http.ResponseWriter, r *http.Request, header string, secret []byte, mine ours,
+	decode func([]byte) (webhook.Event, error)) {
 	if r.Method != http.MethodPost {
 		rc.fail(w, http.StatusMethodNotAllowed, "bad_request", "POST only")
 		return
@@ -113,7 +145,7 @@ func (rc *Receiver) handle(w http.ResponseWriter, r *http.Request, header string
 		rc.fail(w, http.StatusBadRequest, "bad_request", "the event's charge has no amount or currency")
 		return
 	}
-	result, err := rc.apply(r, e)
+	result, err := rc.apply(r, e, mine)
 	if err != nil {
 		// Our failure: the gateway retries the delivery.
 		rc.log().Error("apply webhook", "event", e.ID, "err", err)
@@ -134,8 +166,15 @@ func (rc *Receiver) log() *slog.Logger {
 }
 
 // apply records the event id and applies its outcome in one transaction:
-// a duplicate delivery finds the id and changes nothing.
-func (rc *Receiver) apply(r *http.Request, e webhook.Event) (string, error) {
+// a duplicate delivery finds the id and changes nothing. An outcome moves
+// a payment only when the event is about it as we charged it (mine): our
+// account and mode, the payment's payer, and a payment the engine sent to
+// the gateway (attempt > 0). A signed event that names a payment under
+// another customer, a connected account or the other mode, or one never
+// claimed, is a charge we did not make: it is ignored and counted by why
+// ("ignored_account", "ignored_livemode", "ignored_payer",
+// "ignored_unclaimed"), never applied.
+func (rc *Receiver) apply(r *http.Request, e webhook.Event, mine ours) (string, error) {
 	ctx := r.Context()
 	result := "ignored"
 	err := pgx.BeginFunc(ctx, rc.DB, func(tx pgx.Tx) error {
@@ -168,6 +207,27 @@ func (rc *Receiver) apply(r *http.Request, e webhook.Event) (string, error) {
 		case webhook.TypeDeclined:
 			m.To, m.LastError, m.Reason = payment.Failed, "declined: "+e.Data.DeclineReason, "webhook "+e.ID+": charge declined"
 		default:
+			return nil
+		}
+		switch {
+		case e.Account != mine.account:
+			result = "ignored_account"
+			return nil
+		case e.Livemode != mine.livemode:
+			result = "ignored_livemode"
+			return nil
+		}
+		target, err := store.TargetOf(ctx, tx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		case !mine.payer(e.Data.Payer, target.Payer):
+			result = "ignored_payer"
+			return nil
+		case target.Attempt == 0:
+			result = "ignored_unclaimed"
 			return nil
 		}
 		switch _, err := store.Apply(ctx, tx, m); {

@@ -45,7 +45,7 @@ func TestWebhookReceiver(t *testing.T) {
 	defer srv.Close()
 
 	p := e.payment("PENDING", "", 100) // its first attempt was ambiguous
-	c := &gatewaysim.Charge{ID: "ch_hook", Key: p.String(), Reference: p.String(), Amount: 100, Currency: "USD", CreatedAt: time.Now()}
+	c := &gatewaysim.Charge{ID: "ch_hook", Key: p.String(), Reference: p.String(), Payer: "alice", Amount: 100, Currency: "USD", CreatedAt: time.Now()}
 	body, _ := json.Marshal(gatewaysim.Event(c))
 	now := time.Now()
 
@@ -88,7 +88,7 @@ func TestWebhookReceiver(t *testing.T) {
 
 	// A PROCESSING payment is left to its executor.
 	busy := e.payment("PROCESSING", "", 200)
-	c2 := &gatewaysim.Charge{ID: "ch_busy", Key: busy.String(), Reference: busy.String(), Amount: 200, Currency: "USD", CreatedAt: time.Now()}
+	c2 := &gatewaysim.Charge{ID: "ch_busy", Key: busy.String(), Reference: busy.String(), Payer: "alice", Amount: 200, Currency: "USD", CreatedAt: time.Now()}
 	b2, _ := json.Marshal(gatewaysim.Event(c2))
 	if got := post(t, srv.URL, webhook.Sign(secret, time.Now(), b2), b2); got != http.StatusOK {
 		t.Fatalf("processing delivery: %d", got)

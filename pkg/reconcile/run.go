@@ -78,22 +78,79 @@ func Day(t time.Time) time.Time {
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }
 
+// ErrRunInProgress: a run of the day is in flight (here or in another
+// process); Start does not queue another behind it.
+var ErrRunInProgress = errors.New("a reconciliation run of this day is already running")
+
 // Run reconciles day: the gateway's settled charges against the payments,
-// in both directions. Runs of one day are serialized (an advisory lock), and
-// a run is one transaction: its repairs and its items land together or not
-// at all. Re-running a day repairs nothing more and finds the same mismatches.
+// in both directions. Runs of one day are serialized (an advisory lock:
+// Run waits for the one in flight), and a run is one transaction: its
+// repairs and its items land together or not at all. Re-running a day
+// repairs nothing more and finds the same mismatches.
 func (r *Runner) Run(ctx context.Context, day time.Time, by string) (*Run, error) {
+	conn, err := r.lock(ctx, Day(day), false)
+	if err != nil {
+		return nil, err
+	}
+	return r.runLocked(ctx, conn, Day(day), by)
+}
+
+// Start starts a run of day in the background, unless one is in flight
+// (ErrRunInProgress, at once: an operator's second start is answered, not
+// queued holding a connection). Its result arrives on the channel; the run
+// goes on whatever ctx does (it is one transaction, and cutting it short
+// would only waste it).
+func (r *Runner) Start(ctx context.Context, day time.Time, by string) (<-chan Result, error) {
 	day = Day(day)
+	conn, err := r.lock(ctx, day, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan Result, 1)
+	go func() {
+		run, err := r.runLocked(context.WithoutCancel(ctx), conn, day, by)
+		out <- Result{Run: run, Err: err}
+	}()
+	return out, nil
+}
+
+// Result is a started run's outcome.
+type Result struct {
+	Run *Run
+	Err error
+}
+
+// lock takes a connection holding day's advisory lock, waiting for it or,
+// with try, not (ErrRunInProgress).
+func (r *Runner) lock(ctx context.Context, day time.Time, try bool) (*pgxpool.Conn, error) {
 	conn, err := r.DB.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile %s: %w", day.Format(time.DateOnly), err)
 	}
-	defer conn.Release()
 	lockKey := day.Unix() / 86400
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(7420, $1::int)`, lockKey); err != nil {
+	if !try {
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(7420, $1::int)`, lockKey); err != nil {
+			conn.Release()
+			return nil, fmt.Errorf("reconcile lock: %w", err)
+		}
+		return conn, nil
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(7420, $1::int)`, lockKey).Scan(&got); err != nil {
+		conn.Release()
 		return nil, fmt.Errorf("reconcile lock: %w", err)
 	}
-	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock(7420, $1::int)`, lockKey) //nolint:errcheck
+	if !got {
+		conn.Release()
+		return nil, fmt.Errorf("reconcile %s: %w", day.Format(time.DateOnly), ErrRunInProgress)
+	}
+	return conn, nil
+}
+
+// runLocked runs day on conn, which holds its lock, and releases both.
+func (r *Runner) runLocked(ctx context.Context, conn *pgxpool.Conn, day time.Time, by string) (*Run, error) {
+	defer conn.Release()
+	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock(7420, $1::int)`, day.Unix()/86400) //nolint:errcheck
 
 	run := &Run{Day: day, TriggeredBy: by, State: store.RunRunning}
 	if err := conn.QueryRow(ctx, `INSERT INTO reconciliation_runs (day, triggered_by) VALUES ($1, $2) RETURNING id, started_at`,

@@ -41,7 +41,7 @@ func TestStripeWebhooks(t *testing.T) {
 	defer srv.Close()
 	now := time.Now()
 
-	won := e.payment("PENDING", "", 1500) // its attempt was ambiguous
+	won := e.paymentOf("cus_PaySchedAlice", "PENDING", 1, 1500) // its attempt was ambiguous
 	body := stripeEvent(t, "payment_intent.succeeded", won)
 	for _, tc := range []struct {
 		name string
@@ -74,7 +74,7 @@ func TestStripeWebhooks(t *testing.T) {
 		t.Fatalf("webhook actions = %d, want 1", n)
 	}
 
-	lost := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 1500)
+	lost := e.paymentOf("cus_PaySchedAlice", "DEAD_LETTERED", 1, 1500)
 	fb := stripeEvent(t, "payment_intent.payment_failed", lost)
 	if got := postStripe(t, srv.URL, webhook.Sign(secret, time.Now(), fb), fb); got != http.StatusOK {
 		t.Fatalf("payment_failed: %d", got)
@@ -91,7 +91,7 @@ func TestStripeWebhooks(t *testing.T) {
 	// one that is processing (or awaiting authentication) may still
 	// succeed, so it moves nothing.
 	for _, state := range []string{"processing", "requires_action"} {
-		open := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 1500)
+		open := e.paymentOf("cus_PaySchedAlice", "DEAD_LETTERED", 1, 1500)
 		ob := stripeEvent(t, "payment_intent.payment_failed", open)
 		ob = bytes.Replace(ob, []byte(`"status": "requires_payment_method"`), []byte(`"status": "`+state+`"`), 1)
 		ob = bytes.Replace(ob, []byte("evt_3PaySchedFailed"), []byte("evt_"+state), 1)
@@ -105,7 +105,7 @@ func TestStripeWebhooks(t *testing.T) {
 
 	// A payment an executor holds is left to it; an event of another type
 	// is recorded and ignored.
-	busy := e.payment("PROCESSING", "", 1500)
+	busy := e.paymentOf("cus_PaySchedAlice", "PROCESSING", 1, 1500)
 	bb := stripeEvent(t, "payment_intent.succeeded", busy)
 	bb = bytes.Replace(bb, []byte("evt_3PaySchedSucceeded"), []byte("evt_busy"), 1)
 	other := stripeEvent(t, "charge.refunded", busy)

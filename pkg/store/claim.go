@@ -210,28 +210,33 @@ func (c *Claimer) olderPending(ctx context.Context, upto time.Time) ([]time.Time
 	return days, nil
 }
 
-// releaseSQL hands claims back to PENDING. It serves two callers: the
-// sweeper, for a batch an executor refused untouched (RESOURCE_EXHAUSTED or
-// ABORTED before any progress), and the executor, for an item it decided
-// not to start (its lease would end before the call's deadline).
+// releaseSQL hands claims back to PENDING: the sweeper's, for a batch an
+// executor refused untouched (RESOURCE_EXHAUSTED or ABORTED before any
+// progress). The executor's own release of an item it decided not to start
+// (its lease would end before the call's deadline) is a transition of
+// Complete.
 //
 // Why it is safe: no attempt of this claim reached the gateway, by the
-// callers' contract: a claim is started only by the one executor the
-// sweeper gave it to, and that executor either refused the whole batch
-// before reading it or is the caller itself. The statement is fenced on
+// caller's contract: a claim is started only by the one executor the
+// sweeper gave it to, and that executor refused the whole batch before
+// reading it. The statement is fenced on
 // (status, attempt, lease owner), so a claim the reaper took back or
 // another process moved is left alone. The attempt number stays
 // incremented, so a late holder of the old token is still fenced out;
-// retries and probe_first are untouched, so a release costs no budget and
-// forgets no doubt. A sweeper that cannot tell whether its request reached
-// the executor (a transport error) does not release: the lease expires and
-// the next attempt asks the gateway first.
+// retries are untouched, so a release costs no budget. It sets probe_first:
+// the database cannot tell a batch refused untouched from one a
+// compromised sweeper dispatched and then took back, so the guard (0016)
+// refuses a sweeper's move back to PENDING without it; the cost is one
+// probe on the next attempt of a payment released this way, which is rare
+// (an executor at its in-flight cap). A sweeper that cannot tell whether
+// its request reached the executor (a transport error) does not release:
+// the lease expires and the next attempt asks the gateway first.
 //
 // It names its partition (%s), as the engine's batch statements do (see
 // partitionSQL).
 const releaseSQL = `
 UPDATE %s p
-SET status = 'PENDING', lease_until = NULL, lease_owner = NULL, updated_at = now()
+SET status = 'PENDING', probe_first = true, lease_until = NULL, lease_owner = NULL, updated_at = now()
 FROM unnest($1::uuid[], $2::timestamptz[], $3::int[]) AS u(id, due_time, attempt)
 WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING'
   AND p.attempt = u.attempt AND p.lease_owner = $4`

@@ -10,6 +10,8 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -48,4 +50,14 @@ func Transient(err error) bool {
 		return false
 	}
 	return true
+}
+
+// Now reads the database's clock: the one due times, leases and runs are
+// measured by (a gateway's is checked against it at start).
+func Now(ctx context.Context, db DB) (time.Time, error) {
+	var t time.Time
+	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
+	}
+	return t, nil
 }

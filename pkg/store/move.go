@@ -24,6 +24,10 @@ type Move struct {
 	// not happen (ErrNotMoved).
 	By payment.Actor
 	To payment.Status
+	// From, when set, is the only status the move may leave (one of those
+	// By may leave): an action approved on a dead letter acts on that dead
+	// letter, not on what it became since.
+	From payment.Status
 	// Amount and Currency, when Amount > 0, must match the payment: gateway
 	// truth about another amount never moves a row.
 	Amount   int64
@@ -63,9 +67,14 @@ var ErrNotMoved = errors.New("payment not in a status this move may leave")
 // row is written by the same statement, so a move is never unaudited. A
 // move back to PENDING (re-drive, a resolver's "not charged") sets
 // probe_first: a dead letter may have reached the gateway, so the next
-// attempt asks it before charging, whatever the mover saw earlier. An
+// attempt asks it before charging, whatever the mover saw earlier. No move
+// here clears it (a move to rest keeps it): only the executor's move out of
+// PROCESSING may, and the database's guard refuses any other (0016). An
 // operator's move also names the attempt it read before asking the
-// gateway, so a claim (and perhaps a charge) in between makes it miss.
+// gateway, so a claim (and perhaps a charge) in between makes it miss. A
+// webhook's move needs a payment claimed at least once ($16): the engine
+// never sent one at attempt 0 to the gateway, so a charge for it is not
+// ours to record.
 const moveSQL = `
 WITH cur AS (
     SELECT p.id, p.due_time, p.status, p.attempt FROM payments p
@@ -73,6 +82,7 @@ WITH cur AS (
       AND p.status = ANY($2::text[])
       AND ($4::bigint = 0 OR (p.amount_minor = $4 AND p.currency = $5))
       AND ($14::int < 0 OR p.attempt = $14)
+      AND (NOT $16::bool OR p.attempt > 0)
     FOR UPDATE OF p
 ), moved AS (
     UPDATE payments p
@@ -81,7 +91,7 @@ WITH cur AS (
         retries = CASE WHEN $7 THEN 0 ELSE p.retries END,
         probes = CASE WHEN $7 THEN 0 ELSE p.probes END,
         run_at = CASE WHEN $7 THEN GREATEST(p.due_time, now()) ELSE p.run_at END,
-        probe_first = ($3 = 'PENDING'),
+        probe_first = p.probe_first OR $3 = 'PENDING',
         dead_letter_reason = CASE WHEN $3 = 'DEAD_LETTERED' THEN p.dead_letter_reason END,
         failure_reason = CASE WHEN $3 = 'FAILED' THEN NULLIF($15, '') END,
         releases = CASE WHEN $7 THEN 0 ELSE p.releases END,
@@ -99,10 +109,12 @@ RETURNING prev_status`
 func Apply(ctx context.Context, db DB, m Move) (payment.Status, error) {
 	var from []string
 	for _, s := range payment.From(m.To, m.By) {
-		from = append(from, string(s))
+		if m.From == "" || m.From == s {
+			from = append(from, string(s))
+		}
 	}
 	if len(from) == 0 {
-		return "", fmt.Errorf("move payment %s: %w: %s may not move a payment to %s", m.ID, ErrNotAllowed, m.By, m.To)
+		return "", fmt.Errorf("move payment %s: %w: %s may not move a payment from %q to %s", m.ID, ErrNotAllowed, m.By, m.From, m.To)
 	}
 	if m.By == payment.Webhook && m.Amount <= 0 {
 		// Gateway truth about money names its amount: a webhook that does
@@ -125,7 +137,7 @@ func Apply(ctx context.Context, db DB, m Move) (payment.Status, error) {
 	}
 	var prev payment.Status
 	err = db.QueryRow(ctx, moveSQL, m.ID, from, m.To, m.Amount, m.Currency, m.GatewayRef, m.Redrive,
-		m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due, fence, string(m.FailReason)).Scan(&prev)
+		m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due, fence, string(m.FailReason), m.By == payment.Webhook).Scan(&prev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotMoved
 	}
@@ -133,4 +145,32 @@ func Apply(ctx context.Context, db DB, m Move) (payment.Status, error) {
 		return "", fmt.Errorf("move payment %s to %s: %w", m.ID, m.To, err)
 	}
 	return prev, nil
+}
+
+// Target is what a gateway's event about a payment is checked against
+// before it may move it.
+type Target struct {
+	Payer   string
+	Attempt int32
+}
+
+// TargetOf reads payment id's payer and attempt (ErrNotFound when there is
+// no such payment). The payer never changes and the attempt only grows, so
+// what it reads still holds for a move made after it.
+func TargetOf(ctx context.Context, db DB, id uuid.UUID) (Target, error) {
+	var t Target
+	// The partition key first, as Apply reads it: one partition planned
+	// and locked.
+	var due time.Time
+	err := db.QueryRow(ctx, `SELECT due_time FROM payment_index WHERE id = $1`, id).Scan(&due)
+	if err == nil {
+		err = db.QueryRow(ctx, `SELECT payer, attempt FROM payments WHERE id = $1 AND due_time = $2`, id, due).Scan(&t.Payer, &t.Attempt)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Target{}, ErrNotFound
+	}
+	if err != nil {
+		return Target{}, fmt.Errorf("read payment %s: %w", id, err)
+	}
+	return t, nil
 }

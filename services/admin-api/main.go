@@ -11,6 +11,7 @@ import (
 	"flag"
 	"log/slog"
 
+	"github.com/paysched/paysched/pkg/api/adminserver"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/server"
@@ -60,7 +61,7 @@ func main() {
 		if consoleCfg == nil {
 			log.Info("the operator console is not served: production needs --console-oidc-issuer (--console=false turns it off)")
 		}
-		cfg := server.AdminConfig{
+		cfg := adminserver.Config{
 			DatabaseURL: *dbURL, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
 			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: mode.Dev,
 			Console: consoleCfg, AuditDatabaseURL: *auditURL,
@@ -72,7 +73,7 @@ func main() {
 		if err != nil {
 			return err
 		}
-		srv, err := server.NewAdmin(ctx, cfg, log)
+		srv, err := adminserver.New(ctx, cfg, log)
 		if err != nil {
 			l.Close()
 			return err

@@ -23,6 +23,7 @@ import (
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/platform/tracing"
+	"github.com/paysched/paysched/pkg/store"
 )
 
 func main() {
@@ -97,6 +98,11 @@ func main() {
 			return err
 		}
 		defer gw.Close()
+		// Proofs of absence hold only within the contract's clock skew
+		// margin: a gateway whose clock is further off is refused.
+		if err := gateway.CheckClock(ctx, gw, func(ctx context.Context) (time.Time, error) { return store.Now(ctx, pool) }, time.Minute); err != nil {
+			return err
+		}
 		ex, err := executor.New(cfg, pool,
 			&gateway.Charger{Gateway: gw, ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout,
 				ActionTimeout: bounds.Action, ProcessingTimeout: bounds.Processing},

@@ -22,6 +22,7 @@ import (
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/reconcile"
+	"github.com/paysched/paysched/pkg/store"
 )
 
 func main() {
@@ -38,7 +39,10 @@ func main() {
 	hooks := fs.Bool("webhooks", true, "receive the gateway's signed webhooks on POST /webhooks/gateway (needs --webhook-secret)")
 	secret := config.SecretVar(fs, "webhook-secret", "HMAC-SHA256 secret of the gateway's webhooks")
 	tolerance := fs.Duration("webhook-tolerance", 5*time.Minute, "accepted age of a webhook's signed timestamp")
-	stripeSecretFile := fs.String("stripe-webhook-secret-file", "", "file holding the Stripe endpoint's signing secret (whsec_...); set, POST /webhooks/stripe receives Stripe's events")
+	stripeSecretFile := fs.String("stripe-webhook-secret-file", "", "file holding the Stripe endpoint's signing secret (whsec_...); set, POST /webhooks/stripe receives Stripe's events (needs --gateway=stripe: their livemode must be the key's)")
+	stripeAccount := fs.String("stripe-account", "", "our Stripe account id (acct_...) when Stripe's events name it; empty: an event naming any account (a connected account's) is ignored")
+	hookAccount := fs.String("webhook-account", "", "the account gateway.v1 webhooks must name; empty: they name none (gateway-sim)")
+	hookLive := fs.Bool("webhook-livemode", false, "the livemode gateway.v1 webhooks must carry: true for a gateway that moves real money (gateway-sim sends false)")
 	bounds := gateway.RegisterBounds(fs)
 	svc.Main("reconciler", fs, func(ctx context.Context, log *slog.Logger) error {
 		at, err := reconcile.ParseTimeOfDay(*runAt)
@@ -70,6 +74,7 @@ func main() {
 			}
 		}
 		var stripeSecret string
+		stripeLive := false
 		if *stripeSecretFile != "" {
 			if stripeSecret, err = config.ReadSecret(*stripeSecretFile); err != nil {
 				return fmt.Errorf("--stripe-webhook-secret-file: %w", err)
@@ -78,6 +83,13 @@ func main() {
 				if err := config.CheckSecret("--stripe-webhook-secret-file", stripeSecret); err != nil {
 					return err
 				}
+			}
+			// Stripe's events are checked against our mode: the key's.
+			if gwf.Kind != dial.KindStripe {
+				return errors.New("--stripe-webhook-secret-file needs --gateway=stripe: Stripe's events are applied only in the Stripe key's mode (livemode)")
+			}
+			if stripeLive, err = gwf.StripeLive(); err != nil {
+				return err
 			}
 		}
 		pool, err := svc.Pool(ctx, *dbURL, 8)
@@ -90,6 +102,11 @@ func main() {
 			return err
 		}
 		defer gw.Close()
+		// Proofs of absence hold only within the contract's clock skew
+		// margin: a gateway whose clock is further off is refused.
+		if err := gateway.CheckClock(ctx, gw, func(ctx context.Context) (time.Time, error) { return store.Now(ctx, pool) }, time.Minute); err != nil {
+			return err
+		}
 		reg := obs.Registry()
 		m := reconcile.NewMetrics(reg)
 		if err := m.Restore(ctx, pool); err != nil {
@@ -99,7 +116,8 @@ func main() {
 		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Bounds: *bounds, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
 		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, InternalAddr: *metricsAddr,
 			Ready: pool.Ping}
-		recv := &reconcile.Receiver{DB: pool, Secret: []byte(hookSecret), Tolerance: *tolerance, Metrics: m, Log: log}
+		recv := &reconcile.Receiver{DB: pool, Secret: []byte(hookSecret), Tolerance: *tolerance, Metrics: m, Log: log,
+			Account: *hookAccount, Livemode: *hookLive, StripeAccount: *stripeAccount, StripeLivemode: stripeLive}
 		srv.Handlers = map[string]http.Handler{}
 		if hookSecret != "" {
 			srv.Handlers["POST /webhooks/gateway"] = recv

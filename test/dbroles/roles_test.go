@@ -271,6 +271,31 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 				return err
 			})
 		}},
+		{"paysched_admin", "console: sessions, requests, decisions, progress", func(db *pgxpool.Pool) error {
+			for _, q := range []string{
+				`DELETE FROM console_sessions WHERE expires_at < now() - interval '1 day'`,
+				`INSERT INTO console_sessions (id, operator, name, role, via, created_at, expires_at, checked_at, refresh)
+				 VALUES ('s1', 'iss#sub', 'ada', 'admin', 'oidc', now(), now() + interval '8 hours', now(), '\x00')`,
+				`SELECT id, operator, name, role, via, expires_at, checked_at, refresh FROM console_sessions WHERE id = 's1' AND revoked_at IS NULL`,
+				`UPDATE console_sessions SET checked_at = now() WHERE id = 's1' AND checked_at < now() RETURNING refresh`,
+				`UPDATE console_sessions SET role = 'viewer', name = 'ada', refresh = NULL WHERE id = 's1'`,
+				`UPDATE console_sessions SET revoked_at = now(), revoked_by = 'x', refresh = NULL WHERE operator = 'iss#sub'`,
+				`INSERT INTO console_requests (action, ids, filter, amount_total, amount_max, reason, requested_by, requested_name,
+				 needs_approval, state, attempts, amounts)
+				 VALUES ('CANCEL', ARRAY[gen_random_uuid(), gen_random_uuid()], 'f', 2, 1, 'r', 'iss#a', 'ada', true, 'AWAITING_APPROVAL',
+				         ARRAY[1, 1], '{"EUR": 2}')`,
+				`UPDATE console_requests SET state = 'APPROVED', decided_by = 'iss#b', decided_name = 'bea', decided_at = now()
+				 WHERE state = 'AWAITING_APPROVAL' AND requested_by <> 'iss#b'`,
+				`UPDATE console_requests SET state = 'RUNNING', runner = 'r', heartbeat_at = now() WHERE state = 'APPROVED'`,
+				`UPDATE console_requests SET done = 1, failed = 0, skipped = 1, errors = '{}', heartbeat_at = now(), state = 'DONE',
+				 finished_at = now() WHERE runner = 'r'`,
+			} {
+				if _, err := db.Exec(ctx, q); err != nil {
+					return fmt.Errorf("%s: %w", strings.Join(strings.Fields(q)[:3], " "), err)
+				}
+			}
+			return nil
+		}},
 		{"paysched_audit", "append and overdue check", func(db *pgxpool.Pool) error {
 			if _, err := db.Exec(ctx, `INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
 				VALUES (1, 'payments', 'k', 'c', $1, 'PENDING', '{}', now()) ON CONFLICT (lsn, table_name, row_key) DO NOTHING`, ids[0]); err != nil {
@@ -471,9 +496,10 @@ func TestOnlyCDCReplicates(t *testing.T) {
 // holding that pod, cannot move money outside the service's rights: the
 // database refuses (42501, the privilege check or the state machine's
 // guard) marking a payment COMPLETED, reverting a COMPLETED one, clearing
-// probe_first, creating a payment that was never PENDING, forging another
-// actor's payment_actions row; and the partition functions refuse ranges
-// beyond their bounds (22023).
+// probe_first (in every status, and in two steps through a dead letter),
+// moving a payment back to PENDING without it, creating a payment that was
+// never PENDING, forging another actor's payment_actions row; and the
+// partition functions refuse ranges beyond their bounds (22023).
 func TestCompromisedPod(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -542,10 +568,185 @@ func TestCompromisedPod(t *testing.T) {
 			})
 		}
 	}
+	// probe_first, in every status and in two steps, for every role.
+	t.Run("probe_first", func(t *testing.T) { probeFirstIsClearedOnlyByTheExecutorsMove(t, e) })
 	// Nothing moved.
 	var n int
 	if err := e.admin.QueryRow(ctx, `SELECT count(*) FROM payments WHERE (id = $1 AND status = 'PENDING') OR (id = $2 AND status = 'COMPLETED')
 		OR (id = $3 AND probe_first)`, pending, completed, maybeCharged).Scan(&n); err != nil || n != 3 {
 		t.Fatalf("the payments moved: %d of 3 unchanged (%v)", n, err)
 	}
+}
+
+// refused runs stmt as role in a transaction it rolls back and fails t
+// unless the database refuses it with 42501 (a privilege check or a
+// guard).
+func (e *env) refused(t *testing.T, role, stmt string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := e.pools[role].Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // nothing must have changed
+	_, err = tx.Exec(ctx, stmt)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42501" {
+		t.Fatalf("%s as %s: got %v, want a refusal (42501)", stmt, role, err)
+	}
+}
+
+// seedAs makes a payment through the owner, then puts it in status with
+// probe_first as given, at attempt 1 (a lease when PROCESSING, a reason
+// when DEAD_LETTERED).
+func (e *env) seedAs(t *testing.T, status payment.Status, probeFirst bool) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	id := uuid.New()
+	if _, err := store.NewStore(e.admin).Create(ctx, []store.NewPayment{{ID: id, Payer: "alice", Payee: "bob", Amount: 100,
+		Currency: "USD", DueAt: time.Now().Add(-time.Minute).UTC(), CreatedAt: time.Now(), IdempotencyKey: id.String()}}); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	if _, err := e.admin.Exec(ctx, `UPDATE payments SET status = $2, probe_first = $3, attempt = 1,
+		lease_until = CASE WHEN $2 = 'PROCESSING' THEN now() + interval '1 minute' END,
+		lease_owner = CASE WHEN $2 = 'PROCESSING' THEN 'sweeper-1' END,
+		dead_letter_reason = CASE WHEN $2 = 'DEAD_LETTERED' THEN 'AMBIGUOUS_UNRESOLVED' END WHERE id = $1`,
+		id, string(status), probeFirst); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	return id
+}
+
+// probeFirstIsClearedOnlyByTheExecutorsMove (in TestCompromisedPod):
+// probe_first says an
+// earlier attempt may have charged the payment. It goes from true to false
+// only in the executor's move out of PROCESSING (after the gateway proved
+// no charge), whatever the status: no role clears it on its own, not even
+// the executor. The two-step attack (clear it on a dead letter, then move
+// the dead letter back to PENDING, whose next claim charges without asking)
+// fails at the first step for every role, and the second step alone (a
+// move to PENDING without probe_first) is refused too.
+func probeFirstIsClearedOnlyByTheExecutorsMove(t *testing.T, e *env) {
+	ctx := context.Background()
+	maybe := map[payment.Status]uuid.UUID{}
+	for _, s := range payment.Statuses {
+		maybe[s] = e.seedAs(t, s, true)
+	}
+	for _, r := range roles {
+		for _, s := range payment.Statuses {
+			t.Run(r+"/clear in "+string(s), func(t *testing.T) {
+				e.refused(t, r, fmt.Sprintf(`UPDATE payments SET probe_first = false WHERE id = '%s'`, maybe[s]))
+			})
+		}
+		t.Run(r+"/two steps", func(t *testing.T) {
+			tx, err := e.pools[r].Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck
+			dead := maybe[payment.DeadLettered]
+			for _, step := range []string{
+				`UPDATE payments SET probe_first = false WHERE id = $1`,
+				`UPDATE payments SET status = 'PENDING', run_at = now() WHERE id = $1`,
+				`UPDATE payments SET status = 'PENDING' WHERE id = $1`,
+			} {
+				// Each step on its own: a refused one leaves the others to try.
+				if _, err := tx.Exec(ctx, `SAVEPOINT step`); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, step, dead); err != nil {
+					if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT step`); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			var st string
+			var pf bool
+			if err := tx.QueryRow(ctx, `SELECT status, probe_first FROM payments WHERE id = $1`, dead).Scan(&st, &pf); err != nil {
+				if errors.As(err, new(*pgconn.PgError)) {
+					return // the role cannot even read it
+				}
+				t.Fatal(err)
+			}
+			if !pf {
+				t.Fatalf("as %s the dead letter is %s without probe_first: its next claim charges without asking", r, st)
+			}
+		})
+	}
+	// A move to PENDING by anyone but the executor sets probe_first: a
+	// dead letter that may never have been charged goes back asking, and
+	// a claim taken back by the sweeper or the reaper may have reached the
+	// gateway.
+	fresh := map[payment.Status]uuid.UUID{payment.Processing: e.seedAs(t, payment.Processing, false),
+		payment.DeadLettered: e.seedAs(t, payment.DeadLettered, false)}
+	for _, c := range []struct {
+		role string
+		stmt string
+	}{
+		{"paysched_sweeper", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', lease_until = NULL, lease_owner = NULL WHERE id = '%s'`, fresh[payment.Processing])},
+		{"paysched_reaper", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', lease_until = NULL, lease_owner = NULL WHERE id = '%s'`, fresh[payment.Processing])},
+		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', run_at = now() WHERE id = '%s'`, fresh[payment.DeadLettered])},
+		{"paysched_reconciler", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', run_at = now() WHERE id = '%s'`, fresh[payment.DeadLettered])},
+		// A payer's cancel of a payment an attempt may have charged.
+		{"paysched_api", fmt.Sprintf(`UPDATE payments SET status = 'CANCELLED' WHERE id = '%s'`, maybe[payment.Pending])},
+	} {
+		t.Run(c.role+"/"+c.stmt, func(t *testing.T) { e.refused(t, c.role, c.stmt) })
+	}
+	// What stays allowed: the executor's move out of PROCESSING clears it
+	// (a proven absence, then a retry); the sweeper's release and the
+	// reaper's expiry set it; an operator's cancel of a PENDING payment that
+	// may be charged (admin-api asks the gateway first) is the operator's.
+	for _, c := range []struct {
+		role string
+		stmt string
+	}{
+		{"paysched_executor", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', probe_first = false, lease_until = NULL, lease_owner = NULL WHERE id = '%s'`, maybe[payment.Processing])},
+		{"paysched_sweeper", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', probe_first = true, lease_until = NULL, lease_owner = NULL WHERE id = '%s'`, fresh[payment.Processing])},
+		{"paysched_reaper", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', probe_first = true, lease_until = NULL, lease_owner = NULL WHERE id = '%s'`, fresh[payment.Processing])},
+		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'CANCELLED' WHERE id = '%s'`, maybe[payment.Pending])},
+		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', probe_first = true, run_at = now() WHERE id = '%s'`, fresh[payment.DeadLettered])},
+	} {
+		t.Run("allowed/"+c.role+"/"+c.stmt, func(t *testing.T) {
+			tx, err := e.pools[c.role].Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck
+			if tag, err := tx.Exec(ctx, c.stmt); err != nil || tag.RowsAffected() != 1 {
+				t.Fatalf("as %s: %v (%d rows)", c.role, err, tag.RowsAffected())
+			}
+		})
+	}
+}
+
+// TestCreateIsAFreshPayment: the API's insert makes a payment nothing has
+// touched: PENDING at attempt 0, due when it runs (run_at = due_time), no
+// lease, no budget spent, no gateway state, and a tenant that is a name
+// (not empty, at most 256 bytes, as a token's claim is).
+func TestCreateIsAFreshPayment(t *testing.T) {
+	e := newEnv(t)
+	const ins = `INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, tenant%s)
+		VALUES (gen_random_uuid(), 'alice', 'bob', 100, 'USD', date_trunc('second', now()) + interval '1 hour', %s, %s%s)`
+	due := `date_trunc('second', now()) + interval '1 hour'`
+	for _, c := range []struct{ name, cols, runAt, tenant, vals string }{
+		{"run_at after due", "", due + ` + interval '1 year'`, `'alice'`, ""},
+		{"leased", ", lease_until, lease_owner", due, `'alice'`, ", now() + interval '1 hour', 'mallory'"},
+		{"lease owner", ", lease_owner", due, `'alice'`, ", 'mallory'"},
+		{"empty tenant", "", due, `''`, ""},
+		{"long tenant", "", due, `repeat('t', 257)`, ""},
+		{"releases", ", releases", due, `'alice'`, ", 3"},
+		{"probes", ", probes", due, `'alice'`, ", 3"},
+		{"dead letter reason", ", dead_letter_reason", due, `'alice'`, ", 'KEY_CONFLICT'"},
+		{"failure reason", ", failure_reason", due, `'alice'`, ", 'DECLINED'"},
+		{"last error", ", last_error", due, `'alice'`, ", 'x'"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e.refused(t, "paysched_api", fmt.Sprintf(ins, c.cols, c.runAt, c.tenant, c.vals))
+		})
+	}
+	t.Run("fresh", func(t *testing.T) {
+		if _, err := e.pools["paysched_api"].Exec(context.Background(), fmt.Sprintf(ins, "", due, `repeat('t', 256)`, "")); err != nil {
+			t.Fatalf("a fresh payment: %v", err)
+		}
+	})
 }

@@ -107,7 +107,7 @@ type rateLimited struct {
 }
 
 func (r rateLimited) Charge(context.Context, *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
-	return nil, status.Error(codes.ResourceExhausted, "rate limited")
+	return nil, gateway.RateLimited("rate limited")
 }
 
 func (r rateLimited) GetCharge(context.Context, *gatewayv1.GetChargeRequest) (*gatewayv1.Charge, error) {

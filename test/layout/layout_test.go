@@ -43,6 +43,28 @@ func TestProductServicesLinkNoToolsOrTests(t *testing.T) {
 	}
 }
 
+// TestPaymentsAPILinksNoAdminSide: payments-api is the internet's door. It
+// never dials the gateway or serves an operator, and its binary carries
+// none of the code that would: no gateway client (dial, Stripe), no
+// console, no admin service, no reconciler. A bug or a gadget there is
+// then not in the process the internet reaches.
+func TestPaymentsAPILinksNoAdminSide(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./services/payments-api")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list payments-api: %v", err)
+	}
+	refused := []string{"/pkg/gateway/dial", "/pkg/gateway/stripe", "/pkg/console", "/pkg/api/admin", "/pkg/reconcile"}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, r := range refused {
+			if dep == module+r || strings.HasPrefix(dep, module+r+"/") {
+				t.Errorf("services/payments-api links %s: the admin side belongs to admin-api", dep)
+			}
+		}
+	}
+}
+
 // goFiles calls f for every non-test Go file under dirs.
 func goFiles(t *testing.T, dirs []string, f func(path string, src []byte)) {
 	t.Helper()

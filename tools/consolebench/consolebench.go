@@ -176,10 +176,10 @@ type noActions struct{}
 
 // The console's Actions, as no-ops.
 
-func (noActions) Redrive(context.Context, string, uuid.UUID, string) error { return nil }
-func (noActions) Resolve(context.Context, string, uuid.UUID, string) error { return nil }
-func (noActions) Cancel(context.Context, string, uuid.UUID, string) error  { return nil }
-func (noActions) Reconcile(context.Context, string, time.Time) error       { return nil }
+func (noActions) Redrive(context.Context, string, uuid.UUID, int32, string) error { return nil }
+func (noActions) Resolve(context.Context, string, uuid.UUID, int32, string) error { return nil }
+func (noActions) Cancel(context.Context, string, uuid.UUID, int32, string) error  { return nil }
+func (noActions) Reconcile(context.Context, string, time.Time) error              { return nil }
 
 // Page is one page's timings.
 type Page struct {

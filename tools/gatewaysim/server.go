@@ -117,6 +117,12 @@ func chance(p float64) bool { return p > 0 && rand.Float64() < p }
 // Charge implements GatewayService.
 func (s *Server) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.ChargeResponse, error) {
 	ch, err := s.charge(ctx, req)
+	if status.Code(err) == codes.ResourceExhausted {
+		// On the wire, a unary rate limit says it is the gateway's
+		// (gateway.RateLimited): a client reports an answer over its size
+		// limit with the same code.
+		return nil, gateway.RateLimited("%s", status.Convert(err).Message())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -328,6 +334,7 @@ func poison(f *gatewayv1.Faults, s string) string {
 // listing fails (--probe-unproven-rate), the miss is a plain NOT_FOUND,
 // which proves nothing.
 func (s *Server) GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest) (*gatewayv1.GetChargeResponse, error) {
+	tellClock(ctx)
 	// Latency is injected on Charge only, so a probe can answer while charges time out.
 	f := s.faults.Load()
 	if f.GetOutage() || chance(f.GetProbeUnavailableRate()) {
@@ -346,7 +353,9 @@ func (s *Server) GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest)
 	if chance(f.GetProbeUnprovenRate()) || lag > 0 && req.GetPayer() == "" {
 		return nil, status.Error(codes.NotFound, "no charge under this key in the index (it may lag)")
 	}
-	if err == nil && c.Payer == req.GetPayer() && (req.GetNotBefore() == nil || !c.CreatedAt.Before(req.GetNotBefore().AsTime())) {
+	// The window starts at not_before less the contract's skew margin: the
+	// engine's clock (the due time) may be ahead of ours (created_at).
+	if err == nil && c.Payer == req.GetPayer() && (req.GetNotBefore() == nil || !c.CreatedAt.Before(req.GetNotBefore().AsTime().Add(-gateway.ClockSkew))) {
 		return &gatewayv1.GetChargeResponse{Charge: toProto(c, now)}, nil
 	}
 	return nil, gateway.Absent("no charge under this key")
@@ -462,7 +471,7 @@ func Event(c *Charge) webhook.Event {
 		typ, st = webhook.TypeDeclined, payment.Declined
 	}
 	return webhook.Event{ID: "evt_" + c.ID, Type: typ, Created: c.CreatedAt.Unix(), Data: webhook.Charge{
-		ChargeID: c.ID, IdempotencyKey: c.Key, Reference: c.Reference, Amount: c.Amount, Currency: c.Currency,
+		ChargeID: c.ID, IdempotencyKey: c.Key, Reference: c.Reference, Payer: c.Payer, Amount: c.Amount, Currency: c.Currency,
 		Status: string(st), DeclineReason: c.DeclineReason, CreatedAt: c.CreatedAt,
 	}}
 }

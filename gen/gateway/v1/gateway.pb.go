@@ -286,7 +286,12 @@ type ChargeRequest struct {
 	// Who is paid.
 	Payee string `protobuf:"bytes,5,opt,name=payee,proto3" json:"payee,omitempty"`
 	// The paymentId again, for settlement reports.
-	Reference     string `protobuf:"bytes,6,opt,name=reference,proto3" json:"reference,omitempty"`
+	Reference string `protobuf:"bytes,6,opt,name=reference,proto3" json:"reference,omitempty"`
+	// No charge under the key can be older than this (the payment's due
+	// time), as in GetChargeRequest: a gateway that must prove no earlier
+	// attempt charged before it refuses a charge (a payer gone since) lists
+	// from here, less the clock skew margin.
+	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -361,6 +366,13 @@ func (x *ChargeRequest) GetReference() string {
 		return x.Reference
 	}
 	return ""
+}
+
+func (x *ChargeRequest) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
 }
 
 // ChargeResponse carries the charge.
@@ -663,7 +675,10 @@ type GetChargeRequest struct {
 	// eventually consistent proves an absence by listing the payer's charges.
 	Payer string `protobuf:"bytes,2,opt,name=payer,proto3" json:"payer,omitempty"`
 	// No charge under the key can be older than this (the payment's due
-	// time): the window such a listing covers. Unset: unbounded.
+	// time): the window such a listing covers starts here less the clock
+	// skew margin, 10 minutes (the gateway's clock and the engine's may
+	// disagree by that much; services refuse to start beyond it). Unset:
+	// unbounded.
 	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1501,14 +1516,16 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12@\n" +
-	"\x0epending_reason\x18\v \x01(\x0e2\x19.gateway.v1.PendingReasonR\rpendingReason\"\xb6\x01\n" +
+	"\x0epending_reason\x18\v \x01(\x0e2\x19.gateway.v1.PendingReasonR\rpendingReason\"\xf1\x01\n" +
 	"\rChargeRequest\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x16\n" +
 	"\x06amount\x18\x02 \x01(\x03R\x06amount\x12\x1a\n" +
 	"\bcurrency\x18\x03 \x01(\tR\bcurrency\x12\x14\n" +
 	"\x05payer\x18\x04 \x01(\tR\x05payer\x12\x14\n" +
 	"\x05payee\x18\x05 \x01(\tR\x05payee\x12\x1c\n" +
-	"\treference\x18\x06 \x01(\tR\treference\"<\n" +
+	"\treference\x18\x06 \x01(\tR\treference\x129\n" +
+	"\n" +
+	"not_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\"<\n" +
 	"\x0eChargeResponse\x12*\n" +
 	"\x06charge\x18\x01 \x01(\v2\x12.gateway.v1.ChargeR\x06charge\">\n" +
 	"\x0eChargesRequest\x12,\n" +
@@ -1649,40 +1666,41 @@ var file_gateway_v1_gateway_proto_depIdxs = []int32{
 	0,  // 0: gateway.v1.Charge.status:type_name -> gateway.v1.ChargeStatus
 	23, // 1: gateway.v1.Charge.created_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: gateway.v1.Charge.pending_reason:type_name -> gateway.v1.PendingReason
-	2,  // 3: gateway.v1.ChargeResponse.charge:type_name -> gateway.v1.Charge
-	6,  // 4: gateway.v1.ChargesRequest.items:type_name -> gateway.v1.ChargeItem
-	3,  // 5: gateway.v1.ChargeItem.request:type_name -> gateway.v1.ChargeRequest
-	22, // 6: gateway.v1.ChargeItem.trace_context:type_name -> gateway.v1.ChargeItem.TraceContextEntry
-	8,  // 7: gateway.v1.ChargesResponse.results:type_name -> gateway.v1.ChargeResult
-	2,  // 8: gateway.v1.ChargeResult.charge:type_name -> gateway.v1.Charge
-	23, // 9: gateway.v1.GetChargeRequest.not_before:type_name -> google.protobuf.Timestamp
-	2,  // 10: gateway.v1.GetChargeResponse.charge:type_name -> gateway.v1.Charge
-	2,  // 11: gateway.v1.CancelChargeResponse.charge:type_name -> gateway.v1.Charge
-	2,  // 12: gateway.v1.ListSettlementsResponse.charges:type_name -> gateway.v1.Charge
-	15, // 13: gateway.v1.SetFaultsRequest.faults:type_name -> gateway.v1.Faults
-	15, // 14: gateway.v1.SetFaultsResponse.faults:type_name -> gateway.v1.Faults
-	15, // 15: gateway.v1.GetFaultsResponse.faults:type_name -> gateway.v1.Faults
-	3,  // 16: gateway.v1.GatewayService.Charge:input_type -> gateway.v1.ChargeRequest
-	5,  // 17: gateway.v1.GatewayService.Charges:input_type -> gateway.v1.ChargesRequest
-	9,  // 18: gateway.v1.GatewayService.GetCharge:input_type -> gateway.v1.GetChargeRequest
-	11, // 19: gateway.v1.GatewayService.CancelCharge:input_type -> gateway.v1.CancelChargeRequest
-	13, // 20: gateway.v1.GatewayService.ListSettlements:input_type -> gateway.v1.ListSettlementsRequest
-	16, // 21: gateway.v1.GatewayAdminService.SetFaults:input_type -> gateway.v1.SetFaultsRequest
-	18, // 22: gateway.v1.GatewayAdminService.GetFaults:input_type -> gateway.v1.GetFaultsRequest
-	20, // 23: gateway.v1.GatewayAdminService.Report:input_type -> gateway.v1.ReportRequest
-	4,  // 24: gateway.v1.GatewayService.Charge:output_type -> gateway.v1.ChargeResponse
-	7,  // 25: gateway.v1.GatewayService.Charges:output_type -> gateway.v1.ChargesResponse
-	10, // 26: gateway.v1.GatewayService.GetCharge:output_type -> gateway.v1.GetChargeResponse
-	12, // 27: gateway.v1.GatewayService.CancelCharge:output_type -> gateway.v1.CancelChargeResponse
-	14, // 28: gateway.v1.GatewayService.ListSettlements:output_type -> gateway.v1.ListSettlementsResponse
-	17, // 29: gateway.v1.GatewayAdminService.SetFaults:output_type -> gateway.v1.SetFaultsResponse
-	19, // 30: gateway.v1.GatewayAdminService.GetFaults:output_type -> gateway.v1.GetFaultsResponse
-	21, // 31: gateway.v1.GatewayAdminService.Report:output_type -> gateway.v1.ReportResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	23, // 3: gateway.v1.ChargeRequest.not_before:type_name -> google.protobuf.Timestamp
+	2,  // 4: gateway.v1.ChargeResponse.charge:type_name -> gateway.v1.Charge
+	6,  // 5: gateway.v1.ChargesRequest.items:type_name -> gateway.v1.ChargeItem
+	3,  // 6: gateway.v1.ChargeItem.request:type_name -> gateway.v1.ChargeRequest
+	22, // 7: gateway.v1.ChargeItem.trace_context:type_name -> gateway.v1.ChargeItem.TraceContextEntry
+	8,  // 8: gateway.v1.ChargesResponse.results:type_name -> gateway.v1.ChargeResult
+	2,  // 9: gateway.v1.ChargeResult.charge:type_name -> gateway.v1.Charge
+	23, // 10: gateway.v1.GetChargeRequest.not_before:type_name -> google.protobuf.Timestamp
+	2,  // 11: gateway.v1.GetChargeResponse.charge:type_name -> gateway.v1.Charge
+	2,  // 12: gateway.v1.CancelChargeResponse.charge:type_name -> gateway.v1.Charge
+	2,  // 13: gateway.v1.ListSettlementsResponse.charges:type_name -> gateway.v1.Charge
+	15, // 14: gateway.v1.SetFaultsRequest.faults:type_name -> gateway.v1.Faults
+	15, // 15: gateway.v1.SetFaultsResponse.faults:type_name -> gateway.v1.Faults
+	15, // 16: gateway.v1.GetFaultsResponse.faults:type_name -> gateway.v1.Faults
+	3,  // 17: gateway.v1.GatewayService.Charge:input_type -> gateway.v1.ChargeRequest
+	5,  // 18: gateway.v1.GatewayService.Charges:input_type -> gateway.v1.ChargesRequest
+	9,  // 19: gateway.v1.GatewayService.GetCharge:input_type -> gateway.v1.GetChargeRequest
+	11, // 20: gateway.v1.GatewayService.CancelCharge:input_type -> gateway.v1.CancelChargeRequest
+	13, // 21: gateway.v1.GatewayService.ListSettlements:input_type -> gateway.v1.ListSettlementsRequest
+	16, // 22: gateway.v1.GatewayAdminService.SetFaults:input_type -> gateway.v1.SetFaultsRequest
+	18, // 23: gateway.v1.GatewayAdminService.GetFaults:input_type -> gateway.v1.GetFaultsRequest
+	20, // 24: gateway.v1.GatewayAdminService.Report:input_type -> gateway.v1.ReportRequest
+	4,  // 25: gateway.v1.GatewayService.Charge:output_type -> gateway.v1.ChargeResponse
+	7,  // 26: gateway.v1.GatewayService.Charges:output_type -> gateway.v1.ChargesResponse
+	10, // 27: gateway.v1.GatewayService.GetCharge:output_type -> gateway.v1.GetChargeResponse
+	12, // 28: gateway.v1.GatewayService.CancelCharge:output_type -> gateway.v1.CancelChargeResponse
+	14, // 29: gateway.v1.GatewayService.ListSettlements:output_type -> gateway.v1.ListSettlementsResponse
+	17, // 30: gateway.v1.GatewayAdminService.SetFaults:output_type -> gateway.v1.SetFaultsResponse
+	19, // 31: gateway.v1.GatewayAdminService.GetFaults:output_type -> gateway.v1.GetFaultsResponse
+	21, // 32: gateway.v1.GatewayAdminService.Report:output_type -> gateway.v1.ReportResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_gateway_v1_gateway_proto_init() }

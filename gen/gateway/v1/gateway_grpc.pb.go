@@ -37,15 +37,21 @@ type GatewayServiceClient interface {
 	// Charge charges once per idempotency key. The same key with the same
 	// parameters returns the same charge; with other parameters it fails with
 	// FAILED_PRECONDITION. A decline is a definitive answer (status DECLINED).
-	// UNAVAILABLE and RESOURCE_EXHAUSTED mean "not charged, retry later";
-	// any other failure (DEADLINE_EXCEEDED above all) is ambiguous.
+	// A rate limit (or any refusal before doing anything) is
+	// RESOURCE_EXHAUSTED carrying a google.rpc.ErrorInfo with reason
+	// "RATE_LIMITED" (domain "gateway.paysched.dev"): "not charged, retry
+	// later". A RESOURCE_EXHAUSTED without it is read as ambiguous, since a
+	// gRPC client reports an answer over its receive limit with that code,
+	// after the request was sent. Any other failure (UNAVAILABLE,
+	// DEADLINE_EXCEEDED above all) is ambiguous.
 	Charge(ctx context.Context, in *ChargeRequest, opts ...grpc.CallOption) (*ChargeResponse, error)
 	// Charges is Charge for many payments over one long-lived stream, for
 	// high rates: the client sends batches of tagged charge requests, and the
 	// gateway answers each one as soon as it is decided, several per message,
 	// in any order, so a slow charge holds only itself. Each item means
 	// exactly what a Charge call with the same request would: the same
-	// idempotency, the same errors (as status codes). An item with no answer
+	// idempotency, the same errors (as status codes; an item answered
+	// RESOURCE_EXHAUSTED is the gateway's rate limit). An item with no answer
 	// when the stream ends is ambiguous, like a Charge call whose connection
 	// dropped. A gateway may leave Charges unimplemented; clients then call
 	// Charge.
@@ -57,7 +63,10 @@ type GatewayServiceClient interface {
 	// "gateway.paysched.dev"). A NOT_FOUND without it (an eventually
 	// consistent index that may lag the charges, as Stripe's Search does) is
 	// read as "not known": the engine never acts on it as a proof that
-	// nothing was charged.
+	// nothing was charged. Every answer, found or not, carries the gateway's
+	// clock in the response header "date" (an HTTP-date): services compare
+	// it with the database's at start and refuse a skew beyond the margin
+	// (10 minutes, see GetChargeRequest.not_before).
 	GetCharge(ctx context.Context, in *GetChargeRequest, opts ...grpc.CallOption) (*GetChargeResponse, error)
 	// CancelCharge cancels the undecided (PENDING) charge under a key, so
 	// that it can never succeed, and answers the charge as it then stands:
@@ -142,15 +151,21 @@ type GatewayServiceServer interface {
 	// Charge charges once per idempotency key. The same key with the same
 	// parameters returns the same charge; with other parameters it fails with
 	// FAILED_PRECONDITION. A decline is a definitive answer (status DECLINED).
-	// UNAVAILABLE and RESOURCE_EXHAUSTED mean "not charged, retry later";
-	// any other failure (DEADLINE_EXCEEDED above all) is ambiguous.
+	// A rate limit (or any refusal before doing anything) is
+	// RESOURCE_EXHAUSTED carrying a google.rpc.ErrorInfo with reason
+	// "RATE_LIMITED" (domain "gateway.paysched.dev"): "not charged, retry
+	// later". A RESOURCE_EXHAUSTED without it is read as ambiguous, since a
+	// gRPC client reports an answer over its receive limit with that code,
+	// after the request was sent. Any other failure (UNAVAILABLE,
+	// DEADLINE_EXCEEDED above all) is ambiguous.
 	Charge(context.Context, *ChargeRequest) (*ChargeResponse, error)
 	// Charges is Charge for many payments over one long-lived stream, for
 	// high rates: the client sends batches of tagged charge requests, and the
 	// gateway answers each one as soon as it is decided, several per message,
 	// in any order, so a slow charge holds only itself. Each item means
 	// exactly what a Charge call with the same request would: the same
-	// idempotency, the same errors (as status codes). An item with no answer
+	// idempotency, the same errors (as status codes; an item answered
+	// RESOURCE_EXHAUSTED is the gateway's rate limit). An item with no answer
 	// when the stream ends is ambiguous, like a Charge call whose connection
 	// dropped. A gateway may leave Charges unimplemented; clients then call
 	// Charge.
@@ -162,7 +177,10 @@ type GatewayServiceServer interface {
 	// "gateway.paysched.dev"). A NOT_FOUND without it (an eventually
 	// consistent index that may lag the charges, as Stripe's Search does) is
 	// read as "not known": the engine never acts on it as a proof that
-	// nothing was charged.
+	// nothing was charged. Every answer, found or not, carries the gateway's
+	// clock in the response header "date" (an HTTP-date): services compare
+	// it with the database's at start and refuse a skew beyond the margin
+	// (10 minutes, see GetChargeRequest.not_before).
 	GetCharge(context.Context, *GetChargeRequest) (*GetChargeResponse, error)
 	// CancelCharge cancels the undecided (PENDING) charge under a key, so
 	// that it can never succeed, and answers the charge as it then stands:

@@ -149,12 +149,35 @@ func checkNote(note string, required bool) error {
 	return nil
 }
 
+// pinned is a payment as a console request pinned it when it was
+// requested: what its approver approved. Nil: the payment as it is now.
+// Only a claim changes the attempt, and a payment comes back to a status
+// it left only through a claim, so (status, attempt) says it is unchanged.
+type pinned struct {
+	status payment.Status
+	// attempt < 0: any (a request made before attempts were pinned).
+	attempt int32
+}
+
+// holds reports whether p is still as pinned.
+func (pin *pinned) holds(p *payment.Payment) bool {
+	return p.Status == pin.status && (pin.attempt < 0 || p.Attempt == pin.attempt)
+}
+
+func changedSince(pin *pinned, p *payment.Payment) error {
+	return apierr.New(codes.FailedPrecondition, apierr.ReasonChangedSinceRequest,
+		fmt.Sprintf("the payment changed since the request (it was %s at attempt %d, it is %s at attempt %d): skipped, not acted on",
+			pin.status, pin.attempt, p.Status, p.Attempt),
+		map[string]string{"status": string(p.Status), "attempt": strconv.Itoa(int(p.Attempt))})
+}
+
 // move applies one operator transition: it reads the payment, asks the
 // gateway what it holds for it (decide turns the answer into the move, or
 // a refusal), and makes the move fenced on the attempt it read, so a claim
-// in between (which may charge) makes it miss.
+// in between (which may charge) makes it miss. With a pin, the payment
+// must still be as pinned (status and attempt) when read and when moved.
 func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired bool, from []payment.Status, m store.Move,
-	decide func(p *payment.Payment, r gateway.Result, m *store.Move) error) (*payschedv1.ScheduledPayment, payschedv1.PaymentStatus, error) {
+	pin *pinned, decide func(p *payment.Payment, r gateway.Result, m *store.Move) error) (*payschedv1.ScheduledPayment, payschedv1.PaymentStatus, error) {
 	who, err := admin(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -165,6 +188,15 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 	}
 	if err := checkNote(note, noteRequired); err != nil {
 		return nil, 0, err
+	}
+	if pin != nil {
+		// The pin's status alone is one a move may leave: a payment moved
+		// since (a re-drive, a resolve) is not chased into its new status.
+		from = []payment.Status{pin.status}
+		if cur, err := s.store.GetAny(ctx, id); err == nil && !pin.holds(cur) {
+			return nil, 0, changedSince(pin, cur)
+		}
+		m.From = pin.status
 	}
 	p, err := s.atRest(ctx, id, from)
 	if err != nil {
@@ -187,6 +219,9 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 		}
 		if gerr != nil {
 			return nil, 0, s.internal("read payment", gerr)
+		}
+		if pin != nil {
+			return nil, 0, changedSince(pin, now)
 		}
 		return nil, 0, apierr.New(codes.Aborted, "MOVED_MEANWHILE",
 			"the payment moved while the gateway was asked (it is "+string(now.Status)+", attempt "+strconv.Itoa(int(now.Attempt))+"): look again",
@@ -274,8 +309,12 @@ func unproven(r gateway.Result) error {
 
 // RedrivePayment implements AdminService.
 func (s *Server) RedrivePayment(ctx context.Context, req *payschedv1.RedrivePaymentRequest) (*payschedv1.RedrivePaymentResponse, error) {
+	return s.redrive(ctx, req, nil)
+}
+
+func (s *Server) redrive(ctx context.Context, req *payschedv1.RedrivePaymentRequest, pin *pinned) (*payschedv1.RedrivePaymentResponse, error) {
 	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), false, []payment.Status{payment.DeadLettered},
-		store.Move{To: payment.Pending, Redrive: true, Action: "REDRIVE"}, notCharged)
+		store.Move{To: payment.Pending, Redrive: true, Action: "REDRIVE"}, pin, notCharged)
 	if err != nil {
 		return nil, err
 	}
@@ -284,9 +323,13 @@ func (s *Server) RedrivePayment(ctx context.Context, req *payschedv1.RedrivePaym
 
 // ResolvePayment implements AdminService.
 func (s *Server) ResolvePayment(ctx context.Context, req *payschedv1.ResolvePaymentRequest) (*payschedv1.ResolvePaymentResponse, error) {
+	return s.resolve(ctx, req, nil)
+}
+
+func (s *Server) resolve(ctx context.Context, req *payschedv1.ResolvePaymentRequest, pin *pinned) (*payschedv1.ResolvePaymentResponse, error) {
 	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), true, []payment.Status{payment.DeadLettered},
 		store.Move{To: payment.Failed, Action: "RESOLVE", FailReason: payment.FailResolved,
-			LastError: "resolved by an operator: " + req.GetNote()}, notCharged)
+			LastError: "resolved by an operator: " + req.GetNote()}, pin, notCharged)
 	if err != nil {
 		return nil, err
 	}
@@ -300,9 +343,13 @@ func (s *Server) ResolvePayment(ctx context.Context, req *payschedv1.ResolvePaym
 // succeeded one refuses. A PENDING payment is fenced on the attempt read
 // before asking, so a claim in between makes the move miss.
 func (s *Server) CancelPayment(ctx context.Context, req *payschedv1.CancelPaymentRequest) (*payschedv1.CancelPaymentResponse, error) {
+	return s.cancel(ctx, req, nil)
+}
+
+func (s *Server) cancel(ctx context.Context, req *payschedv1.CancelPaymentRequest, pin *pinned) (*payschedv1.CancelPaymentResponse, error) {
 	var cancelled string
 	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), true, payment.From(payment.Cancelled, payment.Operator),
-		store.Move{To: payment.Cancelled, Action: "CANCEL", LastError: "cancelled by an operator: " + req.GetNote()},
+		store.Move{To: payment.Cancelled, Action: "CANCEL", LastError: "cancelled by an operator: " + req.GetNote()}, pin,
 		func(p *payment.Payment, r gateway.Result, _ *store.Move) error {
 			if r.Found && r.Outcome == payment.Ambiguous && !r.Mismatch {
 				// Undecided at the gateway: cancel it there first, and read
@@ -382,16 +429,35 @@ func (s *Server) TriggerReconciliationRun(ctx context.Context, req *payschedv1.T
 	if day.After(time.Now()) {
 		return nil, invalid("day", "must not be in the future")
 	}
-	if s.runner == nil {
-		return nil, apierr.New(codes.FailedPrecondition, "RECONCILER_NOT_CONFIGURED", "this payments-api has no gateway address to reconcile against", nil)
+	done, err := s.startRun(ctx, day, "admin:"+who)
+	if err != nil {
+		return nil, err
 	}
 	// The run outlives an impatient client: it is one transaction, and
 	// cutting it short would only waste it.
-	run, err := s.runner.Run(context.WithoutCancel(ctx), day, "admin:"+who)
-	if run == nil {
-		return nil, s.internal("reconcile", err)
+	res := <-done
+	if res.Run == nil {
+		return nil, s.internal("reconcile", res.Err)
 	}
-	return &payschedv1.TriggerReconciliationRunResponse{Run: RunToProto(run)}, nil
+	return &payschedv1.TriggerReconciliationRunResponse{Run: RunToProto(res.Run)}, nil
+}
+
+// startRun starts a run of day by who, unless one is in flight
+// (FAILED_PRECONDITION RUN_IN_PROGRESS).
+func (s *Server) startRun(ctx context.Context, day time.Time, by string) (<-chan reconcile.Result, error) {
+	if s.runner == nil {
+		return nil, apierr.New(codes.FailedPrecondition, "RECONCILER_NOT_CONFIGURED", "this admin-api has no gateway address to reconcile against", nil)
+	}
+	done, err := s.runner.Start(ctx, day, by)
+	switch {
+	case errors.Is(err, reconcile.ErrRunInProgress):
+		return nil, apierr.New(codes.FailedPrecondition, apierr.ReasonRunInProgress,
+			"a reconciliation run of "+reconcile.Day(day).Format(time.DateOnly)+" is already running: wait for it (its row shows RUNNING)",
+			map[string]string{"day": reconcile.Day(day).Format(time.DateOnly)})
+	case err != nil:
+		return nil, s.internal("start reconciliation", err)
+	}
+	return done, nil
 }
 
 // RunToProto is the API form of a run.

@@ -5,11 +5,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"google.golang.org/grpc/codes"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
-	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/payment"
 )
 
 // ConsoleActions lets the operator console act through this service: the
@@ -21,34 +20,44 @@ func (a ConsoleActions) as(ctx context.Context, operator string) context.Context
 	return auth.WithPrincipal(ctx, auth.Principal{Actor: "console:" + operator, Admin: true})
 }
 
-// Redrive re-drives a dead letter (console.Actions).
-func (a ConsoleActions) Redrive(ctx context.Context, operator string, id uuid.UUID, note string) error {
-	_, err := a.S.RedrivePayment(a.as(ctx, operator), &payschedv1.RedrivePaymentRequest{PaymentId: id.String(), Note: note})
+// deadAt pins a console request's payment: the dead letter at attempt, as
+// it was when requested.
+func deadAt(attempt int32) *pinned { return &pinned{status: payment.DeadLettered, attempt: attempt} }
+
+// Redrive re-drives the dead letter id if it is still dead-lettered at
+// attempt (console.Actions); otherwise it answers CHANGED_SINCE_REQUEST.
+func (a ConsoleActions) Redrive(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error {
+	_, err := a.S.redrive(a.as(ctx, operator), &payschedv1.RedrivePaymentRequest{PaymentId: id.String(), Note: note}, deadAt(attempt))
 	return err
 }
 
-// Resolve resolves a dead letter as failed (console.Actions).
-func (a ConsoleActions) Resolve(ctx context.Context, operator string, id uuid.UUID, note string) error {
-	_, err := a.S.ResolvePayment(a.as(ctx, operator), &payschedv1.ResolvePaymentRequest{PaymentId: id.String(), Note: note})
+// Resolve resolves the dead letter id as failed if it is still
+// dead-lettered at attempt (console.Actions).
+func (a ConsoleActions) Resolve(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error {
+	_, err := a.S.resolve(a.as(ctx, operator), &payschedv1.ResolvePaymentRequest{PaymentId: id.String(), Note: note}, deadAt(attempt))
 	return err
 }
 
-// Cancel cancels a payment at rest (console.Actions).
-func (a ConsoleActions) Cancel(ctx context.Context, operator string, id uuid.UUID, note string) error {
-	_, err := a.S.CancelPayment(a.as(ctx, operator), &payschedv1.CancelPaymentRequest{PaymentId: id.String(), Note: note})
+// Cancel cancels the dead letter id if it is still dead-lettered at
+// attempt (console.Actions): a payment re-driven since is PENDING, and
+// cancelling it is not what was approved.
+func (a ConsoleActions) Cancel(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error {
+	_, err := a.S.cancel(a.as(ctx, operator), &payschedv1.CancelPaymentRequest{PaymentId: id.String(), Note: note}, deadAt(attempt))
 	return err
 }
 
 // Reconcile starts a run of day in the background (a run can take
-// minutes; its row shows it RUNNING meanwhile) and returns at once.
+// minutes; its row shows it RUNNING meanwhile) and returns at once; one
+// already in flight is answered FAILED_PRECONDITION RUN_IN_PROGRESS,
+// nothing started (console.Actions).
 func (a ConsoleActions) Reconcile(ctx context.Context, operator string, day time.Time) error {
-	if a.S.runner == nil {
-		return apierr.New(codes.FailedPrecondition, "RECONCILER_NOT_CONFIGURED", "this admin-api has no gateway address to reconcile against", nil)
+	done, err := a.S.startRun(ctx, day, "admin:console:"+operator)
+	if err != nil {
+		return err
 	}
-	rctx := a.as(context.WithoutCancel(ctx), operator)
 	go func() {
-		if _, err := a.S.TriggerReconciliationRun(rctx, &payschedv1.TriggerReconciliationRunRequest{Day: day.Format(time.DateOnly)}); err != nil {
-			a.S.log.Error("console reconciliation run", "day", day.Format(time.DateOnly), "err", err)
+		if res := <-done; res.Err != nil {
+			a.S.log.Error("console reconciliation run", "day", day.Format(time.DateOnly), "err", res.Err)
 		}
 	}()
 	return nil

@@ -35,6 +35,13 @@ const (
 	ReasonInternal            = "INTERNAL"
 	ReasonUnavailable         = "UNAVAILABLE"
 	ReasonRateLimited         = "RATE_LIMITED"
+	// ReasonChangedSinceRequest: an operator's action approved on a
+	// payment as it was when requested (the console's four eyes) finds it
+	// changed since: it is skipped, not acted on.
+	ReasonChangedSinceRequest = "CHANGED_SINCE_REQUEST"
+	// ReasonRunInProgress: a reconciliation run of the day is already in
+	// flight; a second start is answered, not queued behind it.
+	ReasonRunInProgress = "RUN_IN_PROGRESS"
 )
 
 // Violation is one invalid field.

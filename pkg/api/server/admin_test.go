@@ -16,9 +16,9 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/adminserver"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/rest"
-	"github.com/paysched/paysched/pkg/api/server"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/tools/gatewaysim"
@@ -34,7 +34,7 @@ func adminToken(t testing.TB, actor string) string {
 }
 
 // withGateway serves an in-memory gateway-sim and points the admin API at it.
-func withGateway(t *testing.T) (*gatewaysim.MemLedger, func(*server.AdminConfig)) {
+func withGateway(t *testing.T) (*gatewaysim.MemLedger, func(*adminserver.Config)) {
 	ledger := gatewaysim.NewMemLedger()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,7 +44,7 @@ func withGateway(t *testing.T) (*gatewaysim.MemLedger, func(*server.AdminConfig)
 	gatewayv1.RegisterGatewayServiceServer(gs, gatewaysim.New(ledger, nil))
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
-	return ledger, func(c *server.AdminConfig) { c.Gateway = &dial.Flags{Kind: dial.KindGRPC, Addr: lis.Addr().String()} }
+	return ledger, func(c *adminserver.Config) { c.Gateway = &dial.Flags{Kind: dial.KindGRPC, Addr: lis.Addr().String()} }
 }
 
 // deadLetter makes a dead-lettered payment of payer.

@@ -1,9 +1,10 @@
-// Package server assembles the two API processes: payments-api (the
-// payers' PaymentsService over gRPC and REST) and admin-api (the
-// operators' AdminService), each with its Postgres pool, gRPC server and
-// REST gateway, and runs them until the context ends. They share the
-// plumbing and nothing else: payments-api holds no gateway access and no
-// admin power, admin-api no payer's.
+// Package server assembles payments-api (the payers' PaymentsService over
+// gRPC and REST) with its Postgres pool, gRPC server and REST gateway, and
+// runs it until the context ends; and it holds the plumbing admin-api
+// (pkg/api/adminserver) shares: listeners, the pool and token verifier,
+// the readiness check, the UTF-8 codec. Nothing of the admin side is
+// imported here: payments-api holds no gateway access and no admin power,
+// and its binary does not even carry the code.
 package server
 
 import (
@@ -22,20 +23,15 @@ import (
 
 	"github.com/paysched/paysched/gen/openapi"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
-	"github.com/paysched/paysched/pkg/api/admin"
 	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/rest"
-	"github.com/paysched/paysched/pkg/console"
-	"github.com/paysched/paysched/pkg/gateway"
-	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/platform/tracing"
-	"github.com/paysched/paysched/pkg/reconcile"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -55,49 +51,9 @@ type Config struct {
 	Reflection bool
 }
 
-// AdminConfig is admin-api's configuration.
-type AdminConfig struct {
-	DatabaseURL string
-	DBMaxConns  int32
-	// Auth accepts admin tokens only (its AdminAudience; Audience empty).
-	Auth auth.Config
-	// Gateway is the gateway operators' moves ask first and reconciliation
-	// runs read; nil: those answer FAILED_PRECONDITION.
-	Gateway *dial.Flags
-	// RateLimit is the per-operator request rate limit.
-	RateLimit ratelimit.Config
-	// Reflection serves gRPC server reflection (development).
-	Reflection bool
-	// Console, if set, is served under /console/ on the REST listener.
-	Console *console.Config
-	// AuditDatabaseURL, if set, is the audit log's database: the
-	// console shows a payment's history from it.
-	AuditDatabaseURL string
-}
-
-// Validate reports the first configuration error.
-func (cfg AdminConfig) Validate() error {
-	if cfg.Console != nil {
-		if err := cfg.Console.Validate(); err != nil {
-			return err
-		}
-	}
-	switch {
-	case cfg.DBMaxConns < 0:
-		return fmt.Errorf("--db-max-conns must not be negative, got %d", cfg.DBMaxConns)
-	case cfg.RateLimit.Rate < 0 || cfg.RateLimit.Burst < 0:
-		return errors.New("--actor-rate and --actor-burst must not be negative")
-	case cfg.Auth.Audience != "":
-		return errors.New("admin-api accepts admin tokens only: no payments audience")
-	}
-	return nil
-}
-
-// Server is a running payments-api or admin-api.
+// Server is a running payments-api.
 type Server struct {
-	name    string
 	pool    *pgxpool.Pool
-	gw      dial.Gateway
 	batcher *store.Batcher
 	horizon time.Duration
 	grpc    *grpc.Server
@@ -107,9 +63,6 @@ type Server struct {
 	log     *slog.Logger
 	// reflection: gRPC server reflection is served (development).
 	reflection bool
-	// console, when served, runs its caches and bulk requests beside.
-	console *console.Console
-	audit   *pgxpool.Pool
 }
 
 // Validate reports the first configuration error.
@@ -141,7 +94,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.CreateWorkers <= 0 {
 		cfg.CreateWorkers = 8
 	}
-	pool, verifier, err := connect(ctx, cfg.DatabaseURL, int(cfg.DBMaxConns), cfg.Auth)
+	pool, verifier, err := Connect(ctx, cfg.DatabaseURL, int(cfg.DBMaxConns), cfg.Auth)
 	if err != nil {
 		return nil, err
 	}
@@ -160,12 +113,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		// A span per RPC, parent of the handler's statements.
 		tracing.ServerOption(),
 		// Invalid UTF-8 in a request is the client's error, not Internal.
-		grpc.ForceServerCodecV2(newUTF8Codec()),
+		grpc.ForceServerCodecV2(UTF8Codec()),
 		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), apierr.ProtoFieldNames(), verifier.UnaryInterceptor(), limiter.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)...)
 	payschedv1.RegisterPaymentsServiceServer(gs, pay)
-	ready := pinger(pool)
+	ready := Pinger(pool)
 	h, err := rest.New(ctx, rest.Options{
 		Payments: pay, CreateViolations: pay.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
 		OpenAPI: openapi.JSON, OpenAPIv3: openapi.JSONv3, RPC: rpcm, Log: log,
@@ -175,14 +128,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
 	return &Server{
-		name: "payments-api", pool: pool, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, http: h, ready: ready,
+		pool: pool, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, http: h, ready: ready,
 		reg: reg, log: log, reflection: cfg.Reflection,
 	}, nil
 }
 
-// connect opens an API's pool and token verifier. Its statements name one
+// Connect opens an API's pool and token verifier. Its statements name one
 // payment's due time: custom plans keep one partition (svc.CustomPlans).
-func connect(ctx context.Context, url string, conns int, a auth.Config) (*pgxpool.Pool, *auth.Verifier, error) {
+func Connect(ctx context.Context, url string, conns int, a auth.Config) (*pgxpool.Pool, *auth.Verifier, error) {
 	pool, err := svc.Pool(ctx, url, conns, svc.CustomPlans)
 	if err != nil {
 		return nil, nil, err
@@ -231,94 +184,13 @@ func (l Listeners) Close() {
 	}
 }
 
-// pinger is a readiness check: the database answers.
-func pinger(pool *pgxpool.Pool) func(context.Context) error {
+// Pinger is a readiness check: the database answers.
+func Pinger(pool *pgxpool.Pool) func(context.Context) error {
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		return pool.Ping(ctx)
 	}
-}
-
-// NewAdmin builds admin-api: AdminService over gRPC and REST
-// (/v1/admin/..., and its OpenAPI document to admins), its own database
-// role's pool, and the gateway operators' moves ask first.
-func NewAdmin(ctx context.Context, cfg AdminConfig, log *slog.Logger) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	pool, verifier, err := connect(ctx, cfg.DatabaseURL, int(max(cfg.DBMaxConns, 8)), cfg.Auth)
-	if err != nil {
-		return nil, err
-	}
-	reg := obs.Registry()
-	rpcm := obs.NewRPCMetrics(reg)
-	limiter := ratelimit.New(cfg.RateLimit)
-	gs := grpc.NewServer(svc.GRPCServerOptions(
-		tracing.ServerOption(),
-		grpc.ForceServerCodecV2(newUTF8Codec()),
-		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), apierr.ProtoFieldNames(), verifier.UnaryInterceptor(), limiter.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
-	)...)
-	var runner *reconcile.Runner
-	var prober admin.Prober
-	var gw dial.Gateway
-	if cfg.Gateway != nil {
-		// Settlement pages are large: up to 10,000 charges each.
-		gw, err = cfg.Gateway.Open(ctx, svc.FastReconnect(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-		if err != nil {
-			pool.Close()
-			return nil, err
-		}
-		runner = &reconcile.Runner{DB: pool, Gateway: gw, Metrics: reconcile.NewMetrics(reg), Log: log}
-		prober = &gateway.Charger{Gateway: gw, ProbeTimeout: 5 * time.Second}
-	}
-	adm := admin.New(pool, runner, prober, log)
-	payschedv1.RegisterAdminServiceServer(gs, adm)
-	ready := pinger(pool)
-	h, err := rest.New(ctx, rest.Options{
-		Admin: adm, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
-		AdminOpenAPI: openapi.AdminJSON, RPC: rpcm, Log: log,
-	})
-	if err != nil {
-		pool.Close()
-		if gw != nil {
-			gw.Close()
-		}
-		return nil, fmt.Errorf("rest gateway: %w", err)
-	}
-	srv := &Server{name: "admin-api", pool: pool, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log,
-		reflection: cfg.Reflection}
-	if cfg.Console != nil {
-		if err := srv.serveConsole(ctx, cfg, adm); err != nil {
-			srv.close()
-			return nil, err
-		}
-	}
-	return srv, nil
-}
-
-// serveConsole mounts the operator console under /console/ beside the
-// REST API.
-func (s *Server) serveConsole(ctx context.Context, cfg AdminConfig, adm *admin.Server) error {
-	ccfg := *cfg.Console
-	if cfg.AuditDatabaseURL != "" {
-		audit, err := svc.Pool(ctx, cfg.AuditDatabaseURL, 4, svc.CustomPlans)
-		if err != nil {
-			return fmt.Errorf("audit database: %w", err)
-		}
-		s.audit, ccfg.AuditDB = audit, audit
-	}
-	c, err := console.New(ctx, ccfg, s.pool, admin.ConsoleActions{S: adm}, s.log)
-	if err != nil {
-		return err
-	}
-	mux := http.NewServeMux()
-	mux.Handle(console.Prefix+"/", c)
-	mux.Handle(console.Prefix, c)
-	mux.Handle("/", s.http)
-	s.console, s.http = c, mux
-	return nil
 }
 
 func (s *Server) ensurePartitions(ctx context.Context) {
@@ -338,16 +210,9 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 	defer s.close()
 	// A create beyond the last partition would fail, so the API keeps
 	// partitions through its own horizon, hourly, whether or not a reaper runs.
-	var upkeep func(ctx context.Context) error
-	if s.batcher != nil {
-		upkeep = s.upkeep
-	}
-	if s.console != nil {
-		upkeep = s.console.Run
-	}
-	return svc.Server{Name: s.name, Log: s.log, Registry: s.reg, GRPC: s.grpc, GRPCListener: l.GRPC,
+	return svc.Server{Name: "payments-api", Log: s.log, Registry: s.reg, GRPC: s.grpc, GRPCListener: l.GRPC,
 		Reflection: s.reflection, HTTP: s.http, HTTPListener: l.HTTP, InternalListener: l.Internal, Ready: s.ready,
-		Grace: 20 * time.Second}.Run(ctx, upkeep)
+		Grace: 20 * time.Second}.Run(ctx, s.upkeep)
 }
 
 // upkeep keeps partitions through the horizon, hourly.
@@ -366,14 +231,6 @@ func (s *Server) upkeep(ctx context.Context) error {
 
 // close releases what New opened, after the servers have stopped.
 func (s *Server) close() {
-	if s.batcher != nil {
-		s.batcher.Close()
-	}
-	if s.gw != nil {
-		s.gw.Close()
-	}
-	if s.audit != nil {
-		s.audit.Close()
-	}
+	s.batcher.Close()
 	s.pool.Close()
 }

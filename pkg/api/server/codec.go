@@ -22,7 +22,9 @@ import (
 // fails as before.
 type utf8Codec struct{ encoding.CodecV2 }
 
-func newUTF8Codec() utf8Codec { return utf8Codec{encoding.GetCodecV2(proto.Name)} }
+// UTF8Codec is the APIs' server codec (grpc.ForceServerCodecV2): proto,
+// with invalid UTF-8 in a request refused as the client's mistake.
+func UTF8Codec() encoding.CodecV2 { return utf8Codec{encoding.GetCodecV2(proto.Name)} }
 
 // Unmarshal implements encoding.CodecV2.
 func (c utf8Codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/paysched/paysched/pkg/api/adminserver"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/server"
@@ -53,28 +54,33 @@ func start(t testing.TB, opts ...func(*server.Config)) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return run(t, url, func(ctx context.Context) (*server.Server, error) {
+	return run(t, url, func(ctx context.Context) (serving, error) {
 		return server.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	})
 }
 
-// startAdmin runs an admin-api in-process on free ports over a fresh
-// database; opts adjust the test configuration.
-func startAdmin(t testing.TB, opts ...func(*server.AdminConfig)) *env {
+// startAdmin runs an admin-api (pkg/api/adminserver) in-process on free
+// ports over a fresh database; opts adjust the test configuration.
+func startAdmin(t testing.TB, opts ...func(*adminserver.Config)) *env {
 	t.Helper()
 	url := pgtest.NewURL(t)
-	cfg := server.AdminConfig{DatabaseURL: url, DBMaxConns: 8,
+	cfg := adminserver.Config{DatabaseURL: url, DBMaxConns: 8,
 		Auth: auth.Config{HS256Secret: []byte(testSecret), Issuer: auth.DefaultIssuer, AdminAudience: auth.DefaultAdminAudience}}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return run(t, url, func(ctx context.Context) (*server.Server, error) {
-		return server.NewAdmin(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return run(t, url, func(ctx context.Context) (serving, error) {
+		return adminserver.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	})
 }
 
+// serving is payments-api's or admin-api's server.
+type serving interface {
+	Serve(ctx context.Context, l server.Listeners) error
+}
+
 // run serves what build makes on free ports over the database at url.
-func run(t testing.TB, url string, build func(context.Context) (*server.Server, error)) *env {
+func run(t testing.TB, url string, build func(context.Context) (serving, error)) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := build(ctx)

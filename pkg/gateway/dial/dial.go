@@ -145,9 +145,21 @@ func (f *Flags) ValidateFor(m *config.Mode) error {
 	return nil
 }
 
-// Gateway is an open gateway; Close releases its connections.
+// StripeLive reports whether the Stripe key moves real money (sk_live_,
+// rk_live_): the livemode Stripe's events about our charges carry.
+func (f *Flags) StripeLive() (bool, error) {
+	key, err := config.ReadSecret(f.StripeKeyFile)
+	if err != nil {
+		return false, fmt.Errorf("--stripe-key-file: %w", err)
+	}
+	return strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"), nil
+}
+
+// Gateway is an open gateway; Close releases its connections. It tells
+// its clock (gateway.CheckClock).
 type Gateway interface {
 	gateway.Gateway
+	gateway.Clocked
 	Close()
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/stripe/stripe-go/v82"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/paysched/paysched/pkg/gateway"
 )
 
 // toStatus maps a stripe-go error to the port's gRPC status (see
@@ -34,7 +36,7 @@ func (a *Adapter) toStatus(op string, err error) error {
 	switch {
 	case se.HTTPStatusCode == http.StatusTooManyRequests:
 		// Rate limits and lock timeouts: Stripe did not run the request.
-		return status.Error(codes.ResourceExhausted, msg)
+		return gateway.RateLimited("%s", msg)
 	case se.HTTPStatusCode == http.StatusUnauthorized:
 		return status.Error(codes.Unauthenticated, msg)
 	case se.HTTPStatusCode == http.StatusForbidden:

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v82"
+	"github.com/stripe/stripe-go/v82/form"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -124,6 +125,24 @@ func New(cfg Config) (*Adapter, error) {
 // Close implements dial.Gateway; the HTTP client needs no closing.
 func (a *Adapter) Close() {}
 
+// Clock implements gateway.Clocked: the Date header of a one-item listing
+// of PaymentIntents (a call every key the adapter works with may make).
+func (a *Adapter) Clock(ctx context.Context) (time.Time, error) {
+	p := &stripe.PaymentIntentListParams{}
+	p.Context = ctx
+	p.Limit = stripe.Int64(1)
+	q := &form.Values{}
+	form.AppendTo(q, p)
+	list := &stripe.PaymentIntentList{}
+	if err := a.api.CallRaw(http.MethodGet, "/v1/payment_intents", a.key.key, []byte(q.Encode()), p.GetParams(), list); err != nil {
+		return time.Time{}, a.toStatus("ask Stripe its clock", err)
+	}
+	if list.LastResponse == nil || list.LastResponse.Header.Get("Date") == "" {
+		return time.Time{}, errors.New("stripe: the answer carries no Date header")
+	}
+	return gateway.ParseDate(list.LastResponse.Header.Get("Date"))
+}
+
 // Charge implements gateway.Gateway: it creates and confirms, in one
 // request, an off-session PaymentIntent under Idempotency-Key = the key.
 func (a *Adapter) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
@@ -217,7 +236,7 @@ func (a *Adapter) defaultPaymentMethod(ctx context.Context, cus string) (pm, rea
 		// Only a read failed: nothing was charged, so it must not read as
 		// "may have charged". RESOURCE_EXHAUSTED is the port's "not
 		// charged, Stripe unhealthy, retry later".
-		return "", "", status.Errorf(codes.ResourceExhausted, "stripe: nothing charged: %s", st.Message())
+		return "", "", gateway.RateLimited("stripe: nothing charged: %s", st.Message())
 	}
 	if got.Deleted {
 		return "", "no_such_customer: customer " + cus + " is deleted", nil
@@ -255,50 +274,83 @@ func (a *Adapter) GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest
 		// id (payers never change), so no PaymentIntent can exist for it.
 		return nil, gateway.Absent("stripe: payer %q is not a Stripe customer: no PaymentIntent is ever made for it", req.GetPayer())
 	}
-	var since time.Time
-	if nb := req.GetNotBefore(); nb != nil {
-		since = nb.AsTime().Add(-clockSkew)
-	}
-	found, complete, err := a.listFor(ctx, cus, key, since)
+	since := windowStart(req.GetNotBefore())
+	found, read, complete, err := a.listFor(ctx, cus, key, since)
 	if err != nil {
 		return nil, err
 	}
-	if len(found) == 0 && !complete {
-		return nil, status.Errorf(codes.NotFound, "stripe: customer %s has over %d PaymentIntents since %s; none of those listed is %s, the rest were not read",
-			cus, maxListed, since.Format(time.RFC3339), key)
+	if !complete {
+		// A partial read proves nothing and decides nothing: what it did
+		// not read may hold this payment's success (or a second one). Not
+		// knowing is an unproven NOT_FOUND: asked again later.
+		return nil, status.Errorf(codes.NotFound, "stripe: customer %s has more PaymentIntents since %s than this probe could read in its time (%d read, %d of them this payment's): not known",
+			cus, since.Format(time.RFC3339), read, len(found))
 	}
 	return pick(key, found, fmt.Sprintf("customer %s since %s", cus, since.Format(time.RFC3339)))
 }
 
-// clockSkew widens the listing window: the engine's clock (the due time)
-// and Stripe's (created) need not agree.
-const clockSkew = 10 * time.Minute
+// ClockSkew widens the listing window: the engine's clock (the due time)
+// and Stripe's (created) may disagree by up to gateway.ClockSkew.
+const ClockSkew = gateway.ClockSkew
 
-// maxListed bounds the PaymentIntents one probe reads (100 a page).
-const maxListed = 1000
+// windowStart is where a listing for a payment due at notBefore starts:
+// the due time less the skew margin (nil: the whole history).
+func windowStart(notBefore *timestamppb.Timestamp) time.Time {
+	if notBefore == nil {
+		return time.Time{}
+	}
+	return notBefore.AsTime().Add(-ClockSkew)
+}
+
+// maxPages bounds one listing when its caller set no deadline (100
+// PaymentIntents a page); with a deadline, the deadline does.
+const maxPages = 100
 
 // listFor lists customer cus's PaymentIntents created since since (zero:
-// all) and returns those made for key; complete is false if it stopped at
-// maxListed before the end.
-func (a *Adapter) listFor(ctx context.Context, cus, key string, since time.Time) (found []*stripe.PaymentIntent, complete bool, err error) {
+// all) and returns those made for key, and how many it read. It reads
+// page after page while its caller's time allows one more (the last
+// page's duration, twice, must fit before ctx's deadline): a customer's
+// PaymentIntents since a due time fit, however long its history. complete
+// is false when it stopped before the end (out of time, or maxPages):
+// then what it found decides nothing.
+func (a *Adapter) listFor(ctx context.Context, cus, key string, since time.Time) (found []*stripe.PaymentIntent, read int, complete bool, err error) {
 	p := &stripe.PaymentIntentListParams{Customer: stripe.String(cus)}
+	p.Context = ctx
 	p.Limit = stripe.Int64(100)
 	if !since.IsZero() {
 		p.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}
 	}
-	n := 0
-	for pi, err := range a.sc.V1PaymentIntents.List(ctx, p) {
-		if err != nil {
-			return nil, false, a.toStatus("list payment intents of "+cus, err)
+	for pages := 0; ; pages++ {
+		if pages == maxPages {
+			return found, read, false, nil
 		}
-		if pi.Metadata[MetaPaymentID] == key {
-			found = append(found, pi)
+		start := a.now()
+		// One page by hand, as stripe-go's iterator does it, to see
+		// has_more.
+		q := &form.Values{}
+		form.AppendTo(q, p)
+		list := &stripe.PaymentIntentList{}
+		if err := a.api.CallRaw(http.MethodGet, "/v1/payment_intents", a.key.key, []byte(q.Encode()), p.GetParams(), list); err != nil {
+			if ctx.Err() != nil && pages > 0 {
+				// Our own time ran out mid-listing: not Stripe's failure.
+				return found, read, false, nil
+			}
+			return nil, read, false, a.toStatus("list payment intents of "+cus, err)
 		}
-		if n++; n >= maxListed {
-			return found, false, nil
+		for _, pi := range list.Data {
+			if pi.Metadata[MetaPaymentID] == key {
+				found = append(found, pi)
+			}
 		}
+		read += len(list.Data)
+		if !list.HasMore || len(list.Data) == 0 {
+			return found, read, true, nil
+		}
+		if d, ok := ctx.Deadline(); ok && d.Sub(a.now()) < 2*a.now().Sub(start) {
+			return found, read, false, nil
+		}
+		p.StartingAfter = stripe.String(list.Data[len(list.Data)-1].ID)
 	}
-	return found, true, nil
 }
 
 // search looks a key up with the Search API: eventually consistent, so a
@@ -504,15 +556,19 @@ func declined(req *gatewayv1.ChargeRequest, se *stripe.Error) *gatewayv1.Charge 
 // cannot be proven, nothing is decided: UNAVAILABLE, which the engine
 // reads as "may have charged" and asks about again.
 func (a *Adapter) declineUnlessCharged(ctx context.Context, req *gatewayv1.ChargeRequest, cus, reason string) (*gatewayv1.Charge, error) {
-	found, complete, err := a.listFor(ctx, cus, req.GetIdempotencyKey(), time.Time{})
+	since := windowStart(req.GetNotBefore())
+	found, read, complete, err := a.listFor(ctx, cus, req.GetIdempotencyKey(), since)
 	switch {
 	case err != nil:
 		return nil, status.Errorf(codes.Unavailable, "stripe: %s, and whether an earlier attempt charged it is unknown: %s",
 			reason, status.Convert(err).Message())
+	case !complete:
+		// Checked before what was found: a partial read decides nothing
+		// (a decline it saw may be followed by a success it did not).
+		return nil, status.Errorf(codes.Unavailable, "stripe: %s, and customer %s has more PaymentIntents since %s than could be read in time (%d read) to prove none is this payment's",
+			reason, cus, since.Format(time.RFC3339), read)
 	case len(found) > 0:
 		return pick(req.GetIdempotencyKey(), found, "")
-	case !complete:
-		return nil, status.Errorf(codes.Unavailable, "stripe: %s, and customer %s has too many PaymentIntents to prove none is this payment's", reason, cus)
 	}
 	return declinedLocally(req, reason), nil
 }

@@ -26,14 +26,20 @@ const StripeMetadataKey = "paysched_payment_id"
 var ErrNotStripeEvent = errors.New("body is not a Stripe event")
 
 type stripeEvent struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Type    string `json:"type"`
-	Created int64  `json:"created"`
+	ID       string `json:"id"`
+	Object   string `json:"object"`
+	Type     string `json:"type"`
+	Created  int64  `json:"created"`
+	Livemode bool   `json:"livemode"`
+	// Account is set on a Connect event: one about a connected account.
+	Account string `json:"account"`
 	Data    struct {
 		Object struct {
-			ID               string            `json:"id"`
-			Object           string            `json:"object"`
+			ID     string `json:"id"`
+			Object string `json:"object"`
+			// Customer is the customer's id, or the customer itself when
+			// expanded, or null.
+			Customer         json.RawMessage   `json:"customer"`
 			Amount           int64             `json:"amount"`
 			Currency         string            `json:"currency"`
 			Status           string            `json:"status"`
@@ -58,12 +64,13 @@ func ParseStripe(body []byte) (Event, error) {
 		return Event{}, ErrNotStripeEvent
 	}
 	o := se.Data.Object
-	e := Event{ID: se.ID, Type: se.Type, Created: se.Created}
+	e := Event{ID: se.ID, Type: se.Type, Created: se.Created, Livemode: se.Livemode, Account: se.Account}
 	if o.Object != "payment_intent" {
 		return e, nil
 	}
 	e.Data = Charge{ChargeID: o.ID, IdempotencyKey: o.Metadata[StripeMetadataKey], Reference: o.Metadata[StripeMetadataKey],
-		Amount: o.Amount, Currency: strings.ToUpper(o.Currency), Status: o.Status, CreatedAt: time.Unix(o.Created, 0).UTC()}
+		Payer: stripeID(o.Customer), Amount: o.Amount, Currency: strings.ToUpper(o.Currency), Status: o.Status,
+		CreatedAt: time.Unix(o.Created, 0).UTC()}
 	switch se.Type {
 	case StripeSucceeded:
 		if o.Status == "succeeded" {
@@ -88,4 +95,20 @@ func ParseStripe(body []byte) (Event, error) {
 		}
 	}
 	return e, nil
+}
+
+// stripeID reads an expandable field: an id, or the object with its id;
+// "" for null or anything else.
+func stripeID(raw json.RawMessage) string {
+	var id string
+	if json.Unmarshal(raw, &id) == nil {
+		return id
+	}
+	var obj struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(raw, &obj) == nil {
+		return obj.ID
+	}
+	return ""
 }

@@ -41,19 +41,29 @@ type Event struct {
 	ID      string `json:"id"`
 	Type    string `json:"type"`
 	Created int64  `json:"created"`
+	// Livemode: the charge moved real money (Stripe's livemode). A
+	// receiver applies only events of its own mode.
+	Livemode bool `json:"livemode"`
+	// Account names the account the charge was made in when it is not the
+	// receiver's own (a Stripe connected account's event); empty: ours.
+	Account string `json:"account,omitempty"`
 	Data    Charge `json:"data"`
 }
 
 // Charge is the charge an event reports.
 type Charge struct {
-	ChargeID       string    `json:"chargeId"`
-	IdempotencyKey string    `json:"idempotencyKey"`
-	Reference      string    `json:"reference"`
-	Amount         int64     `json:"amount"`
-	Currency       string    `json:"currency"`
-	Status         string    `json:"status"`
-	DeclineReason  string    `json:"declineReason,omitempty"`
-	CreatedAt      time.Time `json:"createdAt"`
+	ChargeID       string `json:"chargeId"`
+	IdempotencyKey string `json:"idempotencyKey"`
+	Reference      string `json:"reference"`
+	// Payer is whom the charge was made on: the payment's payer (Stripe:
+	// the PaymentIntent's customer). A receiver applies an event only to a
+	// payment of that payer.
+	Payer         string    `json:"payer,omitempty"`
+	Amount        int64     `json:"amount"`
+	Currency      string    `json:"currency"`
+	Status        string    `json:"status"`
+	DeclineReason string    `json:"declineReason,omitempty"`
+	CreatedAt     time.Time `json:"createdAt"`
 }
 
 // Sign returns the signature header value for body at time t.

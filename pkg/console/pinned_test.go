@@ -1,0 +1,111 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paysched/paysched/pkg/api/admin"
+	"github.com/paysched/paysched/pkg/gateway"
+	"github.com/paysched/paysched/pkg/payment"
+)
+
+// absentProber answers every probe "proven absent": nothing the gateway
+// says stops an action, so only the pin can.
+type absentProber struct{}
+
+func (absentProber) Probe(context.Context, gateway.Payment) gateway.Result {
+	return gateway.Result{Outcome: payment.Retryable, Absent: true}
+}
+func (absentProber) Cancel(context.Context, gateway.Payment, string) gateway.Result {
+	return gateway.Result{}
+}
+
+// newAdminHarness is a console acting through the real admin service.
+func newAdminHarness(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	h := newHarness(t, cfg)
+	h.c.actions = admin.ConsoleActions{S: admin.New(h.db, nil, absentProber{}, quiet)}
+	return h
+}
+
+// TestBulkActionSkipsPaymentsChangedSinceTheRequest: a bulk request pins
+// its payments when it is requested; what the approver approves is those
+// dead letters as they were. One re-driven since (PENDING at the same
+// attempt), one re-driven and dead-lettered again (a later attempt) and
+// one resolved are skipped and reported when it runs, not acted on; the
+// unchanged one is. Each action is tried.
+func TestBulkActionSkipsPaymentsChangedSinceTheRequest(t *testing.T) {
+	for _, action := range []string{"CANCEL", "REDRIVE", "RESOLVE"} {
+		t.Run(action, func(t *testing.T) {
+			h := newAdminHarness(t, Config{ApprovalAmount: 1 << 40})
+			ids := h.schedule(4, time.Now().Add(-time.Minute), 500)
+			h.deadLetter(ids)
+			ada, bea := h.as("ada", Admin), h.as("bea", Admin)
+			rid := requestID(t, h.post(ada, "/console/requests", url.Values{"action": {action}, "reason": {"psp gone"},
+				"scope": {"all"}, "count": {"4"}}))
+			ctx := context.Background()
+			redriven, again, resolved, same := ids[0], ids[1], ids[2], ids[3]
+			for _, q := range []struct {
+				sql string
+				id  uuid.UUID
+			}{
+				{`UPDATE payments SET status = 'PENDING', probe_first = true, dead_letter_reason = NULL WHERE id = $1`, redriven},
+				{`UPDATE payments SET attempt = 2, dead_letter_reason = 'AMBIGUOUS_UNRESOLVED' WHERE id = $1`, again},
+				{`UPDATE payments SET status = 'FAILED', dead_letter_reason = NULL WHERE id = $1`, resolved},
+			} {
+				if _, err := h.db.Exec(ctx, q.sql, q.id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rec := h.post(bea, fmt.Sprintf("/console/requests/%d/decide", rid), url.Values{"decision": {"approve"}}); rec.Code != 303 {
+				t.Fatalf("approve: %d %s", rec.Code, rec.Body.String())
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go h.c.runRequests(rctx)
+			deadline := time.Now().Add(60 * time.Second)
+			for h.requestState(rid).State != "DONE" {
+				if time.Now().After(deadline) {
+					t.Fatalf("request not done: %+v", h.requestState(rid))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			want := map[uuid.UUID]string{redriven: "PENDING", again: "DEAD_LETTERED", resolved: "FAILED",
+				same: map[string]string{"CANCEL": "CANCELLED", "REDRIVE": "PENDING", "RESOLVE": "FAILED"}[action]}
+			for id, st := range want {
+				var got string
+				var attempt int32
+				if err := h.db.QueryRow(ctx, `SELECT status, attempt FROM payments WHERE id = $1`, id).Scan(&got, &attempt); err != nil {
+					t.Fatal(err)
+				}
+				if got != st {
+					t.Errorf("payment %s is %s (attempt %d), want %s", id, got, attempt, st)
+				}
+			}
+			var acted int
+			if err := h.db.QueryRow(ctx, `SELECT count(*) FROM payment_actions WHERE payment_id = ANY($1)`,
+				[]uuid.UUID{redriven, again, resolved}).Scan(&acted); err != nil || acted != 0 {
+				t.Errorf("%d actions on payments changed since the request (%v), want none", acted, err)
+			}
+			r := h.requestState(rid)
+			if r.Done != 1 {
+				t.Errorf("request %+v: want 1 done", r)
+			}
+			page := h.get(bea, fmt.Sprintf("/console/requests/%d", rid)).Body.String()
+			for _, id := range []uuid.UUID{redriven, again, resolved} {
+				if !strings.Contains(page, id.String()+": skipped") {
+					t.Errorf("the request page does not report %s as skipped", id)
+				}
+			}
+			if !strings.Contains(page, "3 skipped") {
+				t.Errorf("the request page does not count the skipped payments")
+			}
+		})
+	}
+}
