@@ -22,22 +22,32 @@ BEGIN
     EXECUTE format('GRANT SELECT ON %I TO paysched_sweeper, paysched_executor, paysched_admin', part);
     EXECUTE format('GRANT UPDATE (status, lease_until, lease_owner, attempt, probe_first, updated_at) ON %I TO paysched_sweeper', part);
     EXECUTE format('GRANT UPDATE (status, run_at, retries, probe_first, gateway_ref, last_error, dead_letter_reason,'
-                   ' lease_until, lease_owner, updated_at, releases, failure_reason) ON %I TO paysched_executor', part);
+                   ' lease_until, lease_owner, updated_at, releases, failure_reason, attempt_outcome, attempt_started_at,'
+                   ' attempt_error, attempt_ref, attempt_executor) ON %I TO paysched_executor', part);
 END
 $$;
 REVOKE EXECUTE ON FUNCTION paysched_grant_partition(text) FROM PUBLIC;
 SELECT paysched_grant_partition(c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = 'payments'::regclass;
 
--- The guard, whole. prev_status is set first, whoever updates (0015): it
--- is the record's, not a check.
+-- The guard, whole. prev_status and the attempt columns are kept first,
+-- whoever updates (0015): they are the record's, not a check.
 CREATE OR REPLACE FUNCTION paysched_guard_payment() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         NEW.prev_status := NULL;
+        NEW.attempt_outcome := NULL; NEW.attempt_started_at := NULL; NEW.attempt_error := NULL;
+        NEW.attempt_ref := NULL; NEW.attempt_executor := NULL;
     ELSE
         NEW.prev_status := OLD.status;
+        -- The attempt columns describe the attempt this change records, and
+        -- no later change's: an update that records no new attempt clears
+        -- them (a recorded attempt has its own started_at).
+        IF NEW.attempt_started_at IS NOT DISTINCT FROM OLD.attempt_started_at THEN
+            NEW.attempt_outcome := NULL; NEW.attempt_started_at := NULL; NEW.attempt_error := NULL;
+            NEW.attempt_ref := NULL; NEW.attempt_executor := NULL;
+        END IF;
     END IF;
     IF current_setting('is_superuser') = 'on' THEN
         RETURN NEW;
@@ -97,7 +107,7 @@ END
 $$;
 -- The triggers of 0012 and 0015 stay as they are: paysched_guard_move's
 -- WHEN covers every change checked above (a status change, probe_first
--- cleared) and a stale prev_status.
+-- cleared), a stale prev_status and attempt columns set or to clear.
 
 -- A console request pins each payment's attempt when it is requested: the
 -- approver approves those dead letters as they were, and the runner skips
