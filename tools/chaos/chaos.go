@@ -84,14 +84,14 @@ type run struct {
 	conns   []*grpc.ClientConn
 	tls     devtls.Files // gateway-sim's certificate and token
 
-	mu       sync.Mutex
-	events   []string       // what the driver did, in order
-	kills    map[string]int // kill -9 per process
+	mu     sync.Mutex
+	events []string       // what the driver did, in order
+	kills  map[string]int // kill -9 per process
 	// killsHolding counts the executors killed while their completer held
 	// outcomes (--complete-wait).
 	killsHolding int
-	findings []string
-	res      Result
+	findings     []string
+	res          Result
 }
 
 func (r *run) addr(off int) string { return fmt.Sprintf("127.0.0.1:%d", r.cfg.Base+off) }
