@@ -44,21 +44,7 @@ func TestAnUnrecordableOutcomeCostsOnlyItself(t *testing.T) {
 	c := newCluster(t, opts{lease: 2 * time.Minute, noSweeper: true})
 	ids := c.schedule(30, "bob", time.Now())
 	bad := ids[7]
-	ctx := context.Background()
-	for _, q := range []string{
-		`CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
-		 BEGIN
-		   IF NEW.payment_id = '` + bad.String() + `' AND NEW.outcome = 'SUCCEEDED' THEN
-		     RAISE EXCEPTION 'invalid byte sequence for encoding "UTF8": 0x00' USING ERRCODE = '22021';
-		   END IF;
-		   RETURN NEW;
-		 END $$`,
-		`CREATE TRIGGER refuse_one BEFORE INSERT ON payment_attempts FOR EACH ROW EXECUTE FUNCTION refuse_one()`,
-	} {
-		if _, err := c.db.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	refuseSuccess(t, c, bad.String())
 	c.startSweeper("sweeper-0")
 	c.waitTerminal(60 * time.Second)
 	for _, id := range ids {
@@ -75,5 +61,48 @@ func TestAnUnrecordableOutcomeCostsOnlyItself(t *testing.T) {
 	}
 	if as := c.attempts(bad); len(as) != 1 || as[0].outcome != "AMBIGUOUS" {
 		t.Fatalf("its attempts %+v, want one AMBIGUOUS", as)
+	}
+}
+
+// A refused outcome alone in its flush (light load: one payment due) is
+// dead-lettered OUTCOME_UNRECORDABLE too. Before, the row-by-row fallback
+// ran only for batches of two or more, so a lone one came back unrecorded,
+// waited out its lease, was probed, refused again: forever, one lease per
+// round.
+func TestALoneUnrecordableOutcomeIsDeadLettered(t *testing.T) {
+	c := newCluster(t, opts{lease: 2 * time.Minute, noSweeper: true})
+	ids := c.schedule(1, "bob", time.Now())
+	refuseSuccess(t, c, ids[0].String())
+	c.startSweeper("sweeper-0")
+	c.waitTerminal(60 * time.Second)
+	if st, reason := c.status(ids[0]); st != "DEAD_LETTERED" || reason != "OUTCOME_UNRECORDABLE" {
+		t.Fatalf("%s %s, want DEAD_LETTERED OUTCOME_UNRECORDABLE", st, reason)
+	}
+	if !c.probeFirst(ids[0]) {
+		t.Fatal("the unrecordable one must ask first: it may have been charged")
+	}
+	if as := c.attempts(ids[0]); len(as) != 1 || as[0].outcome != "AMBIGUOUS" {
+		t.Fatalf("its attempts %+v, want one AMBIGUOUS", as)
+	}
+}
+
+// refuseSuccess makes the database refuse the SUCCEEDED attempt of one
+// payment, as it would refuse any unstorable value.
+func refuseSuccess(t *testing.T, c *cluster, id string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []string{
+		`CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN
+		   IF NEW.payment_id = '` + id + `' AND NEW.outcome = 'SUCCEEDED' THEN
+		     RAISE EXCEPTION 'invalid byte sequence for encoding "UTF8": 0x00' USING ERRCODE = '22021';
+		   END IF;
+		   RETURN NEW;
+		 END $$`,
+		`CREATE TRIGGER refuse_one BEFORE INSERT ON payment_attempts FOR EACH ROW EXECUTE FUNCTION refuse_one()`,
+	} {
+		if _, err := c.db.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

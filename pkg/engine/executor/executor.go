@@ -558,7 +558,19 @@ func (s *Server) flush(ts []*task) {
 	}
 	s.m.flush.Observe(float64(len(ts)))
 	applied, err := s.write(trs, 4)
-	if err != nil && len(ts) > 1 {
+	switch {
+	case err != nil && len(ts) == 1 && !store.Transient(err):
+		// A lone outcome the database refuses is dead-lettered at once, as
+		// one found by the row-by-row pass would be: left unrecorded, it
+		// would be refused again after every lease, forever.
+		t := ts[0]
+		var uerr error
+		if applied, uerr = s.unrecordable(t, err); uerr != nil {
+			t.result = internalv1.Result_RESULT_UNRECORDED
+			s.log.Error("outcome not recorded; its lease will expire and the next attempt probes", "payment", t.w.ID, "err", uerr)
+		}
+		err = nil
+	case err != nil && len(ts) > 1:
 		s.log.Warn("outcome batch refused; writing it row by row", "err", err, "items", len(ts))
 		applied, err = map[store.Applied]bool{}, nil
 		for i, t := range ts {
