@@ -111,10 +111,16 @@ type Result struct {
 	// Found is set by Probe: the gateway holds a charge under the key.
 	Found bool
 	// Absent is set by Probe: the gateway proved, with a strongly
-	// consistent read, that it holds no charge under the key. Only this
-	// lets a payment end without a charge, or be charged again after an
-	// attempt that may have reached the gateway.
+	// consistent read, that it holds no charge under the key, and no
+	// request of the payment can still be running there (MaxRequest).
+	// Only this lets a payment end without a charge, or be charged again
+	// after an attempt that may have reached the gateway.
 	Absent bool
+	// ProvableAt is set by Probe when the gateway proved an absence too
+	// soon after the payment's last request (within MaxRequest): not a
+	// proof yet, as that request may still charge; from ProvableAt on, the
+	// same answer is one.
+	ProvableAt time.Time
 	// FailReason, with Outcome DECLINED, says why (DECLINED, or the bound
 	// after which an undecided charge was cancelled at the gateway).
 	FailReason payment.FailReason
@@ -131,6 +137,11 @@ type Payment struct {
 	// DueAt is the payment's due time: no charge of it is older, so a
 	// gateway proving an absence lists the payer's charges from there.
 	DueAt time.Time
+	// SentBy is when every charge request of the payment's earlier
+	// attempts had been sent, by this process's clock (zero: none was
+	// ever claimed). A proven absence counts only once it is older than
+	// the gateway's longest request (Charger.MaxRequest).
+	SentBy time.Time
 }
 
 // Charger charges through a Gateway.
@@ -146,6 +157,14 @@ type Charger struct {
 	// ProcessingTimeout is the same for a charge the gateway keeps
 	// processing (PSP_TIMEOUT); 0: never.
 	ProcessingTimeout time.Duration
+	// MaxRequest is the longest the gateway may take to make a charge
+	// after its request was sent, its client gone or not (Stripe finishes
+	// a create whose client timed out). An absence it proves counts only
+	// once the payment's last request was sent longer ago than this: until
+	// then a request still running there may yet charge. 0: an absence
+	// counts at once (a gateway that never records a charge its caller
+	// left).
+	MaxRequest time.Duration
 	// Now is the clock (tests); time.Now when nil.
 	Now func() time.Time
 }
@@ -216,7 +235,11 @@ func (c *Charger) ChargeWithin(ctx context.Context, p Payment, limit time.Durati
 	// UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, ...: gRPC answers
 	// these also when the connection dropped after the request was sent.
 	first := "charge: " + msg
-	r := c.Probe(ctx, p)
+	// This attempt's own request just went: an absence is "not yet"
+	// whenever the earlier ones were sent (below).
+	q := p
+	q.SentBy = time.Time{}
+	r := c.Probe(ctx, q)
 	r.Uncertain = true
 	switch {
 	case r.Found:
@@ -248,6 +271,13 @@ func (c *Charger) Probe(ctx context.Context, p Payment) Result {
 		r.Found = got != nil
 		return c.settlePending(ctx, p, got, r)
 	case ProvenAbsent(err):
+		if at := p.SentBy.Add(c.MaxRequest); !p.SentBy.IsZero() && c.now().Before(at) {
+			// A request sent less than MaxRequest ago may still be made:
+			// "none yet" is all this says.
+			return Result{Outcome: payment.Ambiguous, Uncertain: true, ProvableAt: at,
+				Error: fmt.Sprintf("probe: no charge yet, but the request sent %s ago may still be made (the gateway's longest request: %s); an absence counts from %s",
+					c.now().Sub(p.SentBy).Round(time.Millisecond), c.MaxRequest, at.UTC().Format(time.RFC3339))}
+		}
 		return Result{Outcome: payment.Retryable, Absent: true, Error: "no charge under the key"}
 	case status.Code(err) == codes.NotFound:
 		// An index that may lag the charges found nothing: not a proof.

@@ -253,3 +253,41 @@ func TestGatewayStringsAreCleaned(t *testing.T) {
 		}
 	}
 }
+
+// TestAbsenceCountsPastTheLongestRequest: a proven absence is one only
+// once the payment's last request was sent longer ago than the gateway's
+// longest request; sooner, it says "none yet" (ambiguous, with the time
+// from which it would count). A charge found is found whenever.
+func TestAbsenceCountsPastTheLongestRequest(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	absent := fakeGateway{probeErr: gateway.Absent("none")}
+	for _, c := range []struct {
+		name     string
+		gw       fakeGateway
+		sentBy   time.Time
+		max      time.Duration
+		absent   bool
+		provable time.Time
+	}{
+		{"never sent", absent, time.Time{}, time.Minute, true, time.Time{}},
+		{"sent long ago", absent, now.Add(-61 * time.Second), time.Minute, true, time.Time{}},
+		{"sent just now", absent, now.Add(-time.Second), time.Minute, false, now.Add(59 * time.Second)},
+		{"no longest request", absent, now.Add(-time.Second), 0, true, time.Time{}},
+		{"charged, sent just now", fakeGateway{probe: charge(gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED)}, now.Add(-time.Second), time.Minute, false, time.Time{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gw := c.gw
+			p := pay
+			p.SentBy = c.sentBy
+			ch := &gateway.Charger{Gateway: gateway.FromClient(&gw), ProbeTimeout: time.Second, MaxRequest: c.max,
+				Now: func() time.Time { return now }}
+			r := ch.Probe(context.Background(), p)
+			if r.Absent != c.absent || !r.ProvableAt.Equal(c.provable) {
+				t.Fatalf("got %+v, want absent=%v provable at %s", r, c.absent, c.provable)
+			}
+			if !c.provable.IsZero() && (r.Outcome != payment.Ambiguous || !r.Uncertain || r.Unhealthy) {
+				t.Fatalf("too soon: %+v, want an ambiguous, uncertain, healthy answer", r)
+			}
+		})
+	}
+}

@@ -138,8 +138,13 @@ type Payment struct {
 	// ProbeFirst: an earlier attempt may have charged it; the next one
 	// asks the gateway first, and until then a cancel is refused.
 	ProbeFirst bool
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// RequestsSentBy is when the gateway requests of its attempts had all
+	// been sent, in the reading process's clock (zero: never claimed). A
+	// proven absence counts only once it is older than the gateway's
+	// longest request.
+	RequestsSentBy time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 	// Attempts is filled by Get only.
 	Attempts []Attempt
 	// Seq orders an actor's payments for listing (newest has the highest).

@@ -40,6 +40,10 @@ type Resolver struct {
 	// Backoff after an unanswered probe, doubling up to MaxBackoff
 	// (defaults 10s and 1h).
 	Backoff, MaxBackoff time.Duration
+	// MaxRequest is the gateway's longest request (gateway.Charger): an
+	// absence proven sooner after a dead letter's last request is not yet
+	// one, and its next probe waits.
+	MaxRequest time.Duration
 	// Batch: dead letters probed per scan (default 100).
 	Batch   int
 	Metrics *Metrics
@@ -84,11 +88,12 @@ func (r *Resolver) Once(ctx context.Context) (int, error) {
 	}
 	settled := 0
 	charger := &gateway.Charger{Gateway: r.Gateway, ProbeTimeout: 5 * time.Second,
-		ActionTimeout: r.Bounds.Action, ProcessingTimeout: r.Bounds.Processing}
+		ActionTimeout: r.Bounds.Action, ProcessingTimeout: r.Bounds.Processing, MaxRequest: r.MaxRequest}
 	for _, d := range ds {
 		// Read strictly: only a charge naming this payment's key, amount
 		// and currency with an explicit status settles it.
-		res := charger.Probe(ctx, gateway.Payment{ID: d.ID.String(), Payer: d.Payer, Amount: d.Amount, Currency: d.Currency, DueAt: d.DueTime})
+		res := charger.Probe(ctx, gateway.Payment{ID: d.ID.String(), Payer: d.Payer, Amount: d.Amount, Currency: d.Currency, DueAt: d.DueTime,
+			SentBy: d.SentBy})
 		m := store.Move{ID: d.ID, By: payment.Resolver, Actor: "reconciler", Action: "RESOLVE_AMBIGUOUS"}
 		switch {
 		case res.Absent:

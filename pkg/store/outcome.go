@@ -40,6 +40,10 @@ type Work struct {
 	// LeaseLeft is how long the claim's lease still ran when it was read
 	// (by the database's clock).
 	LeaseLeft time.Duration
+	// SentBy is when the requests of the payment's earlier attempts had
+	// all been sent (requests_sent_by), in this process's clock; zero if
+	// it was never claimed before.
+	SentBy time.Time
 }
 
 // loadSQL reads the rows of a batch that are still PROCESSING at the
@@ -52,10 +56,25 @@ type Work struct {
 // read as none left, and the executor does not start it.
 const loadSQL = `
 SELECT p.id, p.due_time, p.attempt, p.retries, p.probe_first, p.releases, p.payer, p.payee, p.amount_minor, p.currency,
-       COALESCE(EXTRACT(epoch FROM p.lease_until - clock_timestamp())::float8, 0)
+       COALESCE(EXTRACT(epoch FROM p.lease_until - clock_timestamp())::float8, 0), ` + sentAgoCol + `
 FROM unnest($1::uuid[], $2::timestamptz[], $3::int[]) AS u(id, due_time, attempt)
 JOIN %s p ON p.id = u.id AND p.due_time = u.due_time
 WHERE p.status = 'PROCESSING' AND p.attempt = u.attempt`
+
+// sentAgoCol reads how long ago a payment's requests had all been sent
+// (requests_sent_by) by the database's clock, which sentBy turns into
+// this process's: the two clocks may differ by more than a gateway's
+// longest request, an age does not.
+const sentAgoCol = `EXTRACT(epoch FROM clock_timestamp() - p.requests_sent_by)::float8`
+
+// sentBy is the instant, in this process's clock, ago seconds before now;
+// zero for none.
+func sentBy(ago *float64) time.Time {
+	if ago == nil {
+		return time.Time{}
+	}
+	return time.Now().Add(-time.Duration(*ago * float64(time.Second)))
+}
 
 // Load reads the claimed rows of items that are still current.
 func Load(ctx context.Context, db DB, items []Item) ([]Work, error) {
@@ -78,9 +97,11 @@ func Load(ctx context.Context, db DB, items []Item) ([]Work, error) {
 		}
 		var w Work
 		var left float64
-		_, err = pgx.ForEachRow(rows, []any{&w.ID, &w.DueTime, &w.Attempt, &w.Retries, &w.ProbeFirst, &w.Releases, &w.Payer, &w.Payee, &w.Amount, &w.Currency, &left},
+		var ago *float64
+		_, err = pgx.ForEachRow(rows, []any{&w.ID, &w.DueTime, &w.Attempt, &w.Retries, &w.ProbeFirst, &w.Releases, &w.Payer, &w.Payee, &w.Amount, &w.Currency, &left, &ago},
 			func() error {
 				w.LeaseLeft = time.Duration(left * float64(time.Second))
+				w.SentBy = sentBy(ago)
 				out = append(out, w)
 				return nil
 			})
@@ -135,6 +156,10 @@ type Transition struct {
 // out (cdc derives its change event from the payment's). An attempt row
 // whose payment was fenced out is not announced and is published itself,
 // as is the replacement of an ABANDONED row.
+//
+// attempt_executor is set on every move, an attempt's or not: a move
+// that names its executor and starts no attempt sent nothing, and the
+// guard keeps the payment's requests_sent_by (schema 17).
 const completeSQL = `
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::text[], $5::timestamptz[], $6::int[],
@@ -158,7 +183,7 @@ WITH u AS (
         attempt_started_at = CASE WHEN u.outcome <> '' THEN u.started_at END,
         attempt_error = CASE WHEN u.outcome <> '' THEN NULLIF(u.err, '') END,
         attempt_ref = CASE WHEN u.outcome <> '' THEN NULLIF(u.ref, '') END,
-        attempt_executor = CASE WHEN u.outcome <> '' THEN $13 END
+        attempt_executor = $13
     FROM u
     WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING' AND p.attempt = u.attempt
     RETURNING p.id, p.attempt

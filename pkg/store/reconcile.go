@@ -127,12 +127,14 @@ type Probe struct {
 	Currency string
 	// Probes already made.
 	Probes int32
+	// SentBy is when its requests had all been sent (Work.SentBy).
+	SentBy time.Time
 }
 
 // dueProbesSQL finds ambiguous dead letters whose next probe is due. Dead
 // letters are always past due, so only partitions up to now are read.
 const dueProbesSQL = `
-SELECT id, due_time, payer, amount_minor, currency, probes FROM payments
+SELECT id, due_time, payer, amount_minor, currency, probes, ` + sentAgoCol + ` FROM payments p
 WHERE status = 'DEAD_LETTERED' AND dead_letter_reason = 'AMBIGUOUS_UNRESOLVED'
   AND due_time <= now() AND run_at <= now()
 ORDER BY run_at LIMIT $1`
@@ -145,7 +147,9 @@ func DueProbes(ctx context.Context, db DB, limit int) ([]Probe, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Probe, error) {
 		var p Probe
-		err := row.Scan(&p.ID, &p.DueTime, &p.Payer, &p.Amount, &p.Currency, &p.Probes)
+		var ago *float64
+		err := row.Scan(&p.ID, &p.DueTime, &p.Payer, &p.Amount, &p.Currency, &p.Probes, &ago)
+		p.SentBy = sentBy(ago)
 		return p, err
 	})
 	if err != nil {

@@ -105,7 +105,7 @@ func main() {
 		}
 		ex, err := executor.New(cfg, pool,
 			&gateway.Charger{Gateway: gw, ChargeTimeout: *chargeTimeout, ProbeTimeout: *probeTimeout,
-				ActionTimeout: bounds.Action, ProcessingTimeout: bounds.Processing},
+				ActionTimeout: bounds.Action, ProcessingTimeout: bounds.Processing, MaxRequest: gwf.MaxRequestTime()},
 			reg, log)
 		if err != nil {
 			return err

@@ -113,7 +113,8 @@ func main() {
 			return err
 		}
 		runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}
-		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Bounds: *bounds, Interval: *probeEvery, Backoff: *probeBackoff, Metrics: m, Log: log}
+		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Bounds: *bounds, Interval: *probeEvery, Backoff: *probeBackoff,
+			MaxRequest: gwf.MaxRequestTime(), Metrics: m, Log: log}
 		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, InternalAddr: *metricsAddr,
 			Ready: pool.Ping}
 		recv := &reconcile.Receiver{DB: pool, Secret: []byte(hookSecret), Tolerance: *tolerance, Metrics: m, Log: log,

@@ -783,3 +783,100 @@ func TestNewPartitionsGrantTheEngine(t *testing.T) {
 		}
 	}
 }
+
+// requests_sent_by is the guard's (schema 17): no role writes it, an
+// insert's is cleared, and a move out of PROCESSING sets it to the earlier
+// of the move and the lease's end, except the executor's move that starts
+// no attempt (it sent nothing), which keeps it. A proven absence counts
+// only once it is older than the gateway's longest request, so a role
+// that could set it back could make a fresh absence count.
+func TestRequestsSentByIsTheGuards(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	// seed makes a payment PROCESSING at attempt 1 under a lease ending at
+	// now + lease, its requests sent by t0.
+	seed := func(lease string) store.Item {
+		t.Helper()
+		id := uuid.New()
+		due := time.Now().Add(-time.Minute).UTC()
+		if _, err := store.NewStore(e.admin).Create(ctx, []store.NewPayment{{ID: id, Payer: "alice", Payee: "bob", Amount: 100,
+			Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: id.String()}}); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+		if _, err := e.admin.Exec(ctx, `UPDATE payments SET status = 'PROCESSING', attempt = 1, lease_owner = 'x',
+			lease_until = now() + $2::interval WHERE id = $1`, id, lease); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+		if _, err := e.admin.Exec(ctx, `UPDATE payments SET requests_sent_by = $2 WHERE id = $1`, id, t0); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+		return store.Item{ID: id, DueTime: due, Attempt: 1}
+	}
+	sentBy := func(it store.Item) *time.Time {
+		t.Helper()
+		var at *time.Time
+		if err := e.admin.QueryRow(ctx, `SELECT requests_sent_by FROM payments WHERE id = $1`, it.ID).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	it := seed("1 minute")
+	for _, role := range roles {
+		t.Run(role+" may not write it", func(t *testing.T) {
+			_, err := e.pools[role].Exec(ctx, `UPDATE payments SET requests_sent_by = '2000-01-01' WHERE id = $1`, it.ID)
+			if !refused(err) {
+				t.Fatalf("%s set requests_sent_by: %v, want 42501", role, err)
+			}
+		})
+	}
+	t.Run("an insert's is cleared", func(t *testing.T) {
+		id := uuid.New()
+		if _, err := e.pools["paysched_api"].Exec(ctx, `INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, status, tenant, requests_sent_by)
+			VALUES ($1, 'mallory', 'mallory', 1, 'USD', now(), now(), 'PENDING', 'mallory', '2000-01-01')`, id); err != nil {
+			t.Fatal(err)
+		}
+		if at := sentBy(store.Item{ID: id}); at != nil {
+			t.Fatalf("requests_sent_by %v, want NULL", at)
+		}
+	})
+	t.Run("the executor's release that sent nothing keeps it", func(t *testing.T) {
+		if _, err := store.Complete(ctx, e.pools["paysched_executor"], "executor-0", []store.Transition{{Item: it,
+			Status: payment.Pending, ProbeFirst: true, RunAt: time.Now().Add(time.Minute)}}); err != nil {
+			t.Fatal(err)
+		}
+		if at := sentBy(it); at == nil || !at.Equal(t0) {
+			t.Fatalf("requests_sent_by %v, want %s", at, t0)
+		}
+	})
+	t.Run("an attempt the executor records sets it to now", func(t *testing.T) {
+		it := seed("1 minute")
+		before := time.Now()
+		if _, err := store.Complete(ctx, e.pools["paysched_executor"], "executor-0", []store.Transition{{Item: it,
+			Outcome: payment.Ambiguous, StartedAt: before, Status: payment.Pending, ProbeFirst: true, NewRetries: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if at := sentBy(it); at == nil || at.Before(before.Add(-time.Second)) || at.After(time.Now().Add(time.Second)) {
+			t.Fatalf("requests_sent_by %v, want about %s", at, before)
+		}
+	})
+	t.Run("the reaper's expiry sets it to the lease's end", func(t *testing.T) {
+		it := seed("-1 second")
+		var leaseEnd time.Time
+		if err := e.admin.QueryRow(ctx, `SELECT lease_until FROM payments WHERE id = $1`, it.ID).Scan(&leaseEnd); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.ExpireLeases(ctx, e.pools["paysched_reaper"], 100); err != nil {
+			t.Fatal(err)
+		}
+		if at := sentBy(it); at == nil || !at.Equal(leaseEnd) {
+			t.Fatalf("requests_sent_by %v, want the lease's end %s", at, leaseEnd)
+		}
+	})
+}
+
+// refused reports whether err is the database's refusal (SQLSTATE 42501).
+func refused(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
+}

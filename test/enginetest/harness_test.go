@@ -67,6 +67,9 @@ type opts struct {
 	// interval and cooldown are the sweepers' --interval and
 	// --claim-cooldown (0: 50ms and 25ms).
 	interval, cooldown time.Duration
+	// maxRequest is the executors' and operators' --gateway-max-request
+	// (0: an absence counts at once).
+	maxRequest time.Duration
 }
 
 type cluster struct {
@@ -163,7 +166,7 @@ func newCluster(t *testing.T, o opts) *cluster {
 		ex, err := executor.New(executor.Config{ID: fmt.Sprint("executor-", i), MaxInFlight: 2000, Concurrency: 64, Backoff: o.backoff,
 			LeaseMargin: o.margin, PayeeRate: o.payeeRate, PayeeBurst: 1, CompleteWait: o.completeWait, StreamLinger: time.Millisecond},
 			exDB, &gateway.Charger{Gateway: gw, ChargeTimeout: o.chargeTO, ProbeTimeout: o.probeTO,
-				ActionTimeout: o.bounds.Action, ProcessingTimeout: o.bounds.Processing},
+				ActionTimeout: o.bounds.Action, ProcessingTimeout: o.bounds.Processing, MaxRequest: o.maxRequest},
 			prometheus.NewRegistry(), quiet)
 		if err != nil {
 			t.Fatal(err)
@@ -198,7 +201,8 @@ func newCluster(t *testing.T, o opts) *cluster {
 
 // charger is a gateway client of the cluster's simulator.
 func (c *cluster) charger() *gateway.Charger {
-	return &gateway.Charger{Gateway: gateway.FromClient(gatewayv1.NewGatewayServiceClient(dial(c.t, c.simAddr))), ChargeTimeout: c.o.chargeTO, ProbeTimeout: c.o.probeTO}
+	return &gateway.Charger{Gateway: gateway.FromClient(gatewayv1.NewGatewayServiceClient(dial(c.t, c.simAddr))), ChargeTimeout: c.o.chargeTO, ProbeTimeout: c.o.probeTO,
+		MaxRequest: c.o.maxRequest}
 }
 
 // startSweeper runs one more sweeper; the returned func stops it (SIGTERM).

@@ -60,6 +60,15 @@ func (r Result) String() string {
 
 const webhookSecret = "chaos-webhook-secret"
 
+// A charge whose caller gave up is made lateRecord after its request
+// (gateway-sim's --late-record); the services take maxRequest as the
+// gateway's longest request (--gateway-max-request), which must not be
+// shorter.
+const (
+	lateRecord = 3 * time.Second
+	maxRequest = 5 * time.Second
+)
+
 // startup is the time allowed for the stack to come up before the lead.
 const startup = 15 * time.Second
 
@@ -142,10 +151,14 @@ func (r *run) topology() {
 	env := []string{"PAYSCHED_DATABASE_URL=" + r.dbURL("paysched"), "PAYSCHED_DEV=1"}
 	// The audit log in its own database, as production has it.
 	auditEnv := append([]string{"PAYSCHED_AUDIT_DATABASE_URL=" + r.dbURL("paysched_audit")}, env...)
-	// Every caller of gateway-sim presents its own certificate.
+	// Every caller of gateway-sim presents its own certificate, and knows
+	// its longest request: a charge its caller left is made up to
+	// lateRecord later (gateway-sim's --late-record), so an absence counts
+	// only past that.
 	gw := func(client string) []string {
 		return []string{"--gateway-addr", r.addr(300), "--gateway-ca-file", r.tls.CAFile, "--gateway-token-file", r.tls.TokenFile,
-			"--gateway-cert-file", tlsPath(client + ".pem"), "--gateway-key-file", tlsPath(client + "-key.pem")}
+			"--gateway-cert-file", tlsPath(client + ".pem"), "--gateway-key-file", tlsPath(client + "-key.pem"),
+			"--gateway-max-request", maxRequest.String()}
 	}
 	d := r.cfg.Dir
 	kafka := r.addr(92)
@@ -166,6 +179,10 @@ func (r *run) topology() {
 			// (a real PSP forgets them too), so any re-charge that does not
 			// ask first shows up as a double charge.
 			"--unavailable-after-commit-rate", "0.02", "--key-retention", "30s",
+			// A PSP finishes what its caller left: a charge whose executor
+			// timed out or was killed is made anyway, seconds later.
+			// One charge in a hundred outlasts the executors' 2 s.
+			"--late-record", lateRecord.String(), "--slow-rate", "0.01", "--slow-time", "2500ms",
 			// Stripe's semantics: a lookup by key that lags new charges (as
 			// Search does) and sometimes cannot prove an absence or fails;
 			// a NUL and terminal escapes in some answers' strings; charges

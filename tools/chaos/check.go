@@ -86,7 +86,9 @@ func (r *run) reconcile(ctx context.Context, w *workload, t0 time.Time) {
 		r.logf("reconciliation %s: %s, %d charges, %d repaired, %d mismatches", run.GetDay(), run.GetState(),
 			run.GetCharges(), run.GetRepaired(), run.GetMismatches())
 		for _, it := range run.GetItems() {
-			if it.GetKind() != reconcile.KindRepaired {
+			// A repair of a payment answered FAILED or CANCELLED ("not
+			// charged") is CRITICAL: the engine said so of a charged one.
+			if it.GetKind() != reconcile.KindRepaired || it.GetSeverity() == "CRITICAL" {
 				r.violation("reconciliation: %s %s payment=%s %s", it.GetSeverity(), it.GetKind(), it.GetPaymentId(), it.GetDetail())
 			}
 		}
@@ -127,6 +129,7 @@ func (r *run) checkBooks(ctx context.Context, w *workload) {
 		return
 	}
 	r.res.DoubleCharged = len(rep.GetDoubleCharged())
+	r.logf("charges the gateway made after their caller gave up (--late-record): %d", rep.GetLateRecords())
 	// Succeeded charges: a processing one counts once its time is up.
 	charged, err := amounts(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges
 		WHERE NOT declined AND (pending = '' OR (pending = 'processing' AND decide_at <= now()))`)

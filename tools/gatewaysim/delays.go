@@ -12,6 +12,7 @@ import (
 // delayed is a Charges item waiting out its injected latency: answered at
 // at, or at its caller's deadline if that comes first.
 type delayed struct {
+	arrived      time.Time
 	at, deadline time.Time // deadline zero: none
 	it           *gatewayv1.ChargeItem
 }
@@ -62,8 +63,8 @@ func (q *delays) signal() {
 
 // run calls answer with each item when it falls due, in due order, until
 // the queue is closed and empty or ctx ends (the stream is gone: what is
-// left is never charged).
-func (q *delays) run(ctx context.Context, answer func(delayed)) {
+// left is never answered, and handed to abandon).
+func (q *delays) run(ctx context.Context, answer, abandon func(delayed)) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	var ready []delayed
@@ -94,6 +95,13 @@ func (q *delays) run(ctx context.Context, answer func(delayed)) {
 		}
 		select {
 		case <-ctx.Done():
+			q.mu.Lock()
+			left := q.h
+			q.h = nil
+			q.mu.Unlock()
+			for _, d := range left {
+				abandon(d)
+			}
 			return
 		case <-q.wake:
 		case <-t.C:

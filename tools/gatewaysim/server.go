@@ -53,6 +53,9 @@ type Server struct {
 	inSecond    int64 // charges accepted in it
 	maxInSecond int64
 	rateLimited atomic.Int64
+	// lateRecords counts the charges made after their caller gave up
+	// (Faults.late_record_ms).
+	lateRecords atomic.Int64
 }
 
 // Outage is a payee outage: charges for payees starting with Prefix fail,
@@ -73,7 +76,7 @@ func New(ledger Ledger, f *gatewayv1.Faults) *Server {
 }
 
 func (s *Server) pause(ctx context.Context, f *gatewayv1.Faults) {
-	if f.GetLatencyMaxMs() <= 0 {
+	if !delaying(f) {
 		return
 	}
 	t := time.NewTimer(latency(f))
@@ -155,7 +158,8 @@ func (s *Server) Charges(stream gatewayv1.GatewayService_ChargesServer) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		q.run(ctx, func(d delayed) { out <- s.answerDelayed(ctx, d) })
+		q.run(ctx, func(d delayed) { out <- s.answerDelayed(ctx, d) },
+			func(d delayed) { s.recordLate(d.it.GetRequest(), d.arrived) })
 	}()
 	var recvErr error
 	for {
@@ -169,11 +173,11 @@ func (s *Server) Charges(stream gatewayv1.GatewayService_ChargesServer) error {
 		f := s.faults.Load()
 		now := time.Now()
 		for _, it := range req.GetItems() {
-			if f.GetLatencyMaxMs() <= 0 {
+			if !delaying(f) {
 				out <- s.answer(ctx, it)
 				continue
 			}
-			d := delayed{at: now.Add(latency(f)), it: it}
+			d := delayed{arrived: now, at: now.Add(latency(f)), it: it}
 			if ms := it.GetTimeoutMs(); ms > 0 {
 				d.deadline = now.Add(time.Duration(ms) * time.Millisecond)
 			}
@@ -192,7 +196,7 @@ func (s *Server) Charges(stream gatewayv1.GatewayService_ChargesServer) error {
 // answer charges one item of a Charges stream at once.
 func (s *Server) answer(ctx context.Context, it *gatewayv1.ChargeItem) *gatewayv1.ChargeResult {
 	span := tracing.ContinueItem(ctx, "gateway.v1.GatewayService/Charge", it.GetTraceContext())
-	ch, err := s.decide(ctx, it.GetRequest())
+	ch, err := s.decide(ctx, it.GetRequest(), time.Now())
 	return result(span, it, ch, err)
 }
 
@@ -203,9 +207,10 @@ func (s *Server) answer(ctx context.Context, it *gatewayv1.ChargeItem) *gatewayv
 func (s *Server) answerDelayed(ctx context.Context, d delayed) *gatewayv1.ChargeResult {
 	span := tracing.ContinueItem(ctx, "gateway.v1.GatewayService/Charge", d.it.GetTraceContext())
 	if !d.deadline.IsZero() && d.deadline.Before(d.at) {
+		s.recordLate(d.it.GetRequest(), d.arrived)
 		return result(span, d.it, nil, status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
 	}
-	ch, err := s.decide(ctx, d.it.GetRequest())
+	ch, err := s.decide(ctx, d.it.GetRequest(), d.arrived)
 	return result(span, d.it, ch, err)
 }
 
@@ -218,8 +223,15 @@ func result(span trace.Span, it *gatewayv1.ChargeItem, ch *gatewayv1.Charge, err
 	return &gatewayv1.ChargeResult{Tag: it.GetTag(), Charge: ch}
 }
 
-// latency is one charge's injected latency, uniform in the faults' bounds.
+// delaying says whether f makes charges wait.
+func delaying(f *gatewayv1.Faults) bool { return f.GetLatencyMaxMs() > 0 || f.GetSlowRate() > 0 }
+
+// latency is one charge's injected latency: slow_ms at the slow rate, else
+// uniform in the faults' bounds.
 func latency(f *gatewayv1.Faults) time.Duration {
+	if chance(f.GetSlowRate()) {
+		return time.Duration(f.GetSlowMs()) * time.Millisecond
+	}
 	lo, hi := f.GetLatencyMinMs(), f.GetLatencyMaxMs()
 	d := time.Duration(lo) * time.Millisecond
 	if hi > lo {
@@ -230,16 +242,36 @@ func latency(f *gatewayv1.Faults) time.Duration {
 
 // charge is one unary charge: its latency, then decide.
 func (s *Server) charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
+	arrived := time.Now()
 	s.pause(ctx, s.faults.Load())
-	return s.decide(ctx, req)
+	return s.decide(ctx, req, arrived)
+}
+
+// recordLate makes, with the late-record fault, the charge req whose
+// caller gave up: Faults.late_record_ms after it arrived, whatever the
+// caller does meanwhile (its retries under the same key find it, or make
+// it first).
+func (s *Server) recordLate(req *gatewayv1.ChargeRequest, arrived time.Time) {
+	late := time.Duration(s.faults.Load().GetLateRecordMs()) * time.Millisecond
+	if late <= 0 {
+		return
+	}
+	time.AfterFunc(max(time.Until(arrived.Add(late)), 0), func() {
+		// A background context: nobody waits for this one.
+		if _, err := s.decide(context.Background(), req, time.Time{}); err == nil {
+			s.lateRecords.Add(1)
+		}
+	})
 }
 
 // decide makes one charge once its latency has passed, for Charge and
-// Charges alike.
-func (s *Server) decide(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
+// Charges alike. arrived is when its request came in.
+func (s *Server) decide(ctx context.Context, req *gatewayv1.ChargeRequest, arrived time.Time) (*gatewayv1.Charge, error) {
 	f := s.faults.Load()
 	if ctx.Err() != nil {
-		// The caller gave up before the gateway got to it: nothing charged.
+		// The caller gave up before the gateway got to it: nothing charged
+		// now, and later only with the late-record fault.
+		s.recordLate(req, arrived)
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	if req.GetIdempotencyKey() == "" || req.GetAmount() <= 0 || req.GetCurrency() == "" {
@@ -441,7 +473,7 @@ func (s *Server) Report(ctx context.Context, _ *gatewayv1.ReportRequest) (*gatew
 	maxPS := s.maxInSecond
 	s.mu.Unlock()
 	return &gatewayv1.ReportResponse{Charges: total, Succeeded: ok, DoubleCharged: doubles,
-		RateLimited: s.rateLimited.Load(), MaxChargesPerSecond: maxPS}, nil
+		RateLimited: s.rateLimited.Load(), MaxChargesPerSecond: maxPS, LateRecords: s.lateRecords.Load()}, nil
 }
 
 // toProto is c as it stands at now.

@@ -260,3 +260,93 @@ func TestChargesLatencyOutlastingTheTimeout(t *testing.T) {
 		t.Fatalf("report %v %v: want 20 charges (not the timed-out one)", rep, err)
 	}
 }
+
+// With --late-record, a charge whose caller gave up is still made, late:
+// whether its item's deadline passed on the Charges stream, the stream
+// itself went away (an executor killed), or a unary call timed out. The
+// report counts it. Without the fault, none of them is ever made.
+func TestLateRecordMakesTheChargesCallersLeft(t *testing.T) {
+	for _, late := range []int64{600, 0} {
+		t.Run(fmt.Sprint("late_record_ms=", late), func(t *testing.T) {
+			s := gatewaysim.New(gatewaysim.NewMemLedger(), &gatewayv1.Faults{LatencyMinMs: 300, LatencyMaxMs: 300, LateRecordMs: late})
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs := grpc.NewServer()
+			gatewayv1.RegisterGatewayServiceServer(gs, s)
+			go func() { _ = gs.Serve(lis) }()
+			t.Cleanup(gs.Stop)
+			cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cc.Close() })
+			client := gatewayv1.NewGatewayServiceClient(cc)
+
+			// Its item's deadline passes first.
+			st, err := client.Charges(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Send(&gatewayv1.ChargesRequest{Items: []*gatewayv1.ChargeItem{{Tag: 1, Request: charge("timed-out", 100), TimeoutMs: 50}}}); err != nil {
+				t.Fatal(err)
+			}
+			if resp, err := st.Recv(); err != nil || codes.Code(resp.GetResults()[0].GetCode()) != codes.DeadlineExceeded {
+				t.Fatalf("the timed-out item: %v %v, want DEADLINE_EXCEEDED", resp, err)
+			}
+			_ = st.CloseSend()
+			// Its stream goes away first.
+			ctx, cancel := context.WithCancel(context.Background())
+			st2, err := client.Charges(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The first item's answer says the gateway has both.
+			if err := st2.Send(&gatewayv1.ChargesRequest{Items: []*gatewayv1.ChargeItem{
+				{Tag: 1, Request: charge("stream-gone-first", 100), TimeoutMs: 1},
+				{Tag: 2, Request: charge("stream-gone", 100), TimeoutMs: 60_000}}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st2.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			// A unary call times out first (in process: no transport to
+			// outlast a short deadline on a loaded machine).
+			uctx, ucancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			_, err = s.Charge(uctx, charge("unary", 100))
+			ucancel()
+			if status.Code(err) != codes.DeadlineExceeded {
+				t.Fatalf("the unary charge: %v, want DEADLINE_EXCEEDED", err)
+			}
+
+			keys := []string{"timed-out", "stream-gone-first", "stream-gone", "unary"}
+			if late == 0 {
+				time.Sleep(time.Second) // past any late record
+				for _, k := range keys {
+					if _, err := s.GetCharge(context.Background(), &gatewayv1.GetChargeRequest{IdempotencyKey: k}); status.Code(err) != codes.NotFound {
+						t.Fatalf("%s: %v, want NOT_FOUND: no fault, no late charge", k, err)
+					}
+				}
+				return
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for _, k := range keys {
+				for {
+					got, err := s.GetCharge(context.Background(), &gatewayv1.GetChargeRequest{IdempotencyKey: k})
+					if err == nil && got.GetCharge().GetStatus() == gatewayv1.ChargeStatus_CHARGE_STATUS_SUCCEEDED {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: %v %v, want the late charge made", k, got, err)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			if rep, err := s.Report(context.Background(), &gatewayv1.ReportRequest{}); err != nil || rep.GetLateRecords() != int64(len(keys)) {
+				t.Fatalf("report %v %v, want %d late records", rep, err, len(keys))
+			}
+		})
+	}
+}

@@ -1056,7 +1056,18 @@ type Faults struct {
 	// SUCCEEDED.
 	ProcessingRate float64 `protobuf:"fixed64,15,opt,name=processing_rate,json=processingRate,proto3" json:"processing_rate,omitempty"`
 	// How long a processing charge stays PENDING.
-	ProcessingMs  int64 `protobuf:"varint,16,opt,name=processing_ms,json=processingMs,proto3" json:"processing_ms,omitempty"`
+	ProcessingMs int64 `protobuf:"varint,16,opt,name=processing_ms,json=processingMs,proto3" json:"processing_ms,omitempty"`
+	// A charge whose caller gave up before it was answered (its deadline
+	// passed, its stream or call ended) is still made this many
+	// milliseconds after its request arrived, as a PSP finishes a request
+	// its client has left (Stripe makes a create whose client timed out).
+	// 0: never (a charge its caller left is not made).
+	LateRecordMs int64 `protobuf:"varint,17,opt,name=late_record_ms,json=lateRecordMs,proto3" json:"late_record_ms,omitempty"`
+	// Fraction of charges that take slow_ms instead of the added latency:
+	// longer than their caller waits, they are the requests it leaves.
+	SlowRate float64 `protobuf:"fixed64,18,opt,name=slow_rate,json=slowRate,proto3" json:"slow_rate,omitempty"`
+	// How long a slow charge takes, in milliseconds.
+	SlowMs        int64 `protobuf:"varint,19,opt,name=slow_ms,json=slowMs,proto3" json:"slow_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1199,6 +1210,27 @@ func (x *Faults) GetProcessingRate() float64 {
 func (x *Faults) GetProcessingMs() int64 {
 	if x != nil {
 		return x.ProcessingMs
+	}
+	return 0
+}
+
+func (x *Faults) GetLateRecordMs() int64 {
+	if x != nil {
+		return x.LateRecordMs
+	}
+	return 0
+}
+
+func (x *Faults) GetSlowRate() float64 {
+	if x != nil {
+		return x.SlowRate
+	}
+	return 0
+}
+
+func (x *Faults) GetSlowMs() int64 {
+	if x != nil {
+		return x.SlowMs
 	}
 	return 0
 }
@@ -1428,8 +1460,10 @@ type ReportResponse struct {
 	RateLimited int64 `protobuf:"varint,4,opt,name=rate_limited,json=rateLimited,proto3" json:"rate_limited,omitempty"`
 	// The highest number of charges accepted within one wall-clock second.
 	MaxChargesPerSecond int64 `protobuf:"varint,5,opt,name=max_charges_per_second,json=maxChargesPerSecond,proto3" json:"max_charges_per_second,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Charges made late, after their caller gave up (Faults.late_record_ms).
+	LateRecords   int64 `protobuf:"varint,6,opt,name=late_records,json=lateRecords,proto3" json:"late_records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
@@ -1493,6 +1527,13 @@ func (x *ReportResponse) GetRateLimited() int64 {
 func (x *ReportResponse) GetMaxChargesPerSecond() int64 {
 	if x != nil {
 		return x.MaxChargesPerSecond
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetLateRecords() int64 {
+	if x != nil {
+		return x.LateRecords
 	}
 	return 0
 }
@@ -1567,7 +1608,7 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"o\n" +
 	"\x17ListSettlementsResponse\x12,\n" +
 	"\acharges\x18\x01 \x03(\v2\x12.gateway.v1.ChargeR\acharges\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xae\x05\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8a\x06\n" +
 	"\x06Faults\x12$\n" +
 	"\x0elatency_min_ms\x18\x01 \x01(\x05R\flatencyMinMs\x12$\n" +
 	"\x0elatency_max_ms\x18\x02 \x01(\x05R\flatencyMaxMs\x12!\n" +
@@ -1587,7 +1628,10 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"poisonRate\x120\n" +
 	"\x14action_required_rate\x18\x0e \x01(\x01R\x12actionRequiredRate\x12'\n" +
 	"\x0fprocessing_rate\x18\x0f \x01(\x01R\x0eprocessingRate\x12#\n" +
-	"\rprocessing_ms\x18\x10 \x01(\x03R\fprocessingMs\">\n" +
+	"\rprocessing_ms\x18\x10 \x01(\x03R\fprocessingMs\x12$\n" +
+	"\x0elate_record_ms\x18\x11 \x01(\x03R\flateRecordMs\x12\x1b\n" +
+	"\tslow_rate\x18\x12 \x01(\x01R\bslowRate\x12\x17\n" +
+	"\aslow_ms\x18\x13 \x01(\x03R\x06slowMs\">\n" +
 	"\x10SetFaultsRequest\x12*\n" +
 	"\x06faults\x18\x01 \x01(\v2\x12.gateway.v1.FaultsR\x06faults\"?\n" +
 	"\x11SetFaultsResponse\x12*\n" +
@@ -1595,13 +1639,14 @@ const file_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x10GetFaultsRequest\"?\n" +
 	"\x11GetFaultsResponse\x12*\n" +
 	"\x06faults\x18\x01 \x01(\v2\x12.gateway.v1.FaultsR\x06faults\"\x0f\n" +
-	"\rReportRequest\"\xc7\x01\n" +
+	"\rReportRequest\"\xea\x01\n" +
 	"\x0eReportResponse\x12\x18\n" +
 	"\acharges\x18\x01 \x01(\x03R\acharges\x12\x1c\n" +
 	"\tsucceeded\x18\x02 \x01(\x03R\tsucceeded\x12%\n" +
 	"\x0edouble_charged\x18\x03 \x03(\tR\rdoubleCharged\x12!\n" +
 	"\frate_limited\x18\x04 \x01(\x03R\vrateLimited\x123\n" +
-	"\x16max_charges_per_second\x18\x05 \x01(\x03R\x13maxChargesPerSecond*\x81\x01\n" +
+	"\x16max_charges_per_second\x18\x05 \x01(\x03R\x13maxChargesPerSecond\x12!\n" +
+	"\flate_records\x18\x06 \x01(\x03R\vlateRecords*\x81\x01\n" +
 	"\fChargeStatus\x12\x1d\n" +
 	"\x19CHARGE_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CHARGE_STATUS_SUCCEEDED\x10\x01\x12\x1a\n" +

@@ -206,7 +206,8 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 		return nil, 0, apierr.New(codes.FailedPrecondition, "GATEWAY_NOT_CONFIGURED",
 			"an operator moves a payment only after asking the gateway whether it was charged, and this service has no gateway configured", nil)
 	}
-	r := s.prober.Probe(ctx, gateway.Payment{ID: id.String(), Payer: p.Payer, Payee: p.Payee, Currency: p.Currency, Amount: p.Amount, DueAt: p.DueAt})
+	r := s.prober.Probe(ctx, gateway.Payment{ID: id.String(), Payer: p.Payer, Payee: p.Payee, Currency: p.Currency, Amount: p.Amount, DueAt: p.DueAt,
+		SentBy: p.RequestsSentBy})
 	if err := decide(p, r, &m); err != nil {
 		return nil, 0, err
 	}
@@ -299,6 +300,13 @@ func alreadyCharged(ref string) error {
 // unproven is the refusal when the gateway could not say, or could not
 // prove, that it holds no charge.
 func unproven(r gateway.Result) error {
+	if !r.ProvableAt.IsZero() {
+		// Retryable as it is, once the time in the detail has passed.
+		return apierr.New(codes.Unavailable, "ABSENCE_TOO_SOON",
+			"the gateway holds no charge for this payment yet, but its last request may still be made there; try again after "+
+				r.ProvableAt.UTC().Format(time.RFC3339)+": "+r.Error,
+			map[string]string{"provableAt": r.ProvableAt.UTC().Format(time.RFC3339)})
+	}
 	if !r.Unhealthy && !r.Found {
 		return apierr.New(codes.Unavailable, "ABSENCE_UNPROVEN",
 			"the gateway found no charge for this payment but could not prove it holds none (its index may lag recent charges); try again later: "+r.Error, nil)

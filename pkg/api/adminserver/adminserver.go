@@ -129,7 +129,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 		runner = &reconcile.Runner{DB: pool, Gateway: gw, Metrics: reconcile.NewMetrics(reg), Log: log}
-		prober = &gateway.Charger{Gateway: gw, ProbeTimeout: 5 * time.Second}
+		prober = &gateway.Charger{Gateway: gw, ProbeTimeout: 5 * time.Second, MaxRequest: cfg.Gateway.MaxRequestTime()}
 	}
 	adm := admin.New(pool, runner, prober, log)
 	payschedv1.RegisterAdminServiceServer(gs, adm)

@@ -159,6 +159,7 @@ type metrics struct {
 	dead       prometheus.Counter
 	released   prometheus.Counter
 	paced      prometheus.Counter
+	early      prometheus.Counter
 	mismatches prometheus.Counter
 	unrecorded prometheus.Counter
 	poisoned   prometheus.Counter
@@ -200,6 +201,8 @@ func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Regis
 		Name: "paysched_dead_letters_total", Help: "Payments dead-lettered by this executor."})
 	s.m.paced = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "paysched_executor_payee_paced_total", Help: "Claims handed back to PENDING until their payee's turn (--payee-rate)."})
+	s.m.early = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_absence_too_soon_total", Help: "Claims handed back to PENDING because the gateway proved an absence sooner than its longest request after the payment's last one (--gateway-max-request): asked again once it counts."})
 	s.m.released = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "paysched_executor_released_total", Help: "Claims not started: the lease would have ended before the call's deadline."})
 	s.m.mismatches = prometheus.NewCounter(prometheus.CounterOpts{
@@ -215,7 +218,7 @@ func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Regis
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
 	s.held = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "paysched_executor_outcomes_held", Help: "Outcomes a completer holds for its next statement or is writing (--complete-wait)."})
-	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced, s.m.dead, s.m.released, s.m.paced, s.m.mismatches, s.m.unrecorded,
+	reg.MustRegister(s.m.outcomes, s.m.latency, s.m.fenced, s.m.dead, s.m.released, s.m.paced, s.m.early, s.m.mismatches, s.m.unrecorded,
 		s.m.poisoned, s.m.tooShort, s.m.flush, s.held)
 	gateway.RegisterMetrics(reg)
 	// Fixed pools: callers bound gateway concurrency, and long-lived
@@ -385,7 +388,8 @@ func (s *Server) call(t *task) {
 	}
 	// t.ctx ends by the batch's lease end less the margin (Execute).
 	ctx := t.ctx
-	p := gateway.Payment{ID: w.ID.String(), Payer: w.Payer, Payee: w.Payee, Currency: w.Currency, Amount: w.Amount, DueAt: w.DueTime}
+	p := gateway.Payment{ID: w.ID.String(), Payer: w.Payer, Payee: w.Payee, Currency: w.Currency, Amount: w.Amount, DueAt: w.DueTime,
+		SentBy: w.SentBy}
 	start := time.Now()
 	var r gateway.Result
 	// proven: this attempt learned from the gateway, by a strongly
@@ -397,6 +401,17 @@ func (s *Server) call(t *task) {
 		// Only a proven absence lets it charge again (or end without a
 		// charge): an index that may lag says nothing.
 		r = s.charger.Probe(ctx, p)
+		if !r.ProvableAt.IsZero() {
+			// No charge yet, but an earlier request may still be made at
+			// the gateway: back to PENDING until the absence counts, asking
+			// first again. Nothing was sent: no attempt, no budget spent,
+			// not a short lease's release (the payment's bound stays).
+			s.m.early.Inc()
+			t.tr = store.Transition{Item: w.Item, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: true,
+				Releases: w.Releases, RunAt: r.ProvableAt, Error: r.Error}
+			t.result = internalv1.Result_RESULT_RELEASED
+			return
+		}
 		if r.Absent {
 			proven = true
 			if s.cfg.Backoff.Spent(w.Retries) {

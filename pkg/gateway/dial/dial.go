@@ -47,7 +47,23 @@ type Flags struct {
 	// Linger is how long a charge waits for others to share its message on
 	// the gateway.v1 Charges stream (gateway.GRPC.Linger).
 	Linger time.Duration
+	// MaxRequest is the gateway's longest request (gateway.Charger.MaxRequest);
+	// 0: the kind's default (MaxRequestTime).
+	MaxRequest time.Duration
 }
+
+// The gateways' longest requests by default: how long after its request a
+// charge may still be made, its client gone or not.
+const (
+	// DefaultMaxRequestGRPC is gateway.v1's contract (GATEWAYS.md): an
+	// implementation makes a charge within a minute of its request, or
+	// never.
+	DefaultMaxRequestGRPC = time.Minute
+	// DefaultMaxRequestStripe is Stripe's own client libraries' timeout
+	// (80 s), the wide end of the funnel of timeouts inside Stripe: a
+	// create still running there after it is past every one of them.
+	DefaultMaxRequestStripe = 80 * time.Second
+)
 
 // Register adds the gateway flags to fs. defaultAddr is the gateway.v1
 // address used when --gateway-addr is not given.
@@ -63,6 +79,7 @@ func Register(fs *flag.FlagSet, defaultAddr string) *Flags {
 	fs.StringVar(&f.StripeKeyFile, "stripe-key-file", "", "file holding the Stripe secret key (--gateway=stripe)")
 	fs.StringVar(&f.StripeURL, "stripe-api-url", "https://api.stripe.com", "Stripe API base URL; stripe-mock's for local runs (--gateway=stripe)")
 	fs.DurationVar(&f.Linger, "gateway-linger", 2*time.Millisecond, "how long a charge waits for others to share its message on the gateway.v1 Charges stream (0-100ms; --gateway=grpc)")
+	fs.DurationVar(&f.MaxRequest, "gateway-max-request", 0, "the gateway's longest request: how long after a request it may still make the charge, its client gone or not; a proven absence counts only once the payment's last request is older (0: the gateway's default: 1m for gateway.v1, 80s for Stripe)")
 	fs.BoolVar(&f.StripeTestMode, "stripe-test-mode", false, "accept a Stripe test key (sk_test_, rk_test_) outside --dev: a staging deployment against Stripe's test mode")
 	return f
 }
@@ -100,7 +117,22 @@ func (f *Flags) Validate() error {
 	default:
 		return fmt.Errorf("--gateway %q: want %s or %s", f.Kind, KindGRPC, KindStripe)
 	}
+	if f.MaxRequest < 0 || f.MaxRequest > time.Hour {
+		return fmt.Errorf("--gateway-max-request must be between 0 (the gateway's default) and 1h, got %s", f.MaxRequest)
+	}
 	return nil
+}
+
+// MaxRequestTime is the gateway's longest request: --gateway-max-request,
+// or its kind's default.
+func (f *Flags) MaxRequestTime() time.Duration {
+	switch {
+	case f.MaxRequest > 0:
+		return f.MaxRequest
+	case f.Kind == KindStripe:
+		return DefaultMaxRequestStripe
+	}
+	return DefaultMaxRequestGRPC
 }
 
 // ValidateFor is Validate plus the mode's rules: outside development a

@@ -49,6 +49,9 @@ func main() {
 	fs.Float64Var(&f.ActionRequiredRate, "action-required-rate", 0, "fraction of charges held undecided for the customer's authentication until cancelled (also every payee starting "+gatewaysim.ActionPrefix+")")
 	fs.Float64Var(&f.ProcessingRate, "processing-rate", 0, "fraction of charges held undecided (processing) for --processing-time, then succeeded")
 	processing := fs.Duration("processing-time", 10*time.Second, "how long a processing charge stays undecided")
+	fs.Float64Var(&f.SlowRate, "slow-rate", 0, "fraction of charges that take --slow-time instead of the added latency")
+	slow := fs.Duration("slow-time", 5*time.Second, "how long a slow charge takes (--slow-rate)")
+	lateRecord := fs.Duration("late-record", 0, "make a charge whose caller gave up (timed out, or its stream ended) anyway, this long after its request arrived, as a PSP finishes a request its client left (0: never); the engine's --gateway-max-request must not be shorter")
 	outagePrefix := fs.String("payee-outage-prefix", "", "answer UNAVAILABLE (not charged) to charges for payees with this prefix, until --payee-outage-until")
 	outageUntil := fs.String("payee-outage-until", "", "end of the payee outage (RFC 3339)")
 	hookURL := fs.String("webhook-url", "", "deliver charge-outcome webhooks here (off when empty)")
@@ -62,12 +65,14 @@ func main() {
 			return fmt.Errorf("--key-retention must not be negative, got %s", *keyRetention)
 		}
 		f.KeyRetentionMs = keyRetention.Milliseconds()
-		if *probeLag < 0 || *processing < 0 {
-			return fmt.Errorf("--probe-lag and --processing-time must not be negative, got %s and %s", *probeLag, *processing)
+		if *probeLag < 0 || *processing < 0 || *lateRecord < 0 || *slow < 0 {
+			return fmt.Errorf("--probe-lag, --processing-time, --late-record and --slow-time must not be negative, got %s, %s, %s and %s",
+				*probeLag, *processing, *lateRecord, *slow)
 		}
-		f.ProbeLagMs, f.ProcessingMs = probeLag.Milliseconds(), processing.Milliseconds()
+		f.ProbeLagMs, f.ProcessingMs, f.LateRecordMs, f.SlowMs = probeLag.Milliseconds(), processing.Milliseconds(), lateRecord.Milliseconds(), slow.Milliseconds()
 		for name, v := range map[string]float64{"--probe-unavailable-rate": f.ProbeUnavailableRate, "--probe-unproven-rate": f.ProbeUnprovenRate,
-			"--poison-rate": f.PoisonRate, "--action-required-rate": f.ActionRequiredRate, "--processing-rate": f.ProcessingRate} {
+			"--poison-rate": f.PoisonRate, "--action-required-rate": f.ActionRequiredRate, "--processing-rate": f.ProcessingRate,
+			"--slow-rate": f.SlowRate} {
 			if v < 0 || v > 1 {
 				return fmt.Errorf("%s must be in [0, 1], got %g", name, v)
 			}
