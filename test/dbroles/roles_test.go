@@ -505,12 +505,7 @@ func TestCompromisedPod(t *testing.T) {
 	ctx := context.Background()
 	seed := func(status string, probeFirst bool) uuid.UUID {
 		t.Helper()
-		id := uuid.New()
-		due := time.Now().Add(-time.Minute).UTC()
-		if _, err := store.NewStore(e.admin).Create(ctx, []store.NewPayment{{ID: id, Payer: "alice", Payee: "bob", Amount: 100,
-			Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: id.String()}}); err != nil {
-			t.Fatalf("seed: %v", err)
-		}
+		id, _ := e.create(t)
 		if _, err := e.admin.Exec(ctx, `UPDATE payments SET status = $2, probe_first = $3, attempt = 1 WHERE id = $1`, id, status, probeFirst); err != nil {
 			t.Fatalf("seed: %v", err)
 		}
@@ -602,11 +597,7 @@ func (e *env) refused(t *testing.T, role, stmt string) {
 func (e *env) seedAs(t *testing.T, status payment.Status, probeFirst bool) uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
-	id := uuid.New()
-	if _, err := store.NewStore(e.admin).Create(ctx, []store.NewPayment{{ID: id, Payer: "alice", Payee: "bob", Amount: 100,
-		Currency: "USD", DueAt: time.Now().Add(-time.Minute).UTC(), CreatedAt: time.Now(), IdempotencyKey: id.String()}}); err != nil {
-		t.Fatalf("seed: %v", err)
-	}
+	id, _ := e.create(t)
 	if _, err := e.admin.Exec(ctx, `UPDATE payments SET status = $2, probe_first = $3, attempt = 1,
 		lease_until = CASE WHEN $2 = 'PROCESSING' THEN now() + interval '1 minute' END,
 		lease_owner = CASE WHEN $2 = 'PROCESSING' THEN 'sweeper-1' END,
@@ -798,12 +789,7 @@ func TestRequestsSentByIsTheGuards(t *testing.T) {
 	// now + lease, its requests sent by t0.
 	seed := func(lease string) store.Item {
 		t.Helper()
-		id := uuid.New()
-		due := time.Now().Add(-time.Minute).UTC()
-		if _, err := store.NewStore(e.admin).Create(ctx, []store.NewPayment{{ID: id, Payer: "alice", Payee: "bob", Amount: 100,
-			Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: id.String()}}); err != nil {
-			t.Fatalf("seed: %v", err)
-		}
+		id, due := e.create(t)
 		if _, err := e.admin.Exec(ctx, `UPDATE payments SET status = 'PROCESSING', attempt = 1, lease_owner = 'x',
 			lease_until = now() + $2::interval WHERE id = $1`, id, lease); err != nil {
 			t.Fatalf("seed: %v", err)
@@ -879,4 +865,16 @@ func TestRequestsSentByIsTheGuards(t *testing.T) {
 func refused(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "42501"
+}
+
+// create makes a PENDING payment of alice's, due a minute ago, as the
+// superuser, returning its id and due time.
+func (e *env) create(t *testing.T) (uuid.UUID, time.Time) {
+	t.Helper()
+	id, due := uuid.New(), time.Now().Add(-time.Minute).UTC()
+	if _, err := store.NewStore(e.admin).Create(context.Background(), []store.NewPayment{{ID: id, Payer: "alice", Payee: "bob", Amount: 100,
+		Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: id.String()}}); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	return id, due
 }

@@ -35,6 +35,26 @@ func ledgers(t *testing.T) map[string]func() gatewaysim.Ledger {
 	}
 }
 
+// serve runs s's GatewayService on a loopback port for the test and
+// returns a connection to it.
+func serve(t *testing.T, s *gatewaysim.Server) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	gatewayv1.RegisterGatewayServiceServer(gs, s)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
 func charge(key string, amount int64) *gatewayv1.ChargeRequest {
 	return &gatewayv1.ChargeRequest{IdempotencyKey: key, Amount: amount, Currency: "USD", Payer: "a", Payee: "b", Reference: key}
 }
@@ -158,19 +178,7 @@ func TestFaults(t *testing.T) {
 // charged concurrently).
 func TestChargesStreamIsIdempotent(t *testing.T) {
 	s := gatewaysim.New(gatewaysim.NewMemLedger(), &gatewayv1.Faults{LatencyMinMs: 5, LatencyMaxMs: 20})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	gatewayv1.RegisterGatewayServiceServer(gs, s)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := serve(t, s)
 	g := gateway.NewGRPC(cc)
 	t.Cleanup(g.Close)
 	const keys, each = 100, 3
@@ -208,19 +216,7 @@ func TestChargesStreamIsIdempotent(t *testing.T) {
 // with a longer timeout are charged, each after its own latency.
 func TestChargesLatencyOutlastingTheTimeout(t *testing.T) {
 	s := gatewaysim.New(gatewaysim.NewMemLedger(), &gatewayv1.Faults{LatencyMinMs: 300, LatencyMaxMs: 300})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	gatewayv1.RegisterGatewayServiceServer(gs, s)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := serve(t, s)
 	st, err := gatewayv1.NewGatewayServiceClient(cc).Charges(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -269,19 +265,7 @@ func TestLateRecordMakesTheChargesCallersLeft(t *testing.T) {
 	for _, late := range []int64{600, 0} {
 		t.Run(fmt.Sprint("late_record_ms=", late), func(t *testing.T) {
 			s := gatewaysim.New(gatewaysim.NewMemLedger(), &gatewayv1.Faults{LatencyMinMs: 300, LatencyMaxMs: 300, LateRecordMs: late})
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs := grpc.NewServer()
-			gatewayv1.RegisterGatewayServiceServer(gs, s)
-			go func() { _ = gs.Serve(lis) }()
-			t.Cleanup(gs.Stop)
-			cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cc.Close() })
+			cc := serve(t, s)
 			client := gatewayv1.NewGatewayServiceClient(cc)
 
 			// Its item's deadline passes first.
