@@ -63,8 +63,22 @@ func newEnv(t *testing.T) *env {
 // status (and, for ambiguous leftovers, an AMBIGUOUS attempt).
 func (e *env) payment(status, reason string, amount int64) uuid.UUID {
 	e.t.Helper()
+	return e.paymentDue(e.day.Add(time.Minute), status, reason, amount)
+}
+
+// overdue is payment for the resolver's tests: due ten minutes ago, so a
+// test that sets run_at a minute or two back stays past due_time (run_at >=
+// due_time) even in the first minutes of a UTC day, when a payment due early
+// on the test day would still be due.
+func (e *env) overdue(status, reason string, amount int64) uuid.UUID {
+	e.t.Helper()
+	return e.paymentDue(time.Now().Add(-10*time.Minute), status, reason, amount)
+}
+
+// paymentDue is payment due at due.
+func (e *env) paymentDue(due time.Time, status, reason string, amount int64) uuid.UUID {
+	e.t.Helper()
 	id, _ := uuid.NewV7()
-	due := e.day.Add(time.Minute)
 	_, err := store.NewStore(e.db).Create(context.Background(), []store.NewPayment{{ID: id, Payer: "alice", Payee: "bob",
 		Amount: amount, Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: id.String(),
 		RequestHash: []byte{1}, Response: []byte{1}}})
@@ -248,16 +262,16 @@ func TestRunFailsCleanlyWhenTheGatewayIsDown(t *testing.T) {
 func TestResolverSettlesAmbiguousDeadLetters(t *testing.T) {
 	e := newEnv(t)
 	at := time.Now()
-	charged := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
+	charged := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
 	ch := e.charge(charged.String(), charged.String(), 100, at)
-	declined := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 200)
+	declined := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 200)
 	if _, _, err := e.ledger.Record(context.Background(), &gatewaysim.Charge{ID: "ch_d", Key: declined.String(),
 		Reference: declined.String(), Amount: 200, Currency: "USD", Payer: "alice", Payee: "bob", Declined: true,
 		DeclineReason: "insufficient_funds", CreatedAt: at}); err != nil {
 		t.Fatal(err)
 	}
-	never := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 300)
-	exhausted := e.payment("DEAD_LETTERED", "RETRIES_EXHAUSTED", 400)
+	never := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 300)
+	exhausted := e.overdue("DEAD_LETTERED", "RETRIES_EXHAUSTED", 400)
 	e.exec(`UPDATE payments SET retries = 5, run_at = now() - interval '1 minute' WHERE status = 'DEAD_LETTERED'`)
 
 	res := &reconcile.Resolver{DB: e.db, Gateway: e.gw, Log: quiet}
@@ -285,7 +299,7 @@ func TestResolverSettlesAmbiguousDeadLetters(t *testing.T) {
 	}
 
 	// An unanswered probe backs off instead of spinning.
-	later := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 500)
+	later := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 500)
 	e.exec(`UPDATE payments SET run_at = now() - interval '1 minute' WHERE id = $1`, later)
 	e.sim.SetFaults(context.Background(), &gatewayv1.SetFaultsRequest{Faults: &gatewayv1.Faults{Outage: true}}) //nolint:errcheck
 	if n, err := res.Once(context.Background()); err != nil || n != 0 {
@@ -304,7 +318,7 @@ func TestResolverSettlesAmbiguousDeadLetters(t *testing.T) {
 // where it is, probed again later, never re-driven as uncharged.
 func TestResolverNeedsAProvenAbsence(t *testing.T) {
 	e := newEnv(t)
-	never := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 300)
+	never := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 300)
 	e.exec(`UPDATE payments SET run_at = now() - interval '1 minute' WHERE id = $1`, never)
 	e.sim.SetFaults(context.Background(), &gatewayv1.SetFaultsRequest{Faults: &gatewayv1.Faults{ProbeLagMs: 60_000, ProbeUnprovenRate: 1}}) //nolint:errcheck
 	res := &reconcile.Resolver{DB: e.db, Gateway: e.gw, Log: quiet}
@@ -321,8 +335,8 @@ func TestResolverNeedsAProvenAbsence(t *testing.T) {
 // AUTHENTICATION_REQUIRED; within its bound it is asked about again.
 func TestResolverCancelsAnUndecidedChargePastItsBound(t *testing.T) {
 	e := newEnv(t)
-	stuck := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
-	fresh := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 200)
+	stuck := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
+	fresh := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 200)
 	for id, age := range map[uuid.UUID]time.Duration{stuck: 2 * time.Hour, fresh: time.Minute} {
 		if _, _, err := e.ledger.Record(context.Background(), &gatewaysim.Charge{ID: "ch_" + id.String()[:8], Key: id.String(),
 			Reference: id.String(), Amount: map[uuid.UUID]int64{stuck: 100, fresh: 200}[id], Currency: "USD", Payer: "alice", Payee: "bob",
@@ -355,9 +369,9 @@ func TestResolverCancelsAnUndecidedChargePastItsBound(t *testing.T) {
 // still settled: one bad row never stalls the rest.
 func TestResolverAdvancesPastARowItCannotMove(t *testing.T) {
 	e := newEnv(t)
-	stuck := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
+	stuck := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
 	e.charge(stuck.String(), stuck.String(), 100, time.Now())
-	next := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 200)
+	next := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 200)
 	e.exec(`UPDATE payments SET run_at = now() - interval '2 minutes' WHERE id = $1`, stuck)
 	e.exec(`UPDATE payments SET run_at = now() - interval '1 minute' WHERE id = $1`, next)
 	e.exec(`CREATE FUNCTION refuse_stuck() RETURNS trigger LANGUAGE plpgsql AS $$
