@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -260,7 +261,13 @@ func (s *chargeStream) send() {
 			continue
 		}
 		if err := s.st.Send(&gatewayv1.ChargesRequest{Items: items}); err != nil {
-			// The real error is the one Recv reports.
+			if errors.Is(err, io.EOF) {
+				// The gateway ended the stream: its status (a refusal, say)
+				// is what Recv returns, so recv fails the stream with it.
+				// Failing here with EOF would race recv and turn a refusal,
+				// known to charge nothing, into an ambiguous loss.
+				return
+			}
 			s.fail(fmt.Errorf("send charges: %w", err))
 			return
 		}

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 )
@@ -54,5 +57,43 @@ func TestAGivenUpChargeIsNeverSent(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.tags) != 1 || rec.tags[0] != 2 {
 		t.Fatalf("sent items %v, want only 2 (1's caller gave up)", rec.tags)
+	}
+}
+
+// refusedStream is a Charges stream the gateway refused: Send sees only
+// io.EOF, and Recv, called later, returns the refusal.
+type refusedStream struct {
+	grpc.ClientStream
+	sent chan struct{}
+}
+
+func (r *refusedStream) Send(*gatewayv1.ChargesRequest) error {
+	close(r.sent)
+	return io.EOF
+}
+
+func (r *refusedStream) Recv() (*gatewayv1.ChargesResponse, error) {
+	<-r.sent // the sender has seen EOF first: the order that raced in CI
+	return nil, status.Error(codes.PermissionDenied, "client may not call this service")
+}
+
+// TestARefusalSeenFirstBySendStaysARefusal: when the gateway refuses the
+// stream, Send returns io.EOF and only Recv carries the status. The callers
+// must get the refusal (nothing charged, certain), never an ambiguous
+// "stream lost" built from the EOF.
+func TestARefusalSeenFirstBySendStaysARefusal(t *testing.T) {
+	st := &refusedStream{sent: make(chan struct{})}
+	s := &chargeStream{g: &GRPC{}, st: st, cancel: func() {}, pending: map[uint64]chan answer{}, wake: make(chan struct{}, 1)}
+	ch := make(chan answer, 1)
+	s.add(&gatewayv1.ChargeItem{Tag: 1, Request: &gatewayv1.ChargeRequest{IdempotencyKey: "a"}}, ch)
+	go s.send()
+	go s.recv()
+	select {
+	case a := <-ch:
+		if status.Code(a.err) != codes.PermissionDenied {
+			t.Fatalf("answer %v, want PERMISSION_DENIED", a.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer")
 	}
 }
