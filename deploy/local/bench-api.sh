@@ -10,6 +10,8 @@ export PAYSCHED_DEV=1
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 RUNS=${RUNS:-3}
 export PAYSCHED_PG_DURABLE=1
+# No statement statistics unless asked (PAYSCHED_PG_STATS=1): they cost.
+export PAYSCHED_PG_STATS=${PAYSCHED_PG_STATS:-0}
 exec "$ROOT/deploy/local/with-pg.sh" bash -c '
 set -euo pipefail
 ROOT='"$ROOT"'

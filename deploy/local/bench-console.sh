@@ -9,6 +9,8 @@ export PAYSCHED_DEV=1
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export N=${N:-5000000} REQUESTS=${REQUESTS:-200} ROOT
 export PAYSCHED_PG_DURABLE=1
+# No statement statistics unless asked (PAYSCHED_PG_STATS=1): they cost.
+export PAYSCHED_PG_STATS=${PAYSCHED_PG_STATS:-0}
 exec "$ROOT/deploy/local/with-pg.sh" bash -c '
 set -euo pipefail
 db="${PAYSCHED_TEST_ADMIN_URL%/postgres*}/console?sslmode=disable"

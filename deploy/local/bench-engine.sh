@@ -23,6 +23,8 @@ export GOMAXPROCS=${GOMAXPROCS:-1}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export N=${N:-200000} RUNS=${RUNS:-3} CDC=${CDC:-} LEAD=${LEAD:-} ROOT
 export PAYSCHED_PG_DURABLE=1
+# No statement statistics unless asked (PAYSCHED_PG_STATS=1): they cost.
+export PAYSCHED_PG_STATS=${PAYSCHED_PG_STATS:-0}
 exec "$ROOT/deploy/local/with-pg.sh" bash -c '
 set -euo pipefail
 base=${PAYSCHED_TEST_ADMIN_URL%/postgres*}

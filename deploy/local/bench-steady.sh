@@ -24,6 +24,8 @@ export GOMAXPROCS=${GOMAXPROCS:-1}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export RATE=${RATE:-1000} STEADY_FOR=${STEADY_FOR:-120s} CDC=${CDC:-1} AUDIT=${AUDIT:-1} ROOT
 export PAYSCHED_PG_DURABLE=1
+# No statement statistics unless asked (PAYSCHED_PG_STATS=1): they cost.
+export PAYSCHED_PG_STATS=${PAYSCHED_PG_STATS:-0}
 exec "$ROOT/deploy/local/with-pg.sh" bash -c '
 set -euo pipefail
 base=${PAYSCHED_TEST_ADMIN_URL%/postgres*}

@@ -14,6 +14,8 @@ export GOMAXPROCS=${GOMAXPROCS:-1}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export ROOT SHORT=${SHORT:-} KEEP=${KEEP:-} CHAOS_FLAGS=${CHAOS_FLAGS:-}
 export PAYSCHED_PG_DURABLE=1
+# No statement statistics unless asked (PAYSCHED_PG_STATS=1): they cost.
+export PAYSCHED_PG_STATS=${PAYSCHED_PG_STATS:-0}
 exec "$ROOT/deploy/local/with-pg.sh" bash -c '
 set -euo pipefail
 run=$(mktemp -d /tmp/paysched-chaos-XXXXXX)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # with-pg.sh CMD ARGS...: runs CMD with a private, throwaway Postgres cluster
-# (fsync off unless PAYSCHED_PG_DURABLE=1) whose superuser URL is in PAYSCHED_TEST_ADMIN_URL, and removes
+# (fsync off unless PAYSCHED_PG_DURABLE=1; pg_stat_statements loaded unless
+# PAYSCHED_PG_STATS=0) whose superuser URL is in PAYSCHED_TEST_ADMIN_URL, and removes
 # the cluster afterwards whatever CMD does. PAYSCHED_PG_DIR and
 # PAYSCHED_PG_PORT name it for pg.sh (the chaos run restarts it).
 set -euo pipefail
@@ -18,6 +19,9 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+# Tests read pg_stat_statements (an idle sweeper's statements per poll):
+# loaded unless the caller says otherwise (the benchmarks do, unless asked).
+export PAYSCHED_PG_STATS=${PAYSCHED_PG_STATS-1}
 if [ "${PAYSCHED_PG_DURABLE:-}" = 1 ]; then "$PG" start "$dir" "$port"; else PAYSCHED_PG_FAST=1 "$PG" start "$dir" "$port"; fi
 # The cluster's postmaster: benchmarks count only its processes' CPU.
 PAYSCHED_PG_POSTMASTER=$(head -1 "$("$PG" datadir "$dir")/postmaster.pid" 2>/dev/null || true)

@@ -2,13 +2,13 @@ package store
 
 // Fair claims: the statements behind the sweepers' deficit round-robin over
 // tenants (pkg/engine/fair decides the shares; docs/DESIGN.md, "Fair
-// claims"). Both are O(what they return): a walk touches two index
-// entries per tenant it visits, and a claim touches only the rows it takes.
+// claims"). Each is O(what it returns): the walk of the due tenants reads
+// tenant_queue's due entries (migration 18), a claim touches only the rows
+// it takes, and a settle one index probe per partition per tenant.
 
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,7 +71,8 @@ type Walk struct {
 
 // WalkTenants visits, in every partition that may hold a due row, at most
 // max tenants with PENDING rows from cursor on ("": from the first), in
-// one round trip.
+// one round trip: the operators' listing of tenants by name (ListTenants).
+// The sweepers walk tenant_queue instead (DueTenants).
 func (c *Claimer) WalkTenants(ctx context.Context, cursor string, max int) (Walk, error) {
 	days, err := c.days(ctx)
 	if err != nil {
@@ -127,43 +128,110 @@ func (c *Claimer) WalkTenants(ctx context.Context, cursor string, max int) (Walk
 	return w, nil
 }
 
-// Share is how many due rows of one tenant a fair claim may take.
-type Share struct {
+// Cursor is where a walk of the due tenants stands: after the tenant
+// Tenant whose next due time was At. The zero Cursor is the start.
+type Cursor struct {
+	At     time.Time
 	Tenant string
-	Quota  int
 }
 
-// ClaimShares claims up to each share's quota of its tenant's due rows,
-// oldest partition first, in the partitions w found them due in. On an
-// error it still returns the claims made before it (they are held).
-func (c *Claimer) ClaimShares(ctx context.Context, w Walk, shares []Share) ([]Claimed, error) {
-	left := make(map[string]int, len(shares))
-	var days []time.Time
-	seen := map[time.Time]bool{}
-	for _, s := range shares {
-		if s.Quota <= 0 {
-			continue
+// IsZero says c is the start of a cycle.
+func (c Cursor) IsZero() bool { return c.At.IsZero() && c.Tenant == "" }
+
+// DueWalk is one window of the tenants with due rows (tenant_queue).
+type DueWalk struct {
+	// Due lists them oldest first, at most the window; At[i] is Due[i]'s
+	// next due time, for the cursor.
+	Due []string
+	At  []time.Time
+	// Complete says the window reached the last due tenant: the next walk
+	// starts a new cycle.
+	Complete bool
+	// NextDue is when the earliest tenant with nothing due falls due
+	// (zero: none has PENDING rows).
+	NextDue time.Time
+}
+
+// CursorAt is the cursor just after the walk's i-th tenant.
+func (w DueWalk) CursorAt(i int) Cursor { return Cursor{At: w.At[i], Tenant: w.Due[i]} }
+
+// walkFold is how many wakeups one walk folds into tenant_queue at most: a
+// burst of creates across more tenants is folded over the next walks.
+const walkFold = 20_000
+
+// DueTenants folds the writers' wakeups into tenant_queue and returns at
+// most max tenants with due rows after cursor, in (next due time, tenant)
+// order, and when the next tenant falls due: one statement
+// (paysched_due_tenants), whose cost is what it folds and returns, never
+// the number of tenants. An idle poll is this statement alone.
+func (c *Claimer) DueTenants(ctx context.Context, cursor Cursor, max int) (DueWalk, error) {
+	at := cursor.At
+	if cursor.IsZero() {
+		at = time.Unix(0, 0) // before any run_at (and a plain timestamptz)
+	}
+	rows, err := c.DB.Query(ctx, `SELECT tenant, next_at, due FROM paysched_due_tenants($1, $2, $3, $4)`,
+		at, cursor.Tenant, max, walkFold)
+	if err != nil {
+		return DueWalk{}, fmt.Errorf("walk due tenants: %w", err)
+	}
+	var w DueWalk
+	var tenant string
+	var next time.Time
+	var due bool
+	_, err = pgx.ForEachRow(rows, []any{&tenant, &next, &due}, func() error {
+		if due {
+			w.Due, w.At = append(w.Due, tenant), append(w.At, next)
+		} else {
+			w.NextDue = next
 		}
-		left[s.Tenant] = s.Quota
-		for _, d := range w.DueIn[s.Tenant] {
-			if !seen[d] {
-				seen[d] = true
-				days = append(days, d)
-			}
+		return nil
+	})
+	if err != nil {
+		return DueWalk{}, fmt.Errorf("walk due tenants: %w", err)
+	}
+	w.Complete = len(w.Due) < max
+	return w, nil
+}
+
+// SettleTenants tells tenant_queue that tenants' shares came back short:
+// each one's next due time is read again from its PENDING rows (or it
+// leaves the queue). One statement; it never waits on a lock.
+func (c *Claimer) SettleTenants(ctx context.Context, tenants []string) error {
+	if len(tenants) == 0 {
+		return nil
+	}
+	if _, err := c.DB.Exec(ctx, `SELECT paysched_settle_tenants($1)`, tenants); err != nil {
+		return fmt.Errorf("settle tenants: %w", err)
+	}
+	return nil
+}
+
+// ClaimTenants claims up to each share's quota of its tenant's due rows,
+// oldest partition first, in every partition that may hold a due row
+// (one statement each, while a share is left). On an error it still
+// returns the claims made before it (they are held).
+func (c *Claimer) ClaimTenants(ctx context.Context, shares []Share) ([]Claimed, error) {
+	days, err := c.days(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claim shares: %w", err)
+	}
+	left := make(map[string]int, len(shares))
+	for _, s := range shares {
+		if s.Quota > 0 {
+			left[s.Tenant] += s.Quota
 		}
 	}
-	slices.SortFunc(days, time.Time.Compare)
 	var out []Claimed
 	for _, d := range days {
 		var tenants []string
 		var quotas []int32
 		for _, s := range shares {
-			if q := left[s.Tenant]; q > 0 && dueIn(w.DueIn[s.Tenant], d) {
+			if q := left[s.Tenant]; q > 0 { // the shares name each tenant once
 				tenants, quotas = append(tenants, s.Tenant), append(quotas, int32(q))
 			}
 		}
 		if len(tenants) == 0 {
-			continue
+			break
 		}
 		rows, err := c.DB.Query(ctx, partitionSQL(fairClaimSQL, d), c.Owner, c.Lease, tenants, quotas)
 		if missingPartition(err) {
@@ -185,13 +253,10 @@ func (c *Claimer) ClaimShares(ctx context.Context, w Walk, shares []Share) ([]Cl
 	return out, nil
 }
 
-func dueIn(days []time.Time, d time.Time) bool {
-	for _, x := range days {
-		if x.Equal(d) {
-			return true
-		}
-	}
-	return false
+// Share is how many due rows of one tenant a fair claim may take.
+type Share struct {
+	Tenant string
+	Quota  int
 }
 
 // inflightSQL counts one partition's (%s) claims in flight for the tenants

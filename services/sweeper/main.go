@@ -37,7 +37,7 @@ func main() {
 	execTLS := mtls.RegisterClient(fs, "executor")
 	resolveEvery := fs.Duration("resolve-every", 15*time.Second, "how often the executors' name is resolved again (rollouts, autoscaling)")
 	unfair := fs.Bool("unfair", false, "claim in due order only, whoever the tenant (no fair shares, no tenant caps)")
-	walk := fs.Int("fair-walk", 256, "tenants one claim round visits at most (the rest are reached in later rounds, and by the due-order remainder)")
+	walk := fs.Int("fair-walk", 256, "due tenants one window of a claim holds at most (more are reached in the next windows, the longest waiting first)")
 	maxInflight := fs.Int("tenant-max-inflight", 0, "default cap on a tenant's payments in flight across sweepers (0: none; payctl tenants set overrides it)")
 	maxRate := fs.Float64("tenant-max-rate", 0, "default cap on a tenant's claims per second, across sweepers (0: none; payctl tenants set overrides it)")
 	svc.Main("sweeper", fs, func(ctx context.Context, log *slog.Logger) error {

@@ -142,19 +142,21 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 			_, _, err := store.ListTenants(ctx, db, "", 10)
 			return err
 		}},
-		{"paysched_sweeper", "fair claim: walk, limits, shares, tenant rate buckets", func(db *pgxpool.Pool) error {
+		{"paysched_sweeper", "fair claim: walk, limits, shares, settle, tenant rate buckets", func(db *pgxpool.Pool) error {
 			if _, err := store.LoadTenantLimits(ctx, db); err != nil {
 				return err
 			}
 			c := &store.Claimer{DB: db, Owner: "sweeper-1", Lease: time.Minute}
-			w, err := c.WalkTenants(ctx, "", 10)
-			if err != nil {
+			if _, err := c.DueTenants(ctx, store.Cursor{}, 10); err != nil {
 				return err
 			}
-			if _, err := c.ClaimShares(ctx, w, []store.Share{{Tenant: "nobody", Quota: 1}}); err != nil {
+			if _, err := c.ClaimTenants(ctx, []store.Share{{Tenant: "nobody", Quota: 1}}); err != nil {
 				return err
 			}
-			_, err = pacing.TakeEach(ctx, db, []pacing.Bucket{{Name: "tenant:alice", Rate: 5, Burst: 5}}, []int{1})
+			if err := c.SettleTenants(ctx, []string{"nobody"}); err != nil {
+				return err
+			}
+			_, err := pacing.TakeEach(ctx, db, []pacing.Bucket{{Name: "tenant:alice", Rate: 5, Burst: 5}}, []int{1})
 			return err
 		}},
 		{"paysched_sweeper", "release", func(db *pgxpool.Pool) error {

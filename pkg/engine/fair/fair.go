@@ -1,9 +1,10 @@
 // Package fair shares a sweeper's claims among tenants: deficit
 // round-robin by weight over the tenants that have due payments, with
 // per-tenant caps on payments in flight and on claims per second. The
-// statements are the store's (store.Claimer.WalkTenants, ClaimShares);
-// this package decides how many rows each tenant gets in a round. The
-// algorithm and its cost are in docs/DESIGN.md, "Fair claims".
+// statements are the store's (store.Claimer.DueTenants, ClaimTenants,
+// SettleTenants); this package decides how many rows each tenant gets in
+// a round. The algorithm and its cost are in docs/DESIGN.md, "Fair
+// claims".
 package fair
 
 import (
@@ -34,13 +35,10 @@ type Config struct {
 	// Unfair claims in due order only, whoever the tenant (the engine
 	// before fairness; bench-fair compares the two).
 	Unfair bool
-	// Walk is how many tenants one walk visits at most (default 256).
+	// Walk is how many due tenants one window holds at most (default
+	// 256): a round's statements and Go state grow with it, and a due
+	// tenant is reached within ceil(due tenants / Walk) windows.
 	Walk int
-	// WalkEvery is how often the tenants with due rows are walked again
-	// (default 200ms); between walks a round uses the last walk's tenants,
-	// less those found drained. A tenant newly due waits at most this
-	// long for its first share.
-	WalkEvery time.Duration
 	// Default is the limits of a tenant an operator set nothing for.
 	Default Limits
 	// Reload is how often the operators' limits are read again (default 5s).
@@ -60,8 +58,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--tenant-max-rate must not be negative (0: no cap), got %g", c.Default.MaxRate)
 	case math.IsNaN(c.Default.MaxRate) || math.IsInf(c.Default.MaxRate, 0):
 		return fmt.Errorf("--tenant-max-rate must be a number, got %g", c.Default.MaxRate)
-	case c.WalkEvery < 0:
-		return fmt.Errorf("--fair-walk-every must not be negative, got %s", c.WalkEvery)
 	case c.Reload < 0:
 		return fmt.Errorf("tenant limits reload interval must not be negative, got %s", c.Reload)
 	}
@@ -74,15 +70,15 @@ type Scheduler struct {
 	cfg Config
 	db  store.DB
 
-	deficit  map[string]float64
-	backlog  map[string]bool // took its whole share last round: it has more
-	cursor   string
-	walk     store.Walk // the last walk, less the tenants since found drained
-	walkedAt time.Time
-	stale    bool // the due-order remainder met a tenant the walk did not list
-	rot      int  // where handing out spare starts
+	// Per tenant of the window last walked, and only those: the state of
+	// a round is bounded by the window, never by the tenants seen.
+	deficit map[string]float64
+	backlog map[string]bool // took its whole share last round: it has more
+
+	cursor   store.Cursor // where the next walk of the due tenants starts
+	nextDue  time.Time    // by the last walk, when the next tenant falls due
+	rot      int          // where handing out spare starts
 	limits   map[string]Limits
-	capped   bool // some tenant has a cap: the due-order remainder is off
 	loadedAt time.Time
 
 	// others is, per capped tenant, what other sweepers had in flight at
@@ -108,9 +104,6 @@ func New(cfg Config, db store.DB) (*Scheduler, error) {
 	if cfg.Reload == 0 {
 		cfg.Reload = 5 * time.Second
 	}
-	if cfg.WalkEvery == 0 {
-		cfg.WalkEvery = 200 * time.Millisecond
-	}
 	return &Scheduler{cfg: cfg, db: db, deficit: map[string]float64{}, inflight: map[string]int{}, others: map[string]int{},
 		backlog: map[string]bool{}, stats: map[string]*tenantStats{other: {}}}, nil
 }
@@ -121,7 +114,7 @@ func (s *Scheduler) NextDue() time.Time {
 	if s.cfg.Unfair {
 		return time.Time{}
 	}
-	return s.walk.NextDue
+	return s.nextDue
 }
 
 // Limits returns the limits the scheduler applies to tenant.
@@ -142,7 +135,6 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	}
 	d := s.cfg.Default
 	s.limits = make(map[string]Limits, len(ls))
-	s.capped = d.MaxInflight > 0 || d.MaxRate > 0
 	for _, l := range ls {
 		x := Limits{Weight: l.Weight, MaxInflight: d.MaxInflight, MaxRate: d.MaxRate}
 		if l.MaxInflight != nil {
@@ -151,16 +143,28 @@ func (s *Scheduler) reload(ctx context.Context) error {
 		if l.MaxRate != nil {
 			x.MaxRate = *l.MaxRate
 		}
-		s.capped = s.capped || x.MaxInflight > 0 || x.MaxRate > 0
 		s.limits[l.Tenant] = x
 	}
 	s.loadedAt = time.Now()
 	return nil
 }
 
+// maxWindows bounds the windows one Claim walks: past it the sweeper
+// claims again at once (a full claim does not pause), from where it left.
+const maxWindows = 64
+
 // Claim claims up to limit due payments with c, shared among the tenants
 // that have due payments (see the package comment). On an error it still
 // returns the claims made before it: they are held and must go out.
+//
+// It walks the due tenants a window at a time from its cursor. A window
+// that holds every due tenant is shared by weight (deficit round-robin),
+// and again while rows are left and some tenant filled its share; a
+// window of a longer cycle is shared in walk order and the cursor moves
+// past the tenants served, so each due tenant is reached within
+// ceil(due tenants / Walk) windows. Rows left over go to the next window
+// in the same Claim: a due row never waits while this sweeper and its
+// tenant have room (work-conserving, caps or not).
 func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]store.Claimed, error) {
 	if s.cfg.Unfair {
 		out, err := c.Claim(ctx, limit)
@@ -170,41 +174,76 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 	if err := s.reload(ctx); err != nil {
 		return nil, fmt.Errorf("fair claim: %w", err)
 	}
-	// Walk again when the last walk is old, missed a tenant, found nothing
-	// due (a spike may have just begun), or a tenant it saw has fallen due
-	// since: the first round of a spike is shared, not due order.
-	now := time.Now()
-	nextDue := s.walk.NextDue
-	if s.stale || now.Sub(s.walkedAt) >= s.cfg.WalkEvery || len(s.walk.Due) == 0 ||
-		(!nextDue.IsZero() && !now.Before(nextDue)) {
-		w, err := c.WalkTenants(ctx, s.cursor, s.cfg.Walk)
+	var out []store.Claimed
+	wrapped := false // this Claim has walked to the end of a cycle
+	for pass := 0; len(out) < limit && pass < maxWindows; pass++ {
+		got, more, err := s.round(ctx, c, limit-len(out), &wrapped)
+		out = append(out, got...)
 		if err != nil {
-			return nil, fmt.Errorf("fair claim: %w", err)
+			s.taken(out)
+			return out, fmt.Errorf("fair claim: %w", err)
 		}
-		s.walk, s.walkedAt, s.stale, s.cursor = w, time.Now(), false, w.Next
-		if err := s.countOthers(ctx, c); err != nil {
-			return nil, fmt.Errorf("fair claim: %w", err)
+		if !more {
+			break
 		}
 	}
-	w := s.walk
-	shares, rated := s.share(w, limit)
+	s.taken(out)
+	return out, nil
+}
+
+// round walks one window from the cursor, shares limit rows among its
+// tenants, claims them and settles the tenants found short. more says
+// another window may have rows for what is left.
+func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrapped *bool) (_ []store.Claimed, more bool, _ error) {
+	start := s.cursor
+	w, err := c.DueTenants(ctx, start, s.cfg.Walk)
+	if err != nil {
+		return nil, false, err
+	}
+	s.nextDue = w.NextDue
+	whole := start.IsZero() && w.Complete // the window is every due tenant
+	if w.Complete {
+		s.cursor = store.Cursor{}
+	}
+	if len(w.Due) == 0 {
+		if start.IsZero() {
+			return nil, false, nil // nothing due at all: an idle poll
+		}
+		// The end of a cycle: go round once more from the start, unless
+		// this Claim has already been there.
+		more = !*wrapped
+		*wrapped = true
+		return nil, more, nil
+	}
+	s.prune(w.Due)
+	if err := s.countOthers(ctx, c, w.Due); err != nil {
+		return nil, false, err
+	}
+	shares, last := s.share(w.Due, limit, whole)
+	if !whole && !w.Complete {
+		// The next window starts after the last tenant this one reached.
+		s.cursor = w.CursorAt(last)
+	}
 	var rateBuckets []pacing.Bucket
 	var rateWant []int
-	for _, i := range rated {
-		l := s.Limits(shares[i].Tenant)
-		rateBuckets = append(rateBuckets, pacing.Bucket{Name: "tenant:" + shares[i].Tenant, Rate: l.MaxRate, Burst: max(l.MaxRate, 1)})
-		rateWant = append(rateWant, shares[i].Quota)
+	var rated []int
+	for i, sh := range shares {
+		if l := s.Limits(sh.Tenant); l.MaxRate > 0 && sh.Quota > 0 {
+			rated = append(rated, i)
+			rateBuckets = append(rateBuckets, pacing.Bucket{Name: "tenant:" + sh.Tenant, Rate: l.MaxRate, Burst: max(l.MaxRate, 1)})
+			rateWant = append(rateWant, sh.Quota)
+		}
 	}
 	if len(rated) > 0 {
 		granted, err := pacing.TakeEach(ctx, s.db, rateBuckets, rateWant)
 		if err != nil {
-			return nil, fmt.Errorf("fair claim: %w", err)
+			return nil, false, err
 		}
 		for j, i := range rated {
 			shares[i].Quota = granted[j]
 		}
 	}
-	out, err := c.ClaimShares(ctx, w, shares)
+	out, err := c.ClaimTenants(ctx, shares)
 	got := make(map[string]int, len(shares))
 	for _, cl := range out {
 		got[cl.Tenant]++
@@ -216,56 +255,76 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 		}
 		_ = pacing.RefundEach(context.WithoutCancel(ctx), s.db, rateBuckets, back)
 	}
+	if err != nil {
+		return out, false, err
+	}
 	filled := false
+	var short []string
 	for _, sh := range shares {
 		switch n := got[sh.Tenant]; {
 		case sh.Quota <= 0:
 		case n < sh.Quota:
 			// Fewer due than its share (or held by another sweeper): no
-			// backlog, so no credit carried (deficit round-robin), and no
-			// share until the next walk finds it due again.
+			// backlog, so no credit carried (deficit round-robin), and its
+			// next due time is read again.
 			s.deficit[sh.Tenant] = 0
 			delete(s.backlog, sh.Tenant)
-			s.drop(sh.Tenant)
+			short = append(short, sh.Tenant)
 		default:
 			s.deficit[sh.Tenant] = max(0, s.deficit[sh.Tenant]-float64(n))
 			s.backlog[sh.Tenant] = true
 			filled = true
 		}
 	}
+	if err := c.SettleTenants(context.WithoutCancel(ctx), short); err != nil {
+		return out, false, err
+	}
+	switch {
+	case len(out) >= limit:
+		return out, false, nil
+	case whole:
+		// Every due tenant had its share: go again only for the ones that
+		// filled theirs (they have more), with what is left.
+		return out, filled, nil
+	case w.Complete:
+		more = !*wrapped || len(out) > 0
+		*wrapped = true
+		return out, more, nil
+	}
+	return out, true, nil
+}
+
+// prune forgets the credit of tenants outside the window.
+func (s *Scheduler) prune(window []string) {
+	if len(s.deficit) == 0 && len(s.backlog) == 0 {
+		return
+	}
+	in := make(map[string]struct{}, len(window))
+	for _, t := range window {
+		in[t] = struct{}{}
+	}
 	for t := range s.deficit {
-		if _, due := s.walk.DueIn[t]; !due && s.walk.Complete {
+		if _, ok := in[t]; !ok {
 			delete(s.deficit, t)
+		}
+	}
+	for t := range s.backlog {
+		if _, ok := in[t]; !ok {
 			delete(s.backlog, t)
 		}
 	}
-	if err == nil && len(out) < limit && !s.capped && (filled || !w.Complete || len(w.Due) == 0) {
-		// What the shares left goes in due order: to the backlogged
-		// tenants (the oldest first), and to any tenant the last walk did
-		// not reach or list. With a cap in force it is not used: it would
-		// claim a capped tenant's rows.
-		var more []store.Claimed
-		more, err = c.Claim(ctx, limit-len(out))
-		for _, cl := range more {
-			if _, listed := s.walk.DueIn[cl.Tenant]; !listed {
-				s.stale = true // walk again next round: it has due rows
-			}
-		}
-		out = append(out, more...)
-	}
-	s.taken(out)
-	if err != nil {
-		return out, fmt.Errorf("fair claim: %w", err)
-	}
-	return out, nil
 }
 
-// share decides each due tenant's quota of a round of limit rows, and
-// which shares (by index) a rate cap must grant.
-func (s *Scheduler) share(w store.Walk, limit int) ([]store.Share, []int) {
+// share decides each due tenant's quota of a round of limit rows. A whole
+// window (every due tenant) is shared by weight with the credit carried
+// between rounds, from a rotating start, and what is left goes to the
+// tenants with room as spare. A window of a longer cycle is shared in walk
+// order, each tenant at least one row while rows are left: last is the
+// index of the last tenant reached, where the cursor goes on from.
+func (s *Scheduler) share(due []string, limit int, whole bool) (shares []store.Share, last int) {
 	s.mu.Lock()
-	room := make([]int, len(w.Due))
-	for i, t := range w.Due {
+	room := make([]int, len(due))
+	for i, t := range due {
 		room[i] = limit
 		if l := s.Limits(t); l.MaxInflight > 0 {
 			room[i] = max(0, min(limit, l.MaxInflight-s.others[t]-s.inflight[t]))
@@ -273,22 +332,37 @@ func (s *Scheduler) share(w store.Walk, limit int) ([]store.Share, []int) {
 	}
 	s.mu.Unlock()
 	sumW := 0
-	for i, t := range w.Due {
+	for i, t := range due {
 		if room[i] > 0 {
 			sumW += s.Limits(t).Weight
 		}
 	}
-	shares := make([]store.Share, 0, len(w.Due))
-	var rated []int
+	shares = make([]store.Share, 0, len(due))
 	left := limit
+	if !whole {
+		last = len(due) - 1
+		for i, t := range due {
+			if left == 0 {
+				last = i - 1
+				break
+			}
+			if room[i] == 0 {
+				continue // at its cap: passed, its turn comes next cycle
+			}
+			q := min(room[i], left, max(1, limit*s.Limits(t).Weight/sumW))
+			left -= q
+			shares = append(shares, store.Share{Tenant: t, Quota: q})
+		}
+		return shares, last
+	}
 	// From a rotating start: the shares' order is the order their rows
 	// come back in, and so the order the executor starts them within the
-	// batch; a fixed order (by name) would start the same tenants first in
-	// every round.
+	// batch; a fixed order would start the same tenants first in every
+	// round.
 	s.rot++
-	for k := range w.Due {
-		i := (k + s.rot) % len(w.Due)
-		t := w.Due[i]
+	for k := range due {
+		i := (k + s.rot) % len(due)
+		t := due[i]
 		l := s.Limits(t)
 		if room[i] == 0 || sumW == 0 {
 			continue
@@ -303,33 +377,29 @@ func (s *Scheduler) share(w store.Walk, limit int) ([]store.Share, []int) {
 			continue
 		}
 		left -= q
-		if l.MaxRate > 0 {
-			rated = append(rated, len(shares))
-		}
 		shares = append(shares, store.Share{Tenant: t, Quota: q})
 	}
 	// What is left (a cap held a tenant back, or credit was fractional)
 	// goes to the tenants with room, by weight, backlogged ones (they took
 	// their whole share last round) first: no credit, it is spare, not
 	// owed. The spike's big tenant takes the rest of the round in the same
-	// statement as the others' shares, instead of in a second, due-order
-	// claim.
+	// statement as the others' shares.
 	for _, backlogOnly := range []bool{true, false} {
-		left = s.spare(w, room, shares, left, backlogOnly)
+		left = s.spare(due, room, shares, left, backlogOnly)
 	}
-	return shares, rated
+	return shares, len(due) - 1
 }
 
 // spare hands left rows to the due tenants with room, by weight (only
 // backlogged ones if backlogOnly), and returns what is still left.
-func (s *Scheduler) spare(w store.Walk, room []int, shares []store.Share, left int, backlogOnly bool) int {
+func (s *Scheduler) spare(due []string, room []int, shares []store.Share, left int, backlogOnly bool) int {
 	idx := make(map[string]int, len(shares)) // the shares never change order here
 	for j, sh := range shares {
 		idx[sh.Tenant] = j
 	}
-	for left > 0 && (backlogOnly || s.capped) {
+	for left > 0 {
 		sumW := 0
-		for i, t := range w.Due {
+		for i, t := range due {
 			j, ok := idx[t]
 			if room[i] > 0 && (!ok || shares[j].Quota < room[i]) && (!backlogOnly || s.backlog[t]) {
 				sumW += s.Limits(t).Weight
@@ -342,9 +412,9 @@ func (s *Scheduler) spare(w store.Walk, room []int, shares []store.Share, left i
 		// From a rotating start: what is handed out one by one (less than
 		// a tenant's weight's worth) does not favour the first names.
 		s.rot++
-		for k := range w.Due {
-			i := (k + s.rot) % len(w.Due)
-			t := w.Due[i]
+		for k := range due {
+			i := (k + s.rot) % len(due)
+			t := due[i]
 			j, ok := idx[t]
 			// Only tenants already given a share take spare; one without
 			// (no whole credit yet) waits for its turn.
@@ -365,10 +435,10 @@ func (s *Scheduler) spare(w store.Walk, room []int, shares []store.Share, left i
 
 // countOthers counts, for the due tenants with an in-flight cap, what the
 // other sweepers hold: the cluster's count less this sweeper's own.
-func (s *Scheduler) countOthers(ctx context.Context, c *store.Claimer) error {
+func (s *Scheduler) countOthers(ctx context.Context, c *store.Claimer, due []string) error {
 	clear(s.others)
 	var capped []string
-	for _, t := range s.walk.Due {
+	for _, t := range due {
 		if s.Limits(t).MaxInflight > 0 {
 			capped = append(capped, t)
 		}
@@ -386,20 +456,6 @@ func (s *Scheduler) countOthers(ctx context.Context, c *store.Claimer) error {
 		s.others[t] = max(0, n[t]-s.inflight[t])
 	}
 	return nil
-}
-
-// drop removes tenant from the cached walk: it has nothing more due.
-func (s *Scheduler) drop(tenant string) {
-	if _, ok := s.walk.DueIn[tenant]; !ok {
-		return
-	}
-	delete(s.walk.DueIn, tenant)
-	for i, t := range s.walk.Due {
-		if t == tenant {
-			s.walk.Due = append(s.walk.Due[:i:i], s.walk.Due[i+1:]...)
-			break
-		}
-	}
 }
 
 func (s *Scheduler) taken(cs []store.Claimed) {

@@ -279,7 +279,7 @@ func TestWalkBoundReachesEveryTenant(t *testing.T) {
 		tenants = append(tenants, tn)
 		seed(t, db, tn, 5, time.Second)
 	}
-	sch, c := newScheduler(t, db, fair.Config{Walk: 3, WalkEvery: time.Nanosecond})
+	sch, c := newScheduler(t, db, fair.Config{Walk: 3})
 	total := map[string]int{}
 	for range 12 {
 		got, err := sch.Claim(context.Background(), c, 6)
@@ -329,5 +329,289 @@ func TestTenantMetricsAreBounded(t *testing.T) {
 				t.Fatalf("claimed %v", labels)
 			}
 		}
+	}
+}
+
+// seedLater writes one PENDING payment for each of n tenants (prefix and
+// a number), due a second ago but run at in an hour (a backed-off retry):
+// tenants holding rows, none due.
+func seedLater(t *testing.T, db *pgxpool.Pool, prefix string, n int) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `
+INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, tenant)
+SELECT gen_random_uuid(), $1 || lpad(i::text, 6, '0'), 'payee', 100, 'USD', now() - interval '1 second',
+       now() + interval '1 hour', $1 || lpad(i::text, 6, '0')
+FROM generate_series(1, $2) i`, prefix, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A due tenant whose name sorts after 300 tenants holding only later rows
+// is served by the first claim, caps on: the walk lists due tenants only.
+// (Walked by name, 256 at a time, the first window held no due tenant, and
+// with a cap in force nothing else claimed.)
+func TestADueTenantPastTheFirstWindowIsServed(t *testing.T) {
+	db := pgtest.NewPool(t)
+	seedLater(t, db, "a", 300)
+	seed(t, db, "zzz", 10, time.Second)
+	sch, c := newScheduler(t, db, fair.Config{Default: fair.Limits{MaxInflight: 100}})
+	got, err := sch.Claim(context.Background(), c, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(got); n["zzz"] != 10 || len(got) != 10 {
+		t.Fatalf("claimed %v, want zzz's 10 rows", n)
+	}
+}
+
+// Caps with a backlog: the first window's tenants are at their cap, and
+// the rows left go to the due tenants past it in the same claim. A due
+// row never waits while the sweeper and its tenant have room.
+func TestCapsWithABacklogAreWorkConserving(t *testing.T) {
+	db := pgtest.NewPool(t)
+	seed(t, db, "capped-a", 100, 10*time.Second)
+	seed(t, db, "capped-b", 100, 9*time.Second)
+	seed(t, db, "open-c", 50, time.Second)
+	for _, tn := range []string{"capped-a", "capped-b"} {
+		five := 5
+		if err := store.SetTenantLimits(context.Background(), db, store.TenantLimits{Tenant: tn, Weight: 1, MaxInflight: &five, UpdatedBy: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sch, c := newScheduler(t, db, fair.Config{Walk: 2})
+	got, err := sch.Claim(context.Background(), c, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := count(got)
+	if n["capped-a"] != 5 || n["capped-b"] != 5 || n["open-c"] != 50 {
+		t.Fatalf("claimed %v, want 5, 5 and 50", n)
+	}
+	// At their caps, nothing more of theirs until outcomes come back.
+	more, err := sch.Claim(context.Background(), c, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(more) != 0 {
+		t.Fatalf("claimed %v past the caps", count(more))
+	}
+	// capped-a's five outcomes come back.
+	if _, err := db.Exec(context.Background(), `UPDATE payments SET status = 'FAILED', lease_until = NULL, lease_owner = NULL
+		WHERE tenant = 'capped-a' AND status = 'PROCESSING'`); err != nil {
+		t.Fatal(err)
+	}
+	sch.Done("capped-a", 5)
+	more, err = sch.Claim(context.Background(), c, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(more); n["capped-a"] != 5 || len(more) != 5 {
+		t.Fatalf("claimed %v once capped-a settled, want its next 5", n)
+	}
+}
+
+// An idle sweeper, with 10,000 tenants holding later payments, sends at
+// most two statements a poll, counted by pg_stat_statements (the test
+// cluster preloads it; deploy/local/with-pg.sh).
+func TestAnIdlePollIsOneStatement(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		t.Fatal(err)
+	}
+	seedLater(t, db, "later-", 10_000)
+	sch, c := newScheduler(t, db, fair.Config{})
+	// The first poll folds the 10,000 creates' wakeups.
+	if got, err := sch.Claim(ctx, c, 100); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %d (%v) of nothing due", len(got), err)
+	}
+	if next := sch.NextDue(); next.IsZero() || time.Until(next) < 50*time.Minute {
+		t.Fatalf("next due %v, want in about an hour", next)
+	}
+	var dbid uint32
+	if err := db.QueryRow(ctx, `SELECT oid FROM pg_database WHERE datname = current_database()`).Scan(&dbid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `SELECT pg_stat_statements_reset(0, $1, 0)`, dbid); err != nil {
+		t.Fatalf("pg_stat_statements not loaded (run under deploy/local/with-pg.sh): %v", err)
+	}
+	const polls = 20
+	for range polls {
+		if got, err := sch.Claim(ctx, c, 100); err != nil || len(got) != 0 {
+			t.Fatalf("claimed %d (%v) of nothing due", len(got), err)
+		}
+	}
+	rows, err := db.Query(ctx, `SELECT calls, query FROM pg_stat_statements WHERE dbid = $1
+		AND query NOT LIKE '%pg_stat_statements%'`, dbid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls int64
+	var seen []string
+	var n int64
+	var q string
+	for rows.Next() {
+		if err := rows.Scan(&n, &q); err != nil {
+			t.Fatal(err)
+		}
+		calls += n
+		seen = append(seen, fmt.Sprintf("%d× %.80s", n, q))
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if calls > 2*polls {
+		t.Fatalf("%d statements for %d idle polls, want at most %d: %v", calls, polls, 2*polls, seen)
+	}
+	t.Logf("%d idle polls: %d statements %v", polls, calls, seen)
+}
+
+// A settle that reads a tenant's rows before a writer commits loses
+// nothing: the writer's wakeup, folded at the next walk, puts the tenant
+// back in the queue.
+func TestASettleBeforeAWriterCommitsLosesNothing(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ctx := context.Background()
+	seed(t, db, "w", 1, time.Second)
+	sch, c := newScheduler(t, db, fair.Config{})
+	if got, err := sch.Claim(ctx, c, 10); err != nil || len(got) != 1 {
+		t.Fatalf("claimed %d (%v), want 1", len(got), err)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `
+INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, tenant)
+VALUES (gen_random_uuid(), 'w', 'payee', 100, 'USD', now() - interval '1 second', now() - interval '1 second', 'w')`); err != nil {
+		t.Fatal(err)
+	}
+	// The sweeper finds w drained (the new row is not committed) and
+	// settles it out of the queue.
+	if err := c.SettleTenants(ctx, []string{"w"}); err != nil {
+		t.Fatal(err)
+	}
+	var queued int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM tenant_queue WHERE tenant = 'w'`).Scan(&queued); err != nil || queued != 0 {
+		t.Fatalf("w still queued (%d, %v) after a settle found it drained", queued, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sch.Claim(ctx, c, 10)
+	if err != nil || len(got) != 1 || got[0].Tenant != "w" {
+		t.Fatalf("claimed %v (%v), want w's new row", count(got), err)
+	}
+}
+
+// Writers racing sweepers on the same tenants: many goroutines create and
+// re-pend rows of four tenants while three sweepers claim, settle and
+// re-walk. Afterwards no PENDING row sits below its tenant's next due time
+// in the queue (so none is unreachable), and every row was claimed once.
+func TestWritersRacingSweepersLeaveNoRowUnreachable(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ctx := context.Background()
+	tenants := []string{"r0", "r1", "r2", "r3"}
+	const writers, each = 6, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, writers+3)
+	stop := make(chan struct{})
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				tn := tenants[(w+i)%len(tenants)]
+				if _, err := db.Exec(ctx, `
+INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, tenant)
+SELECT gen_random_uuid(), $1, 'payee', 100, 'USD', now() - interval '1 second', now() - interval '1 second', $1
+FROM generate_series(1, 1 + $2 % 3)`, tn, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var sweepers sync.WaitGroup
+	for k := range 3 {
+		sweepers.Add(1)
+		go func() {
+			defer sweepers.Done()
+			sch, err := fair.New(fair.Config{Walk: 2}, db)
+			if err != nil {
+				errs <- err
+				return
+			}
+			c := &store.Claimer{DB: db, Owner: fmt.Sprintf("sweeper-%d", k), Lease: time.Minute}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				got, err := sch.Claim(ctx, c, 7)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for _, cl := range got {
+					seen[cl.ID.String()]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	sweepers.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// One more walk folds the last wakeups; then the queue must cover
+	// every PENDING row.
+	c := &store.Claimer{DB: db, Owner: "check", Lease: time.Minute}
+	if _, err := c.DueTenants(ctx, store.Cursor{}, 10); err != nil {
+		t.Fatal(err)
+	}
+	var below int
+	if err := db.QueryRow(ctx, `
+SELECT count(*) FROM (SELECT tenant, min(run_at) AS m FROM payments WHERE status = 'PENDING' GROUP BY tenant) p
+LEFT JOIN tenant_queue q USING (tenant) WHERE q.next_at IS NULL OR q.next_at > p.m`).Scan(&below); err != nil {
+		t.Fatal(err)
+	}
+	if below != 0 {
+		t.Fatalf("%d tenants have PENDING rows the queue does not reach", below)
+	}
+	// And what is left is claimed, once.
+	sch, c := newScheduler(t, db, fair.Config{})
+	for {
+		got, err := sch.Claim(ctx, c, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 {
+			break
+		}
+		for _, cl := range got {
+			seen[cl.ID.String()]++
+		}
+	}
+	var total int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM payments`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s claimed %d times", id, n)
+		}
+	}
+	if len(seen) != total {
+		t.Fatalf("%d of %d payments claimed", len(seen), total)
 	}
 }
