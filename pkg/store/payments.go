@@ -102,7 +102,9 @@ func (s *Store) Create(ctx context.Context, items []NewPayment) ([]CreateResult,
 		cols.keys[i], cols.hashes[i], cols.resps[i], cols.created[i] = it.IdempotencyKey, it.RequestHash, it.Response, it.CreatedAt.UTC()
 		cols.tenants[i] = it.Tenant
 		if it.Tenant == "" {
-			cols.tenants[i] = it.Payer // the payer is its own tenant unless told otherwise
+			// The API always names one (auth.Principal.Tenant); a caller
+			// that does not gets the default tenant, never the payer's own.
+			cols.tenants[i] = DefaultTenant
 		}
 	}
 	for try := 0; ; try++ {

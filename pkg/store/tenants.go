@@ -9,6 +9,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// DefaultTenant is the tenant of a payment created without one: the
+// payments API's default for tokens with no tenant claim (auth.DefaultTenant).
+const DefaultTenant = "default"
+
 // TenantLimits is what an operator set for one tenant (tenant_limits).
 // A nil cap means the sweepers' default.
 type TenantLimits struct {

@@ -13,7 +13,7 @@ type NewPayment struct {
 	ID uuid.UUID
 	// Payer is the authenticated actor; it scopes the idempotency key.
 	Payer string
-	// Tenant is whom the sweepers share claims by (empty: the payer).
+	// Tenant is whom the sweepers share claims by (empty: DefaultTenant).
 	Tenant         string
 	Payee          string
 	Amount         int64

@@ -92,7 +92,8 @@ func (x *TenantLimits) GetMaxRate() float64 {
 // Tenant is one tenant's state.
 type Tenant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The tenant: the token's tenant claim, else the payer.
+	// The tenant: the token's tenant claim, else its client's configured
+	// tenant, else the default tenant (never the payer).
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// PENDING payments due now (counted up to 1,000,000).
 	Due int64 `protobuf:"varint,2,opt,name=due,proto3" json:"due,omitempty"`

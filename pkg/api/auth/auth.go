@@ -55,8 +55,26 @@ type Principal struct {
 	// Admin opens the admin API.
 	Admin bool
 	// Tenant is whom the actor's payments are scheduled for, as the
-	// sweepers share claims fairly: the token's tenant claim ("": the actor).
+	// sweepers share claims fairly: the token's tenant claim, else the
+	// tenant configured for its client, else the issuer's default tenant.
+	// Never the actor: payer ids and tenant names are apart.
 	Tenant string
+}
+
+// DefaultTenant is the tenant of tokens that carry no tenant claim and
+// whose client has none configured (--default-tenant).
+const DefaultTenant = "default"
+
+// CheckTenant says what is wrong with a tenant name, if anything: at most
+// 256 bytes of printable UTF-8, not blank.
+func CheckTenant(t string) error {
+	switch {
+	case strings.TrimSpace(t) == "":
+		return errors.New("a tenant name must not be blank")
+	case len(t) > 256 || !printable(t):
+		return errors.New("a tenant name is printable UTF-8 of at most 256 bytes")
+	}
+	return nil
 }
 
 // Claims are the token claims paysched reads.
@@ -65,6 +83,11 @@ type Claims struct {
 	Admin bool `json:"admin,omitempty"`
 	// Tenant groups actors for fair claims (a platform's many API clients).
 	Tenant string `json:"tenant,omitempty"`
+	// AuthorizedParty and ClientID name the OAuth client the token was
+	// issued to (OIDC's azp, RFC 9068's client_id): --client-tenant maps
+	// a client to its tenant.
+	AuthorizedParty string `json:"azp,omitempty"`
+	ClientID        string `json:"client_id,omitempty"`
 }
 
 // Config says which tokens to accept.
@@ -92,6 +115,12 @@ type Config struct {
 	MaxLifetime time.Duration
 	// Leeway tolerates clock skew on exp/nbf/iat.
 	Leeway time.Duration
+	// DefaultTenant is the tenant of a token with no tenant claim whose
+	// client ClientTenants does not name ("": DefaultTenant).
+	DefaultTenant string
+	// ClientTenants maps a token's client (azp, else client_id) to the
+	// tenant of its tokens that carry no tenant claim.
+	ClientTenants map[string]string
 }
 
 // DefaultMaxLifetime is the longest lifetime (exp - iat) a token may
@@ -106,6 +135,9 @@ type Verifier struct {
 	// aud and adminAud: the audience accepted (see Config), one of them.
 	aud, adminAud string
 	maxLife       time.Duration
+	// defaultTenant and clientTenants: Config's.
+	defaultTenant string
+	clientTenants map[string]string
 
 	// cache remembers tokens that verified, until they expire: clients send
 	// the same token on every call, and parsing it dominated request CPU.
@@ -137,7 +169,18 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		return nil, errors.New("auth: --jwt-jwks-file and --jwt-jwks-url are exclusive")
 	}
 	v := &Verifier{secret: cfg.HS256Secret, cache: map[string]cached{}, aud: cfg.Audience, adminAud: cfg.AdminAudience,
-		maxLife: cfg.MaxLifetime}
+		maxLife: cfg.MaxLifetime, defaultTenant: cfg.DefaultTenant, clientTenants: cfg.ClientTenants}
+	if v.defaultTenant == "" {
+		v.defaultTenant = DefaultTenant
+	}
+	for client, t := range cfg.ClientTenants {
+		if err := CheckTenant(t); err != nil {
+			return nil, fmt.Errorf("auth: tenant of client %q: %w", client, err)
+		}
+	}
+	if err := CheckTenant(v.defaultTenant); err != nil {
+		return nil, fmt.Errorf("auth: default tenant: %w", err)
+	}
 	if v.maxLife <= 0 {
 		v.maxLife = DefaultMaxLifetime
 	}
@@ -206,10 +249,10 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	}
 	// The admin claim counts only in a token made for the admin audience,
 	// which only admin-api accepts.
-	if len(c.Tenant) > 256 || !printable(c.Tenant) {
+	if c.Tenant != "" && CheckTenant(c.Tenant) != nil {
 		return Principal{}, fmt.Errorf("%w: token's tenant claim is not a printable name of at most 256 bytes", ErrUnauthenticated)
 	}
-	p := Principal{Actor: c.Subject, Admin: c.Admin && v.adminAud != "", Tenant: c.Tenant}
+	p := Principal{Actor: c.Subject, Admin: c.Admin && v.adminAud != "", Tenant: v.tenantOf(&c)}
 	// Cached only until exp (minus the leeway nothing): nbf and iat were
 	// checked now and only move into the past.
 	v.mu.Lock()
@@ -219,6 +262,22 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	v.cache[raw] = cached{p: p, exp: c.ExpiresAt.Time}
 	v.mu.Unlock()
 	return p, nil
+}
+
+// tenantOf is the tenant of a verified token: its claim, else its
+// client's, else the default. Never its subject.
+func (v *Verifier) tenantOf(c *Claims) string {
+	if c.Tenant != "" {
+		return c.Tenant
+	}
+	client := c.AuthorizedParty
+	if client == "" {
+		client = c.ClientID
+	}
+	if t, ok := v.clientTenants[client]; ok && client != "" {
+		return t
+	}
+	return v.defaultTenant
 }
 
 // printable reports whether s is valid UTF-8 without control characters:
@@ -263,8 +322,8 @@ func Mint(secret []byte, issuer, audience, actor string, admin bool, ttl time.Du
 	return MintFor(secret, issuer, audience, actor, "", admin, ttl)
 }
 
-// MintFor is Mint with a tenant claim ("": none, the actor is its own
-// tenant).
+// MintFor is Mint with a tenant claim ("": none, the verifier's default
+// or the client's tenant).
 func MintFor(secret []byte, issuer, audience, actor, tenant string, admin bool, ttl time.Duration) (string, error) {
 	now := time.Now()
 	c := Claims{

@@ -284,3 +284,62 @@ func TestHS256SecretForTheMode(t *testing.T) {
 		})
 	}
 }
+
+// A token's tenant is its claim, else its client's configured tenant, else
+// the issuer's default: never its subject. So a payer whose id is another
+// tenant's name does not share (or merge) that tenant's caps, and an
+// issuer minting many subjects without a tenant claim gets one share.
+func TestTenantNeverComesFromThePayer(t *testing.T) {
+	secret := []byte("s")
+	v, err := auth.NewVerifier(auth.Config{HS256Secret: secret, Issuer: auth.DefaultIssuer, Audience: auth.DefaultAudience,
+		ClientTenants: map[string]string{"billing-app": "billing"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(sub, tenant, azp, clientID string) string {
+		now := time.Now()
+		c := auth.Claims{RegisteredClaims: jwt.RegisteredClaims{Subject: sub, Issuer: auth.DefaultIssuer,
+			Audience: jwt.ClaimStrings{auth.DefaultAudience}, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(time.Minute))},
+			Tenant: tenant, AuthorizedParty: azp, ClientID: clientID}
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	for _, tc := range []struct {
+		name, sub, tenant, azp, clientID, want string
+	}{
+		{"a claim", "alice", "acme", "", "", "acme"},
+		{"a payer named like a tenant, no claim", "acme", "", "", "", auth.DefaultTenant},
+		{"many subjects, no claim: one tenant", "user-12345", "", "", "", auth.DefaultTenant},
+		{"the client's tenant (azp)", "bob", "", "billing-app", "", "billing"},
+		{"the client's tenant (client_id)", "bob", "", "", "billing-app", "billing"},
+		{"the claim over the client's", "bob", "acme", "billing-app", "", "acme"},
+		{"an unknown client", "bob", "", "other-app", "", auth.DefaultTenant},
+	} {
+		p, err := v.Verify(mint(tc.sub, tc.tenant, tc.azp, tc.clientID))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if p.Tenant != tc.want {
+			t.Errorf("%s: tenant %q, want %q", tc.name, p.Tenant, tc.want)
+		}
+	}
+	// A default of its own, and refused names.
+	own, err := auth.NewVerifier(auth.Config{HS256Secret: secret, Issuer: auth.DefaultIssuer, Audience: auth.DefaultAudience, DefaultTenant: "platform"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := own.Verify(mint("carol", "", "", "")); err != nil || p.Tenant != "platform" {
+		t.Fatalf("tenant %q (%v), want the configured default", p.Tenant, err)
+	}
+	for _, bad := range []string{" ", "a\x00b", strings.Repeat("x", 257)} {
+		if _, err := auth.NewVerifier(auth.Config{HS256Secret: secret, Issuer: auth.DefaultIssuer, Audience: auth.DefaultAudience, DefaultTenant: bad}); err == nil {
+			t.Errorf("default tenant %q accepted", bad)
+		}
+		if _, err := v.Verify(mint("dave", bad, "", "")); err == nil && strings.TrimSpace(bad) != "" {
+			t.Errorf("tenant claim %q accepted", bad)
+		}
+	}
+}

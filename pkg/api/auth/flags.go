@@ -2,6 +2,8 @@ package auth
 
 import (
 	"flag"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/paysched/paysched/pkg/platform/config"
@@ -18,6 +20,26 @@ type Flags struct {
 	issuer   string
 	audience string
 	maxLife  time.Duration
+
+	defaultTenant string
+	clientTenants tenantMap
+}
+
+// tenantMap is --client-tenant, repeated: CLIENT=TENANT.
+type tenantMap map[string]string
+
+func (m tenantMap) String() string { return fmt.Sprint(map[string]string(m)) }
+
+func (m tenantMap) Set(v string) error {
+	client, tenant, ok := strings.Cut(v, "=")
+	if !ok || client == "" || tenant == "" {
+		return fmt.Errorf("want CLIENT=TENANT, got %q", v)
+	}
+	if err := CheckTenant(tenant); err != nil {
+		return err
+	}
+	m[client] = tenant
+	return nil
 }
 
 // RegisterFlags adds the token flags to fs; admin: the process accepts
@@ -35,6 +57,11 @@ func RegisterFlags(fs *flag.FlagSet, admin bool) *Flags {
 		fs.StringVar(&f.audience, "jwt-audience", DefaultAudience, "audience of the payers' tokens: the only tokens this API accepts (admin tokens are refused)")
 	}
 	fs.DurationVar(&f.maxLife, "jwt-max-lifetime", DefaultMaxLifetime, "longest lifetime (exp - iat) of a token accepted")
+	if !admin {
+		f.clientTenants = tenantMap{}
+		fs.StringVar(&f.defaultTenant, "default-tenant", DefaultTenant, "tenant of a token with no tenant claim and no --client-tenant for its client: one fair share for all such callers (never the payer)")
+		fs.Var(f.clientTenants, "client-tenant", "CLIENT=TENANT, repeatable: the tenant of tokens whose client (azp, else client_id) is CLIENT and that carry no tenant claim")
+	}
 	return f
 }
 
@@ -49,8 +76,14 @@ func (f *Flags) Config(mode *config.Mode) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	if !f.admin {
+		if err := CheckTenant(f.defaultTenant); err != nil {
+			return Config{}, fmt.Errorf("--default-tenant: %w", err)
+		}
+	}
 	c := Config{HS256Secret: []byte(hs256), JWKSFile: f.jwksFile, JWKSURL: f.jwksURL, JWKSRefresh: f.refresh,
-		Issuer: f.issuer, MaxLifetime: f.maxLife, Leeway: 30 * time.Second}
+		Issuer: f.issuer, MaxLifetime: f.maxLife, Leeway: 30 * time.Second,
+		DefaultTenant: f.defaultTenant, ClientTenants: f.clientTenants}
 	if len(c.HS256Secret) == 0 {
 		c.HS256Secret = nil
 	}

@@ -89,8 +89,8 @@ func actor(ctx context.Context) (string, error) {
 	return p.Actor, nil
 }
 
-// tenantOf is whom the caller's payments are scheduled for: the token's
-// tenant claim, else "" (the store then uses the payer).
+// tenantOf is whom the caller's payments are scheduled for: the tenant
+// the token verified as (auth.Principal.Tenant), never the payer.
 func tenantOf(ctx context.Context) string {
 	p, _ := auth.FromContext(ctx)
 	return p.Tenant
