@@ -80,9 +80,15 @@ for run in $(seq 1 "$RUNS"); do
   # Claims of 1,000 (the default is 500) halve the per-statement overhead at the spike.
   "$ROOT/bin/sweeper" --http-addr 127.0.0.1:19200 --executors 127.0.0.1:19100,127.0.0.1:19110 --batch 1000 ${SWEEPER_FLAGS:-} 2>"$logs/sweeper.log" & sw=$!
   pids+=($sw)
+  # SWEEPERS=n runs n sweepers side by side (the caps case of bench-fair).
+  for k in $(seq 2 "${SWEEPERS:-1}"); do
+    "$ROOT/bin/sweeper" --id "sweeper-$k" --http-addr "127.0.0.1:$((19200 + 10 * k))" --executors 127.0.0.1:19100,127.0.0.1:19110 --batch 1000 ${SWEEPER_FLAGS:-} 2>"$logs/sweeper-$k.log" &
+    pids+=($!)
+    pidlist="$pidlist,sweeper-$k=$!"
+  done
   if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then psql -q "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
   echo "== run $run of $RUNS: $N payments due in one second"
-  "$ROOT/bin/paybench" --mode "${PAYBENCH_MODE:-spike}" --n "$N" ${LEAD:+--lead "$LEAD"} --api-grpc 127.0.0.1:19090 --database-url "$db" $cdcflags \
+  "$ROOT/bin/paybench" --mode "${PAYBENCH_MODE:-spike}" --n "$N" ${LEAD:+--lead "$LEAD"} ${PAYBENCH_FLAGS:-} --api-grpc 127.0.0.1:19090 --database-url "$db" $cdcflags \
     --pids "$pidlist,sweeper=$sw" --logs "$loglist" | while IFS= read -r line; do
       echo "$line"
       case $line in *" open=0") touch "$logs/drained-$run" ;; esac

@@ -1,39 +1,67 @@
 #!/usr/bin/env bash
-# `make bench-fair`: fair claims at the due-time spike, engine only. One
-# tenant with N payments (default 200,000) and 100 tenants with 100 each,
-# all due in the same second, one small tenant with weight 2; run with the
-# fair sweeper, then with --unfair (due order, the engine before), and the
-# plain `make bench` spike (one tenant) beside them for the throughput
-# baseline, fair and --unfair. RUNS rounds of the three (default 1); the last line holds the
-# medians.
+# `make bench-fair`: fair claims at the due-time spike, engine only. Each
+# case runs with the fair sweeper, then with --unfair (due order, the engine
+# before), and prints one `fair case=...` line; the plain `make bench` spike
+# (one tenant) runs beside them, fair and --unfair, for the throughput
+# baseline. The cases (one tenant "big" with N payments, default 200,000,
+# in each, all due in the same second):
+#   today     100 tenants of 100 (one with weight 2)
+#   tenants   10,000 tenants of 1
+#   later     today's, beside 1,000,000 PENDING rows due two hours on
+#   caps      today's, with 3 sweepers and --tenant-max-inflight 4000
+#   latency   today's, with gateway-sim's latency 5-30 ms
+# CASES picks some (default all); RUNS rounds of everything (default 1);
+# medians. The last line is the today case's, in its old format.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 N=${N:-200000}
 RUNS=${RUNS:-1}
+CASES=${CASES:-today tenants later caps latency}
 tmp=$(mktemp -d /tmp/paysched-bench-fair-XXXXXX)
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | tail -1; }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-for run in $(seq 1 "$RUNS"); do
-  echo "== round $run of $RUNS: make bench's spike (one tenant, $N)"
-  RUNS=1 N=$N "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/base-$run"
-  echo "== round $run of $RUNS: make bench's spike with --unfair (what fair claims cost one tenant)"
-  RUNS=1 N=$N SWEEPER_FLAGS="--unfair ${SWEEPER_FLAGS:-}" "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/baseunfair-$run"
-  echo "== round $run of $RUNS: fair claims (1 tenant of $N, 100 of 100)"
-  RUNS=1 N=$N PAYBENCH_MODE=fair "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/fair-$run"
-  echo "== round $run of $RUNS: due order (--unfair)"
-  RUNS=1 N=$N PAYBENCH_MODE=fair SWEEPER_FLAGS="--unfair ${SWEEPER_FLAGS:-}" "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/unfair-$run"
+# run CASE MODE(fair|unfair) ROUND: one engine run of the case.
+run() {
+  local c=$1 mode=$2 r=$3 flags="" sweepers=1 gw="" sw=""
+  case $c in
+    today) flags="--small 100 --per-small 100" ;;
+    tenants) flags="--small 10000 --per-small 1" ;;
+    later) flags="--small 100 --per-small 100 --later 1000000" ;;
+    caps) flags="--small 100 --per-small 100"; sweepers=3; sw="--tenant-max-inflight 4000" ;;
+    latency) flags="--small 100 --per-small 100"; gw="--latency-min-ms 5 --latency-max-ms 30" ;;
+    *) echo "bench-fair: unknown case $c" >&2; exit 2 ;;
+  esac
+  [ "$mode" = unfair ] && sw="--unfair $sw"
+  echo "== round $r of $RUNS: case $c, $mode"
+  RUNS=1 N=$N PAYBENCH_MODE=fair PAYBENCH_FLAGS="$flags" SWEEPERS=$sweepers GATEWAY_FLAGS="$gw" \
+    SWEEPER_FLAGS="$sw ${SWEEPER_FLAGS:-}" "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/$c-$mode-$r"
+}
+for r in $(seq 1 "$RUNS"); do
+  echo "== round $r of $RUNS: make bench's spike (one tenant, $N)"
+  RUNS=1 N=$N "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/base-$r"
+  echo "== round $r of $RUNS: make bench's spike with --unfair (what fair claims cost one tenant)"
+  RUNS=1 N=$N SWEEPER_FLAGS="--unfair ${SWEEPER_FLAGS:-}" "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/baseunfair-$r"
+  for c in $CASES; do
+    run "$c" fair "$r"
+    run "$c" unfair "$r"
+  done
 done
-base=$(for f in "$tmp"/base-*; do grep '^bench ' "$f" | field executed_per_s; done | median)
-baseu=$(for f in "$tmp"/baseunfair-*; do grep '^bench ' "$f" | field executed_per_s; done | median)
-ux=$(for f in "$tmp"/unfair-*; do grep '^fairrun ' "$f" | field executed_per_s; done | median)
-fx=$(for f in "$tmp"/fair-*; do grep '^fairrun ' "$f" | field executed_per_s; done | median)
-fl=$(for f in "$tmp"/fair-*; do grep '^fairrun ' "$f" | field small_lateness_p99_s; done | median)
-fd=$(for f in "$tmp"/fair-*; do grep '^fairrun ' "$f" | field big_drain_s; done | median)
-fw=$(for f in "$tmp"/fair-*; do grep '^fairrun ' "$f" | field weight2_share; done | median)
-ul=$(for f in "$tmp"/unfair-*; do grep '^fairrun ' "$f" | field small_lateness_p99_s; done | median)
-ud=$(for f in "$tmp"/unfair-*; do grep '^fairrun ' "$f" | field big_drain_s; done | median)
-echo "baseline (make bench) executed_per_s=$base; fair/baseline=$(awk -v a="$fx" -v b="$base" 'BEGIN {printf "%.1f%%", 100*a/b}')"
+med() { for f in "$tmp"/$1-*; do grep "^$2 " "$f" | field "$3"; done | median; }
+base=$(med base bench executed_per_s)
+baseu=$(med baseunfair bench executed_per_s)
+echo "baseline (make bench) executed_per_s=$base"
 echo "make bench --unfair executed_per_s=$baseu (one tenant: fair/unfair=$(awk -v a="$base" -v b="$baseu" 'BEGIN {printf "%.1f%%", 100*a/b}'))"
-echo "due order: executed_per_s=$ux small_lateness_p99_s=$ul big_drain_s=$ud"
-echo "weight 2 against 1 while both backlogged: share ratio $fw"
-echo "fair executed_per_s=$fx small_lateness_p99_s=$fl big_drain_s=$fd unfair_big_drain_s=$ud"
+for c in $CASES; do
+  fx=$(med "$c-fair" fairrun executed_per_s)
+  fl=$(med "$c-fair" fairrun small_lateness_p99_s)
+  fd=$(med "$c-fair" fairrun big_drain_s)
+  ff=$(med "$c-fair" fairrun tenant_first_max_s)
+  fw=$(med "$c-fair" fairrun weight2_share)
+  ud=$(med "$c-unfair" fairrun big_drain_s)
+  ul=$(med "$c-unfair" fairrun small_lateness_p99_s)
+  echo "fair case=$c executed_per_s=$fx small_lateness_p99_s=$fl big_drain_s=$fd unfair_big_drain_s=$ud drain_ratio=$(awk -v a="$fd" -v b="$ud" 'BEGIN {printf "%.2f", a/b}') tenant_first_max_s=$ff weight2_share=$fw unfair_small_lateness_p99_s=$ul"
+done
+case " $CASES " in
+  *" today "*)
+    echo "fair executed_per_s=$(med today-fair fairrun executed_per_s) small_lateness_p99_s=$(med today-fair fairrun small_lateness_p99_s) big_drain_s=$(med today-fair fairrun big_drain_s) unfair_big_drain_s=$(med today-unfair fairrun big_drain_s)" ;;
+esac

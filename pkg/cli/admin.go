@@ -77,9 +77,26 @@ func resolveCmd(g *globals) *cobra.Command {
 
 func abandonCmd(g *globals) *cobra.Command {
 	return moveCmd(g, "abandon PAYMENT_ID --note TEXT",
-		"Cancel a payment at rest (a dead letter, or PENDING awaiting a retry) as an operator: its undecided charge at the gateway is cancelled first (admin)",
+		"Cancel a payment at rest (a dead letter, HELD, or PENDING) as an operator: its undecided charge at the gateway is cancelled first (admin)",
 		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
 			resp, err := c.admin.CancelPayment(c.ctx, &payschedv1.CancelPaymentRequest{PaymentId: id, Note: note})
+			return resp, resp.GetPayment(), err
+		})
+}
+
+func holdCmd(g *globals) *cobra.Command {
+	return moveCmd(g, "hold PAYMENT_ID --note TEXT",
+		"Stop a PENDING payment: the sweepers skip it until it is released or abandoned (admin)",
+		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
+			resp, err := c.admin.HoldPayment(c.ctx, &payschedv1.HoldPaymentRequest{PaymentId: id, Note: note})
+			return resp, resp.GetPayment(), err
+		})
+}
+
+func releaseCmd(g *globals) *cobra.Command {
+	return moveCmd(g, "release PAYMENT_ID", "Move a HELD payment back to PENDING, its run time as it was (admin)",
+		"why, for the audit trail", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
+			resp, err := c.admin.ReleasePayment(c.ctx, &payschedv1.ReleasePaymentRequest{PaymentId: id, Note: note})
 			return resp, resp.GetPayment(), err
 		})
 }

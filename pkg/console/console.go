@@ -44,6 +44,12 @@ type Actions interface {
 	Redrive(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
 	Resolve(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
 	Cancel(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
+	// Hold, Release and CancelOpen act on a PENDING (Hold, CancelOpen from
+	// PENDING) or HELD (Release, CancelOpen from HELD) payment, only while
+	// it is still so at attempt; otherwise they answer CHANGED_SINCE_REQUEST.
+	Hold(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
+	Release(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
+	CancelOpen(ctx context.Context, operator string, id uuid.UUID, from payment.Status, attempt int32, note string) error
 	// Reconcile starts a reconciliation run of day; it shows in
 	// reconciliation_runs while it runs.
 	Reconcile(ctx context.Context, operator string, day time.Time) error
@@ -199,6 +205,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+Prefix+"/payments/{id}/action", c.page(Operator, c.paymentAction))
 	m.HandleFunc("GET "+Prefix+"/dead-letters", c.page(Viewer, c.deadLetters))
 	m.HandleFunc("POST "+Prefix+"/dead-letters/preview", c.page(Operator, c.bulkPreview))
+	m.HandleFunc("POST "+Prefix+"/payments/preview", c.page(Operator, c.bulkPreview))
 	m.HandleFunc("POST "+Prefix+"/requests", c.page(Operator, c.bulkRequest))
 	m.HandleFunc("GET "+Prefix+"/requests", c.page(Viewer, c.requestsPage))
 	m.HandleFunc("GET "+Prefix+"/requests/{id}", c.page(Viewer, c.requestPage))

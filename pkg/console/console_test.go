@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/pgtest"
 )
@@ -52,6 +53,15 @@ func (f *fakeActions) Resolve(_ context.Context, op string, id uuid.UUID, _ int3
 }
 func (f *fakeActions) Cancel(_ context.Context, op string, id uuid.UUID, _ int32, note string) error {
 	return f.do("CANCEL", op, id, note)
+}
+func (f *fakeActions) Hold(_ context.Context, op string, id uuid.UUID, _ int32, note string) error {
+	return f.do("HOLD", op, id, note)
+}
+func (f *fakeActions) Release(_ context.Context, op string, id uuid.UUID, _ int32, note string) error {
+	return f.do("RELEASE", op, id, note)
+}
+func (f *fakeActions) CancelOpen(_ context.Context, op string, id uuid.UUID, from payment.Status, _ int32, note string) error {
+	return f.do("CANCEL_"+string(from), op, id, note)
 }
 func (f *fakeActions) Reconcile(context.Context, string, time.Time) error { return nil }
 func (f *fakeActions) Calls() []string {

@@ -232,7 +232,9 @@ func (c *Console) buckets(ctx context.Context, now time.Time) ([]bucket, error) 
 func (c *Console) payments(w http.ResponseWriter, r *http.Request, v *view) {
 	v.Title = "Payments"
 	form := r.URL.Query()
-	data := map[string]any{"Form": form, "Statuses": statuses}
+	data := map[string]any{"Form": form, "Statuses": statuses, "CanAct": v.Session.Role >= Operator,
+		"OpenActions": map[string]string{"HOLD": "hold the ticked PENDING payments", "RELEASE": "release the ticked HELD payments",
+			"CANCEL_PENDING": "cancel the ticked PENDING payments", "CANCEL_HELD": "cancel the ticked HELD payments"}}
 	v.Data = data
 	if len(form) == 0 {
 		c.render(w, http.StatusOK, "payments.html", v)
@@ -352,8 +354,11 @@ WHERE payment_id = $1 ORDER BY id LIMIT 200`, id)
 	hist, notes, auditErr := c.auditHistory(ctx, id)
 	data := map[string]any{"P": p, "Reason": reason, "Probes": probes, "Timeline": tl, "Webhooks": hooks,
 		"Audit": hist, "Notifications": notes, "AuditConfigured": c.cfg.AuditDB != nil, "AuditError": auditErr,
-		"JSON": maskedJSON(p, reason), "CanAct": v.Session.Role >= Operator && p.Status == payment.DeadLettered,
-		"Actions": actions}
+		"JSON": maskedJSON(p, reason), "CanAct": v.Session.Role >= Operator && (p.Status == payment.DeadLettered || openActions[p.Status] != nil),
+		"Actions": actions, "Dead": p.Status == payment.DeadLettered}
+	if p.Status != payment.DeadLettered {
+		data["Actions"] = openActions[p.Status]
+	}
 	v.Title, v.Data = "Payment "+id.String(), data
 	c.render(w, http.StatusOK, "payment.html", v)
 }
@@ -445,13 +450,19 @@ func (c *Console) paymentAction(w http.ResponseWriter, r *http.Request, v *view)
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	sel, err := selectDead(ctx, c.db, []uuid.UUID{id}, "")
+	from := actionFrom[action]
+	var sel Selection
+	if from == payment.DeadLettered {
+		sel, err = selectDead(ctx, c.db, []uuid.UUID{id}, "")
+	} else {
+		sel, err = selectOpen(ctx, c.db, []uuid.UUID{id}, from)
+	}
 	if err != nil {
 		c.dbFail(w, r, v, "select", err)
 		return
 	}
 	if len(sel.IDs) == 0 {
-		c.fail(w, r, v, http.StatusConflict, "This payment is not a dead letter (any more): nothing to do.")
+		c.fail(w, r, v, http.StatusConflict, "This payment is not "+string(from)+" (any more): nothing to do.")
 		return
 	}
 	rid, _, err := c.createRequest(ctx, action, "payment "+id.String(), reason, v.Session.who(), sel)
@@ -465,8 +476,8 @@ func (c *Console) paymentAction(w http.ResponseWriter, r *http.Request, v *view)
 // readAction reads and checks the action and reason of a form.
 func readAction(f url.Values) (action, reason, msg string) {
 	action = f.Get("action")
-	if _, ok := actions[action]; !ok {
-		return "", "", "Choose an action: re-drive, resolve or cancel."
+	if _, ok := actionFrom[action]; !ok {
+		return "", "", "Choose an action: re-drive, resolve or cancel a dead letter; hold, release or cancel an open payment."
 	}
 	reason = strings.TrimSpace(f.Get("reason"))
 	switch {
@@ -541,6 +552,25 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, v *view) {
 // selection reads what a dead-letter form asks to act on: the ticked
 // ids, or all that match its reason filter.
 func (c *Console) selection(ctx context.Context, f url.Values) (Selection, string, string, error) {
+	if from := actionFrom[f.Get("action")]; from != payment.DeadLettered {
+		// On PENDING or HELD payments: the ticked ones only.
+		if f.Get("scope") != "selected" || len(f["id"]) == 0 {
+			return Selection{}, "", "Tick the payments to act on.", nil
+		}
+		if len(f["id"]) > pageSize {
+			return Selection{}, "", "At most one page of payments can be ticked.", nil
+		}
+		var ids []uuid.UUID
+		for _, s := range f["id"] {
+			id, err := uuid.Parse(s)
+			if err != nil {
+				return Selection{}, "", "The form carried a damaged payment id.", nil
+			}
+			ids = append(ids, id)
+		}
+		s, err := selectOpen(ctx, c.db, ids, from)
+		return s, fmt.Sprintf("%d ticked, %s", len(ids), from), "", err
+	}
 	reason := f.Get("filter")
 	if reason != "" && !contains(reasons, reason) {
 		return Selection{}, "", "That is not a dead-letter reason.", nil
@@ -600,7 +630,7 @@ func (c *Console) readBulk(ctx context.Context, w http.ResponseWriter, r *http.R
 	case msg != "":
 		c.fail(w, r, v, http.StatusBadRequest, msg)
 	case len(b.sel.IDs) == 0:
-		c.fail(w, r, v, http.StatusConflict, "Nothing matches (any more): no dead letter to act on.")
+		c.fail(w, r, v, http.StatusConflict, "Nothing matches (any more): no "+string(actionFrom[b.action])+" payment to act on.")
 	case len(b.sel.IDs) > 1 && v.Session.Role < Admin:
 		c.fail(w, r, v, http.StatusForbidden, "An action on more than one payment needs the admin role.")
 	default:
@@ -613,7 +643,7 @@ func (c *Console) readBulk(ctx context.Context, w http.ResponseWriter, r *http.R
 // a second operator must approve.
 func (c *Console) confirm(w http.ResponseWriter, r *http.Request, v *view, status int, b bulk) {
 	v.Title = "Confirm"
-	v.Data = map[string]any{"Action": b.action, "ActionName": actions[b.action], "Reason": b.reason, "Sel": b.sel,
+	v.Data = map[string]any{"Action": b.action, "ActionName": actionName(b.action), "Reason": b.reason, "Sel": b.sel,
 		"Filter": b.filter, "Form": r.PostForm, "NeedsApproval": c.needsApproval(b.sel, c.runningFor(r, v))}
 	c.render(w, status, "confirm.html", v)
 }

@@ -109,3 +109,80 @@ func TestBulkActionSkipsPaymentsChangedSinceTheRequest(t *testing.T) {
 		})
 	}
 }
+
+// runUntilDone runs the console's requests until rid is DONE.
+func (h *harness) runUntilDone(rid int64) *Request {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.c.runRequests(ctx)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := h.requestState(rid)
+		if r.State == "DONE" {
+			return r
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("request not done: %+v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHoldAndReleaseArePinnedAndApproved: holding three PENDING payments
+// from the search page is one request a second operator approves; a
+// payment claimed (and retried) since the request is skipped, not held;
+// the held ones are released the same way, and only HELD ones are.
+func TestHoldAndReleaseArePinnedAndApproved(t *testing.T) {
+	h := newAdminHarness(t, Config{ApprovalAmount: 1 << 40})
+	ctx := context.Background()
+	ids := h.schedule(3, time.Now().Add(time.Hour), 500)
+	ada, bea := h.as("ada", Admin), h.as("bea", Admin)
+	form := url.Values{"action": {"HOLD"}, "reason": {"wrong payroll"}, "scope": {"selected"}, "count": {"3"}}
+	for _, id := range ids {
+		form.Add("id", id.String())
+	}
+	if rec := h.post(ada, "/console/payments/preview", form); rec.Code != 200 || !strings.Contains(rec.Body.String(), "<strong>3</strong> payments") {
+		t.Fatalf("preview: %d %s", rec.Code, rec.Body.String())
+	}
+	rid := requestID(t, h.post(ada, "/console/requests", form))
+	if r := h.requestState(rid); r.State != "AWAITING_APPROVAL" {
+		t.Fatalf("a hold of 3 is %s, want AWAITING_APPROVAL", r.State)
+	}
+	// Claimed and retried since: PENDING again, at a later attempt.
+	if _, err := h.db.Exec(ctx, `UPDATE payments SET attempt = 1, probe_first = true WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if rec := h.post(bea, fmt.Sprintf("/console/requests/%d/decide", rid), url.Values{"decision": {"approve"}}); rec.Code != 303 {
+		t.Fatalf("approve: %d %s", rec.Code, rec.Body.String())
+	}
+	if r := h.runUntilDone(rid); r.Done != 2 || r.Skipped != 1 {
+		t.Fatalf("hold request %+v: want 2 done, 1 skipped", r)
+	}
+	want := map[uuid.UUID]string{ids[0]: "PENDING", ids[1]: "HELD", ids[2]: "HELD"}
+	for id, st := range want {
+		var got string
+		if err := h.db.QueryRow(ctx, `SELECT status FROM payments WHERE id = $1`, id).Scan(&got); err != nil || got != st {
+			t.Fatalf("%s is %s (%v), want %s", id, got, err, st)
+		}
+	}
+	// Release all three ticked: only the two HELD are selected.
+	form.Set("action", "RELEASE")
+	form.Set("count", "2")
+	rid = requestID(t, h.post(ada, "/console/requests", form))
+	if rec := h.post(bea, fmt.Sprintf("/console/requests/%d/decide", rid), url.Values{"decision": {"approve"}}); rec.Code != 303 {
+		t.Fatalf("approve: %d %s", rec.Code, rec.Body.String())
+	}
+	if r := h.runUntilDone(rid); r.Done != 2 {
+		t.Fatalf("release request %+v: want 2 done", r)
+	}
+	var pending int
+	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM payments WHERE id = ANY($1) AND status = 'PENDING'`, ids).Scan(&pending); err != nil || pending != 3 {
+		t.Fatalf("%d of 3 PENDING after the release (%v)", pending, err)
+	}
+	// The payment page offers the actions of its status.
+	page := h.get(ada, "/console/payments/"+ids[1].String()).Body.String()
+	if !strings.Contains(page, `value="HOLD"`) || strings.Contains(page, `value="REDRIVE"`) {
+		t.Fatalf("a PENDING payment's page does not offer hold (or offers re-drive)")
+	}
+}

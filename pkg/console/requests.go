@@ -12,13 +12,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 )
 
 // maxBulk is the most payments one request acts on.
 const maxBulk = 10000
 
-// Request is an operator's action on one or more dead letters.
+// Request is an operator's action on one or more dead letters, or on
+// PENDING or HELD payments (actionFrom says which).
 type Request struct {
 	ID     int64
 	Action string
@@ -62,7 +64,50 @@ func (r *Request) Percent() int {
 	return (r.Done + r.Failed + r.Skipped) * 100 / len(r.IDs)
 }
 
-var actions = map[string]string{"REDRIVE": "re-drive", "RESOLVE": "resolve as failed", "CANCEL": "cancel"}
+// actions are the dead-letter actions, by name, and openActions those on
+// a PENDING or a HELD payment; actionFrom is the status each acts on.
+var (
+	actions     = map[string]string{"REDRIVE": "re-drive", "RESOLVE": "resolve as failed", "CANCEL": "cancel"}
+	openActions = map[payment.Status]map[string]string{
+		payment.Pending: {"HOLD": "hold (the sweepers skip it)", "CANCEL_PENDING": "cancel"},
+		payment.Held:    {"RELEASE": "release (back to PENDING)", "CANCEL_HELD": "cancel"},
+	}
+	actionFrom = map[string]payment.Status{"REDRIVE": payment.DeadLettered, "RESOLVE": payment.DeadLettered,
+		"CANCEL": payment.DeadLettered, "HOLD": payment.Pending, "CANCEL_PENDING": payment.Pending,
+		"RELEASE": payment.Held, "CANCEL_HELD": payment.Held}
+)
+
+// actionName is how an action reads.
+func actionName(a string) string {
+	if n, ok := actions[a]; ok {
+		return n
+	}
+	return openActions[actionFrom[a]][a]
+}
+
+// openSelectionSQL pins the payments among ids ($1, due at $3: their
+// partitions only) that are in status $2 (PENDING or HELD), each with its
+// currency and attempt: with the status, the attempt says it has not
+// changed since (a claim changes it).
+const openSelectionSQL = `
+SELECT p.id, p.amount_minor, p.currency, p.attempt
+FROM payments p
+WHERE p.status = $2 AND p.id = ANY($1) AND p.due_time = ANY($3::timestamptz[])
+ORDER BY p.due_time, p.id
+LIMIT $4`
+
+// selectOpen pins the ticked payments that are in status from.
+func selectOpen(ctx context.Context, db store.DB, ids []uuid.UUID, from payment.Status) (Selection, error) {
+	var dues []time.Time
+	if err := db.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT due_time), '{}') FROM payment_index WHERE id = ANY($1)`, ids).Scan(&dues); err != nil {
+		return Selection{}, fmt.Errorf("select %s payments: %w", from, err)
+	}
+	rows, err := db.Query(ctx, openSelectionSQL, ids, string(from), dues, maxBulk+1)
+	if err != nil {
+		return Selection{}, fmt.Errorf("select %s payments: %w", from, err)
+	}
+	return collectSelection(rows)
+}
 
 // deadSelectionSQL pins what an action will act on: the dead letters among
 // ids (the selected ones, their due times $4 read first from
@@ -120,6 +165,12 @@ func selectDead(ctx context.Context, db store.DB, ids []uuid.UUID, reason string
 	if err != nil {
 		return Selection{}, fmt.Errorf("select dead letters: %w", err)
 	}
+	return collectSelection(rows)
+}
+
+// collectSelection reads (id, amount, currency, attempt) rows, at most
+// maxBulk of them.
+func collectSelection(rows pgx.Rows) (Selection, error) {
 	defer rows.Close()
 	s := Selection{Amounts: map[string]*Amounts{}}
 	for rows.Next() {
@@ -128,7 +179,7 @@ func selectDead(ctx context.Context, db store.DB, ids []uuid.UUID, reason string
 		var cur string
 		var attempt int32
 		if err := rows.Scan(&id, &amt, &cur, &attempt); err != nil {
-			return Selection{}, fmt.Errorf("select dead letters: %w", err)
+			return Selection{}, fmt.Errorf("select payments: %w", err)
 		}
 		if len(s.IDs) == maxBulk {
 			s.Capped = true
@@ -423,6 +474,12 @@ func (c *Console) act(ctx context.Context, action, operator string, id uuid.UUID
 		return c.actions.Resolve(actx, operator, id, attempt, note)
 	case "CANCEL":
 		return c.actions.Cancel(actx, operator, id, attempt, note)
+	case "HOLD":
+		return c.actions.Hold(actx, operator, id, attempt, note)
+	case "RELEASE":
+		return c.actions.Release(actx, operator, id, attempt, note)
+	case "CANCEL_PENDING", "CANCEL_HELD":
+		return c.actions.CancelOpen(actx, operator, id, actionFrom[action], attempt, note)
 	}
 	return fmt.Errorf("unknown action %q", action)
 }

@@ -57,7 +57,8 @@ type Row struct {
 	Reason   string
 }
 
-var statuses = payment.Names(payment.Pending, payment.Processing, payment.Completed, payment.Failed, payment.Cancelled, payment.DeadLettered)
+// statuses are what a search filters on: every status, from pkg/payment.
+var statuses = payment.Names(payment.Statuses...)
 
 const dateForm = "2006-01-02T15:04"
 

@@ -31,7 +31,8 @@ const (
 	// Resolver: asks the gateway about payments parked as ambiguous.
 	Resolver Actor = "resolver"
 	// Operator: an admin's re-drive, resolve or cancel of a payment at
-	// rest (a dead letter, or a PENDING one waiting for its retry).
+	// rest (a dead letter, or a PENDING one waiting for its retry), and
+	// the hold of a PENDING one and its release.
 	Operator Actor = "operator"
 )
 
@@ -74,6 +75,15 @@ var Moves = []Move{
 	{DeadLettered, Failed, Operator, "resolve"},
 	{Pending, Cancelled, Operator, "cancel"},
 	{DeadLettered, Cancelled, Operator, "cancel"},
+	// A hold stops the sweepers from claiming a PENDING payment; only an
+	// operator releases or cancels it. Gateway truth still wins: a held
+	// payment whose earlier attempt charged (probe_first) is repaired.
+	{Pending, Held, Operator, "hold"},
+	{Held, Pending, Operator, "release"},
+	{Held, Cancelled, Operator, "cancel"},
+	{Held, Completed, Reconciler, "repair"},
+	{Held, Completed, Webhook, "webhook"},
+	{Held, Failed, Webhook, "webhook"},
 }
 
 // Allowed reports whether by may move a payment from from to to.

@@ -22,10 +22,13 @@ const (
 	Failed       Status = "FAILED"
 	Cancelled    Status = "CANCELLED"
 	DeadLettered Status = "DEAD_LETTERED"
+	// Held is a PENDING payment an operator stopped: the sweepers skip it
+	// until an operator releases it (back to PENDING) or cancels it.
+	Held Status = "HELD"
 )
 
 // Statuses lists every status, in the order of the state diagram.
-var Statuses = []Status{Pending, Processing, Completed, Failed, Cancelled, DeadLettered}
+var Statuses = []Status{Pending, Held, Processing, Completed, Failed, Cancelled, DeadLettered}
 
 // Valid reports whether s is one of Statuses.
 func (s Status) Valid() bool {
@@ -42,9 +45,10 @@ func (s Status) Valid() bool {
 func (s Status) Terminal() bool { return s == Completed || s == Failed || s == Cancelled }
 
 // AtRest reports whether no engine process will move a payment in s on its
-// own: terminal, or parked as a dead letter for an operator or the
-// resolver. Notifications announce the moves into these statuses.
-func (s Status) AtRest() bool { return s.Terminal() || s == DeadLettered }
+// own: terminal, parked as a dead letter for an operator or the resolver,
+// or held by an operator. Notifications announce the moves into these
+// statuses.
+func (s Status) AtRest() bool { return s.Terminal() || s == DeadLettered || s == Held }
 
 // Open reports whether the engine still has work to do on a payment in s.
 func (s Status) Open() bool { return s == Pending || s == Processing }

@@ -67,7 +67,9 @@ var ErrNotMoved = errors.New("payment not in a status this move may leave")
 // row is written by the same statement, so a move is never unaudited. A
 // move back to PENDING (re-drive, a resolver's "not charged") sets
 // probe_first: a dead letter may have reached the gateway, so the next
-// attempt asks it before charging, whatever the mover saw earlier. No move
+// attempt asks it before charging, whatever the mover saw earlier; a
+// release from HELD keeps it as it was (a hold is entered from PENDING,
+// with nothing in flight, so it adds no doubt). No move
 // here clears it (a move to rest keeps it): only the executor's move out of
 // PROCESSING may, and the database's guard refuses any other (0016). An
 // operator's move also names the attempt it read before asking the
@@ -91,7 +93,7 @@ WITH cur AS (
         retries = CASE WHEN $7 THEN 0 ELSE p.retries END,
         probes = CASE WHEN $7 THEN 0 ELSE p.probes END,
         run_at = CASE WHEN $7 THEN GREATEST(p.due_time, now()) ELSE p.run_at END,
-        probe_first = p.probe_first OR $3 = 'PENDING',
+        probe_first = p.probe_first OR ($3 = 'PENDING' AND cur.status <> 'HELD'),
         dead_letter_reason = CASE WHEN $3 = 'DEAD_LETTERED' THEN p.dead_letter_reason END,
         failure_reason = CASE WHEN $3 = 'FAILED' THEN NULLIF($15, '') END,
         releases = CASE WHEN $7 THEN 0 ELSE p.releases END,

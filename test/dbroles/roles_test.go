@@ -671,7 +671,8 @@ func probeFirstIsClearedOnlyByTheExecutorsMove(t *testing.T, e *env) {
 	// a claim taken back by the sweeper or the reaper may have reached the
 	// gateway.
 	fresh := map[payment.Status]uuid.UUID{payment.Processing: e.seedAs(t, payment.Processing, false),
-		payment.DeadLettered: e.seedAs(t, payment.DeadLettered, false)}
+		payment.DeadLettered: e.seedAs(t, payment.DeadLettered, false), payment.Held: e.seedAs(t, payment.Held, false),
+		payment.Pending: e.seedAs(t, payment.Pending, false)}
 	for _, c := range []struct {
 		role string
 		stmt string
@@ -682,6 +683,14 @@ func probeFirstIsClearedOnlyByTheExecutorsMove(t *testing.T, e *env) {
 		{"paysched_reconciler", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', run_at = now() WHERE id = '%s'`, fresh[payment.DeadLettered])},
 		// A payer's cancel of a payment an attempt may have charged.
 		{"paysched_api", fmt.Sprintf(`UPDATE payments SET status = 'CANCELLED' WHERE id = '%s'`, maybe[payment.Pending])},
+		// A held payment: only an operator moves it (or gateway truth);
+		// no sweeper claims it, no payer cancels or holds, no executor
+		// releases.
+		{"paysched_sweeper", fmt.Sprintf(`UPDATE payments SET status = 'PROCESSING', attempt = attempt + 1 WHERE id = '%s'`, fresh[payment.Held])},
+		{"paysched_api", fmt.Sprintf(`UPDATE payments SET status = 'CANCELLED' WHERE id = '%s'`, fresh[payment.Held])},
+		{"paysched_api", fmt.Sprintf(`UPDATE payments SET status = 'HELD' WHERE id = '%s'`, fresh[payment.Pending])},
+		{"paysched_executor", fmt.Sprintf(`UPDATE payments SET status = 'PENDING' WHERE id = '%s'`, fresh[payment.Held])},
+		{"paysched_reaper", fmt.Sprintf(`UPDATE payments SET status = 'PENDING' WHERE id = '%s'`, fresh[payment.Held])},
 	} {
 		t.Run(c.role+"/"+c.stmt, func(t *testing.T) { e.refused(t, c.role, c.stmt) })
 	}
@@ -698,6 +707,11 @@ func probeFirstIsClearedOnlyByTheExecutorsMove(t *testing.T, e *env) {
 		{"paysched_reaper", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', probe_first = true, lease_until = NULL, lease_owner = NULL WHERE id = '%s'`, fresh[payment.Processing])},
 		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'CANCELLED' WHERE id = '%s'`, maybe[payment.Pending])},
 		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', probe_first = true, run_at = now() WHERE id = '%s'`, fresh[payment.DeadLettered])},
+		// An operator's hold, and a release that keeps probe_first as it
+		// was (a hold is entered from PENDING: it adds no doubt).
+		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'HELD' WHERE id = '%s'`, maybe[payment.Pending])},
+		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'PENDING' WHERE id = '%s'`, fresh[payment.Held])},
+		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'PENDING' WHERE id = '%s'`, maybe[payment.Held])},
 	} {
 		t.Run("allowed/"+c.role+"/"+c.stmt, func(t *testing.T) {
 			tx, err := e.pools[c.role].Begin(ctx)

@@ -342,3 +342,135 @@ func schedule(t *testing.T, pool *pgxpool.Pool, payer string, n int, due time.Ti
 	}
 	return ids
 }
+
+// TestConsoleHoldsInABrowser: an operator stops three PENDING payments
+// from the search page (a mistaken payroll), a second operator approves,
+// and the sweeper running beside them does not execute them; then the
+// same three are released, again with approval, and execute.
+func TestConsoleHoldsInABrowser(t *testing.T) {
+	tab := browser(t)
+	bin := build(t, "./services/migrate", "./services/admin-api", "./services/payctl", "./tools/cmd/gateway-sim",
+		"./services/executor", "./services/sweeper")
+	db := pgtest.NewEmptyURL(t)
+	if out, err := exec.Command(filepath.Join(bin, "migrate"), "--database-url", db).CombinedOutput(); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	ps := &procs{t: t, bin: bin, env: []string{"PAYSCHED_DATABASE_URL=" + db, "PAYSCHED_JWT_SECRET=e2e"}}
+	defer ps.stopAll()
+	adminHTTP, gw, ex := freeAddr(t), freeAddr(t), freeAddr(t)
+	ps.start("gateway-sim", "gateway-sim", "--ledger", "memory", "--grpc-addr", gw, "--http-addr", freeAddr(t))
+	ps.start("executor", "executor", "--grpc-addr", ex, "--http-addr", freeAddr(t), "--gateway-addr", gw)
+	ps.start("admin-api", "admin-api", "--http-addr", adminHTTP, "--grpc-addr", freeAddr(t), "--metrics-addr", freeAddr(t),
+		"--gateway-addr", gw)
+	for _, addr := range []string{gw, ex} {
+		if out, err := exec.Command(filepath.Join(bin, "payctl"), "--api", addr, "health", "--wait", "30s").CombinedOutput(); err != nil {
+			ps.exited()
+			t.Fatalf("health %s: %v %s", addr, err, out)
+		}
+	}
+	ps.start("sweeper", "sweeper", "--http-addr", freeAddr(t), "--executors", ex, "--interval", "100ms")
+	base := "http://" + adminHTTP
+	waitHTTP(t, ps, base+"/console/login")
+	pool, err := pgxpool.New(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// Three of erin's payments due in 90 s: PENDING while they are held.
+	due := time.Now().Add(90 * time.Second)
+	ids := schedule(t, pool, "erin", 3, due)
+
+	alice, closeAlice := tab()
+	defer closeAlice()
+	bob, closeBob := tab()
+	defer closeBob()
+	if err := chromedp.Do(alice, devLogin(base, "alice")); err != nil {
+		t.Fatalf("alice logs in: %v", err)
+	}
+	if err := chromedp.Do(bob, devLogin(base, "bob")); err != nil {
+		t.Fatalf("bob logs in: %v", err)
+	}
+	// act ticks the three in a search, asks for action, and has bob
+	// approve; it returns when the request is DONE.
+	act := func(action, shotName string) {
+		t.Helper()
+		tasks := []chromedp.Action[chromedp.Void]{chromedp.Navigate(base + "/console/payments"),
+			chromedp.WaitVisible("#payer"), chromedp.SetValue("#payer", "erin"), chromedp.Click("#search"), chromedp.WaitVisible("#results")}
+		for _, id := range ids {
+			tasks = append(tasks, chromedp.Click("#pick-"+id.String()))
+		}
+		tasks = append(tasks, chromedp.SetValue("#action", action), chromedp.SetValue("#reason-text", "payroll file was wrong"))
+		if err := chromedp.Do(alice, tasks...); err != nil {
+			t.Fatalf("%s: tick: %v", action, err)
+		}
+		shot(t, alice, shotName)
+		got, err := text(alice, "#summary", chromedp.Click("#preview"), chromedp.WaitVisible("#summary"))
+		if err != nil || !strings.Contains(got, "3 payments") {
+			t.Fatalf("%s: the review says %q (%v), want 3 payments", action, got, err)
+		}
+		state, err := text(alice, "#state", chromedp.Click("#confirm"), chromedp.WaitVisible("#state"))
+		if err != nil || state != "AWAITING_APPROVAL" {
+			t.Fatalf("%s: request %q (%v), want AWAITING_APPROVAL", action, state, err)
+		}
+		requestURL, err := chromedp.Run(alice, chromedp.Location())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(bob, chromedp.Navigate(requestURL), chromedp.WaitVisible("#approve"), chromedp.Click("#approve")); err != nil {
+			t.Fatalf("%s: bob approves: %v", action, err)
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for state != "DONE" {
+			if time.Now().After(deadline) {
+				ps.exited()
+				t.Fatalf("%s: the request is %s after a minute", action, state)
+			}
+			time.Sleep(300 * time.Millisecond)
+			if state, err = text(alice, "#state", chromedp.Navigate(requestURL)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := text(alice, "#progress"); err != nil || !strings.HasPrefix(got, "3 done, 0 refused") {
+			page, _ := chromedp.Run(alice, chromedp.Text("main"))
+			t.Fatalf("%s: progress %q %v\n%s", action, got, err, page)
+		}
+	}
+	statusOf := func(id uuid.UUID) string {
+		t.Helper()
+		st, err := text(alice, "#status", chromedp.Navigate(base+"/console/payments/"+id.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	act("HOLD", "payments-hold")
+	for _, id := range ids {
+		if st := statusOf(id); st != "HELD" {
+			t.Fatalf("%s is %s after the hold, want HELD", id, st)
+		}
+	}
+	shot(t, alice, "payment-held")
+	// Past their due time the sweeper leaves them alone.
+	time.Sleep(time.Until(due) + 2*time.Second)
+	for _, id := range ids {
+		if st := statusOf(id); st != "HELD" {
+			t.Fatalf("%s is %s past its due time while held, want HELD", id, st)
+		}
+	}
+	act("RELEASE", "payments-release")
+	deadline := time.Now().Add(60 * time.Second)
+	for _, id := range ids {
+		for st := statusOf(id); st != "COMPLETED"; st = statusOf(id) {
+			if time.Now().After(deadline) {
+				ps.exited()
+				t.Fatalf("%s is %s a minute after its release", id, st)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	got, err := text(alice, "#timeline")
+	if err != nil || !strings.Contains(got, "HOLD by admin:console:alice") || !strings.Contains(got, "RELEASE by admin:console:alice") ||
+		!strings.Contains(got, "approved by bob") {
+		t.Fatalf("the timeline does not show the hold and the release, approved: %v\n%s", err, got)
+	}
+}

@@ -63,6 +63,8 @@ type workload struct {
 	dups      int
 	redriven  int // dead letters re-driven during the run
 	refused   int // re-drives refused because the gateway holds a charge
+	held      int // payments held during the run (each released again)
+	holdMiss  int // holds refused: the payment was claimed (or moved) first
 }
 
 func newWorkload(r *run) *workload {
@@ -304,4 +306,60 @@ func (w *workload) redrives(ctx context.Context, end time.Time) {
 		}
 	}
 	w.r.logf("re-drives during the run: %d re-driven, %d refused (charged, no longer dead, or no proven absence)", w.redriven, w.refused)
+}
+
+// holds holds every 97th payment shortly before it falls due, as an
+// operator stopping a mistaken payment would, and releases each a few
+// seconds later (whatever is down meanwhile: it tries until end and then
+// on, until released, so that no payment is left HELD for the checks). A
+// hold racing a claim either wins (the payment waits, then executes after
+// its release) or misses (it was claimed): never both.
+func (w *workload) holds(ctx context.Context, end time.Time) {
+	var toRelease []string
+	for i := 0; i < len(w.ids) && time.Now().Before(end) && ctx.Err() == nil; i += 97 {
+		if w.ids[i] == "" {
+			continue
+		}
+		if d := time.Until(w.dues[i].Add(-200 * time.Millisecond)); d > 0 {
+			time.Sleep(d)
+		}
+		err := retry(ctx, end, func(c context.Context) error {
+			_, err := w.r.admin.HoldPayment(w.admin(c), &payschedv1.HoldPaymentRequest{PaymentId: w.ids[i], Note: "chaos: hold during the run"})
+			return err
+		})
+		w.mu.Lock()
+		switch {
+		case err == nil:
+			w.held++
+			toRelease = append(toRelease, w.ids[i])
+		case status.Code(err) == codes.FailedPrecondition, status.Code(err) == codes.Aborted:
+			w.holdMiss++
+		}
+		w.mu.Unlock()
+		if len(toRelease) > 0 && time.Now().Second()%3 == 0 {
+			toRelease = w.release(ctx, toRelease, end)
+		}
+	}
+	for len(toRelease) > 0 && ctx.Err() == nil {
+		toRelease = w.release(ctx, toRelease, time.Now().Add(30*time.Second))
+		if len(toRelease) > 0 {
+			time.Sleep(time.Second)
+		}
+	}
+	w.r.logf("holds during the run: %d held and released, %d missed (claimed first)", w.held, w.holdMiss)
+}
+
+// release releases ids and returns those it could not (the API was down).
+func (w *workload) release(ctx context.Context, ids []string, until time.Time) []string {
+	var left []string
+	for _, id := range ids {
+		err := retry(ctx, until, func(c context.Context) error {
+			_, err := w.r.admin.ReleasePayment(w.admin(c), &payschedv1.ReleasePaymentRequest{PaymentId: id, Note: "chaos: release"})
+			return err
+		})
+		if err != nil && status.Code(err) != codes.FailedPrecondition {
+			left = append(left, id)
+		}
+	}
+	return left
 }

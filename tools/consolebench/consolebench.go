@@ -180,6 +180,11 @@ func (noActions) Redrive(context.Context, string, uuid.UUID, int32, string) erro
 func (noActions) Resolve(context.Context, string, uuid.UUID, int32, string) error { return nil }
 func (noActions) Cancel(context.Context, string, uuid.UUID, int32, string) error  { return nil }
 func (noActions) Reconcile(context.Context, string, time.Time) error              { return nil }
+func (noActions) Hold(context.Context, string, uuid.UUID, int32, string) error    { return nil }
+func (noActions) Release(context.Context, string, uuid.UUID, int32, string) error { return nil }
+func (noActions) CancelOpen(context.Context, string, uuid.UUID, payment.Status, int32, string) error {
+	return nil
+}
 
 // Page is one page's timings.
 type Page struct {

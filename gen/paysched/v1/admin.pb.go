@@ -846,7 +846,7 @@ type CancelPaymentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Now CANCELLED.
 	Payment *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
-	// The status it left (PENDING or DEAD_LETTERED).
+	// The status it left (PENDING, HELD or DEAD_LETTERED).
 	PreviousStatus PaymentStatus `protobuf:"varint,2,opt,name=previous_status,json=previousStatus,proto3,enum=paysched.v1.PaymentStatus" json:"previous_status,omitempty"`
 	// The gateway's charge cancelled on the way, if there was one.
 	CancelledChargeId string `protobuf:"bytes,3,opt,name=cancelled_charge_id,json=cancelledChargeId,proto3" json:"cancelled_charge_id,omitempty"`
@@ -905,6 +905,208 @@ func (x *CancelPaymentResponse) GetCancelledChargeId() string {
 	return ""
 }
 
+// HoldPaymentRequest names a PENDING payment to hold.
+type HoldPaymentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The payment (UUID).
+	PaymentId string `protobuf:"bytes,1,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// Why: required, at most 500 characters.
+	Note          string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldPaymentRequest) Reset() {
+	*x = HoldPaymentRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldPaymentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldPaymentRequest) ProtoMessage() {}
+
+func (x *HoldPaymentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldPaymentRequest.ProtoReflect.Descriptor instead.
+func (*HoldPaymentRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *HoldPaymentRequest) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *HoldPaymentRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// HoldPaymentResponse carries the payment after the move.
+type HoldPaymentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Now HELD.
+	Payment       *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldPaymentResponse) Reset() {
+	*x = HoldPaymentResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldPaymentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldPaymentResponse) ProtoMessage() {}
+
+func (x *HoldPaymentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldPaymentResponse.ProtoReflect.Descriptor instead.
+func (*HoldPaymentResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HoldPaymentResponse) GetPayment() *ScheduledPayment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+// ReleasePaymentRequest names a HELD payment to release.
+type ReleasePaymentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The payment (UUID).
+	PaymentId string `protobuf:"bytes,1,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// Why: optional, at most 500 characters.
+	Note          string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleasePaymentRequest) Reset() {
+	*x = ReleasePaymentRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleasePaymentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleasePaymentRequest) ProtoMessage() {}
+
+func (x *ReleasePaymentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleasePaymentRequest.ProtoReflect.Descriptor instead.
+func (*ReleasePaymentRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReleasePaymentRequest) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *ReleasePaymentRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// ReleasePaymentResponse carries the payment after the move.
+type ReleasePaymentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PENDING again.
+	Payment       *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleasePaymentResponse) Reset() {
+	*x = ReleasePaymentResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleasePaymentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleasePaymentResponse) ProtoMessage() {}
+
+func (x *ReleasePaymentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleasePaymentResponse.ProtoReflect.Descriptor instead.
+func (*ReleasePaymentResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReleasePaymentResponse) GetPayment() *ScheduledPayment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
 // ReconciliationItem is one finding of a run.
 type ReconciliationItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -926,7 +1128,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[15]
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1140,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[15]
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1153,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReconciliationItem) GetKind() string {
@@ -1029,7 +1231,7 @@ type ReconciliationRun struct {
 
 func (x *ReconciliationRun) Reset() {
 	*x = ReconciliationRun{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[16]
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1243,7 @@ func (x *ReconciliationRun) String() string {
 func (*ReconciliationRun) ProtoMessage() {}
 
 func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[16]
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1256,7 @@ func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationRun.ProtoReflect.Descriptor instead.
 func (*ReconciliationRun) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReconciliationRun) GetRunId() int64 {
@@ -1156,7 +1358,7 @@ type ListReconciliationRunsRequest struct {
 
 func (x *ListReconciliationRunsRequest) Reset() {
 	*x = ListReconciliationRunsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[17]
+	mi := &file_paysched_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1370,7 @@ func (x *ListReconciliationRunsRequest) String() string {
 func (*ListReconciliationRunsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[17]
+	mi := &file_paysched_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1383,7 @@ func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListReconciliationRunsRequest) GetDay() string {
@@ -1218,7 +1420,7 @@ type ListReconciliationRunsResponse struct {
 
 func (x *ListReconciliationRunsResponse) Reset() {
 	*x = ListReconciliationRunsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[18]
+	mi := &file_paysched_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1432,7 @@ func (x *ListReconciliationRunsResponse) String() string {
 func (*ListReconciliationRunsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[18]
+	mi := &file_paysched_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1445,7 @@ func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListReconciliationRunsResponse) GetRuns() []*ReconciliationRun {
@@ -1271,7 +1473,7 @@ type TriggerReconciliationRunRequest struct {
 
 func (x *TriggerReconciliationRunRequest) Reset() {
 	*x = TriggerReconciliationRunRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	mi := &file_paysched_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1485,7 @@ func (x *TriggerReconciliationRunRequest) String() string {
 func (*TriggerReconciliationRunRequest) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	mi := &file_paysched_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1498,7 @@ func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunRequest.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TriggerReconciliationRunRequest) GetDay() string {
@@ -1317,7 +1519,7 @@ type TriggerReconciliationRunResponse struct {
 
 func (x *TriggerReconciliationRunResponse) Reset() {
 	*x = TriggerReconciliationRunResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	mi := &file_paysched_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1531,7 @@ func (x *TriggerReconciliationRunResponse) String() string {
 func (*TriggerReconciliationRunResponse) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	mi := &file_paysched_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1544,7 @@ func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunResponse.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TriggerReconciliationRunResponse) GetRun() *ReconciliationRun {
@@ -1413,7 +1615,19 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x15CancelPaymentResponse\x127\n" +
 	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x12C\n" +
 	"\x0fprevious_status\x18\x02 \x01(\x0e2\x1a.paysched.v1.PaymentStatusR\x0epreviousStatus\x12.\n" +
-	"\x13cancelled_charge_id\x18\x03 \x01(\tR\x11cancelledChargeId\"\xb8\x01\n" +
+	"\x13cancelled_charge_id\x18\x03 \x01(\tR\x11cancelledChargeId\"G\n" +
+	"\x12HoldPaymentRequest\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"N\n" +
+	"\x13HoldPaymentResponse\x127\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\"J\n" +
+	"\x15ReleasePaymentRequest\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"Q\n" +
+	"\x16ReleasePaymentResponse\x127\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\"\xb8\x01\n" +
 	"\x12ReconciliationItem\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1a\n" +
 	"\bseverity\x18\x02 \x01(\tR\bseverity\x12\x1d\n" +
@@ -1452,12 +1666,14 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x1fTriggerReconciliationRunRequest\x12\x10\n" +
 	"\x03day\x18\x01 \x01(\tR\x03day\"T\n" +
 	" TriggerReconciliationRunResponse\x120\n" +
-	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\x96\x06\n" +
+	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\xc3\a\n" +
 	"\fAdminService\x12\\\n" +
 	"\x0fListDeadLetters\x12#.paysched.v1.ListDeadLettersRequest\x1a$.paysched.v1.ListDeadLettersResponse\x12Y\n" +
 	"\x0eRedrivePayment\x12\".paysched.v1.RedrivePaymentRequest\x1a#.paysched.v1.RedrivePaymentResponse\x12Y\n" +
 	"\x0eResolvePayment\x12\".paysched.v1.ResolvePaymentRequest\x1a#.paysched.v1.ResolvePaymentResponse\x12V\n" +
-	"\rCancelPayment\x12!.paysched.v1.CancelPaymentRequest\x1a\".paysched.v1.CancelPaymentResponse\x12q\n" +
+	"\rCancelPayment\x12!.paysched.v1.CancelPaymentRequest\x1a\".paysched.v1.CancelPaymentResponse\x12P\n" +
+	"\vHoldPayment\x12\x1f.paysched.v1.HoldPaymentRequest\x1a .paysched.v1.HoldPaymentResponse\x12Y\n" +
+	"\x0eReleasePayment\x12\".paysched.v1.ReleasePaymentRequest\x1a#.paysched.v1.ReleasePaymentResponse\x12q\n" +
 	"\x16ListReconciliationRuns\x12*.paysched.v1.ListReconciliationRunsRequest\x1a+.paysched.v1.ListReconciliationRunsResponse\x12w\n" +
 	"\x18TriggerReconciliationRun\x12,.paysched.v1.TriggerReconciliationRunRequest\x1a-.paysched.v1.TriggerReconciliationRunResponse\x12P\n" +
 	"\vListTenants\x12\x1f.paysched.v1.ListTenantsRequest\x1a .paysched.v1.ListTenantsResponse\x12\\\n" +
@@ -1475,7 +1691,7 @@ func file_paysched_v1_admin_proto_rawDescGZIP() []byte {
 	return file_paysched_v1_admin_proto_rawDescData
 }
 
-var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_paysched_v1_admin_proto_goTypes = []any{
 	(*TenantLimits)(nil),                     // 0: paysched.v1.TenantLimits
 	(*Tenant)(nil),                           // 1: paysched.v1.Tenant
@@ -1492,55 +1708,65 @@ var file_paysched_v1_admin_proto_goTypes = []any{
 	(*ResolvePaymentResponse)(nil),           // 12: paysched.v1.ResolvePaymentResponse
 	(*CancelPaymentRequest)(nil),             // 13: paysched.v1.CancelPaymentRequest
 	(*CancelPaymentResponse)(nil),            // 14: paysched.v1.CancelPaymentResponse
-	(*ReconciliationItem)(nil),               // 15: paysched.v1.ReconciliationItem
-	(*ReconciliationRun)(nil),                // 16: paysched.v1.ReconciliationRun
-	(*ListReconciliationRunsRequest)(nil),    // 17: paysched.v1.ListReconciliationRunsRequest
-	(*ListReconciliationRunsResponse)(nil),   // 18: paysched.v1.ListReconciliationRunsResponse
-	(*TriggerReconciliationRunRequest)(nil),  // 19: paysched.v1.TriggerReconciliationRunRequest
-	(*TriggerReconciliationRunResponse)(nil), // 20: paysched.v1.TriggerReconciliationRunResponse
-	(*ScheduledPayment)(nil),                 // 21: paysched.v1.ScheduledPayment
-	(PaymentStatus)(0),                       // 22: paysched.v1.PaymentStatus
-	(*timestamppb.Timestamp)(nil),            // 23: google.protobuf.Timestamp
+	(*HoldPaymentRequest)(nil),               // 15: paysched.v1.HoldPaymentRequest
+	(*HoldPaymentResponse)(nil),              // 16: paysched.v1.HoldPaymentResponse
+	(*ReleasePaymentRequest)(nil),            // 17: paysched.v1.ReleasePaymentRequest
+	(*ReleasePaymentResponse)(nil),           // 18: paysched.v1.ReleasePaymentResponse
+	(*ReconciliationItem)(nil),               // 19: paysched.v1.ReconciliationItem
+	(*ReconciliationRun)(nil),                // 20: paysched.v1.ReconciliationRun
+	(*ListReconciliationRunsRequest)(nil),    // 21: paysched.v1.ListReconciliationRunsRequest
+	(*ListReconciliationRunsResponse)(nil),   // 22: paysched.v1.ListReconciliationRunsResponse
+	(*TriggerReconciliationRunRequest)(nil),  // 23: paysched.v1.TriggerReconciliationRunRequest
+	(*TriggerReconciliationRunResponse)(nil), // 24: paysched.v1.TriggerReconciliationRunResponse
+	(*ScheduledPayment)(nil),                 // 25: paysched.v1.ScheduledPayment
+	(PaymentStatus)(0),                       // 26: paysched.v1.PaymentStatus
+	(*timestamppb.Timestamp)(nil),            // 27: google.protobuf.Timestamp
 }
 var file_paysched_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
 	1,  // 1: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
 	0,  // 2: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
 	1,  // 3: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
-	21, // 4: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
+	25, // 4: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
 	6,  // 5: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
-	21, // 6: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	22, // 7: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	21, // 8: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	22, // 9: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	21, // 10: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	22, // 11: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	23, // 12: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
-	23, // 13: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
-	15, // 14: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
-	16, // 15: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
-	16, // 16: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
-	7,  // 17: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
-	9,  // 18: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
-	11, // 19: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
-	13, // 20: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
-	17, // 21: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
-	19, // 22: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
-	2,  // 23: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
-	4,  // 24: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
-	8,  // 25: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
-	10, // 26: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
-	12, // 27: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
-	14, // 28: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
-	18, // 29: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
-	20, // 30: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
-	3,  // 31: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
-	5,  // 32: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	25, // 6: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	26, // 7: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	25, // 8: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	26, // 9: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	25, // 10: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	26, // 11: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	25, // 12: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	25, // 13: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	27, // 14: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
+	27, // 15: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
+	19, // 16: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
+	20, // 17: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
+	20, // 18: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
+	7,  // 19: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
+	9,  // 20: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
+	11, // 21: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
+	13, // 22: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
+	15, // 23: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
+	17, // 24: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
+	21, // 25: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
+	23, // 26: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
+	2,  // 27: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
+	4,  // 28: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
+	8,  // 29: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
+	10, // 30: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
+	12, // 31: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
+	14, // 32: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
+	16, // 33: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
+	18, // 34: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
+	22, // 35: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
+	24, // 36: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
+	3,  // 37: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
+	5,  // 38: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_admin_proto_init() }
@@ -1555,7 +1781,7 @@ func file_paysched_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_v1_admin_proto_rawDesc), len(file_paysched_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

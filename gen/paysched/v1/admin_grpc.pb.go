@@ -23,6 +23,8 @@ const (
 	AdminService_RedrivePayment_FullMethodName           = "/paysched.v1.AdminService/RedrivePayment"
 	AdminService_ResolvePayment_FullMethodName           = "/paysched.v1.AdminService/ResolvePayment"
 	AdminService_CancelPayment_FullMethodName            = "/paysched.v1.AdminService/CancelPayment"
+	AdminService_HoldPayment_FullMethodName              = "/paysched.v1.AdminService/HoldPayment"
+	AdminService_ReleasePayment_FullMethodName           = "/paysched.v1.AdminService/ReleasePayment"
 	AdminService_ListReconciliationRuns_FullMethodName   = "/paysched.v1.AdminService/ListReconciliationRuns"
 	AdminService_TriggerReconciliationRun_FullMethodName = "/paysched.v1.AdminService/TriggerReconciliationRun"
 	AdminService_ListTenants_FullMethodName              = "/paysched.v1.AdminService/ListTenants"
@@ -53,6 +55,13 @@ type AdminServiceClient interface {
 	// first; then the payment moves to CANCELLED. Refused while the gateway
 	// holds a succeeded charge for it, or cannot prove it holds none.
 	CancelPayment(ctx context.Context, in *CancelPaymentRequest, opts ...grpc.CallOption) (*CancelPaymentResponse, error)
+	// HoldPayment stops a PENDING payment: the sweepers skip it until it is
+	// released or cancelled. Fenced on the attempt read: a payment claimed
+	// meanwhile is not held (FAILED_PRECONDITION, NOT_PENDING or
+	// MOVED_MEANWHILE).
+	HoldPayment(ctx context.Context, in *HoldPaymentRequest, opts ...grpc.CallOption) (*HoldPaymentResponse, error)
+	// ReleasePayment moves a HELD payment back to PENDING, due as it was.
+	ReleasePayment(ctx context.Context, in *ReleasePaymentRequest, opts ...grpc.CallOption) (*ReleasePaymentResponse, error)
 	// ListReconciliationRuns lists runs, newest first, each with its items.
 	ListReconciliationRuns(ctx context.Context, in *ListReconciliationRunsRequest, opts ...grpc.CallOption) (*ListReconciliationRunsResponse, error)
 	// TriggerReconciliationRun reconciles one UTC day now and returns the run.
@@ -108,6 +117,26 @@ func (c *adminServiceClient) CancelPayment(ctx context.Context, in *CancelPaymen
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelPaymentResponse)
 	err := c.cc.Invoke(ctx, AdminService_CancelPayment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) HoldPayment(ctx context.Context, in *HoldPaymentRequest, opts ...grpc.CallOption) (*HoldPaymentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HoldPaymentResponse)
+	err := c.cc.Invoke(ctx, AdminService_HoldPayment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ReleasePayment(ctx context.Context, in *ReleasePaymentRequest, opts ...grpc.CallOption) (*ReleasePaymentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleasePaymentResponse)
+	err := c.cc.Invoke(ctx, AdminService_ReleasePayment_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +207,13 @@ type AdminServiceServer interface {
 	// first; then the payment moves to CANCELLED. Refused while the gateway
 	// holds a succeeded charge for it, or cannot prove it holds none.
 	CancelPayment(context.Context, *CancelPaymentRequest) (*CancelPaymentResponse, error)
+	// HoldPayment stops a PENDING payment: the sweepers skip it until it is
+	// released or cancelled. Fenced on the attempt read: a payment claimed
+	// meanwhile is not held (FAILED_PRECONDITION, NOT_PENDING or
+	// MOVED_MEANWHILE).
+	HoldPayment(context.Context, *HoldPaymentRequest) (*HoldPaymentResponse, error)
+	// ReleasePayment moves a HELD payment back to PENDING, due as it was.
+	ReleasePayment(context.Context, *ReleasePaymentRequest) (*ReleasePaymentResponse, error)
 	// ListReconciliationRuns lists runs, newest first, each with its items.
 	ListReconciliationRuns(context.Context, *ListReconciliationRunsRequest) (*ListReconciliationRunsResponse, error)
 	// TriggerReconciliationRun reconciles one UTC day now and returns the run.
@@ -210,6 +246,12 @@ func (UnimplementedAdminServiceServer) ResolvePayment(context.Context, *ResolveP
 }
 func (UnimplementedAdminServiceServer) CancelPayment(context.Context, *CancelPaymentRequest) (*CancelPaymentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelPayment not implemented")
+}
+func (UnimplementedAdminServiceServer) HoldPayment(context.Context, *HoldPaymentRequest) (*HoldPaymentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HoldPayment not implemented")
+}
+func (UnimplementedAdminServiceServer) ReleasePayment(context.Context, *ReleasePaymentRequest) (*ReleasePaymentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleasePayment not implemented")
 }
 func (UnimplementedAdminServiceServer) ListReconciliationRuns(context.Context, *ListReconciliationRunsRequest) (*ListReconciliationRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReconciliationRuns not implemented")
@@ -316,6 +358,42 @@ func _AdminService_CancelPayment_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_HoldPayment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HoldPaymentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).HoldPayment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_HoldPayment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).HoldPayment(ctx, req.(*HoldPaymentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ReleasePayment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleasePaymentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ReleasePayment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ReleasePayment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ReleasePayment(ctx, req.(*ReleasePaymentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ListReconciliationRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListReconciliationRunsRequest)
 	if err := dec(in); err != nil {
@@ -410,6 +488,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelPayment",
 			Handler:    _AdminService_CancelPayment_Handler,
+		},
+		{
+			MethodName: "HoldPayment",
+			Handler:    _AdminService_HoldPayment_Handler,
+		},
+		{
+			MethodName: "ReleasePayment",
+			Handler:    _AdminService_ReleasePayment_Handler,
 		},
 		{
 			MethodName: "ListReconciliationRuns",

@@ -44,6 +44,9 @@ const (
 	PaymentStatus_CANCELLED PaymentStatus = 5
 	// DEAD_LETTERED exhausted its retry budget and waits for an operator.
 	PaymentStatus_DEAD_LETTERED PaymentStatus = 6
+	// HELD was stopped by an operator before it was claimed: it is not
+	// executed until an operator releases it (back to PENDING) or cancels it.
+	PaymentStatus_HELD PaymentStatus = 7
 )
 
 // Enum value maps for PaymentStatus.
@@ -56,6 +59,7 @@ var (
 		4: "FAILED",
 		5: "CANCELLED",
 		6: "DEAD_LETTERED",
+		7: "HELD",
 	}
 	PaymentStatus_value = map[string]int32{
 		"STATUS_UNSPECIFIED": 0,
@@ -65,6 +69,7 @@ var (
 		"FAILED":             4,
 		"CANCELLED":          5,
 		"DEAD_LETTERED":      6,
+		"HELD":               7,
 	}
 )
 
@@ -1208,7 +1213,7 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"`\n" +
 	"$BatchCreateScheduledPaymentsResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.paysched.v1.BatchCreateResultR\aresults*\x81\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.paysched.v1.BatchCreateResultR\aresults*\x8b\x01\n" +
 	"\rPaymentStatus\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\x0e\n" +
@@ -1218,7 +1223,8 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\n" +
 	"\x06FAILED\x10\x04\x12\r\n" +
 	"\tCANCELLED\x10\x05\x12\x11\n" +
-	"\rDEAD_LETTERED\x10\x062\xd7\x04\n" +
+	"\rDEAD_LETTERED\x10\x06\x12\b\n" +
+	"\x04HELD\x10\a2\xd7\x04\n" +
 	"\x0fPaymentsService\x12q\n" +
 	"\x16CreateScheduledPayment\x12*.paysched.v1.CreateScheduledPaymentRequest\x1a+.paysched.v1.CreateScheduledPaymentResponse\x12h\n" +
 	"\x13GetScheduledPayment\x12'.paysched.v1.GetScheduledPaymentRequest\x1a(.paysched.v1.GetScheduledPaymentResponse\x12n\n" +

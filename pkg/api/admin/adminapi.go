@@ -384,6 +384,82 @@ func (s *Server) cancel(ctx context.Context, req *payschedv1.CancelPaymentReques
 	return &payschedv1.CancelPaymentResponse{Payment: p, PreviousStatus: prev, CancelledChargeId: cancelled}, nil
 }
 
+// HoldPayment implements AdminService: a PENDING payment is held, fenced
+// on the attempt read, so a claim in between makes the hold miss (the
+// payment is being executed: MOVED_MEANWHILE). Nothing is asked of the
+// gateway: a hold moves no money, and the payment keeps probe_first.
+func (s *Server) HoldPayment(ctx context.Context, req *payschedv1.HoldPaymentRequest) (*payschedv1.HoldPaymentResponse, error) {
+	p, err := s.hold(ctx, req.GetPaymentId(), req.GetNote(), true, payment.Pending, payment.Held, "HOLD", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.HoldPaymentResponse{Payment: p}, nil
+}
+
+// ReleasePayment implements AdminService: a HELD payment goes back to
+// PENDING, its run time as it was (due at once if that has passed).
+func (s *Server) ReleasePayment(ctx context.Context, req *payschedv1.ReleasePaymentRequest) (*payschedv1.ReleasePaymentResponse, error) {
+	p, err := s.hold(ctx, req.GetPaymentId(), req.GetNote(), false, payment.Held, payment.Pending, "RELEASE", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.ReleasePaymentResponse{Payment: p}, nil
+}
+
+// hold makes an operator's hold or release: from one status to another,
+// fenced on the attempt read (and, with a pin, only while the payment is
+// as pinned).
+func (s *Server) hold(ctx context.Context, paymentID, note string, noteRequired bool, from, to payment.Status, action string,
+	pin *pinned) (*payschedv1.ScheduledPayment, error) {
+	who, err := admin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, err := apierr.ParseID("paymentId", paymentID)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNote(note, noteRequired); err != nil {
+		return nil, err
+	}
+	p, err := s.store.GetAny(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
+	}
+	if err != nil {
+		return nil, s.internal("read payment", err)
+	}
+	if pin != nil && !pin.holds(p) {
+		return nil, changedSince(pin, p)
+	}
+	if p.Status != from {
+		return nil, apierr.New(codes.FailedPrecondition, "NOT_"+string(from),
+			"only a "+string(from)+" payment can be moved so; this one is "+string(p.Status), map[string]string{"status": string(p.Status)})
+	}
+	m := store.Move{ID: id, By: payment.Operator, To: to, From: from, Fenced: true, Attempt: p.Attempt,
+		Actor: "admin:" + who, Action: action, Reason: note}
+	if _, err := store.Apply(ctx, s.db, m); errors.Is(err, store.ErrNotMoved) {
+		now, gerr := s.store.GetAny(ctx, id)
+		if gerr != nil {
+			return nil, s.internal("read payment", gerr)
+		}
+		if pin != nil {
+			return nil, changedSince(pin, now)
+		}
+		return nil, apierr.New(codes.Aborted, "MOVED_MEANWHILE",
+			"the payment moved meanwhile (it is "+string(now.Status)+", attempt "+strconv.Itoa(int(now.Attempt))+"): look again",
+			map[string]string{"status": string(now.Status)})
+	} else if err != nil {
+		return nil, s.internal("move payment", err)
+	}
+	out, err := s.store.GetAny(ctx, id)
+	if err != nil {
+		return nil, s.internal("read payment", err)
+	}
+	s.log.Info("admin action", "actor", who, "action", action, "payment", id, "from", from, "to", to, "note", note)
+	return payments.ToProto(out), nil
+}
+
 // ListReconciliationRuns implements AdminService.
 func (s *Server) ListReconciliationRuns(ctx context.Context, req *payschedv1.ListReconciliationRunsRequest) (*payschedv1.ListReconciliationRunsResponse, error) {
 	if _, err := admin(ctx); err != nil {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -43,6 +44,34 @@ func (a ConsoleActions) Resolve(ctx context.Context, operator string, id uuid.UU
 // cancelling it is not what was approved.
 func (a ConsoleActions) Cancel(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error {
 	_, err := a.S.cancel(a.as(ctx, operator), &payschedv1.CancelPaymentRequest{PaymentId: id.String(), Note: note}, deadAt(attempt))
+	return err
+}
+
+// Hold holds the PENDING payment id if it is still PENDING at attempt
+// (console.Actions).
+func (a ConsoleActions) Hold(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error {
+	_, err := a.S.hold(a.as(ctx, operator), id.String(), note, true, payment.Pending, payment.Held, "HOLD",
+		&pinned{status: payment.Pending, attempt: attempt})
+	return err
+}
+
+// Release releases the HELD payment id if it is still HELD at attempt
+// (console.Actions).
+func (a ConsoleActions) Release(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error {
+	_, err := a.S.hold(a.as(ctx, operator), id.String(), note, false, payment.Held, payment.Pending, "RELEASE",
+		&pinned{status: payment.Held, attempt: attempt})
+	return err
+}
+
+// CancelOpen cancels the PENDING or HELD payment id if it is still in
+// status from at attempt (console.Actions): asking the gateway first, as
+// every operator cancel does.
+func (a ConsoleActions) CancelOpen(ctx context.Context, operator string, id uuid.UUID, from payment.Status, attempt int32, note string) error {
+	if from != payment.Pending && from != payment.Held {
+		return fmt.Errorf("cancel from %s: not an open status", from)
+	}
+	_, err := a.S.cancel(a.as(ctx, operator), &payschedv1.CancelPaymentRequest{PaymentId: id.String(), Note: note},
+		&pinned{status: from, attempt: attempt})
 	return err
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/cursor"
+	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -420,6 +421,11 @@ func (s *Server) CancelScheduledPayment(ctx context.Context, req *payschedv1.Can
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, notFound()
+	case errors.Is(err, store.ErrAlreadyProcessing) && p.Status == payment.Held:
+		// Not the payer's to cancel while an operator holds it.
+		return nil, apierr.New(codes.FailedPrecondition, "HELD",
+			"an operator holds this payment: it is not executed until released, and only an operator cancels it meanwhile",
+			map[string]string{"status": string(p.Status), "paymentId": id.String()})
 	case errors.Is(err, store.ErrAlreadyProcessing):
 		return nil, apierr.New(codes.Aborted, apierr.ReasonAlreadyProcessing,
 			"the payment can no longer be cancelled: it is "+strings.ToLower(string(p.Status)),

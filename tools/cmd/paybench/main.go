@@ -45,6 +45,7 @@ func main() {
 	timeout := fs.Duration("timeout", 15*time.Minute, "spike: give up after this")
 	small := fs.Int("small", 100, "fair: small tenants (the big one has --n payments)")
 	perSmall := fs.Int("per-small", 100, "fair: payments of each small tenant")
+	later := fs.Int("later", 0, "fair: PENDING rows due an hour after the spike, seeded beside it (over 1,000 tenants of their own)")
 	kafkaBrokers := fs.String("kafka-brokers", "", "spike: measure CDC lag and audit catch-up through these brokers")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
@@ -67,7 +68,7 @@ func main() {
 		os.Exit(steady(cfg, *rate, *steadyFor, *dbURL, *gwAddr, *kafkaBrokers, *pids, *logs, *timeout))
 	}
 	if *mode == "fair" {
-		os.Exit(fairRun(cfg, []byte(*secret), *n, *small, *perSmall, *lead, *dbURL, *timeout))
+		os.Exit(fairRun(cfg, []byte(*secret), *n, *small, *perSmall, *later, *lead, *dbURL, *timeout))
 	}
 	if *mode == "spike" {
 		os.Exit(spike(cfg, *n, *lead, *dbURL, *auditURL, *pids, *logs, *timeout, *kafkaBrokers))
@@ -237,19 +238,19 @@ func steady(cfg apibench.Config, rate int, d time.Duration, dbURL, gwAddr, broke
 	return 0
 }
 
-func fairRun(cfg apibench.Config, secret []byte, n, small, perSmall int, lead time.Duration, dbURL string, timeout time.Duration) int {
+func fairRun(cfg apibench.Config, secret []byte, n, small, perSmall, later int, lead time.Duration, dbURL string, timeout time.Duration) int {
 	mint := func(tenant string) (string, error) {
 		return auth.MintFor(secret, auth.DefaultIssuer, auth.DefaultAudience, "bench", tenant, false, time.Hour)
 	}
 	r, err := apibench.Fair(context.Background(), apibench.FairConfig{Config: cfg, Big: n, Small: small, PerSmall: perSmall,
-		Mint: mint, DatabaseURL: dbURL, Lead: lead, Timeout: timeout}, func(s string) { fmt.Println(s) })
+		Later: later, Mint: mint, DatabaseURL: dbURL, Lead: lead, Timeout: timeout}, func(s string) { fmt.Println(s) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
 		return 1
 	}
 	fmt.Printf("small tenants' lateness p50=%.2fs p99=%.2fs; the first attempt of all started %.2fs after the due time\n",
 		r.SmallLatP50, r.SmallLatP99, r.FirstStartS)
-	fmt.Printf("fairrun executed_per_s=%.0f small_lateness_p99_s=%.2f big_drain_s=%.1f weight2_share=%.2f completed=%d other=%d\n",
-		r.ExecutedPerS, r.SmallLatP99, r.BigDrainS, r.WeightedShare, r.Completed, r.Others)
+	fmt.Printf("fairrun executed_per_s=%.0f small_lateness_p99_s=%.2f big_drain_s=%.1f weight2_share=%.2f tenant_first_max_s=%.2f completed=%d other=%d\n",
+		r.ExecutedPerS, r.SmallLatP99, r.BigDrainS, r.WeightedShare, r.TenantFirstMaxS, r.Completed, r.Others)
 	return 0
 }
