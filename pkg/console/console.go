@@ -202,6 +202,9 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix+"/{$}", c.page(Viewer, c.overview))
 	m.HandleFunc("GET "+Prefix+"/payments", c.page(Viewer, c.payments))
 	m.HandleFunc("GET "+Prefix+"/payments/{id}", c.page(Viewer, c.paymentPage))
+	m.HandleFunc("GET "+Prefix+"/payments.csv", c.page(Viewer, c.exportPayments))
+	m.HandleFunc("GET "+Prefix+"/dead-letters.csv", c.page(Viewer, c.exportDead))
+	m.HandleFunc("GET "+Prefix+"/reconciliation/{run}/items.csv", c.page(Viewer, c.exportRecon))
 	m.HandleFunc("POST "+Prefix+"/payments/{id}/action", c.page(Operator, c.paymentAction))
 	m.HandleFunc("GET "+Prefix+"/dead-letters", c.page(Viewer, c.deadLetters))
 	m.HandleFunc("POST "+Prefix+"/dead-letters/preview", c.page(Operator, c.bulkPreview))
@@ -275,6 +278,9 @@ type view struct {
 	Error   string
 	Flash   string
 	Refresh int // seconds; 0: no automatic refresh
+	// Live refreshes the page's main part in place every Live seconds
+	// (a script: paused while the tab is hidden); 0: none.
+	Live int
 	Data    any
 }
 
@@ -318,8 +324,9 @@ func secureHeaders(w http.ResponseWriter) {
 }
 
 // csp allows only this origin's files and the page's own nonced style
-// and script: no inline handlers, no third-party code, no framing.
+// and script (which may fetch this origin's pages: live refresh): no
+// inline handlers, no third-party code, no framing.
 func csp(nonce string) string {
 	return "default-src 'none'; img-src 'self' data:; style-src 'self' 'nonce-" + nonce + "'; script-src 'nonce-" + nonce +
-		"'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+		"'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 }

@@ -127,7 +127,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, v *view) {
 	if !snap.ForecastAt.IsZero() {
 		d.ForecastAt = ago(now, snap.ForecastAt)
 	}
-	v.Title, v.Data, v.Refresh = "Overview", d, 10
+	v.Title, v.Data, v.Live = "Overview", d, 10
 	c.render(w, http.StatusOK, "overview.html", v)
 }
 
@@ -254,6 +254,7 @@ func (c *Console) payments(w http.ResponseWriter, r *http.Request, v *view) {
 		return
 	}
 	data["Result"] = res
+	data["ExportURL"] = Prefix + "/payments.csv?" + q.Values().Encode()
 	if res.Next != "" {
 		next := q.Values()
 		next.Set("after", res.Next)

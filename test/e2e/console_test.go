@@ -450,8 +450,16 @@ func TestConsoleHoldsInABrowser(t *testing.T) {
 		}
 	}
 	shot(t, alice, "payment-held")
-	// Past their due time the sweeper leaves them alone.
-	time.Sleep(time.Until(due) + 2*time.Second)
+	// Past their due time the sweeper leaves them alone. Meanwhile the
+	// overview, left open, refreshes itself in place (no reload).
+	if err := chromedp.Do(alice, chromedp.Navigate(base+"/console/"), chromedp.WaitVisible("#counts")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(max(12*time.Second, time.Until(due)+2*time.Second))
+	refreshed, err := chromedp.Run(alice, chromedp.Evaluate[string](`document.getElementById("main").dataset.refreshedAt || ""`))
+	if err != nil || refreshed == "" {
+		t.Fatalf("the overview did not refresh itself in 12 s (%v)", err)
+	}
 	for _, id := range ids {
 		if st := statusOf(id); st != "HELD" {
 			t.Fatalf("%s is %s past its due time while held, want HELD", id, st)

@@ -112,9 +112,30 @@ func (r *run) checkStatuses(ctx context.Context) {
 	rows.Close()
 	r.logf("final statuses: %s", strings.Join(parts, " "))
 	r.res.Stuck = r.count(ctx, `SELECT count(*) FROM payments WHERE status = ANY($1)
-		OR (status = $2 AND dead_letter_reason IS NULL)`, payment.Names(payment.Pending, payment.Processing), string(payment.DeadLettered))
+		OR (status = $2 AND dead_letter_reason IS NULL)`, payment.Names(payment.Pending, payment.Processing, payment.Held), string(payment.DeadLettered))
 	if r.res.Stuck > 0 {
 		r.violation("%d payments stuck (not terminal, not dead-lettered with a reason)", r.res.Stuck)
+		// What each looks like, and where its tenant stands in the sweepers'
+		// queue: enough to tell a lost wakeup from a slow retry.
+		rows, err := r.db.Query(ctx, `SELECT p.id, p.status, p.tenant, p.attempt, p.run_at, p.probe_first, p.lease_until,
+			q.next_at, (SELECT count(*) FROM tenant_wakeups w WHERE w.tenant = p.tenant), now()
+			FROM payments p LEFT JOIN tenant_queue q USING (tenant)
+			WHERE p.status = ANY($1) LIMIT 20`, payment.Names(payment.Pending, payment.Processing, payment.Held))
+		if err == nil {
+			for rows.Next() {
+				var id, st, tenant string
+				var attempt int
+				var runAt, now time.Time
+				var probe bool
+				var lease, next *time.Time
+				var wakeups int
+				if rows.Scan(&id, &st, &tenant, &attempt, &runAt, &probe, &lease, &next, &wakeups, &now) == nil {
+					r.logf("stuck: %s %s tenant=%s attempt=%d run_at=%s probe_first=%v lease_until=%v queue_next_at=%v wakeups=%d now=%s",
+						id, st, tenant, attempt, runAt.Format(time.RFC3339Nano), probe, lease, next, wakeups, now.Format(time.RFC3339Nano))
+				}
+			}
+			rows.Close()
+		}
 	}
 	if n := r.count(ctx, `SELECT count(*) FROM payments`); n != r.cfg.Payments {
 		r.violation("%d payments exist, %d were scheduled", n, r.cfg.Payments)

@@ -15,7 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/payment"
 )
 
 // Every 50th payment is created by two concurrent single creates with one
@@ -329,7 +331,9 @@ func (w *workload) holds(ctx context.Context, end time.Time) {
 		})
 		w.mu.Lock()
 		switch {
-		case err == nil:
+		case err == nil, status.Code(err) == codes.FailedPrecondition && apierr.Metadata(err, "status") == string(payment.Held):
+			// Held (the second: an answer lost to a kill, the retry found
+			// it held already).
 			w.held++
 			toRelease = append(toRelease, w.ids[i])
 		case status.Code(err) == codes.FailedPrecondition, status.Code(err) == codes.Aborted:

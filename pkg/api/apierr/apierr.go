@@ -127,6 +127,20 @@ func Reason(err error) string {
 	return ""
 }
 
+// Metadata returns the ErrorInfo metadata of err under key, or "".
+func Metadata(err error, key string) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetMetadata()[key]
+		}
+	}
+	return ""
+}
+
 // Violations returns the BadRequest field violations of err.
 func Violations(err error) []Violation {
 	st, ok := status.FromError(err)

@@ -76,6 +76,7 @@ type Scheduler struct {
 	backlog map[string]bool // took its whole share last round: it has more
 
 	cursor   store.Cursor // where the next walk of the due tenants starts
+	cutShort bool         // the last Claim stopped at its bounds with windows left
 	nextDue  time.Time    // by the last walk, when the next tenant falls due
 	rot      int          // where handing out spare starts
 	limits   map[string]Limits
@@ -117,6 +118,11 @@ func (s *Scheduler) NextDue() time.Time {
 	return s.nextDue
 }
 
+// CutShort says the last Claim stopped at its bounds (maxWindows,
+// claimBudget) with windows left to walk: claim again at once, not after
+// a cooldown.
+func (s *Scheduler) CutShort() bool { return s.cutShort }
+
 // Limits returns the limits the scheduler applies to tenant.
 func (s *Scheduler) Limits(tenant string) Limits {
 	if l, ok := s.limits[tenant]; ok {
@@ -149,8 +155,10 @@ func (s *Scheduler) reload(ctx context.Context) error {
 	return nil
 }
 
-// maxWindows bounds the windows one Claim walks: past it the sweeper
-// claims again at once (a full claim does not pause), from where it left.
+// maxWindows bounds the windows one Claim walks, and so does a quarter of
+// the time its context allows (the sweeper's: the lease): past either it
+// returns what it claimed, which goes out at once (its leases are
+// running), and the next Claim goes on from the cursor.
 const maxWindows = 64
 
 // Claim claims up to limit due payments with c, shared among the tenants
@@ -176,7 +184,16 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 	}
 	var out []store.Claimed
 	wrapped := false // this Claim has walked to the end of a cycle
-	for pass := 0; len(out) < limit && pass < maxWindows; pass++ {
+	var budget time.Time // zero: no deadline, no budget
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Now().Add(time.Until(dl) / 4)
+	}
+	s.cutShort = false
+	for pass := 0; len(out) < limit; pass++ {
+		if pass == maxWindows || (pass > 0 && !budget.IsZero() && !time.Now().Before(budget)) {
+			s.cutShort = true
+			break
+		}
 		got, more, err := s.round(ctx, c, limit-len(out), &wrapped)
 		out = append(out, got...)
 		if err != nil {

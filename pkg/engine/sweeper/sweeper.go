@@ -480,7 +480,7 @@ const idleFloor = 10 * time.Millisecond
 // falls due (idle).
 func (s *Sweeper) pause(claimed, granted int, now time.Time) time.Duration {
 	switch {
-	case claimed >= granted:
+	case claimed >= granted, claimed > 0 && s.fair.CutShort():
 		return 0
 	case claimed > 0:
 		return s.cfg.Cooldown

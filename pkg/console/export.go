@@ -1,0 +1,179 @@
+package console
+
+// CSV exports: a search, the dead letters, a reconciliation run's
+// findings. Each is streamed as it is read (the first rows leave before
+// the last are read) and capped at maxExport rows; each read under it is
+// one of the bounded reads the pages make, so an export costs at most
+// maxExport / pageSize of them (and the scans they bound).
+
+import (
+	"encoding/csv"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// maxExport is the most rows one export holds: narrow the search for
+// more. A variable for the tests.
+var maxExport = 10_000
+
+// maxExportLooks bounds the bounded reads of one export: a search whose
+// matches are sparse stops after looking at this many pages of candidates.
+const maxExportLooks = 500
+
+// csvCell keeps a spreadsheet from reading a cell as a formula (CSV
+// injection): a payer or payee is a client's text.
+func csvCell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
+
+// startCSV writes the headers of a CSV download named name.
+func startCSV(w http.ResponseWriter, name string) *csv.Writer {
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.csv"`)
+	w.Header().Set("X-Export-Limit", strconv.Itoa(maxExport))
+	w.WriteHeader(http.StatusOK)
+	return csv.NewWriter(w)
+}
+
+var rowHeader = []string{"payment_id", "due_time", "payer", "payee", "amount_minor", "currency", "status", "attempt", "dead_letter_reason"}
+
+func rowRecord(r Row) []string {
+	return []string{r.ID.String(), r.Due.UTC().Format(time.RFC3339Nano), csvCell(r.Payer), csvCell(r.Payee),
+		strconv.FormatInt(r.Amount, 10), r.Currency, r.Status, strconv.Itoa(int(r.Attempt)), r.Reason}
+}
+
+// flush flushes the CSV and the response every page, so the download
+// streams.
+func flush(cw *csv.Writer, w http.ResponseWriter) {
+	cw.Flush()
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// exportPayments streams the payments a search matches, up to maxExport.
+func (c *Console) exportPayments(w http.ResponseWriter, r *http.Request, v *view) {
+	q, err := parseQuery(r.URL.Query(), c.now())
+	if err != nil {
+		c.fail(w, r, v, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	// The first page before any byte: a mistake still gets a page.
+	res, err := search(ctx, c.db, q)
+	if err != nil {
+		c.dbFail(w, r, v, "search", err)
+		return
+	}
+	cw := startCSV(w, "payments")
+	_ = cw.Write(rowHeader)
+	n := 0
+	for looks := 1; ; looks++ {
+		for _, row := range res.Rows {
+			if n == maxExport {
+				flush(cw, w)
+				return
+			}
+			_ = cw.Write(rowRecord(row))
+			n++
+		}
+		flush(cw, w)
+		if res.Next == "" || looks == maxExportLooks || ctx.Err() != nil {
+			return
+		}
+		q.AfterAt, q.AfterID, _ = splitCursor(res.Next)
+		if res, err = search(ctx, c.db, q); err != nil {
+			c.log.Warn("console: export payments", "err", err)
+			return
+		}
+	}
+}
+
+// splitCursor reads a cursor (see cursor).
+func splitCursor(s string) (time.Time, uuid.UUID, bool) {
+	at, id, ok := strings.Cut(s, "_")
+	t, e1 := time.Parse(time.RFC3339Nano, at)
+	u, e2 := uuid.Parse(id)
+	return t, u, ok && e1 == nil && e2 == nil
+}
+
+// exportDead streams the dead letters (of a reason), oldest due first, up
+// to maxExport.
+func (c *Console) exportDead(w http.ResponseWriter, r *http.Request, v *view) {
+	reason := r.URL.Query().Get("reason")
+	if reason != "" && !contains(reasons, reason) {
+		c.fail(w, r, v, http.StatusBadRequest, fmt.Sprintf("%q is not a dead-letter reason.", clip(reason, 40)))
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	keep := func(x Row) bool { return reason == "" || x.Reason == reason }
+	to := c.now().Add(time.Microsecond)
+	res, err := walkDead(ctx, c.db, time.Unix(0, 0).UTC(), uuid.Nil, to, reason != "", keep)
+	if err != nil {
+		c.dbFail(w, r, v, "list dead letters", err)
+		return
+	}
+	cw := startCSV(w, "dead-letters")
+	_ = cw.Write(rowHeader)
+	n := 0
+	for looks := 1; ; looks++ {
+		for _, row := range res.Rows {
+			if n == maxExport {
+				flush(cw, w)
+				return
+			}
+			_ = cw.Write(rowRecord(row))
+			n++
+		}
+		flush(cw, w)
+		if res.Next == "" || looks == maxExportLooks || ctx.Err() != nil {
+			return
+		}
+		at, id, _ := splitCursor(res.Next)
+		if res, err = walkDead(ctx, c.db, at, id, to, reason != "", keep); err != nil {
+			c.log.Warn("console: export dead letters", "err", err)
+			return
+		}
+	}
+}
+
+// exportRecon streams one reconciliation run's findings (mismatches and
+// repairs), up to maxExport, through the run's index.
+func (c *Console) exportRecon(w http.ResponseWriter, r *http.Request, v *view) {
+	run, err := strconv.ParseInt(r.PathValue("run"), 10, 64)
+	if err != nil || run <= 0 {
+		c.fail(w, r, v, http.StatusBadRequest, "That is not a run number.")
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	rows, err := c.db.Query(ctx, `SELECT kind, severity, coalesce(payment_id::text, ''), reference, charge_ids, detail
+FROM reconciliation_items WHERE run_id = $1 LIMIT $2`, run, maxExport)
+	if err != nil {
+		c.dbFail(w, r, v, "run items", err)
+		return
+	}
+	defer rows.Close()
+	cw := startCSV(w, fmt.Sprintf("reconciliation-run-%d", run))
+	_ = cw.Write([]string{"kind", "severity", "payment_id", "reference", "charge_ids", "detail"})
+	var kind, sev, pid, ref, detail string
+	var charges []string
+	_, err = pgx.ForEachRow(rows, []any{&kind, &sev, &pid, &ref, &charges, &detail}, func() error {
+		return cw.Write([]string{kind, sev, pid, csvCell(ref), strings.Join(charges, " "), csvCell(detail)})
+	})
+	if err != nil {
+		c.log.Warn("console: export run", "run", run, "err", err)
+	}
+	flush(cw, w)
+}
