@@ -211,6 +211,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+Prefix+"/payments/preview", c.page(Operator, c.bulkPreview))
 	m.HandleFunc("POST "+Prefix+"/requests", c.page(Operator, c.bulkRequest))
 	m.HandleFunc("GET "+Prefix+"/requests", c.page(Viewer, c.requestsPage))
+	m.HandleFunc("GET "+Prefix+"/actions", c.page(Viewer, c.actionsPage))
 	m.HandleFunc("GET "+Prefix+"/requests/{id}", c.page(Viewer, c.requestPage))
 	m.HandleFunc("POST "+Prefix+"/requests/{id}/decide", c.page(Admin, c.decide))
 	m.HandleFunc("GET "+Prefix+"/reconciliation", c.page(Viewer, c.reconPage))

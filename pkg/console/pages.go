@@ -703,7 +703,11 @@ func (c *Console) requestsPage(w http.ResponseWriter, r *http.Request, v *view) 
 		c.dbFail(w, r, v, "list requests", err)
 		return
 	}
-	v.Title, v.Data = "Requests", map[string]any{"Requests": list, "Actions": actions}
+	names := map[string]string{}
+	for a := range actionFrom {
+		names[a] = actionName(a) + " (" + string(actionFrom[a]) + ")"
+	}
+	v.Title, v.Data = "Requests", map[string]any{"Requests": list, "Actions": names}
 	for _, q := range list {
 		if q.State == "RUNNING" || q.State == "APPROVED" {
 			v.Refresh = 2
@@ -737,7 +741,7 @@ func (c *Console) requestPage(w http.ResponseWriter, r *http.Request, v *view) {
 		shown = shown[:100]
 	}
 	v.Title = fmt.Sprintf("Request #%d", id)
-	v.Data = map[string]any{"R": q, "ActionName": actions[q.Action], "Shown": shown,
+	v.Data = map[string]any{"R": q, "ActionName": actionName(q.Action) + " (" + string(actionFrom[q.Action]) + ")", "Shown": shown,
 		"CanDecide": v.Session.Role >= Admin && q.State == "AWAITING_APPROVAL" && q.RequestedBy != v.Session.Operator,
 		"Own":       q.RequestedBy == v.Session.Operator}
 	c.render(w, http.StatusOK, "request.html", v)

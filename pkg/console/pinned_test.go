@@ -186,3 +186,36 @@ func TestHoldAndReleaseArePinnedAndApproved(t *testing.T) {
 		t.Fatalf("a PENDING payment's page does not offer hold (or offers re-drive)")
 	}
 }
+
+// TestActionsPageListsEveryOperatorsMoves: the actions page lists the
+// moves of payctl (admin:ops) and of the console (admin:console:…) in one
+// list, newest first, filtered by actor and action.
+func TestActionsPageListsEveryOperatorsMoves(t *testing.T) {
+	h := newAdminHarness(t, Config{ApprovalAmount: 1 << 40})
+	ctx := context.Background()
+	ids := h.schedule(2, time.Now().Add(time.Hour), 500)
+	for i, actor := range []string{"admin:ops", "admin:console:ada"} {
+		if _, err := h.db.Exec(ctx, `INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason)
+			VALUES ($1, $2, 'HOLD', 'PENDING', 'HELD', 'wrong payroll')`, ids[i], actor); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vic := h.as("vic", Viewer)
+	page := h.get(vic, "/console/actions").Body.String()
+	if !strings.Contains(page, "admin:ops") || !strings.Contains(page, "admin:console:ada") {
+		t.Fatalf("the actions page does not list both:\n%s", page)
+	}
+	if strings.Index(page, "admin:console:ada") > strings.Index(page, "admin:ops") {
+		t.Fatal("not newest first")
+	}
+	page = h.get(vic, "/console/actions?actor=admin:console:").Body.String()
+	if strings.Contains(page, ">admin:ops<") || !strings.Contains(page, "admin:console:ada") {
+		t.Fatalf("the actor filter does not filter:\n%s", page)
+	}
+	if page := h.get(vic, "/console/actions?action=REDRIVE").Body.String(); strings.Contains(page, ids[0].String()) {
+		t.Fatal("the action filter does not filter")
+	}
+	if rec := h.get(vic, "/console/actions?since=yesterday"); rec.Code != 400 {
+		t.Fatalf("a bad date: %d", rec.Code)
+	}
+}

@@ -1,0 +1,107 @@
+package console
+
+// The operators' actions page: every move made outside the execution path
+// (payment_actions: operators through payctl, the API and this console,
+// the reconciler's repairs, the resolver, the gateway's webhooks), newest
+// first, filtered by who, what and since when. Bounded like a search: a
+// page looks at most actionsScan rows back from its cursor.
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+const actionsScan = 5000
+
+// actionsSQL reads one page: at most $6 (actionsScan) rows back from the
+// cursor $1 by the primary key, of which those matching the filters ($2
+// actor prefix, $3 action, $4 since), at most $5.
+const actionsSQL = `
+SELECT id, at, payment_id, actor, action, prev_status, new_status, reason FROM (
+  SELECT * FROM payment_actions WHERE id < $1 ORDER BY id DESC LIMIT $6) s
+WHERE ($2 = '' OR starts_with(actor, $2)) AND ($3 = '' OR action = $3) AND at >= $4
+ORDER BY id DESC LIMIT $5`
+
+type actionRow struct {
+	ID                      int64
+	At                      time.Time
+	Payment                 uuid.UUID
+	Actor, Action, From, To string
+	Reason                  string
+}
+
+func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, v *view) {
+	q := r.URL.Query()
+	actor, action := strings.TrimSpace(q.Get("actor")), strings.ToUpper(strings.TrimSpace(q.Get("action")))
+	if len(actor) > 200 || len(action) > 40 {
+		c.fail(w, r, v, http.StatusBadRequest, "The filters are too long.")
+		return
+	}
+	since := time.Unix(0, 0).UTC()
+	if s := q.Get("since"); s != "" {
+		t, err := parseDate(s)
+		if err != nil {
+			c.fail(w, r, v, http.StatusBadRequest, "Since is a date and time, YYYY-MM-DDTHH:MM (UTC).")
+			return
+		}
+		since = t
+	}
+	before := int64(1<<63 - 1)
+	if b := q.Get("before"); b != "" {
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n <= 0 {
+			c.fail(w, r, v, http.StatusBadRequest, "The page link is damaged: open the list again.")
+			return
+		}
+		before = n
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	rows, err := c.db.Query(ctx, actionsSQL, before, actor, action, since, pageSize, actionsScan)
+	if err != nil {
+		c.dbFail(w, r, v, "list actions", err)
+		return
+	}
+	var list []actionRow
+	for rows.Next() {
+		var x actionRow
+		if err := rows.Scan(&x.ID, &x.At, &x.Payment, &x.Actor, &x.Action, &x.From, &x.To, &x.Reason); err != nil {
+			rows.Close()
+			c.dbFail(w, r, v, "list actions", err)
+			return
+		}
+		list = append(list, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		c.dbFail(w, r, v, "list actions", err)
+		return
+	}
+	// Where the next page starts: after the last row shown when the page
+	// is full, else after what this page looked at (if it looked at a
+	// whole scan: there may be more further back).
+	next := int64(0)
+	switch {
+	case len(list) == pageSize:
+		next = list[len(list)-1].ID
+	default:
+		var n int
+		var low *int64
+		if err := c.db.QueryRow(ctx, `SELECT count(*), min(id) FROM (SELECT id FROM payment_actions WHERE id < $1 ORDER BY id DESC LIMIT $2) s`,
+			before, actionsScan).Scan(&n, &low); err == nil && n == actionsScan && low != nil {
+			next = *low
+		}
+	}
+	data := map[string]any{"Rows": list, "Form": q}
+	if next > 0 {
+		nq := url.Values{"actor": {actor}, "action": {action}, "since": {q.Get("since")}, "before": {strconv.FormatInt(next, 10)}}
+		data["NextURL"] = Prefix + "/actions?" + nq.Encode()
+	}
+	v.Title, v.Data = "Actions", data
+	c.render(w, http.StatusOK, "actions.html", v)
+}
