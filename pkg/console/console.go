@@ -282,7 +282,7 @@ type view struct {
 	// Live refreshes the page's main part in place every Live seconds
 	// (a script: paused while the tab is hidden); 0: none.
 	Live int
-	Data    any
+	Data any
 }
 
 // render writes template name with v.

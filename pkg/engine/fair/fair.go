@@ -183,7 +183,7 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 		return nil, fmt.Errorf("fair claim: %w", err)
 	}
 	var out []store.Claimed
-	wrapped := false // this Claim has walked to the end of a cycle
+	wrapped := false     // this Claim has walked to the end of a cycle
 	var budget time.Time // zero: no deadline, no budget
 	if dl, ok := ctx.Deadline(); ok {
 		budget = time.Now().Add(time.Until(dl) / 4)
