@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -151,4 +152,51 @@ func ListTenants(ctx context.Context, db DB, after string, limit int) ([]TenantS
 		return nil, "", fmt.Errorf("list tenants: in flight: %w", err)
 	}
 	return out, next, nil
+}
+
+// TenantDetail is one tenant as its console page shows it.
+type TenantDetail struct {
+	TenantState
+	// Next24h counts its PENDING payments falling due within a day (up to
+	// MaxCounted).
+	Next24h int64
+	// QueuedAt is when the sweepers next look at it (tenant_queue's
+	// next_at; nil: it has nothing PENDING).
+	QueuedAt *time.Time
+}
+
+// tenantNextSQL counts a tenant's PENDING rows due within a day, through
+// payments_tenant_sweep_idx, bounded.
+const tenantNextSQL = `SELECT count(*) FROM (SELECT 1 FROM payments WHERE tenant = $1 AND status = 'PENDING'
+AND run_at > now() AND run_at <= now() + interval '24 hours' LIMIT $2) x`
+
+// ReadTenant reads one tenant's detail: each read is bounded (counts stop
+// at MaxCounted; in flight reads the leased rows).
+func ReadTenant(ctx context.Context, db DB, tenant string) (TenantDetail, error) {
+	d := TenantDetail{TenantState: TenantState{Tenant: tenant}}
+	var late float64
+	var name string
+	if err := db.QueryRow(ctx, tenantDueSQL, []string{tenant}, MaxCounted).Scan(&name, &d.Due, &late); err != nil {
+		return d, fmt.Errorf("read tenant %q: due: %w", tenant, err)
+	}
+	d.Lateness = time.Duration(late * float64(time.Second))
+	if err := db.QueryRow(ctx, tenantNextSQL, tenant, MaxCounted).Scan(&d.Next24h); err != nil {
+		return d, fmt.Errorf("read tenant %q: next day: %w", tenant, err)
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM payments WHERE lease_until IS NOT NULL AND status = 'PROCESSING'
+		AND tenant = $1`, tenant).Scan(&d.InFlight); err != nil {
+		return d, fmt.Errorf("read tenant %q: in flight: %w", tenant, err)
+	}
+	err := db.QueryRow(ctx, `SELECT next_at FROM tenant_queue WHERE tenant = $1`, tenant).Scan(&d.QueuedAt)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return d, fmt.Errorf("read tenant %q: queue: %w", tenant, err)
+	}
+	ls, err := queryLimits(ctx, db, `SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits WHERE tenant = $1`, tenant)
+	if err != nil {
+		return d, fmt.Errorf("read tenant %q: limits: %w", tenant, err)
+	}
+	if len(ls) == 1 {
+		d.Limits = &ls[0]
+	}
+	return d, nil
 }

@@ -390,6 +390,22 @@ func TestConsoleHoldsInABrowser(t *testing.T) {
 	if err := chromedp.Do(bob, devLogin(base, "bob")); err != nil {
 		t.Fatalf("bob logs in: %v", err)
 	}
+	// erin's tenant page: three due within the day; alice asks for weight
+	// 3, bob approves on the same page, and it applies.
+	got, err := text(alice, "#next24h", chromedp.Navigate(base+"/console/tenants/erin"), chromedp.WaitVisible("#tenant"))
+	if err != nil || got != "3" {
+		t.Fatalf("the tenant page says %q due within the day (%v), want 3", got, err)
+	}
+	if err := chromedp.Do(alice, chromedp.SetValue("#weight-in", "3"), chromedp.SetValue("#reason-in", "payroll week"),
+		chromedp.Click("#request-limits"), chromedp.WaitVisible("#limit-requests")); err != nil {
+		t.Fatalf("alice asks for weight 3: %v", err)
+	}
+	shot(t, alice, "tenant")
+	if got, err = text(bob, "#weight", chromedp.Navigate(base+"/console/tenants/erin"),
+		chromedp.WaitVisible(`button[name="decision"][value="approve"]`), chromedp.Click(`button[name="decision"][value="approve"]`),
+		chromedp.WaitVisible("#tenant")); err != nil || !strings.HasPrefix(got, "3 ") {
+		t.Fatalf("after bob's approval the weight is %q (%v), want 3", got, err)
+	}
 	// act ticks the three in a search, asks for action, and has bob
 	// approve; it returns when the request is DONE.
 	act := func(action, shotName string) {
@@ -476,7 +492,7 @@ func TestConsoleHoldsInABrowser(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
-	got, err := text(alice, "#timeline")
+	got, err = text(alice, "#timeline")
 	if err != nil || !strings.Contains(got, "HOLD by admin:console:alice") || !strings.Contains(got, "RELEASE by admin:console:alice") ||
 		!strings.Contains(got, "approved by bob") {
 		t.Fatalf("the timeline does not show the hold and the release, approved: %v\n%s", err, got)

@@ -86,6 +86,8 @@ type Scheduler struct {
 	// the last walk (the cluster's count less this sweeper's own).
 	others map[string]int
 
+	settle settler
+
 	mu       sync.Mutex
 	inflight map[string]int
 	stats    map[string]*tenantStats // claims by tenant, for the metrics
@@ -293,9 +295,7 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrap
 			filled = true
 		}
 	}
-	if err := c.SettleTenants(context.WithoutCancel(ctx), short); err != nil {
-		return out, false, err
-	}
+	s.settle.add(s.db, short)
 	switch {
 	case len(out) >= limit:
 		return out, false, nil
@@ -506,4 +506,61 @@ func (s *Scheduler) Inflight() map[string]int {
 		out[t] = n
 	}
 	return out
+}
+
+// settler settles the tenants found short in the background, one batch
+// at a time, off the claim's path: a settle reads a drained tenant's
+// oldest PENDING row, which after a spike may pass the index entries of
+// 200,000 rows claimed since, and a claim must not wait for it. Until it
+// runs the tenant stays in the walk and its shares come back empty; the
+// queue's bound holds either way.
+type settler struct {
+	mu      sync.Mutex
+	pending map[string]struct{}
+	running bool
+}
+
+// settleBatch is how many tenants one settle statement takes.
+const settleBatch = 256
+
+func (st *settler) add(db store.DB, tenants []string) {
+	if len(tenants) == 0 {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.pending == nil {
+		st.pending = map[string]struct{}{}
+	}
+	for _, t := range tenants {
+		st.pending[t] = struct{}{}
+	}
+	if !st.running {
+		st.running = true
+		go st.run(db)
+	}
+}
+
+func (st *settler) run(db store.DB) {
+	c := &store.Claimer{DB: db}
+	for {
+		st.mu.Lock()
+		batch := make([]string, 0, min(len(st.pending), settleBatch))
+		for t := range st.pending {
+			if len(batch) == settleBatch {
+				break
+			}
+			batch = append(batch, t)
+			delete(st.pending, t)
+		}
+		if len(batch) == 0 {
+			st.running = false
+			st.mu.Unlock()
+			return
+		}
+		st.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_ = c.SettleTenants(ctx, batch) // a failed settle is tried again when the tenant is next found short
+		cancel()
+	}
 }

@@ -98,11 +98,18 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     t text;
     m timestamptz;
+    i uuid;
     n integer := 0;
 BEGIN
     FOR t IN SELECT q.tenant FROM tenant_queue q WHERE q.tenant = ANY (tenants)
              ORDER BY q.tenant FOR UPDATE SKIP LOCKED LOOP
-        SELECT min(p.run_at) INTO m FROM payments p WHERE p.tenant = t AND p.status = 'PENDING';
+        -- The oldest run_at, read with the id: a plain index scan, not an
+        -- index-only one, so the entries of rows claimed since (dead at
+        -- the head of a drained tenant's range after a spike) are marked
+        -- dead as it passes them, and the next reader skips them.
+        m := NULL;
+        SELECT p.run_at, p.id INTO m, i FROM payments p WHERE p.tenant = t AND p.status = 'PENDING'
+        ORDER BY p.run_at LIMIT 1;
         IF m IS NULL THEN
             DELETE FROM tenant_queue WHERE tenant_queue.tenant = t;
         ELSE

@@ -1,0 +1,228 @@
+package console
+
+// Tenants: the list (by name, as the admin API's), one tenant's page (due
+// now and in the next day, lateness, in flight, when the sweepers next
+// look at it, weight and caps, recent dead letters), and changes of its
+// weight and caps, which a second operator must approve.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, v *view) {
+	after := r.URL.Query().Get("after")
+	if len(after) > 256 {
+		c.fail(w, r, v, http.StatusBadRequest, "The page link is damaged: open the list again.")
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	list, next, err := store.ListTenants(ctx, c.db, after, pageSize)
+	if err != nil {
+		c.dbFail(w, r, v, "list tenants", err)
+		return
+	}
+	data := map[string]any{"Tenants": list}
+	if next != "" {
+		data["NextURL"] = Prefix + "/tenants?" + url.Values{"after": {next}}.Encode()
+	}
+	v.Title, v.Data = "Tenants", data
+	c.render(w, http.StatusOK, "tenants.html", v)
+}
+
+// tenantDeadSQL is a tenant's latest dead letters: the last 2,000 dead
+// letters through their index, of which the tenant's (bounded, whatever
+// the tenant).
+const tenantDeadSQL = `
+SELECT ` + rowCols + ` FROM (
+  SELECT * FROM payments WHERE status = ` + dead + ` AND due_time <= now() ORDER BY due_time DESC, id DESC LIMIT 2000) p
+WHERE p.tenant = $1 ORDER BY p.due_time DESC, p.id DESC LIMIT 20`
+
+// limitRequest is a change of a tenant's limits waiting for, or given, a
+// second operator's word.
+type limitRequest struct {
+	ID                       int64
+	Weight                   int
+	MaxInflight              *int
+	MaxRate                  *float64
+	Reason, State            string
+	RequestedBy, RequestedAs string
+	DecidedAs                string
+	RequestedAt              time.Time
+}
+
+func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
+	tenant := r.PathValue("tenant")
+	if err := auth.CheckTenant(tenant); err != nil {
+		c.fail(w, r, v, http.StatusBadRequest, "That is not a tenant name: "+err.Error()+".")
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	d, err := store.ReadTenant(ctx, c.db, tenant)
+	if err != nil {
+		c.dbFail(w, r, v, "read tenant", err)
+		return
+	}
+	rows, err := c.db.Query(ctx, tenantDeadSQL, tenant)
+	if err != nil {
+		c.dbFail(w, r, v, "tenant dead letters", err)
+		return
+	}
+	var deadRows []Row
+	for rows.Next() {
+		x, err := scanRow(rows)
+		if err != nil {
+			rows.Close()
+			c.dbFail(w, r, v, "tenant dead letters", err)
+			return
+		}
+		deadRows = append(deadRows, x)
+	}
+	rows.Close()
+	reqs, err := c.limitRequests(ctx, tenant)
+	if err != nil {
+		c.dbFail(w, r, v, "limit requests", err)
+		return
+	}
+	v.Title = "Tenant " + tenant
+	v.Data = map[string]any{"T": d, "Dead": deadRows, "Requests": reqs, "CanEdit": v.Session.Role >= Admin,
+		"Me": v.Session.Operator}
+	c.render(w, http.StatusOK, "tenant.html", v)
+}
+
+func (c *Console) limitRequests(ctx context.Context, tenant string) ([]limitRequest, error) {
+	rows, err := c.db.Query(ctx, `SELECT id, weight, max_inflight, max_rate, reason, state, requested_by, requested_name,
+		coalesce(decided_name, ''), requested_at FROM tenant_limit_requests WHERE tenant = $1 ORDER BY id DESC LIMIT 20`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("limit requests: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (limitRequest, error) {
+		var x limitRequest
+		err := r.Scan(&x.ID, &x.Weight, &x.MaxInflight, &x.MaxRate, &x.Reason, &x.State, &x.RequestedBy, &x.RequestedAs,
+			&x.DecidedAs, &x.RequestedAt)
+		return x, err
+	})
+}
+
+// readLimits reads a limits form: weight 1..1000, caps blank (the
+// sweepers' default) or positive, and a reason.
+func readLimits(f url.Values) (weight int, inflight *int, rate *float64, reason, msg string) {
+	weight, err := strconv.Atoi(strings.TrimSpace(f.Get("weight")))
+	if err != nil || weight < 1 || weight > 1000 {
+		return 0, nil, nil, "", "The weight is a whole number from 1 to 1000."
+	}
+	if s := strings.TrimSpace(f.Get("max_inflight")); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			return 0, nil, nil, "", "The in-flight cap is a whole number above 0, or blank for the sweepers' default."
+		}
+		inflight = &n
+	}
+	if s := strings.TrimSpace(f.Get("max_rate")); s != "" {
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil || x <= 0 || x > 1_000_000 || math.IsNaN(x) {
+			return 0, nil, nil, "", "The rate cap is a number of claims per second above 0 (at most 1,000,000), or blank for the sweepers' default."
+		}
+		rate = &x
+	}
+	reason = strings.TrimSpace(f.Get("reason"))
+	if reason == "" || !utf8.ValidString(reason) || utf8.RuneCountInString(reason) > 300 ||
+		strings.ContainsFunc(reason, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return 0, nil, nil, "", "A reason is required: one line of at most 300 characters."
+	}
+	return weight, inflight, rate, reason, ""
+}
+
+// requestLimits records a change of a tenant's limits; it applies only
+// once a second operator approves it.
+func (c *Console) requestLimits(w http.ResponseWriter, r *http.Request, v *view) {
+	tenant := r.PathValue("tenant")
+	if err := auth.CheckTenant(tenant); err != nil {
+		c.fail(w, r, v, http.StatusBadRequest, "That is not a tenant name: "+err.Error()+".")
+		return
+	}
+	weight, inflight, rate, reason, msg := readLimits(r.PostForm)
+	if msg != "" {
+		c.fail(w, r, v, http.StatusBadRequest, msg)
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	who := v.Session.who()
+	if _, err := c.db.Exec(ctx, `INSERT INTO tenant_limit_requests (tenant, weight, max_inflight, max_rate, reason, requested_by, requested_name)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, tenant, weight, inflight, rate, reason, who.Operator, who.Name); err != nil {
+		c.dbFail(w, r, v, "request limits", err)
+		return
+	}
+	c.log.Info("console: tenant limits requested", "tenant", tenant, "weight", weight, "operator", who.Name, "identity", who.Operator)
+	http.Redirect(w, r, Prefix+"/tenants/"+url.PathEscape(tenant), http.StatusSeeOther)
+}
+
+// decideLimitsSQL approves or rejects a waiting request, never the
+// requester's own (compared by identity; a CHECK holds it too).
+const decideLimitsSQL = `
+UPDATE tenant_limit_requests SET state = $2, decided_by = $3, decided_name = $4, decided_at = now()
+WHERE id = $1 AND tenant = $5 AND state = 'AWAITING_APPROVAL' AND requested_by <> $3
+RETURNING weight, max_inflight, max_rate, requested_name`
+
+// decideLimits applies (or rejects) a request, the limits written in the
+// same transaction as the decision.
+func (c *Console) decideLimits(w http.ResponseWriter, r *http.Request, v *view) {
+	tenant := r.PathValue("tenant")
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || auth.CheckTenant(tenant) != nil {
+		c.fail(w, r, v, http.StatusBadRequest, "That is not a request.")
+		return
+	}
+	state := ""
+	switch r.PostForm.Get("decision") {
+	case "approve":
+		state = "APPLIED"
+	case "reject":
+		state = "REJECTED"
+	default:
+		c.fail(w, r, v, http.StatusBadRequest, "Approve or reject.")
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	by := v.Session.who()
+	err = pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
+		var l store.TenantLimits
+		var requester string
+		if err := tx.QueryRow(ctx, decideLimitsSQL, id, state, by.Operator, by.Name, tenant).Scan(&l.Weight, &l.MaxInflight,
+			&l.MaxRate, &requester); err != nil {
+			return err
+		}
+		if state != "APPLIED" {
+			return nil
+		}
+		l.Tenant, l.UpdatedBy = tenant, "admin:console:"+requester+", approved by "+by.Name
+		return store.SetTenantLimits(ctx, tx, l)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		c.fail(w, r, v, http.StatusConflict, "Not decided: it is not awaiting approval, or it is your own request: a second operator must decide.")
+		return
+	}
+	if err != nil {
+		c.dbFail(w, r, v, "decide limits", err)
+		return
+	}
+	c.log.Info("console: tenant limits decided", "tenant", tenant, "request", id, "state", state, "operator", by.Name, "identity", by.Operator)
+	http.Redirect(w, r, Prefix+"/tenants/"+url.PathEscape(tenant), http.StatusSeeOther)
+}

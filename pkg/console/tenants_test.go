@@ -1,0 +1,88 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTenantPageAndFourEyesOnLimits: a tenant's page shows what it has
+// due now and in the next day; a change of its weight and caps waits for
+// a second operator (the requester cannot approve it, nor can a viewer
+// ask), and applies only once approved; a rejected one never applies.
+func TestTenantPageAndFourEyesOnLimits(t *testing.T) {
+	h := newHarness(t, Config{})
+	ctx := context.Background()
+	h.schedule(3, time.Now().Add(-time.Minute), 500)
+	h.schedule(4, time.Now().Add(2*time.Hour), 500)
+	ada, bea, vic := h.as("ada", Admin), h.as("bea", Admin), h.as("vic", Viewer)
+	page := h.get(vic, "/console/tenants/alice").Body.String()
+	for _, want := range []string{`<dd id="due">3</dd>`, `<dd id="next24h">4</dd>`, `1 (the default)`} {
+		if !strings.Contains(page, want) {
+			t.Fatalf("the tenant page lacks %s:\n%s", want, page)
+		}
+	}
+	if list := h.get(vic, "/console/tenants").Body.String(); !strings.Contains(list, `/console/tenants/alice"`) {
+		t.Fatalf("the tenants list lacks alice:\n%s", list)
+	}
+	form := url.Values{"weight": {"5"}, "max_inflight": {"100"}, "reason": {"payroll week"}}
+	if rec := h.post(vic, "/console/tenants/alice/limits", form); rec.Code != 403 {
+		t.Fatalf("a viewer asked to change limits: %d", rec.Code)
+	}
+	for _, bad := range []url.Values{{"weight": {"0"}, "reason": {"x"}}, {"weight": {"2"}, "max_rate": {"NaN"}, "reason": {"x"}},
+		{"weight": {"2"}}} {
+		if rec := h.post(ada, "/console/tenants/alice/limits", bad); rec.Code != 400 {
+			t.Fatalf("limits %v: %d, want 400", bad, rec.Code)
+		}
+	}
+	weight := func() int {
+		var w int
+		if err := h.db.QueryRow(ctx, `SELECT coalesce((SELECT weight FROM tenant_limits WHERE tenant = 'alice'), 1)`).Scan(&w); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	ask := func() int64 {
+		if rec := h.post(ada, "/console/tenants/alice/limits", form); rec.Code != 303 {
+			t.Fatalf("ask: %d %s", rec.Code, rec.Body.String())
+		}
+		var id int64
+		if err := h.db.QueryRow(ctx, `SELECT max(id) FROM tenant_limit_requests`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	id := ask()
+	if weight() != 1 {
+		t.Fatal("the limits applied before approval")
+	}
+	decide := func(l login, id int64, d string) int {
+		return h.post(l, fmt.Sprintf("/console/tenants/alice/limits/%d/decide", id), url.Values{"decision": {d}}).Code
+	}
+	if code := decide(ada, id, "approve"); code != 409 || weight() != 1 {
+		t.Fatalf("the requester approved her own change: %d, weight %d", code, weight())
+	}
+	if page := h.get(ada, "/console/tenants/alice").Body.String(); regexp.MustCompile(`approve-limits-\d+`).MatchString(page) {
+		t.Fatal("the requester is offered to approve her own change")
+	}
+	if code := decide(bea, id, "reject"); code != 303 || weight() != 1 {
+		t.Fatalf("reject: %d, weight %d", code, weight())
+	}
+	if code := decide(bea, id, "approve"); code != 409 {
+		t.Fatalf("a rejected change was approved after: %d", code)
+	}
+	id = ask()
+	if code := decide(bea, id, "approve"); code != 303 || weight() != 5 {
+		t.Fatalf("approve: %d, weight %d", code, weight())
+	}
+	var by string
+	var inflight int
+	if err := h.db.QueryRow(ctx, `SELECT updated_by, max_inflight FROM tenant_limits WHERE tenant = 'alice'`).Scan(&by, &inflight); err != nil ||
+		inflight != 100 || !strings.Contains(by, "ada") || !strings.Contains(by, "approved by bea") {
+		t.Fatalf("limits by %q in flight %d (%v): want both operators named and the cap set", by, inflight, err)
+	}
+}
