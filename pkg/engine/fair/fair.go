@@ -185,8 +185,9 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 		return nil, fmt.Errorf("fair claim: %w", err)
 	}
 	var out []store.Claimed
-	wrapped := false     // this Claim has walked to the end of a cycle
-	var budget time.Time // zero: no deadline, no budget
+	wrapped := false             // this Claim has walked to the end of a cycle
+	drained := map[string]bool{} // found short in this Claim: settled in the background, out of its next windows
+	var budget time.Time         // zero: no deadline, no budget
 	if dl, ok := ctx.Deadline(); ok {
 		budget = time.Now().Add(time.Until(dl) / 4)
 	}
@@ -196,7 +197,7 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 			s.cutShort = true
 			break
 		}
-		got, more, err := s.round(ctx, c, limit-len(out), &wrapped)
+		got, more, err := s.round(ctx, c, limit-len(out), &wrapped, drained)
 		out = append(out, got...)
 		if err != nil {
 			s.taken(out)
@@ -213,7 +214,7 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 // round walks one window from the cursor, shares limit rows among its
 // tenants, claims them and settles the tenants found short. more says
 // another window may have rows for what is left.
-func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrapped *bool) (_ []store.Claimed, more bool, _ error) {
+func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrapped *bool, drained map[string]bool) (_ []store.Claimed, more bool, _ error) {
 	start := s.cursor
 	w, err := c.DueTenants(ctx, start, s.cfg.Walk)
 	if err != nil {
@@ -221,6 +222,16 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrap
 	}
 	s.nextDue = w.NextDue
 	whole := start.IsZero() && w.Complete // the window is every due tenant
+	if len(drained) > 0 {
+		// Their settles may not have run yet: they have no due rows.
+		due, at := w.Due[:0:0], w.At[:0:0]
+		for i, t := range w.Due {
+			if !drained[t] {
+				due, at = append(due, t), append(at, w.At[i])
+			}
+		}
+		w.Due, w.At = due, at
+	}
 	if w.Complete {
 		s.cursor = store.Cursor{}
 	}
@@ -289,6 +300,7 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrap
 			s.deficit[sh.Tenant] = 0
 			delete(s.backlog, sh.Tenant)
 			short = append(short, sh.Tenant)
+			drained[sh.Tenant] = true
 		default:
 			s.deficit[sh.Tenant] = max(0, s.deficit[sh.Tenant]-float64(n))
 			s.backlog[sh.Tenant] = true
