@@ -75,9 +75,20 @@ func (c *Console) exportPayments(w http.ResponseWriter, r *http.Request, v *view
 		c.dbFail(w, r, v, "search", err)
 		return
 	}
-	cw := startCSV(w, "payments")
+	c.streamRows(w, "payments", res, func(at time.Time, id uuid.UUID) (Result, error) {
+		q.AfterAt, q.AfterID = at, id
+		return search(ctx, c.db, q)
+	})
+}
+
+// streamRows writes first and the pages next reads after it, as CSV,
+// flushing each page, until maxExport rows, maxExportLooks pages, the
+// last page or a failure (logged: the download is already under way).
+func (c *Console) streamRows(w http.ResponseWriter, name string, first Result, next func(time.Time, uuid.UUID) (Result, error)) {
+	cw := startCSV(w, name)
 	_ = cw.Write(rowHeader)
 	n := 0
+	res := first
 	for looks := 1; ; looks++ {
 		for _, row := range res.Rows {
 			if n == maxExport {
@@ -88,12 +99,13 @@ func (c *Console) exportPayments(w http.ResponseWriter, r *http.Request, v *view
 			n++
 		}
 		flush(cw, w)
-		if res.Next == "" || looks == maxExportLooks || ctx.Err() != nil {
+		if res.Next == "" || looks == maxExportLooks {
 			return
 		}
-		q.AfterAt, q.AfterID, _ = splitCursor(res.Next)
-		if res, err = search(ctx, c.db, q); err != nil {
-			c.log.Warn("console: export payments", "err", err)
+		at, id, _ := splitCursor(res.Next)
+		var err error
+		if res, err = next(at, id); err != nil {
+			c.log.Warn("console: export "+name, "err", err)
 			return
 		}
 	}
@@ -124,28 +136,9 @@ func (c *Console) exportDead(w http.ResponseWriter, r *http.Request, v *view) {
 		c.dbFail(w, r, v, "list dead letters", err)
 		return
 	}
-	cw := startCSV(w, "dead-letters")
-	_ = cw.Write(rowHeader)
-	n := 0
-	for looks := 1; ; looks++ {
-		for _, row := range res.Rows {
-			if n == maxExport {
-				flush(cw, w)
-				return
-			}
-			_ = cw.Write(rowRecord(row))
-			n++
-		}
-		flush(cw, w)
-		if res.Next == "" || looks == maxExportLooks || ctx.Err() != nil {
-			return
-		}
-		at, id, _ := splitCursor(res.Next)
-		if res, err = walkDead(ctx, c.db, at, id, to, reason != "", keep); err != nil {
-			c.log.Warn("console: export dead letters", "err", err)
-			return
-		}
-	}
+	c.streamRows(w, "dead-letters", res, func(at time.Time, id uuid.UUID) (Result, error) {
+		return walkDead(ctx, c.db, at, id, to, reason != "", keep)
+	})
 }
 
 // exportRecon streams one reconciliation run's findings (mismatches and

@@ -555,19 +555,15 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, v *view) {
 func (c *Console) selection(ctx context.Context, f url.Values) (Selection, string, string, error) {
 	if from := actionFrom[f.Get("action")]; from != payment.DeadLettered {
 		// On PENDING or HELD payments: the ticked ones only.
-		if f.Get("scope") != "selected" || len(f["id"]) == 0 {
+		if f.Get("scope") != "selected" {
 			return Selection{}, "", "Tick the payments to act on.", nil
 		}
-		if len(f["id"]) > pageSize {
-			return Selection{}, "", "At most one page of payments can be ticked.", nil
+		ids, msg := ticked(f)
+		if msg == "" && len(ids) == 0 {
+			msg = "Tick the payments to act on."
 		}
-		var ids []uuid.UUID
-		for _, s := range f["id"] {
-			id, err := uuid.Parse(s)
-			if err != nil {
-				return Selection{}, "", "The form carried a damaged payment id.", nil
-			}
-			ids = append(ids, id)
+		if msg != "" {
+			return Selection{}, "", msg, nil
 		}
 		s, err := selectOpen(ctx, c.db, ids, from)
 		return s, fmt.Sprintf("%d ticked, %s", len(ids), from), "", err
@@ -580,15 +576,9 @@ func (c *Console) selection(ctx context.Context, f url.Values) (Selection, strin
 	scope := f.Get("scope")
 	switch scope {
 	case "selected":
-		if len(f["id"]) > pageSize {
-			return Selection{}, "", "At most one page of payments can be ticked.", nil
-		}
-		for _, s := range f["id"] {
-			id, err := uuid.Parse(s)
-			if err != nil {
-				return Selection{}, "", "The form carried a damaged payment id.", nil
-			}
-			ids = append(ids, id)
+		var msg string
+		if ids, msg = ticked(f); msg != "" {
+			return Selection{}, "", msg, nil
 		}
 		if len(ids) == 0 {
 			return Selection{}, "", "Tick the payments to act on, or choose all that match.", nil
@@ -606,6 +596,22 @@ func (c *Console) selection(ctx context.Context, f url.Values) (Selection, strin
 		filter = fmt.Sprintf("%d ticked", len(ids))
 	}
 	return s, filter, "", err
+}
+
+// ticked reads a form's ticked payment ids (at most a page; none is the
+// caller's to refuse); msg says what is wrong with them, for the operator.
+func ticked(f url.Values) (ids []uuid.UUID, msg string) {
+	if len(f["id"]) > pageSize {
+		return nil, "At most one page of payments can be ticked."
+	}
+	for _, s := range f["id"] {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return nil, "The form carried a damaged payment id."
+		}
+		ids = append(ids, id)
+	}
+	return ids, ""
 }
 
 // bulk is a dead-letter form read and checked: the action, its reason and

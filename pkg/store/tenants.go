@@ -74,6 +74,11 @@ type TenantState struct {
 	Limits *TenantLimits
 }
 
+// tenantInFlightSQL counts the tenants' ($1) PROCESSING payments: every
+// leased row, grouped (bounded by the claims out).
+const tenantInFlightSQL = `SELECT tenant, count(*) FROM payments WHERE lease_until IS NOT NULL AND status = 'PROCESSING'
+AND tenant = ANY($1) GROUP BY tenant`
+
 // MaxCounted bounds how many due rows of one tenant ListTenants counts.
 const MaxCounted = 1_000_000
 
@@ -140,8 +145,7 @@ func ListTenants(ctx context.Context, db DB, after string, limit int) ([]TenantS
 		return nil, "", fmt.Errorf("list tenants: count due: %w", err)
 	}
 	// In flight: every leased row, grouped (bounded by the claims out).
-	rows, err = db.Query(ctx, `SELECT tenant, count(*) FROM payments WHERE lease_until IS NOT NULL AND status = 'PROCESSING'
-		AND tenant = ANY($1) GROUP BY tenant`, names)
+	rows, err = db.Query(ctx, tenantInFlightSQL, names)
 	if err != nil {
 		return nil, "", fmt.Errorf("list tenants: in flight: %w", err)
 	}
@@ -183,8 +187,7 @@ func ReadTenant(ctx context.Context, db DB, tenant string) (TenantDetail, error)
 	if err := db.QueryRow(ctx, tenantNextSQL, tenant, MaxCounted).Scan(&d.Next24h); err != nil {
 		return d, fmt.Errorf("read tenant %q: next day: %w", tenant, err)
 	}
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM payments WHERE lease_until IS NOT NULL AND status = 'PROCESSING'
-		AND tenant = $1`, tenant).Scan(&d.InFlight); err != nil {
+	if err := db.QueryRow(ctx, tenantInFlightSQL, []string{tenant}).Scan(&name, &d.InFlight); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return d, fmt.Errorf("read tenant %q: in flight: %w", tenant, err)
 	}
 	err := db.QueryRow(ctx, `SELECT next_at FROM tenant_queue WHERE tenant = $1`, tenant).Scan(&d.QueuedAt)

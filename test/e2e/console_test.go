@@ -93,18 +93,24 @@ func text(ctx context.Context, sel string, steps ...chromedp.Action[chromedp.Voi
 // TestConsoleInABrowser drives the console of a real admin-api, beside a
 // real sweeper, executor and gateway-sim, in Debian's chromium: log in,
 // search, open a payment and its timeline, re-drive three dead letters
-// with a second operator's approval, and watch them complete.
-func TestConsoleInABrowser(t *testing.T) {
-	tab := browser(t)
+
+// consoleStack starts gateway-sim, an executor and admin-api on a fresh,
+// migrated database, as the browser tests drive them; the caller starts
+// the sweeper when its payments are in place. It returns the database,
+// the processes (stopped at the end), admin-api's REST address and the
+// executor's address.
+func consoleStack(t *testing.T) (db string, ps *procs, adminHTTP, ex string) {
+	t.Helper()
 	bin := build(t, "./services/migrate", "./services/admin-api", "./services/payctl", "./tools/cmd/gateway-sim",
 		"./services/executor", "./services/sweeper")
-	db := pgtest.NewEmptyURL(t)
+	db = pgtest.NewEmptyURL(t)
 	if out, err := exec.Command(filepath.Join(bin, "migrate"), "--database-url", db).CombinedOutput(); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
-	ps := &procs{t: t, bin: bin, env: []string{"PAYSCHED_DATABASE_URL=" + db, "PAYSCHED_JWT_SECRET=e2e"}}
-	defer ps.stopAll()
-	adminHTTP, gw, ex := freeAddr(t), freeAddr(t), freeAddr(t)
+	ps = &procs{t: t, bin: bin, env: []string{"PAYSCHED_DATABASE_URL=" + db, "PAYSCHED_JWT_SECRET=e2e"}}
+	t.Cleanup(ps.stopAll)
+	var gw string
+	adminHTTP, gw, ex = freeAddr(t), freeAddr(t), freeAddr(t)
 	ps.start("gateway-sim", "gateway-sim", "--ledger", "memory", "--grpc-addr", gw, "--http-addr", freeAddr(t))
 	ps.start("executor", "executor", "--grpc-addr", ex, "--http-addr", freeAddr(t), "--gateway-addr", gw)
 	ps.start("admin-api", "admin-api", "--http-addr", adminHTTP, "--grpc-addr", freeAddr(t), "--metrics-addr", freeAddr(t),
@@ -115,6 +121,13 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Fatalf("health %s: %v %s", addr, err, out)
 		}
 	}
+	return db, ps, adminHTTP, ex
+}
+
+// with a second operator's approval, and watch them complete.
+func TestConsoleInABrowser(t *testing.T) {
+	tab := browser(t)
+	db, ps, adminHTTP, ex := consoleStack(t)
 	base := "http://" + adminHTTP
 	waitHTTP(t, ps, base+"/console/login")
 
@@ -349,25 +362,7 @@ func schedule(t *testing.T, pool *pgxpool.Pool, payer string, n int, due time.Ti
 // same three are released, again with approval, and execute.
 func TestConsoleHoldsInABrowser(t *testing.T) {
 	tab := browser(t)
-	bin := build(t, "./services/migrate", "./services/admin-api", "./services/payctl", "./tools/cmd/gateway-sim",
-		"./services/executor", "./services/sweeper")
-	db := pgtest.NewEmptyURL(t)
-	if out, err := exec.Command(filepath.Join(bin, "migrate"), "--database-url", db).CombinedOutput(); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
-	}
-	ps := &procs{t: t, bin: bin, env: []string{"PAYSCHED_DATABASE_URL=" + db, "PAYSCHED_JWT_SECRET=e2e"}}
-	defer ps.stopAll()
-	adminHTTP, gw, ex := freeAddr(t), freeAddr(t), freeAddr(t)
-	ps.start("gateway-sim", "gateway-sim", "--ledger", "memory", "--grpc-addr", gw, "--http-addr", freeAddr(t))
-	ps.start("executor", "executor", "--grpc-addr", ex, "--http-addr", freeAddr(t), "--gateway-addr", gw)
-	ps.start("admin-api", "admin-api", "--http-addr", adminHTTP, "--grpc-addr", freeAddr(t), "--metrics-addr", freeAddr(t),
-		"--gateway-addr", gw)
-	for _, addr := range []string{gw, ex} {
-		if out, err := exec.Command(filepath.Join(bin, "payctl"), "--api", addr, "health", "--wait", "30s").CombinedOutput(); err != nil {
-			ps.exited()
-			t.Fatalf("health %s: %v %s", addr, err, out)
-		}
-	}
+	db, ps, adminHTTP, ex := consoleStack(t)
 	ps.start("sweeper", "sweeper", "--http-addr", freeAddr(t), "--executors", ex, "--interval", "100ms")
 	base := "http://" + adminHTTP
 	waitHTTP(t, ps, base+"/console/login")
