@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 )
@@ -97,6 +98,31 @@ func releaseCmd(g *globals) *cobra.Command {
 	return moveCmd(g, "release PAYMENT_ID", "Move a HELD payment back to PENDING, its run time as it was (admin)",
 		"why, for the audit trail", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
 			resp, err := c.admin.ReleasePayment(c.ctx, &payschedv1.ReleasePaymentRequest{PaymentId: id, Note: note})
+			return resp, resp.GetPayment(), err
+		})
+}
+
+func rescheduleCmd(g *globals) *cobra.Command {
+	var at string
+	c := moveCmd(g, "reschedule PAYMENT_ID --at TIME --note TEXT",
+		"Move when a PENDING or HELD payment runs: never before its due time, at most 90 days ahead (admin)",
+		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
+			when, err := parseDue(at)
+			if err != nil {
+				return nil, nil, fmt.Errorf("--at: %w", err)
+			}
+			resp, err := c.admin.ReschedulePayment(c.ctx, &payschedv1.ReschedulePaymentRequest{PaymentId: id, RunAt: timestamppb.New(when), Note: note})
+			return resp, resp.GetPayment(), err
+		})
+	c.Flags().StringVar(&at, "at", "", "when it runs: RFC 3339, or a duration from now such as +2h")
+	return c
+}
+
+func runNowCmd(g *globals) *cobra.Command {
+	return moveCmd(g, "run-now PAYMENT_ID --note TEXT",
+		"Make a PENDING payment waiting past its due time (a backoff, a reschedule) due at once (admin)",
+		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
+			resp, err := c.admin.RunPaymentNow(c.ctx, &payschedv1.RunPaymentNowRequest{PaymentId: id, Note: note})
 			return resp, resp.GetPayment(), err
 		})
 }

@@ -88,7 +88,7 @@ func New() *cobra.Command {
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "per-call timeout")
 	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), eventsCmd(g),
-		deadLettersCmd(g), redriveCmd(g), resolveCmd(g), abandonCmd(g), holdCmd(g), releaseCmd(g), reconcileCmd(g), runsCmd(g), tenantsCmd(g))
+		deadLettersCmd(g), redriveCmd(g), resolveCmd(g), abandonCmd(g), holdCmd(g), releaseCmd(g), rescheduleCmd(g), runNowCmd(g), reconcileCmd(g), runsCmd(g), tenantsCmd(g))
 	return root
 }
 
@@ -248,7 +248,7 @@ func parseDue(s string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("--due %q: want RFC 3339 (2030-01-02T15:04:05Z) or a duration from now (30s)", s)
+		return time.Time{}, fmt.Errorf("%q: want RFC 3339 (2030-01-02T15:04:05Z) or a duration from now (30s)", s)
 	}
 	return t, nil
 }
@@ -264,7 +264,7 @@ func createCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dueAt, err := parseDue(due)
 			if err != nil {
-				return err
+				return fmt.Errorf("--due: %w", err)
 			}
 			if key == "" {
 				key = uuid.NewString()

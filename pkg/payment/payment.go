@@ -125,12 +125,15 @@ const (
 
 // Payment is one row of payments, as the API shows it.
 type Payment struct {
-	ID          uuid.UUID
-	Payer       string
-	Payee       string
-	Amount      int64
-	Currency    string
-	DueAt       time.Time
+	ID       uuid.UUID
+	Payer    string
+	Payee    string
+	Amount   int64
+	Currency string
+	DueAt    time.Time
+	// RunAt is when it may next run: DueAt at first, later after a
+	// retry's backoff or an operator's reschedule; never before DueAt.
+	RunAt       time.Time
 	Status      Status
 	Description string
 	Metadata    map[string]string

@@ -176,3 +176,79 @@ func TargetOf(ctx context.Context, db DB, id uuid.UUID) (Target, error) {
 	}
 	return t, nil
 }
+
+// Reschedule is an operator's change of when a PENDING or HELD payment
+// runs: its run_at, never its due_time (the partition key, and the
+// instant its client scheduled).
+type Reschedule struct {
+	ID uuid.UUID
+	// From are the statuses it may be in (PENDING, HELD).
+	From []payment.Status
+	// Attempt is the attempt the operator read: a claim since (and perhaps
+	// a charge) makes the reschedule miss.
+	Attempt int32
+	// RunAt is the new run time; zero: now. It is never earlier than the
+	// due time (the statement takes the later of the two).
+	RunAt time.Time
+	// Who and why, for payment_actions.
+	Actor, Action, Reason string
+}
+
+// rescheduleSQL moves a payment's run_at.
+//
+// Why it is safe: it is moveSQL's fence without a status change. The row
+// is locked and its (status, attempt) read in the statement that updates
+// it, and the UPDATE repeats both: a claim that holds the lock first
+// leaves it PROCESSING at the next attempt, and this matches nothing; a
+// claim that finds it locked skips it (SKIP LOCKED) and reads the new
+// run_at after. The run time never goes before the due time (the CHECK
+// run_at >= due_time would refuse it), so the row stays in its partition
+// and every sweep bound that prunes by due_time still holds. A run_at made
+// earlier appends a tenant wakeup (0018's trigger), so fair claims reach
+// it. The action row is written by the same statement.
+const rescheduleSQL = `
+WITH cur AS (
+    SELECT p.id, p.due_time, p.status, p.attempt FROM payments p
+    WHERE p.id = $1 AND p.due_time = $2 AND p.status = ANY($3::text[]) AND p.attempt = $4
+    FOR UPDATE OF p
+), moved AS (
+    UPDATE payments p
+    SET run_at = GREATEST(p.due_time, COALESCE($5, now())), updated_at = now()
+    FROM cur
+    WHERE p.id = cur.id AND p.due_time = cur.due_time AND p.status = cur.status AND p.attempt = cur.attempt
+    RETURNING cur.status AS prev, p.run_at
+)
+INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason)
+SELECT $1, $6, $7, prev, prev, $8 || ' (runs at ' || to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ')' FROM moved
+RETURNING prev_status`
+
+// ApplyReschedule makes r and returns the status the payment is in;
+// ErrNotMoved when it is missing, in another status or at another
+// attempt.
+func ApplyReschedule(ctx context.Context, db DB, r Reschedule) (payment.Status, error) {
+	from := make([]string, len(r.From))
+	for i, s := range r.From {
+		from[i] = string(s)
+	}
+	var due time.Time
+	err := db.QueryRow(ctx, `SELECT due_time FROM payment_index WHERE id = $1`, r.ID).Scan(&due)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNotMoved
+	}
+	if err != nil {
+		return "", fmt.Errorf("find payment %s: %w", r.ID, err)
+	}
+	var at *time.Time
+	if !r.RunAt.IsZero() {
+		at = &r.RunAt
+	}
+	var st payment.Status
+	err = db.QueryRow(ctx, rescheduleSQL, r.ID, due, from, r.Attempt, at, r.Actor, r.Action, r.Reason).Scan(&st)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNotMoved
+	}
+	if err != nil {
+		return "", fmt.Errorf("reschedule payment %s: %w", r.ID, err)
+	}
+	return st, nil
+}

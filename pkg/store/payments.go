@@ -226,14 +226,14 @@ func (s *Store) Replay(ctx context.Context, payer, key string, hash []byte) (res
 // paymentCols is the column list scanPayment reads, in order.
 const paymentCols = `p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status,
        p.description, p.metadata, p.attempt, coalesce(p.gateway_ref, ''), coalesce(p.last_error, ''),
-       coalesce(p.failure_reason, ''), p.probe_first, p.created_at, p.updated_at, ` + sentAgoCol
+       coalesce(p.failure_reason, ''), p.probe_first, p.created_at, p.updated_at, p.run_at, ` + sentAgoCol
 
 func scanPayment(row pgx.Row, extra ...any) (*payment.Payment, error) {
 	var p payment.Payment
 	var meta []byte
 	var ago *float64
 	dest := append(extra, &p.ID, &p.Payer, &p.Payee, &p.Amount, &p.Currency, &p.DueAt, &p.Status,
-		&p.Description, &meta, &p.Attempt, &p.GatewayRef, &p.LastError, &p.FailReason, &p.ProbeFirst, &p.CreatedAt, &p.UpdatedAt, &ago)
+		&p.Description, &meta, &p.Attempt, &p.GatewayRef, &p.LastError, &p.FailReason, &p.ProbeFirst, &p.CreatedAt, &p.UpdatedAt, &p.RunAt, &ago)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -243,7 +243,7 @@ func scanPayment(row pgx.Row, extra ...any) (*payment.Payment, error) {
 			return nil, fmt.Errorf("decode metadata of %s: %w", p.ID, err)
 		}
 	}
-	p.DueAt, p.CreatedAt, p.UpdatedAt = p.DueAt.UTC(), p.CreatedAt.UTC(), p.UpdatedAt.UTC()
+	p.DueAt, p.RunAt, p.CreatedAt, p.UpdatedAt = p.DueAt.UTC(), p.RunAt.UTC(), p.CreatedAt.UTC(), p.UpdatedAt.UTC()
 	return &p, nil
 }
 

@@ -210,8 +210,23 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 				store.Partition(old), old.Format(time.DateOnly), old.AddDate(0, 0, 1).Format(time.DateOnly))); err != nil {
 				return err
 			}
+			// A day 41 days gone holding a HELD payment: it waits for an
+			// operator, and its partition is kept.
+			held := old.AddDate(0, 0, -1)
+			if _, err := e.admin.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF payments FOR VALUES FROM ('%s') TO ('%s')`,
+				store.Partition(held), held.Format(time.DateOnly), old.Format(time.DateOnly))); err != nil {
+				return err
+			}
+			if _, err := e.admin.Exec(ctx, `INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, status, tenant)
+				VALUES (gen_random_uuid(), 'p', 'q', 1, 'USD', $1, $1, 'HELD', 't')`, held); err != nil {
+				return err
+			}
 			if n, err := store.DropPartitionsBefore(ctx, db, old.AddDate(0, 0, 1)); err != nil || n != 1 {
 				return fmt.Errorf("drop: %d, %v", n, err)
+			}
+			var kept bool
+			if err := e.admin.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, store.Partition(held)).Scan(&kept); err != nil || !kept {
+				return fmt.Errorf("the partition holding a HELD payment was dropped (%v)", err)
 			}
 			return nil
 		}},

@@ -1107,6 +1107,219 @@ func (x *ReleasePaymentResponse) GetPayment() *ScheduledPayment {
 	return nil
 }
 
+// ReschedulePaymentRequest names a PENDING or HELD payment and when it
+// should run.
+type ReschedulePaymentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The payment (UUID).
+	PaymentId string `protobuf:"bytes,1,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// When it runs: in the future, not before its due time, at most 90
+	// days ahead.
+	RunAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	// Why: required, at most 500 characters.
+	Note          string `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReschedulePaymentRequest) Reset() {
+	*x = ReschedulePaymentRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReschedulePaymentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReschedulePaymentRequest) ProtoMessage() {}
+
+func (x *ReschedulePaymentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReschedulePaymentRequest.ProtoReflect.Descriptor instead.
+func (*ReschedulePaymentRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReschedulePaymentRequest) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *ReschedulePaymentRequest) GetRunAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunAt
+	}
+	return nil
+}
+
+func (x *ReschedulePaymentRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// ReschedulePaymentResponse carries the payment after the change.
+type ReschedulePaymentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its run_at is the new time; its status as it was.
+	Payment       *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReschedulePaymentResponse) Reset() {
+	*x = ReschedulePaymentResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReschedulePaymentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReschedulePaymentResponse) ProtoMessage() {}
+
+func (x *ReschedulePaymentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReschedulePaymentResponse.ProtoReflect.Descriptor instead.
+func (*ReschedulePaymentResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReschedulePaymentResponse) GetPayment() *ScheduledPayment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+// RunPaymentNowRequest names a PENDING payment to run at once.
+type RunPaymentNowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The payment (UUID).
+	PaymentId string `protobuf:"bytes,1,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// Why: required, at most 500 characters.
+	Note          string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunPaymentNowRequest) Reset() {
+	*x = RunPaymentNowRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunPaymentNowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunPaymentNowRequest) ProtoMessage() {}
+
+func (x *RunPaymentNowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunPaymentNowRequest.ProtoReflect.Descriptor instead.
+func (*RunPaymentNowRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RunPaymentNowRequest) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *RunPaymentNowRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// RunPaymentNowResponse carries the payment after the change.
+type RunPaymentNowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PENDING, due now.
+	Payment       *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunPaymentNowResponse) Reset() {
+	*x = RunPaymentNowResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunPaymentNowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunPaymentNowResponse) ProtoMessage() {}
+
+func (x *RunPaymentNowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunPaymentNowResponse.ProtoReflect.Descriptor instead.
+func (*RunPaymentNowResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RunPaymentNowResponse) GetPayment() *ScheduledPayment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
 // ReconciliationItem is one finding of a run.
 type ReconciliationItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1128,7 +1341,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	mi := &file_paysched_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1353,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	mi := &file_paysched_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1366,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReconciliationItem) GetKind() string {
@@ -1231,7 +1444,7 @@ type ReconciliationRun struct {
 
 func (x *ReconciliationRun) Reset() {
 	*x = ReconciliationRun{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	mi := &file_paysched_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1456,7 @@ func (x *ReconciliationRun) String() string {
 func (*ReconciliationRun) ProtoMessage() {}
 
 func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	mi := &file_paysched_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1469,7 @@ func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationRun.ProtoReflect.Descriptor instead.
 func (*ReconciliationRun) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReconciliationRun) GetRunId() int64 {
@@ -1358,7 +1571,7 @@ type ListReconciliationRunsRequest struct {
 
 func (x *ListReconciliationRunsRequest) Reset() {
 	*x = ListReconciliationRunsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[21]
+	mi := &file_paysched_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1583,7 @@ func (x *ListReconciliationRunsRequest) String() string {
 func (*ListReconciliationRunsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[21]
+	mi := &file_paysched_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1596,7 @@ func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListReconciliationRunsRequest) GetDay() string {
@@ -1420,7 +1633,7 @@ type ListReconciliationRunsResponse struct {
 
 func (x *ListReconciliationRunsResponse) Reset() {
 	*x = ListReconciliationRunsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[22]
+	mi := &file_paysched_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1645,7 @@ func (x *ListReconciliationRunsResponse) String() string {
 func (*ListReconciliationRunsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[22]
+	mi := &file_paysched_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1658,7 @@ func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListReconciliationRunsResponse) GetRuns() []*ReconciliationRun {
@@ -1473,7 +1686,7 @@ type TriggerReconciliationRunRequest struct {
 
 func (x *TriggerReconciliationRunRequest) Reset() {
 	*x = TriggerReconciliationRunRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[23]
+	mi := &file_paysched_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1698,7 @@ func (x *TriggerReconciliationRunRequest) String() string {
 func (*TriggerReconciliationRunRequest) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[23]
+	mi := &file_paysched_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1711,7 @@ func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunRequest.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TriggerReconciliationRunRequest) GetDay() string {
@@ -1519,7 +1732,7 @@ type TriggerReconciliationRunResponse struct {
 
 func (x *TriggerReconciliationRunResponse) Reset() {
 	*x = TriggerReconciliationRunResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[24]
+	mi := &file_paysched_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1744,7 @@ func (x *TriggerReconciliationRunResponse) String() string {
 func (*TriggerReconciliationRunResponse) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[24]
+	mi := &file_paysched_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1757,7 @@ func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunResponse.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TriggerReconciliationRunResponse) GetRun() *ReconciliationRun {
@@ -1627,6 +1840,19 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
 	"\x04note\x18\x02 \x01(\tR\x04note\"Q\n" +
 	"\x16ReleasePaymentResponse\x127\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\"\x80\x01\n" +
+	"\x18ReschedulePaymentRequest\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x01 \x01(\tR\tpaymentId\x121\n" +
+	"\x06run_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"T\n" +
+	"\x19ReschedulePaymentResponse\x127\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\"I\n" +
+	"\x14RunPaymentNowRequest\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"P\n" +
+	"\x15RunPaymentNowResponse\x127\n" +
 	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\"\xb8\x01\n" +
 	"\x12ReconciliationItem\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1a\n" +
@@ -1666,14 +1892,16 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x1fTriggerReconciliationRunRequest\x12\x10\n" +
 	"\x03day\x18\x01 \x01(\tR\x03day\"T\n" +
 	" TriggerReconciliationRunResponse\x120\n" +
-	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\xc3\a\n" +
+	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\xff\b\n" +
 	"\fAdminService\x12\\\n" +
 	"\x0fListDeadLetters\x12#.paysched.v1.ListDeadLettersRequest\x1a$.paysched.v1.ListDeadLettersResponse\x12Y\n" +
 	"\x0eRedrivePayment\x12\".paysched.v1.RedrivePaymentRequest\x1a#.paysched.v1.RedrivePaymentResponse\x12Y\n" +
 	"\x0eResolvePayment\x12\".paysched.v1.ResolvePaymentRequest\x1a#.paysched.v1.ResolvePaymentResponse\x12V\n" +
 	"\rCancelPayment\x12!.paysched.v1.CancelPaymentRequest\x1a\".paysched.v1.CancelPaymentResponse\x12P\n" +
 	"\vHoldPayment\x12\x1f.paysched.v1.HoldPaymentRequest\x1a .paysched.v1.HoldPaymentResponse\x12Y\n" +
-	"\x0eReleasePayment\x12\".paysched.v1.ReleasePaymentRequest\x1a#.paysched.v1.ReleasePaymentResponse\x12q\n" +
+	"\x0eReleasePayment\x12\".paysched.v1.ReleasePaymentRequest\x1a#.paysched.v1.ReleasePaymentResponse\x12b\n" +
+	"\x11ReschedulePayment\x12%.paysched.v1.ReschedulePaymentRequest\x1a&.paysched.v1.ReschedulePaymentResponse\x12V\n" +
+	"\rRunPaymentNow\x12!.paysched.v1.RunPaymentNowRequest\x1a\".paysched.v1.RunPaymentNowResponse\x12q\n" +
 	"\x16ListReconciliationRuns\x12*.paysched.v1.ListReconciliationRunsRequest\x1a+.paysched.v1.ListReconciliationRunsResponse\x12w\n" +
 	"\x18TriggerReconciliationRun\x12,.paysched.v1.TriggerReconciliationRunRequest\x1a-.paysched.v1.TriggerReconciliationRunResponse\x12P\n" +
 	"\vListTenants\x12\x1f.paysched.v1.ListTenantsRequest\x1a .paysched.v1.ListTenantsResponse\x12\\\n" +
@@ -1691,7 +1919,7 @@ func file_paysched_v1_admin_proto_rawDescGZIP() []byte {
 	return file_paysched_v1_admin_proto_rawDescData
 }
 
-var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_paysched_v1_admin_proto_goTypes = []any{
 	(*TenantLimits)(nil),                     // 0: paysched.v1.TenantLimits
 	(*Tenant)(nil),                           // 1: paysched.v1.Tenant
@@ -1712,61 +1940,72 @@ var file_paysched_v1_admin_proto_goTypes = []any{
 	(*HoldPaymentResponse)(nil),              // 16: paysched.v1.HoldPaymentResponse
 	(*ReleasePaymentRequest)(nil),            // 17: paysched.v1.ReleasePaymentRequest
 	(*ReleasePaymentResponse)(nil),           // 18: paysched.v1.ReleasePaymentResponse
-	(*ReconciliationItem)(nil),               // 19: paysched.v1.ReconciliationItem
-	(*ReconciliationRun)(nil),                // 20: paysched.v1.ReconciliationRun
-	(*ListReconciliationRunsRequest)(nil),    // 21: paysched.v1.ListReconciliationRunsRequest
-	(*ListReconciliationRunsResponse)(nil),   // 22: paysched.v1.ListReconciliationRunsResponse
-	(*TriggerReconciliationRunRequest)(nil),  // 23: paysched.v1.TriggerReconciliationRunRequest
-	(*TriggerReconciliationRunResponse)(nil), // 24: paysched.v1.TriggerReconciliationRunResponse
-	(*ScheduledPayment)(nil),                 // 25: paysched.v1.ScheduledPayment
-	(PaymentStatus)(0),                       // 26: paysched.v1.PaymentStatus
-	(*timestamppb.Timestamp)(nil),            // 27: google.protobuf.Timestamp
+	(*ReschedulePaymentRequest)(nil),         // 19: paysched.v1.ReschedulePaymentRequest
+	(*ReschedulePaymentResponse)(nil),        // 20: paysched.v1.ReschedulePaymentResponse
+	(*RunPaymentNowRequest)(nil),             // 21: paysched.v1.RunPaymentNowRequest
+	(*RunPaymentNowResponse)(nil),            // 22: paysched.v1.RunPaymentNowResponse
+	(*ReconciliationItem)(nil),               // 23: paysched.v1.ReconciliationItem
+	(*ReconciliationRun)(nil),                // 24: paysched.v1.ReconciliationRun
+	(*ListReconciliationRunsRequest)(nil),    // 25: paysched.v1.ListReconciliationRunsRequest
+	(*ListReconciliationRunsResponse)(nil),   // 26: paysched.v1.ListReconciliationRunsResponse
+	(*TriggerReconciliationRunRequest)(nil),  // 27: paysched.v1.TriggerReconciliationRunRequest
+	(*TriggerReconciliationRunResponse)(nil), // 28: paysched.v1.TriggerReconciliationRunResponse
+	(*ScheduledPayment)(nil),                 // 29: paysched.v1.ScheduledPayment
+	(PaymentStatus)(0),                       // 30: paysched.v1.PaymentStatus
+	(*timestamppb.Timestamp)(nil),            // 31: google.protobuf.Timestamp
 }
 var file_paysched_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
 	1,  // 1: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
 	0,  // 2: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
 	1,  // 3: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
-	25, // 4: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
+	29, // 4: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
 	6,  // 5: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
-	25, // 6: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	26, // 7: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	25, // 8: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	26, // 9: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	25, // 10: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	26, // 11: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	25, // 12: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	25, // 13: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	27, // 14: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
-	27, // 15: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
-	19, // 16: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
-	20, // 17: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
-	20, // 18: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
-	7,  // 19: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
-	9,  // 20: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
-	11, // 21: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
-	13, // 22: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
-	15, // 23: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
-	17, // 24: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
-	21, // 25: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
-	23, // 26: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
-	2,  // 27: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
-	4,  // 28: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
-	8,  // 29: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
-	10, // 30: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
-	12, // 31: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
-	14, // 32: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
-	16, // 33: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
-	18, // 34: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
-	22, // 35: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
-	24, // 36: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
-	3,  // 37: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
-	5,  // 38: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	29, // 6: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	30, // 7: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	29, // 8: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	30, // 9: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	29, // 10: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	30, // 11: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	29, // 12: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	29, // 13: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	31, // 14: paysched.v1.ReschedulePaymentRequest.run_at:type_name -> google.protobuf.Timestamp
+	29, // 15: paysched.v1.ReschedulePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	29, // 16: paysched.v1.RunPaymentNowResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	31, // 17: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
+	31, // 18: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 19: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
+	24, // 20: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
+	24, // 21: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
+	7,  // 22: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
+	9,  // 23: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
+	11, // 24: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
+	13, // 25: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
+	15, // 26: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
+	17, // 27: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
+	19, // 28: paysched.v1.AdminService.ReschedulePayment:input_type -> paysched.v1.ReschedulePaymentRequest
+	21, // 29: paysched.v1.AdminService.RunPaymentNow:input_type -> paysched.v1.RunPaymentNowRequest
+	25, // 30: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
+	27, // 31: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
+	2,  // 32: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
+	4,  // 33: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
+	8,  // 34: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
+	10, // 35: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
+	12, // 36: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
+	14, // 37: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
+	16, // 38: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
+	18, // 39: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
+	20, // 40: paysched.v1.AdminService.ReschedulePayment:output_type -> paysched.v1.ReschedulePaymentResponse
+	22, // 41: paysched.v1.AdminService.RunPaymentNow:output_type -> paysched.v1.RunPaymentNowResponse
+	26, // 42: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
+	28, // 43: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
+	3,  // 44: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
+	5,  // 45: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
+	34, // [34:46] is the sub-list for method output_type
+	22, // [22:34] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_admin_proto_init() }
@@ -1781,7 +2020,7 @@ func file_paysched_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_v1_admin_proto_rawDesc), len(file_paysched_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

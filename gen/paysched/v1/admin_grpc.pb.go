@@ -25,6 +25,8 @@ const (
 	AdminService_CancelPayment_FullMethodName            = "/paysched.v1.AdminService/CancelPayment"
 	AdminService_HoldPayment_FullMethodName              = "/paysched.v1.AdminService/HoldPayment"
 	AdminService_ReleasePayment_FullMethodName           = "/paysched.v1.AdminService/ReleasePayment"
+	AdminService_ReschedulePayment_FullMethodName        = "/paysched.v1.AdminService/ReschedulePayment"
+	AdminService_RunPaymentNow_FullMethodName            = "/paysched.v1.AdminService/RunPaymentNow"
 	AdminService_ListReconciliationRuns_FullMethodName   = "/paysched.v1.AdminService/ListReconciliationRuns"
 	AdminService_TriggerReconciliationRun_FullMethodName = "/paysched.v1.AdminService/TriggerReconciliationRun"
 	AdminService_ListTenants_FullMethodName              = "/paysched.v1.AdminService/ListTenants"
@@ -62,6 +64,14 @@ type AdminServiceClient interface {
 	HoldPayment(ctx context.Context, in *HoldPaymentRequest, opts ...grpc.CallOption) (*HoldPaymentResponse, error)
 	// ReleasePayment moves a HELD payment back to PENDING, due as it was.
 	ReleasePayment(ctx context.Context, in *ReleasePaymentRequest, opts ...grpc.CallOption) (*ReleasePaymentResponse, error)
+	// ReschedulePayment moves when a PENDING or HELD payment runs: never
+	// before its due time (the instant its client scheduled), at most 90
+	// days ahead. Fenced on the attempt read, as a hold is.
+	ReschedulePayment(ctx context.Context, in *ReschedulePaymentRequest, opts ...grpc.CallOption) (*ReschedulePaymentResponse, error)
+	// RunPaymentNow makes a PENDING payment waiting past its due time (a
+	// retry's backoff, a reschedule) due at once. A payment is never run
+	// before its due time: FAILED_PRECONDITION NOT_DUE_YET.
+	RunPaymentNow(ctx context.Context, in *RunPaymentNowRequest, opts ...grpc.CallOption) (*RunPaymentNowResponse, error)
 	// ListReconciliationRuns lists runs, newest first, each with its items.
 	ListReconciliationRuns(ctx context.Context, in *ListReconciliationRunsRequest, opts ...grpc.CallOption) (*ListReconciliationRunsResponse, error)
 	// TriggerReconciliationRun reconciles one UTC day now and returns the run.
@@ -143,6 +153,26 @@ func (c *adminServiceClient) ReleasePayment(ctx context.Context, in *ReleasePaym
 	return out, nil
 }
 
+func (c *adminServiceClient) ReschedulePayment(ctx context.Context, in *ReschedulePaymentRequest, opts ...grpc.CallOption) (*ReschedulePaymentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReschedulePaymentResponse)
+	err := c.cc.Invoke(ctx, AdminService_ReschedulePayment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RunPaymentNow(ctx context.Context, in *RunPaymentNowRequest, opts ...grpc.CallOption) (*RunPaymentNowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RunPaymentNowResponse)
+	err := c.cc.Invoke(ctx, AdminService_RunPaymentNow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ListReconciliationRuns(ctx context.Context, in *ListReconciliationRunsRequest, opts ...grpc.CallOption) (*ListReconciliationRunsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListReconciliationRunsResponse)
@@ -214,6 +244,14 @@ type AdminServiceServer interface {
 	HoldPayment(context.Context, *HoldPaymentRequest) (*HoldPaymentResponse, error)
 	// ReleasePayment moves a HELD payment back to PENDING, due as it was.
 	ReleasePayment(context.Context, *ReleasePaymentRequest) (*ReleasePaymentResponse, error)
+	// ReschedulePayment moves when a PENDING or HELD payment runs: never
+	// before its due time (the instant its client scheduled), at most 90
+	// days ahead. Fenced on the attempt read, as a hold is.
+	ReschedulePayment(context.Context, *ReschedulePaymentRequest) (*ReschedulePaymentResponse, error)
+	// RunPaymentNow makes a PENDING payment waiting past its due time (a
+	// retry's backoff, a reschedule) due at once. A payment is never run
+	// before its due time: FAILED_PRECONDITION NOT_DUE_YET.
+	RunPaymentNow(context.Context, *RunPaymentNowRequest) (*RunPaymentNowResponse, error)
 	// ListReconciliationRuns lists runs, newest first, each with its items.
 	ListReconciliationRuns(context.Context, *ListReconciliationRunsRequest) (*ListReconciliationRunsResponse, error)
 	// TriggerReconciliationRun reconciles one UTC day now and returns the run.
@@ -252,6 +290,12 @@ func (UnimplementedAdminServiceServer) HoldPayment(context.Context, *HoldPayment
 }
 func (UnimplementedAdminServiceServer) ReleasePayment(context.Context, *ReleasePaymentRequest) (*ReleasePaymentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleasePayment not implemented")
+}
+func (UnimplementedAdminServiceServer) ReschedulePayment(context.Context, *ReschedulePaymentRequest) (*ReschedulePaymentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReschedulePayment not implemented")
+}
+func (UnimplementedAdminServiceServer) RunPaymentNow(context.Context, *RunPaymentNowRequest) (*RunPaymentNowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RunPaymentNow not implemented")
 }
 func (UnimplementedAdminServiceServer) ListReconciliationRuns(context.Context, *ListReconciliationRunsRequest) (*ListReconciliationRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReconciliationRuns not implemented")
@@ -394,6 +438,42 @@ func _AdminService_ReleasePayment_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ReschedulePayment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReschedulePaymentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ReschedulePayment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ReschedulePayment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ReschedulePayment(ctx, req.(*ReschedulePaymentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RunPaymentNow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RunPaymentNowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RunPaymentNow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RunPaymentNow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RunPaymentNow(ctx, req.(*RunPaymentNowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ListReconciliationRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListReconciliationRunsRequest)
 	if err := dec(in); err != nil {
@@ -496,6 +576,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleasePayment",
 			Handler:    _AdminService_ReleasePayment_Handler,
+		},
+		{
+			MethodName: "ReschedulePayment",
+			Handler:    _AdminService_ReschedulePayment_Handler,
+		},
+		{
+			MethodName: "RunPaymentNow",
+			Handler:    _AdminService_RunPaymentNow_Handler,
 		},
 		{
 			MethodName: "ListReconciliationRuns",

@@ -198,6 +198,9 @@ type ScheduledPayment struct {
 	// PSP_TIMEOUT (the gateway kept processing it past its bound),
 	// RESOLVED_BY_OPERATOR. Empty otherwise.
 	FailureReason string `protobuf:"bytes,16,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
+	// When the payment may next run: its due time at first, later after a
+	// retry's backoff or an operator's reschedule. Never before due_at.
+	RunAt         *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -342,6 +345,13 @@ func (x *ScheduledPayment) GetFailureReason() string {
 		return x.FailureReason
 	}
 	return ""
+}
+
+func (x *ScheduledPayment) GetRunAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunAt
+	}
+	return nil
 }
 
 // PaymentAttempt is one call to the gateway.
@@ -1126,7 +1136,7 @@ var File_paysched_v1_payments_proto protoreflect.FileDescriptor
 
 const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\n" +
-	"\x1apaysched/v1/payments.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x05\n" +
+	"\x1apaysched/v1/payments.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x83\x06\n" +
 	"\x10ScheduledPayment\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x14\n" +
@@ -1149,7 +1159,8 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x127\n" +
 	"\battempts\x18\x0f \x03(\v2\x1b.paysched.v1.PaymentAttemptR\battempts\x12%\n" +
-	"\x0efailure_reason\x18\x10 \x01(\tR\rfailureReason\x1a;\n" +
+	"\x0efailure_reason\x18\x10 \x01(\tR\rfailureReason\x121\n" +
+	"\x06run_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x01\n" +
@@ -1274,35 +1285,36 @@ var file_paysched_v1_payments_proto_depIdxs = []int32{
 	18, // 3: paysched.v1.ScheduledPayment.created_at:type_name -> google.protobuf.Timestamp
 	18, // 4: paysched.v1.ScheduledPayment.updated_at:type_name -> google.protobuf.Timestamp
 	3,  // 5: paysched.v1.ScheduledPayment.attempts:type_name -> paysched.v1.PaymentAttempt
-	18, // 6: paysched.v1.PaymentAttempt.started_at:type_name -> google.protobuf.Timestamp
-	18, // 7: paysched.v1.PaymentAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	18, // 8: paysched.v1.CreateScheduledPaymentRequest.due_at:type_name -> google.protobuf.Timestamp
-	17, // 9: paysched.v1.CreateScheduledPaymentRequest.metadata:type_name -> paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
-	2,  // 10: paysched.v1.CreateScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	2,  // 11: paysched.v1.GetScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	0,  // 12: paysched.v1.ListScheduledPaymentsRequest.status:type_name -> paysched.v1.PaymentStatus
-	2,  // 13: paysched.v1.ListScheduledPaymentsResponse.payments:type_name -> paysched.v1.ScheduledPayment
-	2,  // 14: paysched.v1.CancelScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	4,  // 15: paysched.v1.BatchCreateScheduledPaymentsRequest.items:type_name -> paysched.v1.CreateScheduledPaymentRequest
-	1,  // 16: paysched.v1.BatchCreateResult.outcome:type_name -> paysched.v1.BatchCreateResult.Outcome
-	2,  // 17: paysched.v1.BatchCreateResult.payment:type_name -> paysched.v1.ScheduledPayment
-	14, // 18: paysched.v1.BatchCreateResult.field_violations:type_name -> paysched.v1.FieldViolation
-	13, // 19: paysched.v1.BatchCreateScheduledPaymentsResponse.results:type_name -> paysched.v1.BatchCreateResult
-	4,  // 20: paysched.v1.PaymentsService.CreateScheduledPayment:input_type -> paysched.v1.CreateScheduledPaymentRequest
-	6,  // 21: paysched.v1.PaymentsService.GetScheduledPayment:input_type -> paysched.v1.GetScheduledPaymentRequest
-	8,  // 22: paysched.v1.PaymentsService.ListScheduledPayments:input_type -> paysched.v1.ListScheduledPaymentsRequest
-	10, // 23: paysched.v1.PaymentsService.CancelScheduledPayment:input_type -> paysched.v1.CancelScheduledPaymentRequest
-	12, // 24: paysched.v1.PaymentsService.BatchCreateScheduledPayments:input_type -> paysched.v1.BatchCreateScheduledPaymentsRequest
-	5,  // 25: paysched.v1.PaymentsService.CreateScheduledPayment:output_type -> paysched.v1.CreateScheduledPaymentResponse
-	7,  // 26: paysched.v1.PaymentsService.GetScheduledPayment:output_type -> paysched.v1.GetScheduledPaymentResponse
-	9,  // 27: paysched.v1.PaymentsService.ListScheduledPayments:output_type -> paysched.v1.ListScheduledPaymentsResponse
-	11, // 28: paysched.v1.PaymentsService.CancelScheduledPayment:output_type -> paysched.v1.CancelScheduledPaymentResponse
-	15, // 29: paysched.v1.PaymentsService.BatchCreateScheduledPayments:output_type -> paysched.v1.BatchCreateScheduledPaymentsResponse
-	25, // [25:30] is the sub-list for method output_type
-	20, // [20:25] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	18, // 6: paysched.v1.ScheduledPayment.run_at:type_name -> google.protobuf.Timestamp
+	18, // 7: paysched.v1.PaymentAttempt.started_at:type_name -> google.protobuf.Timestamp
+	18, // 8: paysched.v1.PaymentAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	18, // 9: paysched.v1.CreateScheduledPaymentRequest.due_at:type_name -> google.protobuf.Timestamp
+	17, // 10: paysched.v1.CreateScheduledPaymentRequest.metadata:type_name -> paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
+	2,  // 11: paysched.v1.CreateScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	2,  // 12: paysched.v1.GetScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	0,  // 13: paysched.v1.ListScheduledPaymentsRequest.status:type_name -> paysched.v1.PaymentStatus
+	2,  // 14: paysched.v1.ListScheduledPaymentsResponse.payments:type_name -> paysched.v1.ScheduledPayment
+	2,  // 15: paysched.v1.CancelScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	4,  // 16: paysched.v1.BatchCreateScheduledPaymentsRequest.items:type_name -> paysched.v1.CreateScheduledPaymentRequest
+	1,  // 17: paysched.v1.BatchCreateResult.outcome:type_name -> paysched.v1.BatchCreateResult.Outcome
+	2,  // 18: paysched.v1.BatchCreateResult.payment:type_name -> paysched.v1.ScheduledPayment
+	14, // 19: paysched.v1.BatchCreateResult.field_violations:type_name -> paysched.v1.FieldViolation
+	13, // 20: paysched.v1.BatchCreateScheduledPaymentsResponse.results:type_name -> paysched.v1.BatchCreateResult
+	4,  // 21: paysched.v1.PaymentsService.CreateScheduledPayment:input_type -> paysched.v1.CreateScheduledPaymentRequest
+	6,  // 22: paysched.v1.PaymentsService.GetScheduledPayment:input_type -> paysched.v1.GetScheduledPaymentRequest
+	8,  // 23: paysched.v1.PaymentsService.ListScheduledPayments:input_type -> paysched.v1.ListScheduledPaymentsRequest
+	10, // 24: paysched.v1.PaymentsService.CancelScheduledPayment:input_type -> paysched.v1.CancelScheduledPaymentRequest
+	12, // 25: paysched.v1.PaymentsService.BatchCreateScheduledPayments:input_type -> paysched.v1.BatchCreateScheduledPaymentsRequest
+	5,  // 26: paysched.v1.PaymentsService.CreateScheduledPayment:output_type -> paysched.v1.CreateScheduledPaymentResponse
+	7,  // 27: paysched.v1.PaymentsService.GetScheduledPayment:output_type -> paysched.v1.GetScheduledPaymentResponse
+	9,  // 28: paysched.v1.PaymentsService.ListScheduledPayments:output_type -> paysched.v1.ListScheduledPaymentsResponse
+	11, // 29: paysched.v1.PaymentsService.CancelScheduledPayment:output_type -> paysched.v1.CancelScheduledPaymentResponse
+	15, // 30: paysched.v1.PaymentsService.BatchCreateScheduledPayments:output_type -> paysched.v1.BatchCreateScheduledPaymentsResponse
+	26, // [26:31] is the sub-list for method output_type
+	21, // [21:26] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_payments_proto_init() }

@@ -91,3 +91,19 @@ func (a ConsoleActions) Reconcile(ctx context.Context, operator string, day time
 	}()
 	return nil
 }
+
+// Reschedule moves when the PENDING payment id runs, if it is still
+// PENDING at attempt (console.Actions).
+func (a ConsoleActions) Reschedule(ctx context.Context, operator string, id uuid.UUID, attempt int32, runAt time.Time, note string) error {
+	_, err := a.S.reschedule(a.as(ctx, operator), id.String(), runAt, note, "RESCHEDULE",
+		&pinned{status: payment.Pending, attempt: attempt})
+	return err
+}
+
+// RunNow makes the PENDING payment id due now, if it is still PENDING at
+// attempt (console.Actions).
+func (a ConsoleActions) RunNow(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error {
+	_, err := a.S.reschedule(a.as(ctx, operator), id.String(), time.Time{}, note, "RUN_NOW",
+		&pinned{status: payment.Pending, attempt: attempt})
+	return err
+}

@@ -33,6 +33,7 @@ func ToProto(p *payment.Payment) *payschedv1.ScheduledPayment {
 		Amount:        p.Amount,
 		Currency:      p.Currency,
 		DueAt:         timestamppb.New(p.DueAt),
+		RunAt:         timestamppb.New(p.RunAt),
 		Status:        StatusToProto(p.Status),
 		Description:   p.Description,
 		Metadata:      p.Metadata,

@@ -1,0 +1,127 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/payments"
+	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// maxReschedule is how far ahead an operator may move a payment: a
+// reschedule is a delay, not a new schedule (that is the client's, with a
+// cancel and a new payment).
+const maxReschedule = 90 * 24 * time.Hour
+
+// ReschedulePayment implements AdminService: a PENDING or HELD payment
+// runs at another time, never before its due time. Fenced on the attempt
+// read: a claim in between makes it miss (MOVED_MEANWHILE).
+func (s *Server) ReschedulePayment(ctx context.Context, req *payschedv1.ReschedulePaymentRequest) (*payschedv1.ReschedulePaymentResponse, error) {
+	if !req.GetRunAt().IsValid() {
+		return nil, invalid("runAt", "is required: when the payment should run (RFC 3339)")
+	}
+	p, err := s.reschedule(ctx, req.GetPaymentId(), req.GetRunAt().AsTime(), req.GetNote(), "RESCHEDULE", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.ReschedulePaymentResponse{Payment: p}, nil
+}
+
+// RunPaymentNow implements AdminService: a PENDING payment waiting past
+// its due time is due at once.
+func (s *Server) RunPaymentNow(ctx context.Context, req *payschedv1.RunPaymentNowRequest) (*payschedv1.RunPaymentNowResponse, error) {
+	p, err := s.reschedule(ctx, req.GetPaymentId(), time.Time{}, req.GetNote(), "RUN_NOW", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.RunPaymentNowResponse{Payment: p}, nil
+}
+
+// reschedule sets when a payment runs (runAt zero: now, a run-now, for
+// PENDING payments only), fenced on the attempt read and, with a pin,
+// only while the payment is as pinned.
+func (s *Server) reschedule(ctx context.Context, paymentID string, runAt time.Time, note, action string, pin *pinned) (*payschedv1.ScheduledPayment, error) {
+	who, err := admin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, err := apierr.ParseID("paymentId", paymentID)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNote(note, true); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if !runAt.IsZero() {
+		switch {
+		case !runAt.After(now):
+			return nil, invalid("runAt", "must be in the future (to run a payment now, use run-now)")
+		case runAt.After(now.Add(maxReschedule)):
+			return nil, invalid("runAt", "must be at most 90 days ahead (a later payment is its client's to schedule anew)")
+		}
+	}
+	p, err := s.store.GetAny(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
+	}
+	if err != nil {
+		return nil, s.internal("read payment", err)
+	}
+	if pin != nil && !pin.holds(p) {
+		return nil, changedSince(pin, p)
+	}
+	from := []payment.Status{payment.Pending, payment.Held}
+	if runAt.IsZero() {
+		from = from[:1] // a HELD payment runs when released
+	}
+	if !slices.Contains(from, p.Status) {
+		return nil, apierr.New(codes.FailedPrecondition, "NOT_PENDING",
+			"only a PENDING payment can be run now, or a PENDING or HELD one rescheduled; this one is "+string(p.Status),
+			map[string]string{"status": string(p.Status)})
+	}
+	switch {
+	case runAt.IsZero() && p.DueAt.After(now):
+		// The due time is the instant its client asked for: charging
+		// sooner is the client's call (cancel, and schedule anew), never
+		// an operator's. It is also the partition key, which no move
+		// changes.
+		return nil, apierr.New(codes.FailedPrecondition, "NOT_DUE_YET",
+			"the payment is due at "+p.DueAt.Format(time.RFC3339)+": it never runs before its due time",
+			map[string]string{"dueAt": p.DueAt.Format(time.RFC3339)})
+	case !runAt.IsZero() && runAt.Before(p.DueAt):
+		return nil, invalid("runAt", "must not be before the payment's due time, "+p.DueAt.Format(time.RFC3339))
+	}
+	r := store.Reschedule{ID: id, From: from, Attempt: p.Attempt, RunAt: runAt, Actor: "admin:" + who, Action: action, Reason: note}
+	if pin != nil {
+		r.From = []payment.Status{pin.status}
+	}
+	if _, err := store.ApplyReschedule(ctx, s.db, r); errors.Is(err, store.ErrNotMoved) {
+		now, gerr := s.store.GetAny(ctx, id)
+		if gerr != nil {
+			return nil, s.internal("read payment", gerr)
+		}
+		if pin != nil {
+			return nil, changedSince(pin, now)
+		}
+		return nil, apierr.New(codes.Aborted, "MOVED_MEANWHILE",
+			"the payment moved meanwhile (it is "+string(now.Status)+", attempt "+strconv.Itoa(int(now.Attempt))+"): look again",
+			map[string]string{"status": string(now.Status)})
+	} else if err != nil {
+		return nil, s.internal("reschedule payment", err)
+	}
+	out, err := s.store.GetAny(ctx, id)
+	if err != nil {
+		return nil, s.internal("read payment", err)
+	}
+	s.log.Info("admin action", "actor", who, "action", action, "payment", id, "status", out.Status, "run_at", out.RunAt, "note", note)
+	return payments.ToProto(out), nil
+}
