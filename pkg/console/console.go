@@ -50,6 +50,10 @@ type Actions interface {
 	Hold(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
 	Release(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
 	CancelOpen(ctx context.Context, operator string, id uuid.UUID, from payment.Status, attempt int32, note string) error
+	// Reschedule and RunNow change when a PENDING payment runs (never
+	// before its due time), only while it is still PENDING at attempt.
+	Reschedule(ctx context.Context, operator string, id uuid.UUID, attempt int32, runAt time.Time, note string) error
+	RunNow(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
 	// Reconcile starts a reconciliation run of day; it shows in
 	// reconciliation_runs while it runs.
 	Reconcile(ctx context.Context, operator string, day time.Time) error

@@ -63,6 +63,12 @@ func (f *fakeActions) Release(_ context.Context, op string, id uuid.UUID, _ int3
 func (f *fakeActions) CancelOpen(_ context.Context, op string, id uuid.UUID, from payment.Status, _ int32, note string) error {
 	return f.do("CANCEL_"+string(from), op, id, note)
 }
+func (f *fakeActions) Reschedule(_ context.Context, op string, id uuid.UUID, _ int32, at time.Time, note string) error {
+	return f.do("RESCHEDULE "+at.UTC().Format(time.RFC3339), op, id, note)
+}
+func (f *fakeActions) RunNow(_ context.Context, op string, id uuid.UUID, _ int32, note string) error {
+	return f.do("RUN_NOW", op, id, note)
+}
 func (f *fakeActions) Reconcile(context.Context, string, time.Time) error { return nil }
 func (f *fakeActions) Calls() []string {
 	f.mu.Lock()

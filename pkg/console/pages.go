@@ -234,7 +234,8 @@ func (c *Console) payments(w http.ResponseWriter, r *http.Request, v *view) {
 	form := r.URL.Query()
 	data := map[string]any{"Form": form, "Statuses": statuses, "CanAct": v.Session.Role >= Operator,
 		"OpenActions": map[string]string{"HOLD": "hold the ticked PENDING payments", "RELEASE": "release the ticked HELD payments",
-			"CANCEL_PENDING": "cancel the ticked PENDING payments", "CANCEL_HELD": "cancel the ticked HELD payments"}}
+			"CANCEL_PENDING": "cancel the ticked PENDING payments", "CANCEL_HELD": "cancel the ticked HELD payments",
+			"RESCHEDULE": "reschedule the ticked PENDING payments", "RUN_NOW": "run the ticked PENDING payments now"}}
 	v.Data = data
 	if len(form) == 0 {
 		c.render(w, http.StatusOK, "payments.html", v)
@@ -444,7 +445,7 @@ func (c *Console) paymentAction(w http.ResponseWriter, r *http.Request, v *view)
 		c.fail(w, r, v, http.StatusBadRequest, "That is not a payment id.")
 		return
 	}
-	action, reason, msg := readAction(r.PostForm)
+	action, reason, runAt, msg := readAction(r.PostForm, c.now())
 	if msg != "" {
 		c.fail(w, r, v, http.StatusBadRequest, msg)
 		return
@@ -466,7 +467,7 @@ func (c *Console) paymentAction(w http.ResponseWriter, r *http.Request, v *view)
 		c.fail(w, r, v, http.StatusConflict, "This payment is not "+string(from)+" (any more): nothing to do.")
 		return
 	}
-	rid, _, err := c.createRequest(ctx, action, "payment "+id.String(), reason, v.Session.who(), sel)
+	rid, _, err := c.createRequest(ctx, action, "payment "+id.String(), reason, runAt, v.Session.who(), sel)
 	if err != nil {
 		c.dbFail(w, r, v, "create request", err)
 		return
@@ -474,22 +475,33 @@ func (c *Console) paymentAction(w http.ResponseWriter, r *http.Request, v *view)
 	http.Redirect(w, r, fmt.Sprintf("%s/requests/%d", Prefix, rid), http.StatusSeeOther)
 }
 
-// readAction reads and checks the action and reason of a form.
-func readAction(f url.Values) (action, reason, msg string) {
+// readAction reads and checks the action and reason of a form, and a
+// reschedule's new run time (UTC, in the future).
+func readAction(f url.Values, now time.Time) (action, reason string, runAt *time.Time, msg string) {
 	action = f.Get("action")
 	if _, ok := actionFrom[action]; !ok {
-		return "", "", "Choose an action: re-drive, resolve or cancel a dead letter; hold, release or cancel an open payment."
+		return "", "", nil, "Choose an action: re-drive, resolve or cancel a dead letter; hold, release, reschedule, run now or cancel an open payment."
 	}
 	reason = strings.TrimSpace(f.Get("reason"))
 	switch {
 	case reason == "":
-		return "", "", "A reason is required: say why (it goes into the audit log)."
+		return "", "", nil, "A reason is required: say why (it goes into the audit log)."
 	case !utf8.ValidString(reason) || utf8.RuneCountInString(reason) > 300:
-		return "", "", "The reason is at most 300 characters of text."
+		return "", "", nil, "The reason is at most 300 characters of text."
 	case strings.ContainsFunc(reason, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return "", "", "The reason must be one line of plain text."
+		return "", "", nil, "The reason must be one line of plain text."
 	}
-	return action, reason, ""
+	if action == "RESCHEDULE" {
+		t, err := time.Parse(dateForm, f.Get("runAt"))
+		switch {
+		case err != nil:
+			return "", "", nil, "A reschedule needs the time it runs at (UTC)."
+		case !t.After(now):
+			return "", "", nil, "The new run time must be in the future: to run a payment now, choose run now."
+		}
+		runAt = &t
+	}
+	return action, reason, runAt, ""
 }
 
 // ---- dead letters
@@ -618,6 +630,7 @@ func ticked(f url.Values) (ids []uuid.UUID, msg string) {
 // what it would act on now.
 type bulk struct {
 	action, reason, filter string
+	runAt                  *time.Time
 	sel                    Selection
 }
 
@@ -625,7 +638,7 @@ type bulk struct {
 func (c *Console) readBulk(ctx context.Context, w http.ResponseWriter, r *http.Request, v *view) (bulk, bool) {
 	var b bulk
 	var msg string
-	if b.action, b.reason, msg = readAction(r.PostForm); msg != "" {
+	if b.action, b.reason, b.runAt, msg = readAction(r.PostForm, c.now()); msg != "" {
 		c.fail(w, r, v, http.StatusBadRequest, msg)
 		return b, false
 	}
@@ -650,7 +663,7 @@ func (c *Console) readBulk(ctx context.Context, w http.ResponseWriter, r *http.R
 // a second operator must approve.
 func (c *Console) confirm(w http.ResponseWriter, r *http.Request, v *view, status int, b bulk) {
 	v.Title = "Confirm"
-	v.Data = map[string]any{"Action": b.action, "ActionName": actionName(b.action), "Reason": b.reason, "Sel": b.sel,
+	v.Data = map[string]any{"Action": b.action, "ActionName": actionName(b.action), "Reason": b.reason, "RunAt": b.runAt, "Sel": b.sel,
 		"Filter": b.filter, "Form": r.PostForm, "NeedsApproval": c.needsApproval(b.sel, c.runningFor(r, v))}
 	c.render(w, status, "confirm.html", v)
 }
@@ -691,7 +704,7 @@ func (c *Console) bulkRequest(w http.ResponseWriter, r *http.Request, v *view) {
 		c.confirm(w, r, v, http.StatusConflict, b)
 		return
 	}
-	id, _, err := c.createRequest(ctx, b.action, b.filter, b.reason, v.Session.who(), b.sel)
+	id, _, err := c.createRequest(ctx, b.action, b.filter, b.reason, b.runAt, v.Session.who(), b.sel)
 	if err != nil {
 		c.dbFail(w, r, v, "create request", err)
 		return

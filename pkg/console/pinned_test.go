@@ -219,3 +219,76 @@ func TestActionsPageListsEveryOperatorsMoves(t *testing.T) {
 		t.Fatalf("a bad date: %d", rec.Code)
 	}
 }
+
+// TestRescheduleAndRunNowArePinnedAndApproved: rescheduling three PENDING
+// payments is one request a second operator approves, carrying its new run
+// time; a payment claimed since is skipped; a run-now of one brings it
+// back; a reschedule without a time, or into the past, is refused.
+func TestRescheduleAndRunNowArePinnedAndApproved(t *testing.T) {
+	h := newAdminHarness(t, Config{ApprovalAmount: 1 << 40})
+	ctx := context.Background()
+	due := time.Now().Add(time.Second)
+	ids := h.schedule(3, due, 500)
+	time.Sleep(time.Until(due))
+	ada, bea := h.as("ada", Admin), h.as("bea", Admin)
+	runAt := time.Now().UTC().Add(2 * time.Hour).Truncate(time.Minute)
+	form := url.Values{"action": {"RESCHEDULE"}, "reason": {"payroll moved"}, "scope": {"selected"}, "count": {"3"},
+		"runAt": {runAt.Format(dateForm)}}
+	for _, id := range ids {
+		form.Add("id", id.String())
+	}
+	for _, bad := range []string{"", "tomorrow", time.Now().UTC().Add(-time.Hour).Format(dateForm)} {
+		f := url.Values{}
+		for k, v := range form {
+			f[k] = v
+		}
+		f.Set("runAt", bad)
+		if rec := h.post(ada, "/console/payments/preview", f); rec.Code != 400 {
+			t.Fatalf("a reschedule to %q: %d, want 400", bad, rec.Code)
+		}
+	}
+	rec := h.post(ada, "/console/payments/preview", form)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "<strong>3</strong> payments") ||
+		!strings.Contains(rec.Body.String(), "To run at <strong>"+runAt.Format(time.DateTime)) {
+		t.Fatalf("preview: %d %s", rec.Code, rec.Body.String())
+	}
+	rid := requestID(t, h.post(ada, "/console/requests", form))
+	if r := h.requestState(rid); r.State != "AWAITING_APPROVAL" || r.RunAt == nil || !r.RunAt.Equal(runAt) {
+		t.Fatalf("a reschedule of 3 is %s to run at %v, want AWAITING_APPROVAL at %v", r.State, r.RunAt, runAt)
+	}
+	if _, err := h.db.Exec(ctx, `UPDATE payments SET attempt = 1, probe_first = true WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if rec := h.post(bea, fmt.Sprintf("/console/requests/%d/decide", rid), url.Values{"decision": {"approve"}}); rec.Code != 303 {
+		t.Fatalf("approve: %d %s", rec.Code, rec.Body.String())
+	}
+	if r := h.runUntilDone(rid); r.Done != 2 || r.Skipped != 1 {
+		t.Fatalf("reschedule request %+v: want 2 done, 1 skipped", r)
+	}
+	runsAt := func(id uuid.UUID) time.Time {
+		var at time.Time
+		if err := h.db.QueryRow(ctx, `SELECT run_at FROM payments WHERE id = $1 AND status = 'PENDING'`, id).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	if at := runsAt(ids[0]); at.After(time.Now()) {
+		t.Fatalf("the skipped payment was rescheduled to %v", at)
+	}
+	for _, id := range ids[1:] {
+		if at := runsAt(id); !at.Equal(runAt) {
+			t.Fatalf("%s runs at %v, want %v", id, at, runAt)
+		}
+	}
+	if page := h.get(ada, "/console/payments/"+ids[1].String()).Body.String(); !strings.Contains(page, `id="runs-at"`) {
+		t.Fatal("the payment page does not show its new run time")
+	}
+	// Run one now: one payment, within the thresholds, runs unapproved.
+	rid = requestID(t, h.post(ada, "/console/payments/"+ids[1].String()+"/action", url.Values{"action": {"RUN_NOW"}, "reason": {"back on"}}))
+	if r := h.runUntilDone(rid); r.Done != 1 {
+		t.Fatalf("run-now request %+v: want 1 done", r)
+	}
+	if at := runsAt(ids[1]); at.After(time.Now()) {
+		t.Fatalf("run now left it to run at %v", at)
+	}
+}

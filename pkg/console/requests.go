@@ -35,6 +35,8 @@ type Request struct {
 	// Amounts is the total in each currency (minor units).
 	Amounts map[string]int64
 	Reason  string
+	// RunAt is a RESCHEDULE's new run time, fixed when requested.
+	RunAt *time.Time
 	// RequestedBy and DecidedBy are identities (Session.Operator): what
 	// four eyes compare. The names beside them are shown, never compared.
 	RequestedBy   string
@@ -69,12 +71,14 @@ func (r *Request) Percent() int {
 var (
 	actions     = map[string]string{"REDRIVE": "re-drive", "RESOLVE": "resolve as failed", "CANCEL": "cancel"}
 	openActions = map[payment.Status]map[string]string{
-		payment.Pending: {"HOLD": "hold (the sweepers skip it)", "CANCEL_PENDING": "cancel"},
+		payment.Pending: {"HOLD": "hold (the sweepers skip it)", "CANCEL_PENDING": "cancel",
+			"RESCHEDULE": "reschedule (runs at the time given, never before its due time)",
+			"RUN_NOW": "run now (a payment past its due time, waiting on a backoff or a reschedule)"},
 		payment.Held:    {"RELEASE": "release (back to PENDING)", "CANCEL_HELD": "cancel"},
 	}
 	actionFrom = map[string]payment.Status{"REDRIVE": payment.DeadLettered, "RESOLVE": payment.DeadLettered,
 		"CANCEL": payment.DeadLettered, "HOLD": payment.Pending, "CANCEL_PENDING": payment.Pending,
-		"RELEASE": payment.Held, "CANCEL_HELD": payment.Held}
+		"RELEASE": payment.Held, "CANCEL_HELD": payment.Held, "RESCHEDULE": payment.Pending, "RUN_NOW": payment.Pending}
 )
 
 // actionName is how an action reads.
@@ -201,8 +205,8 @@ func collectSelection(rows pgx.Rows) (Selection, error) {
 
 const insertRequestSQL = `
 INSERT INTO console_requests (action, ids, filter, amount_total, amount_max, reason, requested_by, requested_name, needs_approval, state,
-                              attempts, amounts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                              attempts, amounts, run_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 RETURNING id`
 
 // threshold is the approval amount of currency cur, in its minor units:
@@ -270,7 +274,7 @@ func runningOf(ctx context.Context, db store.DB, who string, window time.Duratio
 // transaction, under a lock of its own per operator: two of their actions
 // sent at once are counted one after the other, never both against the
 // total before either.
-func (c *Console) createRequest(ctx context.Context, action, filter, reason string, who identity, s Selection) (int64, bool, error) {
+func (c *Console) createRequest(ctx context.Context, action, filter, reason string, runAt *time.Time, who identity, s Selection) (int64, bool, error) {
 	var id int64
 	var need bool
 	err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
@@ -294,7 +298,7 @@ func (c *Console) createRequest(ctx context.Context, action, filter, reason stri
 			largest = max(largest, a.Max)
 		}
 		return tx.QueryRow(ctx, insertRequestSQL, action, s.IDs, filter, total, largest, reason, who.Operator, who.Name, need, state,
-			s.Attempts, s.totals()).Scan(&id)
+			s.Attempts, s.totals(), runAt).Scan(&id)
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("create request: %w", err)
@@ -306,13 +310,13 @@ func (c *Console) createRequest(ctx context.Context, action, filter, reason stri
 
 const requestCols = `id, action, ids, attempts, filter, amount_total, amount_max, amounts, reason, requested_by,
        coalesce(requested_name, requested_by), requested_at, needs_approval, coalesce(decided_by, ''),
-       coalesce(decided_name, decided_by, ''), decided_at, state, done, failed, skipped, errors, finished_at`
+       coalesce(decided_name, decided_by, ''), decided_at, state, done, failed, skipped, errors, finished_at, run_at`
 
 func scanRequest(row pgx.Row) (*Request, error) {
 	var r Request
 	err := row.Scan(&r.ID, &r.Action, &r.IDs, &r.Attempts, &r.Filter, &r.AmountTotal, &r.AmountMax, &r.Amounts, &r.Reason,
 		&r.RequestedBy, &r.RequestedName, &r.RequestedAt, &r.NeedsApproval, &r.DecidedBy, &r.DecidedName, &r.DecidedAt,
-		&r.State, &r.Done, &r.Failed, &r.Skipped, &r.Errors, &r.FinishedAt)
+		&r.State, &r.Done, &r.Failed, &r.Skipped, &r.Errors, &r.FinishedAt, &r.RunAt)
 	return &r, err
 }
 
@@ -422,7 +426,7 @@ func (c *Console) runRequest(ctx context.Context, r *Request) {
 		if ctx.Err() != nil {
 			return // another runner (or this one, restarted) goes on
 		}
-		err := c.act(ctx, r.Action, r.RequestedName, r.IDs[i], r.pin(i), note)
+		err := c.act(ctx, r, r.IDs[i], r.pin(i), note)
 		switch {
 		case err == nil:
 			r.Done++
@@ -464,9 +468,10 @@ func (r *Request) note(s string) {
 	}
 }
 
-func (c *Console) act(ctx context.Context, action, operator string, id uuid.UUID, attempt int32, note string) error {
+func (c *Console) act(ctx context.Context, r *Request, id uuid.UUID, attempt int32, note string) error {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	action, operator := r.Action, r.RequestedName
 	switch action {
 	case "REDRIVE":
 		return c.actions.Redrive(actx, operator, id, attempt, note)
@@ -480,6 +485,13 @@ func (c *Console) act(ctx context.Context, action, operator string, id uuid.UUID
 		return c.actions.Release(actx, operator, id, attempt, note)
 	case "CANCEL_PENDING", "CANCEL_HELD":
 		return c.actions.CancelOpen(actx, operator, id, actionFrom[action], attempt, note)
+	case "RESCHEDULE":
+		if r.RunAt == nil {
+			return fmt.Errorf("reschedule without a run time")
+		}
+		return c.actions.Reschedule(actx, operator, id, attempt, *r.RunAt, note)
+	case "RUN_NOW":
+		return c.actions.RunNow(actx, operator, id, attempt, note)
 	}
 	return fmt.Errorf("unknown action %q", action)
 }

@@ -289,8 +289,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	end := t0.Add(cfg.Spread).Add(5 * time.Second)
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() { defer wg.Done(); w.cancels(ctx) }()
+	go func() { defer wg.Done(); w.reschedules(ctx, end) }()
 	go func() { defer wg.Done(); w.redrives(ctx, end) }()
 	go func() { defer wg.Done(); w.holds(ctx, end) }()
 	go func() { defer wg.Done(); r.disrupt(ctx, t0, end) }()

@@ -67,6 +67,9 @@ type workload struct {
 	refused   int // re-drives refused because the gateway holds a charge
 	held      int // payments held during the run (each released again)
 	holdMiss  int // holds refused: the payment was claimed (or moved) first
+	moved     int // payments rescheduled during the run
+	ranNow    int // of those, run now again before their new time
+	moveMiss  int // reschedules refused: the payment was claimed (or moved) first
 }
 
 func newWorkload(r *run) *workload {
@@ -351,6 +354,56 @@ func (w *workload) holds(ctx context.Context, end time.Time) {
 		}
 	}
 	w.r.logf("holds during the run: %d held and released, %d missed (claimed first)", w.held, w.holdMiss)
+}
+
+// reschedules pushes every 89th payment (from the 45th; never one the
+// holds take) 5 s past its due time shortly before it falls due, and runs
+// every other one of those now again a moment after its due time, as an
+// operator would. Either races the claims: it wins (the payment runs at
+// the new time) or misses (it was claimed), never both, and the payment
+// completes either way (the stuck check).
+func (w *workload) reschedules(ctx context.Context, end time.Time) {
+	var wg sync.WaitGroup
+	for i, n := 45, 0; i < len(w.ids) && time.Now().Before(end) && ctx.Err() == nil; i += 89 {
+		if w.ids[i] == "" || i%97 == 0 {
+			continue
+		}
+		if d := time.Until(w.dues[i].Add(-200 * time.Millisecond)); d > 0 {
+			time.Sleep(d)
+		}
+		id, due := w.ids[i], w.dues[i]
+		err := retry(ctx, end, func(c context.Context) error {
+			_, err := w.r.admin.ReschedulePayment(w.admin(c), &payschedv1.ReschedulePaymentRequest{PaymentId: id,
+				RunAt: timestamppb.New(due.Add(5 * time.Second)), Note: "chaos: reschedule during the run"})
+			return err
+		})
+		w.mu.Lock()
+		if err == nil {
+			w.moved++
+		} else if c := status.Code(err); c == codes.FailedPrecondition || c == codes.Aborted {
+			w.moveMiss++
+		}
+		w.mu.Unlock()
+		if n++; err != nil || n%2 == 1 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Until(due.Add(500 * time.Millisecond)))
+			err := retry(ctx, end.Add(30*time.Second), func(c context.Context) error {
+				_, err := w.r.admin.RunPaymentNow(w.admin(c), &payschedv1.RunPaymentNowRequest{PaymentId: id, Note: "chaos: run now"})
+				return err
+			})
+			if err == nil {
+				w.mu.Lock()
+				w.ranNow++
+				w.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	w.r.logf("reschedules during the run: %d rescheduled (%d of them run now again), %d missed (claimed first)", w.moved, w.ranNow, w.moveMiss)
 }
 
 // release releases ids and returns those it could not (the API was down).

@@ -185,6 +185,10 @@ func (noActions) Release(context.Context, string, uuid.UUID, int32, string) erro
 func (noActions) CancelOpen(context.Context, string, uuid.UUID, payment.Status, int32, string) error {
 	return nil
 }
+func (noActions) Reschedule(context.Context, string, uuid.UUID, int32, time.Time, string) error {
+	return nil
+}
+func (noActions) RunNow(context.Context, string, uuid.UUID, int32, string) error { return nil }
 
 // Page is one page's timings.
 type Page struct {
