@@ -73,8 +73,8 @@ var (
 	openActions = map[payment.Status]map[string]string{
 		payment.Pending: {"HOLD": "hold (the sweepers skip it)", "CANCEL_PENDING": "cancel",
 			"RESCHEDULE": "reschedule (runs at the time given, never before its due time)",
-			"RUN_NOW": "run now (a payment past its due time, waiting on a backoff or a reschedule)"},
-		payment.Held:    {"RELEASE": "release (back to PENDING)", "CANCEL_HELD": "cancel"},
+			"RUN_NOW":    "run now (a payment past its due time, waiting on a backoff or a reschedule)"},
+		payment.Held: {"RELEASE": "release (back to PENDING)", "CANCEL_HELD": "cancel"},
 	}
 	actionFrom = map[string]payment.Status{"REDRIVE": payment.DeadLettered, "RESOLVE": payment.DeadLettered,
 		"CANCEL": payment.DeadLettered, "HOLD": payment.Pending, "CANCEL_PENDING": payment.Pending,
