@@ -44,11 +44,11 @@ func startCSV(w http.ResponseWriter, name string) *csv.Writer {
 	return csv.NewWriter(w)
 }
 
-var rowHeader = []string{"payment_id", "due_time", "payer", "payee", "amount_minor", "currency", "status", "attempt", "dead_letter_reason"}
+var rowHeader = []string{"payment_id", "due_time", "payer", "payee", "amount_minor", "currency", "status", "attempt", "reason", "tenant"}
 
 func rowRecord(r Row) []string {
 	return []string{r.ID.String(), r.Due.UTC().Format(time.RFC3339Nano), csvCell(r.Payer), csvCell(r.Payee),
-		strconv.FormatInt(r.Amount, 10), r.Currency, r.Status, strconv.Itoa(int(r.Attempt)), r.Reason}
+		strconv.FormatInt(r.Amount, 10), r.Currency, r.Status, strconv.Itoa(int(r.Attempt)), r.Reason, csvCell(r.Tenant)}
 }
 
 // flush flushes the CSV and the response every page, so the download

@@ -232,7 +232,7 @@ func (c *Console) buckets(ctx context.Context, now time.Time) ([]bucket, error) 
 func (c *Console) payments(w http.ResponseWriter, r *http.Request, v *view) {
 	v.Title = "Payments"
 	form := r.URL.Query()
-	data := map[string]any{"Form": form, "Statuses": statuses, "CanAct": v.Session.Role >= Operator,
+	data := map[string]any{"Form": form, "Statuses": statuses, "ErrorClasses": errorClasses, "CanAct": v.Session.Role >= Operator,
 		"OpenActions": map[string]string{"HOLD": "hold the ticked PENDING payments", "RELEASE": "release the ticked HELD payments",
 			"CANCEL_PENDING": "cancel the ticked PENDING payments", "CANCEL_HELD": "cancel the ticked HELD payments",
 			"RESCHEDULE": "reschedule the ticked PENDING payments", "RUN_NOW": "run the ticked PENDING payments now"}}

@@ -37,8 +37,22 @@ func TestSearchPlansAreIndexedAndBounded(t *testing.T) {
 	}
 	ids := h.schedule(20000, now.Add(ahead), 700)
 	h.deadLetter(ids[:300])
-	if _, err := h.db.Exec(ctx, `ANALYZE`); err != nil {
-		t.Fatal(err)
+	// One tenant per payer, and an attempt with a gateway ref for each of
+	// 5,000: the tenant and ref plans are those of a spread, not of one
+	// value that matches everything or a table that is empty.
+	for _, q := range []string{
+		`UPDATE payment_index SET tenant = payer`,
+		`INSERT INTO payment_attempts (payment_id, attempt, gateway_key, outcome, gateway_ref)
+		 SELECT id, 1, id::text, 'SUCCEEDED', 'ch_' || n FROM unnest($1::uuid[]) WITH ORDINALITY AS u(id, n)`,
+		`ANALYZE`,
+	} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = []any{ids[300:5300]}
+		}
+		if _, err := h.db.Exec(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	far := now.Add(48 * time.Hour)
 	dues := make([]time.Time, 50)
@@ -55,7 +69,9 @@ func TestSearchPlansAreIndexedAndBounded(t *testing.T) {
 		{"by payer", byPayerSQL, []any{"alice-7", now, uuid.Nil, far, scanCap}, "payment_index_payer_due"},
 		{"by payee", byPayeeSQL, []any{"bob-7", now, uuid.Nil, far, scanCap}, "payment_index_payee_due"},
 		{"by due range", byDueSQL, []any{now, uuid.Nil, far, scanCap}, "payment_index_due"},
-		{"the candidates' rows", rowsSQL, []any{ids[:50], dues, "COMPLETED", ""}, "pkey"},
+		{"by tenant", byTenantSQL, []any{"alice-7", now, uuid.Nil, far, scanCap}, "payment_index_tenant_due"},
+		{"by gateway ref", byRefSQL, []any{"ch_7", now, uuid.Nil, far, scanCap}, "payment_attempts_ref_idx"},
+		{"the candidates' rows", rowsSQL, []any{ids[:50], dues, "COMPLETED", "", "EUR", int64(1), int64(1 << 62), "DECLINED", "alice"}, "pkey"},
 		{"dead letters of a due range", deadWalkSQL, []any{now, uuid.Nil, far, scanCap}, "Index Scan using payments_p"},
 		{"dead letters", deadWalkSQL, []any{time.Unix(0, 0), uuid.Nil, farFuture, scanCap}, "Index Scan using payments_p"},
 		{"dead-letter count", deadCountSQL, []any{"", maxBulk + 1}, "due_time_id_idx"},
@@ -135,5 +151,76 @@ func TestSearchPagesThroughEverything(t *testing.T) {
 		if r.Status != "DEAD_LETTERED" {
 			t.Fatal(fmt.Sprint("status ", r.Status))
 		}
+	}
+}
+
+// TestSearchFilters: tenant, gateway ref, currency, amount range and last
+// error each find exactly their payments, alone and together, and the
+// CSV export carries the same filters.
+func TestSearchFilters(t *testing.T) {
+	h := newHarness(t, Config{})
+	ctx := context.Background()
+	now := time.Now()
+	ids := h.schedule(40, now.Add(time.Hour), 700) // EUR 700, tenant alice
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := h.db.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// ids[0:10] tenant acme; ids[10:20] USD 100..1000; ids[20:25] FAILED
+	// DECLINED; ids[30] charged as ch_search_30.
+	exec(`UPDATE payments SET tenant = 'acme' WHERE id = ANY($1)`, ids[0:10])
+	exec(`UPDATE payment_index SET tenant = 'acme' WHERE id = ANY($1)`, ids[0:10])
+	for i := 10; i < 20; i++ {
+		exec(`UPDATE payments SET currency = 'USD', amount_minor = $2 WHERE id = $1`, ids[i], (i-9)*100)
+	}
+	exec(`UPDATE payments SET status = 'FAILED', failure_reason = 'DECLINED', attempt = 1 WHERE id = ANY($1)`, ids[20:25])
+	exec(`INSERT INTO payment_attempts (payment_id, attempt, gateway_key, outcome, gateway_ref) VALUES ($1, 1, $2, 'SUCCEEDED', 'ch_search_30')`, ids[30], ids[30].String())
+	in := func(xs []uuid.UUID) map[uuid.UUID]bool {
+		m := map[uuid.UUID]bool{}
+		for _, x := range xs {
+			m[x] = true
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name string
+		q    url.Values
+		want map[uuid.UUID]bool
+	}{
+		{"tenant", url.Values{"tenant": {"acme"}}, in(ids[0:10])},
+		{"tenant and status", url.Values{"tenant": {"alice"}, "status": {"FAILED"}}, in(ids[20:25])},
+		{"gateway ref", url.Values{"ref": {"ch_search_30"}}, in(ids[30:31])},
+		{"currency", url.Values{"currency": {"usd"}}, in(ids[10:20])},
+		{"amount range", url.Values{"currency": {"USD"}, "min": {"300"}, "max": {"500"}}, in(ids[12:15])},
+		{"last error", url.Values{"error": {"DECLINED"}}, in(ids[20:25])},
+		{"nothing", url.Values{"tenant": {"acme"}, "currency": {"USD"}}, in(nil)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q, err := parseQuery(c.q, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := search(ctx, h.db, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[uuid.UUID]bool{}
+			for _, r := range res.Rows {
+				got[r.ID] = true
+				if !c.want[r.ID] {
+					t.Errorf("found %s (%s %d %s %s), not asked for", r.ID, r.Currency, r.Amount, r.Status, r.Reason)
+				}
+			}
+			if len(got) != len(c.want) {
+				t.Errorf("found %d, want %d", len(got), len(c.want))
+			}
+			// The export carries the same search.
+			rec := h.get(h.as("vera", Viewer), "/console/payments.csv?"+q.Values().Encode())
+			if lines := strings.Count(strings.TrimSpace(rec.Body.String()), "\n"); rec.Code != 200 || lines != len(c.want) {
+				t.Errorf("export: %d, %d rows, want %d", rec.Code, lines, len(c.want))
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -31,15 +32,24 @@ const (
 
 // Query is a payments search, as the form and the URL carry it.
 type Query struct {
-	ID      string
-	Key     string
-	Payer   string
-	Payee   string
-	Status  string
-	From    time.Time
-	To      time.Time
-	AfterAt time.Time // cursor: the last (due_time, id) looked at
-	AfterID uuid.UUID
+	ID     string
+	Key    string
+	Payer  string
+	Payee  string
+	Status string
+	// Tenant and Ref each walk an index of their own; Currency, the amount
+	// range (minor units, within Currency) and Error (a failure or
+	// dead-letter reason) narrow whichever walk runs.
+	Tenant    string
+	Ref       string
+	Currency  string
+	MinAmount int64
+	MaxAmount int64
+	Error     string
+	From      time.Time
+	To        time.Time
+	AfterAt   time.Time // cursor: the last (due_time, id) looked at
+	AfterID   uuid.UUID
 
 	id uuid.UUID
 }
@@ -54,11 +64,18 @@ type Row struct {
 	Due      time.Time
 	Status   string
 	Attempt  int32
-	Reason   string
+	// Reason is why it was dead-lettered, or why it failed.
+	Reason string
+	Tenant string
 }
 
 // statuses are what a search filters on: every status, from pkg/payment.
 var statuses = payment.Names(payment.Statuses...)
+
+// errorClasses are the last-error classes a search filters on: why a
+// payment failed, or why it was dead-lettered.
+var errorClasses = append([]string{string(payment.FailDeclined), string(payment.FailAuthenticationRequired),
+	string(payment.FailPSPTimeout), string(payment.FailResolved)}, reasons...)
 
 const dateForm = "2006-01-02T15:04"
 
@@ -68,11 +85,37 @@ var farFuture = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 // parseQuery reads and checks a search; its error is for the operator.
 func parseQuery(v url.Values, now time.Time) (Query, error) {
 	q := Query{ID: strings.TrimSpace(v.Get("id")), Key: strings.TrimSpace(v.Get("key")),
-		Payer: strings.TrimSpace(v.Get("payer")), Payee: strings.TrimSpace(v.Get("payee")), Status: v.Get("status")}
-	for name, s := range map[string]string{"payer": q.Payer, "payee": q.Payee, "idempotency key": q.Key} {
+		Payer: strings.TrimSpace(v.Get("payer")), Payee: strings.TrimSpace(v.Get("payee")), Status: v.Get("status"),
+		Tenant: strings.TrimSpace(v.Get("tenant")), Ref: strings.TrimSpace(v.Get("ref")),
+		Currency: strings.ToUpper(strings.TrimSpace(v.Get("currency"))), Error: v.Get("error")}
+	for name, s := range map[string]string{"payer": q.Payer, "payee": q.Payee, "idempotency key": q.Key, "tenant": q.Tenant,
+		"gateway ref": q.Ref} {
 		if !utf8.ValidString(s) || len(s) > 256 {
 			return q, fmt.Errorf("the %s must be at most 256 characters of text", name)
 		}
+	}
+	if q.Currency != "" && !payment.Known(q.Currency) {
+		return q, fmt.Errorf("%q is not an ISO 4217 currency code", clip(q.Currency, 10))
+	}
+	if q.Error != "" && !contains(errorClasses, q.Error) {
+		return q, fmt.Errorf("%q is not an error class", clip(q.Error, 40))
+	}
+	for name, dst := range map[string]*int64{"min": &q.MinAmount, "max": &q.MaxAmount} {
+		s := strings.TrimSpace(v.Get(name))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return q, fmt.Errorf("the amount %s must be a whole number of minor units above 0", map[string]string{"min": "from", "max": "to"}[name])
+		}
+		*dst = n
+	}
+	if (q.MinAmount > 0 || q.MaxAmount > 0) && q.Currency == "" {
+		return q, errors.New("an amount range is in one currency's minor units: give the currency too")
+	}
+	if q.MaxAmount > 0 && q.MinAmount > q.MaxAmount {
+		return q, errors.New("the amount range ends before it starts")
 	}
 	if q.ID != "" {
 		id, err := uuid.Parse(q.ID)
@@ -94,7 +137,7 @@ func parseQuery(v url.Values, now time.Time) (Query, error) {
 	if q.To, err = parseDate(v.Get("to")); err != nil {
 		return q, fmt.Errorf("due to: %w", err)
 	}
-	if q.From.IsZero() && q.To.IsZero() && q.Payer == "" && q.Payee == "" && q.ID == "" {
+	if q.From.IsZero() && q.To.IsZero() && q.narrowers() == "" {
 		// Nothing narrows it: the day around now.
 		q.From, q.To = now.Add(-24*time.Hour).Truncate(time.Minute), now.Add(24*time.Hour).Truncate(time.Minute)
 	}
@@ -107,8 +150,8 @@ func parseQuery(v url.Values, now time.Time) (Query, error) {
 	if !q.To.After(q.From) {
 		return q, errors.New("the due range ends before it starts")
 	}
-	if q.Payer == "" && q.Payee == "" && q.ID == "" && q.To.Sub(q.From) > maxRange {
-		return q, errors.New("a due range without a payer or payee is at most a year")
+	if q.narrowers() == "" && q.To.Sub(q.From) > maxRange {
+		return q, errors.New("a due range without a payer, payee, tenant or gateway ref is at most a year")
 	}
 	if c := v.Get("after"); c != "" {
 		at, id, ok := strings.Cut(c, "_")
@@ -123,6 +166,10 @@ func parseQuery(v url.Values, now time.Time) (Query, error) {
 	}
 	return q, nil
 }
+
+// narrowers is what walks an index of its own (id, payer, payee, tenant,
+// ref), "" when the search walks the due range.
+func (q Query) narrowers() string { return q.ID + q.Payer + q.Payee + q.Tenant + q.Ref }
 
 func parseDate(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
@@ -143,10 +190,17 @@ func parseDate(s string) (time.Time, error) {
 // Values is the search as URL parameters (for links to the next page).
 func (q Query) Values() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"id": q.ID, "key": q.Key, "payer": q.Payer, "payee": q.Payee, "status": q.Status} {
+	for k, s := range map[string]string{"id": q.ID, "key": q.Key, "payer": q.Payer, "payee": q.Payee, "status": q.Status,
+		"tenant": q.Tenant, "ref": q.Ref, "currency": q.Currency, "error": q.Error} {
 		if s != "" {
 			v.Set(k, s)
 		}
+	}
+	if q.MinAmount > 0 {
+		v.Set("min", strconv.FormatInt(q.MinAmount, 10))
+	}
+	if q.MaxAmount > 0 {
+		v.Set("max", strconv.FormatInt(q.MaxAmount, 10))
 	}
 	if q.From.Year() > 2000 {
 		v.Set("from", q.From.UTC().Format(dateForm))
@@ -169,6 +223,16 @@ ORDER BY due_time, id LIMIT $5`
 SELECT id, due_time FROM payment_index
 WHERE payee = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
 ORDER BY due_time, id LIMIT $5`
+	byTenantSQL = `
+SELECT id, due_time FROM payment_index
+WHERE tenant = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
+ORDER BY due_time, id LIMIT $5`
+	// byRefSQL finds the payments whose attempts got ref: a charge ref is
+	// one payment's, so this is a lookup, bounded as every walk is.
+	byRefSQL = `
+SELECT DISTINCT i.id, i.due_time FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
+WHERE a.gateway_ref = $1 AND (i.due_time, i.id) > ($2, $3) AND i.due_time < $4
+ORDER BY i.due_time, i.id LIMIT $5`
 	byDueSQL = `
 SELECT id, due_time FROM payment_index
 WHERE (due_time, id) > ($1, $2) AND due_time < $3
@@ -183,6 +247,10 @@ FROM payments p
 WHERE p.id = ANY($1::uuid[]) AND p.due_time = ANY($2::timestamptz[])
   AND ($3 = '' OR p.status = $3)
   AND ($4 = '' OR p.payee = $4)
+  AND ($5 = '' OR p.currency = $5)
+  AND p.amount_minor BETWEEN $6 AND $7
+  AND ($8 = '' OR coalesce(p.failure_reason, p.dead_letter_reason) = $8)
+  AND ($9 = '' OR p.tenant = $9)
 ORDER BY p.due_time, p.id`
 )
 
@@ -210,8 +278,12 @@ func search(ctx context.Context, db store.DB, q Query) (Result, error) {
 		rows, err = db.Query(ctx, byKeySQL, q.Payer, q.Key)
 	case q.Payer != "":
 		rows, err = db.Query(ctx, byPayerSQL, q.Payer, q.AfterAt, q.AfterID, q.To, scanCap)
+	case q.Ref != "":
+		rows, err = db.Query(ctx, byRefSQL, q.Ref, q.AfterAt, q.AfterID, q.To, scanCap)
 	case q.Payee != "":
 		rows, err = db.Query(ctx, byPayeeSQL, q.Payee, q.AfterAt, q.AfterID, q.To, scanCap)
+	case q.Tenant != "":
+		rows, err = db.Query(ctx, byTenantSQL, q.Tenant, q.AfterAt, q.AfterID, q.To, scanCap)
 	default:
 		rows, err = db.Query(ctx, byDueSQL, q.AfterAt, q.AfterID, q.To, scanCap)
 	}
@@ -236,16 +308,14 @@ func search(ctx context.Context, db store.DB, q Query) (Result, error) {
 	if len(ids) == 0 {
 		return res, nil
 	}
-	// A payer search with a payee narrows by payee on the payment.
-	payee := ""
-	if q.Payer != "" || q.Key != "" || q.ID != "" {
-		payee = q.Payee
-	}
+	// Every filter is checked on the payment, the walked one too (it
+	// holds there trivially).
+	f := q.filter()
 	// The candidates' rows, a chunk at a time (growing) until the page is
 	// full: a page that fills early reads few rows.
 	for lo, n := 0, pageSize*2; lo < len(ids); lo, n = lo+n, n*2 {
 		hi := min(len(ids), lo+n)
-		rows, err := readRows(ctx, db, ids[lo:hi], dues[lo:hi], q.Status, payee)
+		rows, err := readRows(ctx, db, ids[lo:hi], dues[lo:hi], f)
 		if err != nil {
 			return Result{}, err
 		}
@@ -265,11 +335,12 @@ func search(ctx context.Context, db store.DB, q Query) (Result, error) {
 }
 
 // rowCols are the columns scanRow reads, of payments p.
-const rowCols = `p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status, p.attempt, coalesce(p.dead_letter_reason, '')`
+const rowCols = `p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status, p.attempt,
+       coalesce(p.dead_letter_reason, p.failure_reason, ''), p.tenant`
 
 func scanRow(row pgx.Row) (Row, error) {
 	var r Row
-	err := row.Scan(&r.ID, &r.Payer, &r.Payee, &r.Amount, &r.Currency, &r.Due, &r.Status, &r.Attempt, &r.Reason)
+	err := row.Scan(&r.ID, &r.Payer, &r.Payee, &r.Amount, &r.Currency, &r.Due, &r.Status, &r.Attempt, &r.Reason, &r.Tenant)
 	return r, err
 }
 
@@ -328,14 +399,44 @@ func walkDead(ctx context.Context, db store.DB, afterAt time.Time, afterID uuid.
 // status too rare for the walk of payment_index (0.4% of a day) to fill a
 // page within its bound.
 func searchDead(ctx context.Context, db store.DB, q Query) (Result, error) {
-	return walkDead(ctx, db, q.AfterAt, q.AfterID, q.To, q.Payer != "" || q.Payee != "", func(r Row) bool {
-		return (q.Payer == "" || r.Payer == q.Payer) && (q.Payee == "" || r.Payee == q.Payee)
+	f := q.filter()
+	narrowed := q.Payer != "" || q.Payee != "" || f.narrows()
+	return walkDead(ctx, db, q.AfterAt, q.AfterID, q.To, narrowed, func(r Row) bool {
+		return (q.Payer == "" || r.Payer == q.Payer) && (q.Payee == "" || r.Payee == q.Payee) && f.keeps(r)
 	})
 }
 
+// rowFilter narrows the rows a walk found: what rowsSQL checks on each.
+type rowFilter struct {
+	status, payee, currency, errClass, tenant string
+	min, max                                  int64
+}
+
+// filter is q's filter of the rows its walk finds.
+func (q Query) filter() rowFilter {
+	f := rowFilter{status: q.Status, payee: q.Payee, currency: q.Currency, errClass: q.Error, tenant: q.Tenant,
+		min: q.MinAmount, max: q.MaxAmount}
+	if f.max == 0 {
+		f.max = 1<<63 - 1
+	}
+	return f
+}
+
+// narrows says whether f may drop rows of the dead-letter walk (whose
+// status and payer or payee are checked apart).
+func (f rowFilter) narrows() bool {
+	return f.currency != "" || f.errClass != "" || f.tenant != "" || f.min > 0 || f.max < 1<<63-1
+}
+
+// keeps is f on a dead letter already read.
+func (f rowFilter) keeps(r Row) bool {
+	return (f.currency == "" || r.Currency == f.currency) && r.Amount >= f.min && r.Amount <= f.max &&
+		(f.errClass == "" || r.Reason == f.errClass) && (f.tenant == "" || r.Tenant == f.tenant)
+}
+
 // readRows reads the candidates' payments that match, in (due, id) order.
-func readRows(ctx context.Context, db store.DB, ids []uuid.UUID, dues []time.Time, status, payee string) ([]Row, error) {
-	rows, err := db.Query(ctx, rowsSQL, ids, dues, status, payee)
+func readRows(ctx context.Context, db store.DB, ids []uuid.UUID, dues []time.Time, f rowFilter) ([]Row, error) {
+	rows, err := db.Query(ctx, rowsSQL, ids, dues, f.status, f.payee, f.currency, max(f.min, 1), f.max, f.errClass, f.tenant)
 	if err != nil {
 		return nil, fmt.Errorf("search rows: %w", err)
 	}
@@ -386,8 +487,12 @@ func ExplainSearch(ctx context.Context, db store.DB, v url.Values) ([]string, er
 		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byKeySQL, []any{q.Payer, q.Key}
 	case q.Payer != "":
 		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byPayerSQL, []any{q.Payer, q.AfterAt, q.AfterID, q.To, scanCap}
+	case q.Ref != "":
+		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byRefSQL, []any{q.Ref, q.AfterAt, q.AfterID, q.To, scanCap}
 	case q.Payee != "":
 		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byPayeeSQL, []any{q.Payee, q.AfterAt, q.AfterID, q.To, scanCap}
+	case q.Tenant != "":
+		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byTenantSQL, []any{q.Tenant, q.AfterAt, q.AfterID, q.To, scanCap}
 	}
 	plan, err := explain(ctx, db, sql, args...)
 	if err != nil {
@@ -402,7 +507,8 @@ func ExplainSearch(ctx context.Context, db store.DB, v url.Values) ([]string, er
 	for _, r := range res.Rows {
 		ids, dues = append(ids, r.ID), append(dues, r.Due)
 	}
-	more, err := explain(ctx, db, `EXPLAIN (ANALYZE, BUFFERS) `+rowsSQL, ids, dues, q.Status, "")
+	f := q.filter()
+	more, err := explain(ctx, db, `EXPLAIN (ANALYZE, BUFFERS) `+rowsSQL, ids, dues, f.status, "", f.currency, max(f.min, 1), f.max, f.errClass, "")
 	return append(append(plan, "-- the candidates' rows:"), more...), err
 }
 

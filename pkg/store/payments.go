@@ -44,8 +44,8 @@ WITH input AS (
         AS t(payer, id, payee, amount_minor, currency, due_time, description, metadata,
              idempotency_key, request_hash, response, created_at, tenant)
 ), idx AS (
-    INSERT INTO payment_index (id, payer, payee, due_time, idempotency_key, request_hash, response, created_at)
-    SELECT id, payer, payee, due_time, idempotency_key, request_hash, response, created_at
+    INSERT INTO payment_index (id, payer, payee, due_time, idempotency_key, request_hash, response, created_at, tenant)
+    SELECT id, payer, payee, due_time, idempotency_key, request_hash, response, created_at, tenant
     FROM input ORDER BY payer, idempotency_key
     ON CONFLICT (payer, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
