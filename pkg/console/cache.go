@@ -88,6 +88,20 @@ SELECT count(*) FILTER (WHERE a.outcome IS NOT NULL),
 FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
 WHERE a.started_at > $1 AND a.started_at <= $2`
 
+// tenantRateSQL is the attempts finished in ($1, $2] per tenant: the same
+// BRIN range as sampleSQL, grouped by the tenant payment_index keeps
+// (version 22), the busiest first and at most maxTenantRates of them.
+const tenantRateSQL = `
+SELECT i.tenant, count(*)
+FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
+WHERE a.started_at > $1 AND a.started_at <= $2 AND a.outcome IS NOT NULL AND i.tenant IS NOT NULL
+GROUP BY i.tenant ORDER BY 2 DESC LIMIT $3`
+
+// maxTenantRates bounds the per-tenant rates kept in memory: a tenant
+// beyond the busiest 10,000 of the last interval shows as "under" the
+// least of them.
+const maxTenantRates = 10000
+
 // atRestLabel heads the count of rows at rest while their split is not
 // known yet.
 const atRestLabel = "AT REST"
@@ -128,6 +142,34 @@ type cache struct {
 	forecastAt time.Time
 	samples    []Sample
 	sampledTo  time.Time
+	// tenantRates is executed/s per tenant over the last fine interval
+	// (sampleEvery), its floor the least rate kept when the list was cut.
+	tenantRates     map[string]float64
+	tenantRateFloor float64
+	tenantRatesAt   time.Time
+}
+
+// TenantRate is one tenant's executed/s over the last sampled interval.
+type TenantRate struct {
+	PerSecond float64
+	// Under says the tenant was not among the busiest kept: its rate is
+	// at most PerSecond.
+	Under bool
+	At    time.Time
+}
+
+// tenantRate is tenant's executed/s as last sampled; ok is false before
+// the first fine interval.
+func (c *cache) tenantRate(tenant string) (TenantRate, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tenantRatesAt.IsZero() {
+		return TenantRate{}, false
+	}
+	if r, ok := c.tenantRates[tenant]; ok {
+		return TenantRate{PerSecond: r, At: c.tenantRatesAt}, true
+	}
+	return TenantRate{PerSecond: c.tenantRateFloor, Under: c.tenantRateFloor > 0, At: c.tenantRatesAt}, true
 }
 
 func newCache(db store.DB, log *slog.Logger) *cache { return &cache{db: db, log: log} }
@@ -274,6 +316,19 @@ func (c *cache) sample(ctx context.Context) {
 			}
 			return
 		}
+		if step == sampleEvery && now.Sub(to) < 2*sampleEvery {
+			// Only the latest fine interval is worth a rate per tenant.
+			rates, floor, err := loadTenantRates(ctx, c.db, from, to)
+			if err != nil {
+				if ctx.Err() == nil {
+					c.log.Warn("console: tenant rates", "err", err)
+				}
+				return
+			}
+			c.mu.Lock()
+			c.tenantRates, c.tenantRateFloor, c.tenantRatesAt = rates, floor, to
+			c.mu.Unlock()
+		}
 		c.mu.Lock()
 		c.samples = append(c.samples, s)
 		cut := sort.Search(len(c.samples), func(i int) bool { return c.samples[i].At.After(now.Add(-history)) })
@@ -294,6 +349,37 @@ func loadSample(ctx context.Context, db store.DB, from, to time.Time) (Sample, e
 		return s, fmt.Errorf("sample attempts: %w", err)
 	}
 	return s, nil
+}
+
+func loadTenantRates(ctx context.Context, db store.DB, from, to time.Time) (map[string]float64, float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rows, err := db.Query(ctx, tenantRateSQL, from, to, maxTenantRates)
+	if err != nil {
+		return nil, 0, fmt.Errorf("tenant rates: %w", err)
+	}
+	secs := to.Sub(from).Seconds()
+	rates := map[string]float64{}
+	var least float64
+	for rows.Next() {
+		var t string
+		var n int64
+		if err := rows.Scan(&t, &n); err != nil {
+			rows.Close()
+			return nil, 0, fmt.Errorf("tenant rates: %w", err)
+		}
+		rates[t] = float64(n) / secs
+		least = float64(n) / secs
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("tenant rates: %w", err)
+	}
+	floor := 0.0
+	if len(rates) == maxTenantRates {
+		floor = least
+	}
+	return rates, floor, nil
 }
 
 // snapshot is the cache as a page reads it.

@@ -100,8 +100,9 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
 		return
 	}
 	v.Title = "Tenant " + tenant
+	rate, rated := c.cache.tenantRate(tenant)
 	v.Data = map[string]any{"T": d, "Dead": deadRows, "Requests": reqs, "CanEdit": v.Session.Role >= Admin,
-		"Me": v.Session.Operator}
+		"Me": v.Session.Operator, "Rate": rate, "Rated": rated}
 	c.render(w, http.StatusOK, "tenant.html", v)
 }
 

@@ -86,3 +86,42 @@ func TestTenantPageAndFourEyesOnLimits(t *testing.T) {
 		t.Fatalf("limits by %q in flight %d (%v): want both operators named and the cap set", by, inflight, err)
 	}
 }
+
+// TestTenantExecutedRate: the tenant page shows the attempts its tenant
+// finished in the last sampled interval per second, and a tenant beyond
+// the busiest kept shows as under the least of them.
+func TestTenantExecutedRate(t *testing.T) {
+	h := newHarness(t, Config{})
+	ctx := context.Background()
+	ids := h.schedule(30, time.Now().Add(-time.Minute), 500)
+	if _, err := h.db.Exec(ctx, `UPDATE payment_index SET tenant = 'acme' WHERE id = ANY($1)`, ids[:10]); err != nil {
+		t.Fatal(err)
+	}
+	// 20 of alice's and 10 of acme's finished in the last 10 s; one of
+	// acme's is still running (no outcome) and does not count.
+	if _, err := h.db.Exec(ctx, `INSERT INTO payment_attempts (payment_id, attempt, gateway_key, outcome, started_at)
+		SELECT id, 1, id::text, 'SUCCEEDED', now() - interval '3 seconds' FROM unnest($1::uuid[]) AS u(id)`, ids); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.db.Exec(ctx, `UPDATE payment_attempts SET outcome = NULL WHERE payment_id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	to := time.Now().Truncate(time.Second).Add(time.Second)
+	rates, floor, err := loadTenantRates(ctx, h.db, to.Add(-sampleEvery), to)
+	if err != nil || rates["acme"] != 0.9 || rates["alice"] != 2 || floor != 0 {
+		t.Fatalf("rates %v floor %v: %v", rates, floor, err)
+	}
+	h.c.cache.mu.Lock()
+	h.c.cache.tenantRates, h.c.cache.tenantRatesAt = rates, to
+	h.c.cache.mu.Unlock()
+	page := h.get(h.as("vic", Viewer), "/console/tenants/acme").Body.String()
+	if !strings.Contains(page, `<dd id="executed">0.9 (`) {
+		t.Fatalf("the tenant page lacks its rate:\n%s", page)
+	}
+	h.c.cache.mu.Lock()
+	h.c.cache.tenantRateFloor = 2
+	h.c.cache.mu.Unlock()
+	if page := h.get(h.as("vic", Viewer), "/console/tenants/zed").Body.String(); !strings.Contains(page, `<dd id="executed">under 2.0 (`) {
+		t.Fatalf("a tenant beyond the kept ones:\n%s", page)
+	}
+}

@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"io"
 	"log/slog"
 	"net/http"
@@ -261,7 +263,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("the audit of the re-drive does not name both operators: %v\n%s", err, got)
 	}
 	shot(t, alice, "payment-completed")
-	for _, page := range []string{"gateway", "reconciliation", "requests"} {
+	for _, page := range []string{"gateway", "reconciliation", "requests", "actions", "tenants"} {
 		if err := chromedp.Do(alice, chromedp.Navigate(base+"/console/"+page), chromedp.WaitVisible("main")); err != nil {
 			t.Fatal(err)
 		}
@@ -271,6 +273,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot(t, alice, "overview")
+	// The same page as a browser that prefers dark shows it.
+	if os.Getenv("PAYSCHED_CONSOLE_SHOTS") != "" {
+		dark := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia,
+				emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+			return err
+		})
+		if err := chromedp.Do(alice, dark, chromedp.Reload(), chromedp.WaitVisible("#counts")); err != nil {
+			t.Fatal(err)
+		}
+		shot(t, alice, "overview-dark")
+	}
 }
 
 // TestConsoleOIDCInABrowser logs in through an in-test OIDC provider in
