@@ -18,15 +18,6 @@ import (
 
 const actionsScan = 5000
 
-// actionsSQL reads one page: at most $6 (actionsScan) rows back from the
-// cursor $1 by the primary key, of which those matching the filters ($2
-// actor prefix, $3 action, $4 since), at most $5.
-const actionsSQL = `
-SELECT id, at, payment_id, actor, action, prev_status, new_status, reason FROM (
-  SELECT * FROM payment_actions WHERE id < $1 ORDER BY id DESC LIMIT $6) s
-WHERE ($2 = '' OR starts_with(actor, $2)) AND ($3 = '' OR action = $3) AND at >= $4
-ORDER BY id DESC LIMIT $5`
-
 type actionRow struct {
 	ID                      int64
 	At                      time.Time
@@ -92,7 +83,7 @@ func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, v *view) {
 	default:
 		var n int
 		var low *int64
-		if err := c.db.QueryRow(ctx, `SELECT count(*), min(id) FROM (SELECT id FROM payment_actions WHERE id < $1 ORDER BY id DESC LIMIT $2) s`,
+		if err := c.db.QueryRow(ctx, actionsLookedSQL,
 			before, actionsScan).Scan(&n, &low); err == nil && n == actionsScan && low != nil {
 			next = *low
 		}

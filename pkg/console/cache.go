@@ -25,77 +25,8 @@ const (
 	history = time.Hour
 )
 
-// cappedCountSQL counts one open status's rows through its partial index
-// (sweep, lease, dead letters), stopping at the cap. The status is in the
-// text, not a parameter: a partial index needs it when the plan is made.
-func cappedCountSQL(s payment.Status) string {
-	return `SELECT count(*) FROM (SELECT 1 FROM payments WHERE status = ` + lit(s) + ` LIMIT $1) s`
-}
-
 // lit is a status or outcome as an SQL literal (they are fixed words).
 func lit[S ~string](s S) string { return "'" + string(s) + "'" }
-
-// The statuses' and outcomes' literals the console's statements name.
-const (
-	pending   = "'" + string(payment.Pending) + "'"
-	dead      = "'" + string(payment.DeadLettered) + "'"
-	succeeded = "'" + string(payment.Succeeded) + "'"
-	declined  = "'" + string(payment.Declined) + "'"
-	retryable = "'" + string(payment.Retryable) + "'"
-	ambiguous = "'" + string(payment.Ambiguous) + "'"
-)
-
-// estimateSQL estimates the rows of each status from the planner's
-// statistics of each partition (reltuples times the status's frequency):
-// no scan at all, as fresh as autovacuum's last analyze. Only the split
-// between the statuses at rest comes from it; how many rows there are
-// comes from liveSQL, which the server keeps current.
-const estimateSQL = `
-SELECT s.v, sum(c.reltuples * s.f)::bigint
-FROM pg_inherits i
-JOIN pg_class c ON c.oid = i.inhrelid
-JOIN pg_namespace n ON n.oid = c.relnamespace
-JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = c.relname AND st.attname = 'status' AND NOT st.inherited
-CROSS JOIN LATERAL unnest(st.most_common_vals::text::text[], st.most_common_freqs) AS s(v, f)
-WHERE i.inhparent = 'payments'::regclass AND c.reltuples > 0
-GROUP BY s.v`
-
-// liveSQL is how many rows the partitions hold, from the statistics the
-// server updates at each commit (no scan).
-const liveSQL = `
-SELECT coalesce(sum(t.n_live_tup), 0)::bigint
-FROM pg_inherits i JOIN pg_stat_user_tables t ON t.relid = i.inhrelid
-WHERE i.inhparent = 'payments'::regclass`
-
-// forecastSQL is what falls due in the next 24 h, per minute and
-// currency: a range of the sweep index (PENDING rows by run_at).
-const forecastSQL = `
-SELECT date_trunc('minute', run_at) AS m, currency, count(*), sum(amount_minor)::bigint
-FROM payments
-WHERE status = ` + pending + ` AND run_at >= date_trunc('minute', now()) AND run_at < now() + interval '24 hours'
-GROUP BY 1, 2 ORDER BY 1`
-
-// sampleSQL summarises the attempts started in ($1, $2]: through the BRIN
-// on started_at, joined to payment_index for the due time.
-const sampleSQL = `
-SELECT count(*) FILTER (WHERE a.outcome IS NOT NULL),
-       count(*) FILTER (WHERE a.outcome = ` + succeeded + `),
-       count(*) FILTER (WHERE a.outcome = ` + declined + `),
-       count(*) FILTER (WHERE a.outcome = ` + retryable + `),
-       count(*) FILTER (WHERE a.outcome = ` + ambiguous + `),
-       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - i.due_time)) FILTER (WHERE a.attempt = 1), 0),
-       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - i.due_time)) FILTER (WHERE a.attempt = 1), 0)
-FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
-WHERE a.started_at > $1 AND a.started_at <= $2`
-
-// tenantRateSQL is the attempts finished in ($1, $2] per tenant: the same
-// BRIN range as sampleSQL, grouped by the tenant payment_index keeps
-// (version 22), the busiest first and at most maxTenantRates of them.
-const tenantRateSQL = `
-SELECT i.tenant, count(*)
-FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
-WHERE a.started_at > $1 AND a.started_at <= $2 AND a.outcome IS NOT NULL AND i.tenant IS NOT NULL
-GROUP BY i.tenant ORDER BY 2 DESC LIMIT $3`
 
 // maxTenantRates bounds the per-tenant rates kept in memory: a tenant
 // beyond the busiest 10,000 of the last interval shows as "under" the

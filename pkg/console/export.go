@@ -151,8 +151,7 @@ func (c *Console) exportRecon(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	rows, err := c.db.Query(ctx, `SELECT kind, severity, coalesce(payment_id::text, ''), reference, charge_ids, detail
-FROM reconciliation_items WHERE run_id = $1 LIMIT $2`, run, maxExport)
+	rows, err := c.db.Query(ctx, reconItemsSQL, run, maxExport)
 	if err != nil {
 		c.dbFail(w, r, v, "run items", err)
 		return

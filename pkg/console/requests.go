@@ -89,21 +89,10 @@ func actionName(a string) string {
 	return openActions[actionFrom[a]][a]
 }
 
-// openSelectionSQL pins the payments among ids ($1, due at $3: their
-// partitions only) that are in status $2 (PENDING or HELD), each with its
-// currency and attempt: with the status, the attempt says it has not
-// changed since (a claim changes it).
-const openSelectionSQL = `
-SELECT p.id, p.amount_minor, p.currency, p.attempt
-FROM payments p
-WHERE p.status = $2 AND p.id = ANY($1) AND p.due_time = ANY($3::timestamptz[])
-ORDER BY p.due_time, p.id
-LIMIT $4`
-
 // selectOpen pins the ticked payments that are in status from.
 func selectOpen(ctx context.Context, db store.DB, ids []uuid.UUID, from payment.Status) (Selection, error) {
 	var dues []time.Time
-	if err := db.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT due_time), '{}') FROM payment_index WHERE id = ANY($1)`, ids).Scan(&dues); err != nil {
+	if err := db.QueryRow(ctx, duesOfSQL, ids).Scan(&dues); err != nil {
 		return Selection{}, fmt.Errorf("select %s payments: %w", from, err)
 	}
 	rows, err := db.Query(ctx, openSelectionSQL, ids, string(from), dues, maxBulk+1)
@@ -112,22 +101,6 @@ func selectOpen(ctx context.Context, db store.DB, ids []uuid.UUID, from payment.
 	}
 	return collectSelection(rows)
 }
-
-// deadSelectionSQL pins what an action will act on: the dead letters among
-// ids (the selected ones, their due times $4 read first from
-// payment_index so that only their partitions are read), or the first
-// maxBulk matching a reason (all that match), through the dead-letter
-// index; each with its currency and its attempt, which with the status
-// says the payment has not changed since (only a claim changes the
-// attempt, and a dead letter comes back only through one).
-const deadSelectionSQL = `
-SELECT p.id, p.amount_minor, p.currency, p.attempt
-FROM payments p
-WHERE p.status = ` + dead + ` AND p.due_time <= now()
-  AND ($1::uuid[] IS NULL OR (p.id = ANY($1) AND p.due_time = ANY($4::timestamptz[])))
-  AND ($2 = '' OR p.dead_letter_reason = $2)
-ORDER BY p.due_time, p.id
-LIMIT $3`
 
 // Amounts are a selection's payments in one currency.
 type Amounts struct {
@@ -160,7 +133,7 @@ func selectDead(ctx context.Context, db store.DB, ids []uuid.UUID, reason string
 	if ids != nil {
 		arg = ids
 		var ds []time.Time
-		if err := db.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT due_time), '{}') FROM payment_index WHERE id = ANY($1)`, ids).Scan(&ds); err != nil {
+		if err := db.QueryRow(ctx, duesOfSQL, ids).Scan(&ds); err != nil {
 			return Selection{}, fmt.Errorf("select dead letters: %w", err)
 		}
 		dues = ds

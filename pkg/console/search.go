@@ -74,8 +74,7 @@ var statuses = payment.Names(payment.Statuses...)
 
 // errorClasses are the last-error classes a search filters on: why a
 // payment failed, or why it was dead-lettered.
-var errorClasses = append([]string{string(payment.FailDeclined), string(payment.FailAuthenticationRequired),
-	string(payment.FailPSPTimeout), string(payment.FailResolved)}, reasons...)
+var errorClasses = append(payment.Names(payment.FailReasons...), payment.Names(payment.DeadReasons...)...)
 
 const dateForm = "2006-01-02T15:04"
 
@@ -211,49 +210,6 @@ func (q Query) Values() url.Values {
 	return v
 }
 
-// The candidate walks, one per shape of search; each is one index range.
-const (
-	byIDSQL    = `SELECT id, due_time FROM payment_index WHERE id = $1`
-	byKeySQL   = `SELECT id, due_time FROM payment_index WHERE payer = $1 AND idempotency_key = $2`
-	byPayerSQL = `
-SELECT id, due_time FROM payment_index
-WHERE payer = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
-ORDER BY due_time, id LIMIT $5`
-	byPayeeSQL = `
-SELECT id, due_time FROM payment_index
-WHERE payee = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
-ORDER BY due_time, id LIMIT $5`
-	byTenantSQL = `
-SELECT id, due_time FROM payment_index
-WHERE tenant = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
-ORDER BY due_time, id LIMIT $5`
-	// byRefSQL finds the payments whose attempts got ref: a charge ref is
-	// one payment's, so this is a lookup, bounded as every walk is.
-	byRefSQL = `
-SELECT DISTINCT i.id, i.due_time FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
-WHERE a.gateway_ref = $1 AND (i.due_time, i.id) > ($2, $3) AND i.due_time < $4
-ORDER BY i.due_time, i.id LIMIT $5`
-	byDueSQL = `
-SELECT id, due_time FROM payment_index
-WHERE (due_time, id) > ($1, $2) AND due_time < $3
-ORDER BY due_time, id LIMIT $4`
-	// rowsSQL reads the candidates' payments by primary key. The due
-	// times as an array prune the partitions to the candidates' days (a
-	// join on them would probe every partition per candidate); an id is
-	// unique, so id = ANY and due_time = ANY match exactly the candidates.
-	rowsSQL = `
-SELECT ` + rowCols + `
-FROM payments p
-WHERE p.id = ANY($1::uuid[]) AND p.due_time = ANY($2::timestamptz[])
-  AND ($3 = '' OR p.status = $3)
-  AND ($4 = '' OR p.payee = $4)
-  AND ($5 = '' OR p.currency = $5)
-  AND p.amount_minor BETWEEN $6 AND $7
-  AND ($8 = '' OR coalesce(p.failure_reason, p.dead_letter_reason) = $8)
-  AND ($9 = '' OR p.tenant = $9)
-ORDER BY p.due_time, p.id`
-)
-
 // Result is a page of a search.
 type Result struct {
 	Rows []Row
@@ -334,24 +290,11 @@ func search(ctx context.Context, db store.DB, q Query) (Result, error) {
 	return res, nil
 }
 
-// rowCols are the columns scanRow reads, of payments p.
-const rowCols = `p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status, p.attempt,
-       coalesce(p.dead_letter_reason, p.failure_reason, ''), p.tenant`
-
 func scanRow(row pgx.Row) (Row, error) {
 	var r Row
 	err := row.Scan(&r.ID, &r.Payer, &r.Payee, &r.Amount, &r.Currency, &r.Due, &r.Status, &r.Attempt, &r.Reason, &r.Tenant)
 	return r, err
 }
-
-// deadWalkSQL walks the dead letters after ($1, $2) and due before $3 in
-// (due_time, id) order through their partial index.
-const deadWalkSQL = `
-SELECT ` + rowCols + `
-FROM payments p
-WHERE p.status = ` + dead + ` AND (p.due_time, p.id) > ($1, $2) AND p.due_time < $3
-ORDER BY p.due_time, p.id
-LIMIT $4`
 
 // walkDead is a page of the dead letters kept by keep: the index's next
 // page when nothing narrows it (narrowed false), else up to scanCap of

@@ -7,6 +7,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/paysched/paysched/pkg/payment"
 )
 
 // parseTemplates parses each page with the layout (templates/layout.html
@@ -33,6 +35,9 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"isnav":   func(cur, p string) bool { return cur == p || p != Prefix+"/" && strings.HasPrefix(cur, p) },
 		"chosen":  func(a, b string) bool { return a == b },
 		"statusc": func(s any) string { return "st-" + strings.ToLower(fmt.Sprint(s)) },
+		// movable: an operator may act on a payment in this status from the
+		// search (hold, release, reschedule, run now, cancel).
+		"movable": func(s string) bool { return openActions[payment.Status(s)] != nil },
 	}
 	pages, err := fs.Glob(files, "templates/*.html")
 	if err != nil {

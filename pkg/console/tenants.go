@@ -44,14 +44,6 @@ func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, v *view) {
 	c.render(w, http.StatusOK, "tenants.html", v)
 }
 
-// tenantDeadSQL is a tenant's latest dead letters: the last 2,000 dead
-// letters through their index, of which the tenant's (bounded, whatever
-// the tenant).
-const tenantDeadSQL = `
-SELECT ` + rowCols + ` FROM (
-  SELECT * FROM payments WHERE status = ` + dead + ` AND due_time <= now() ORDER BY due_time DESC, id DESC LIMIT 2000) p
-WHERE p.tenant = $1 ORDER BY p.due_time DESC, p.id DESC LIMIT 20`
-
 // limitRequest is a change of a tenant's limits waiting for, or given, a
 // second operator's word.
 type limitRequest struct {
@@ -107,8 +99,7 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
 }
 
 func (c *Console) limitRequests(ctx context.Context, tenant string) ([]limitRequest, error) {
-	rows, err := c.db.Query(ctx, `SELECT id, weight, max_inflight, max_rate, reason, state, requested_by, requested_name,
-		coalesce(decided_name, ''), requested_at FROM tenant_limit_requests WHERE tenant = $1 ORDER BY id DESC LIMIT 20`, tenant)
+	rows, err := c.db.Query(ctx, limitRequestsSQL, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("limit requests: %w", err)
 	}

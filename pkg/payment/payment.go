@@ -103,6 +103,9 @@ const (
 	OutcomeUnrecordable DeadReason = "OUTCOME_UNRECORDABLE"
 )
 
+// DeadReasons are every dead-letter reason, for lists and filters.
+var DeadReasons = []DeadReason{RetriesExhausted, AmbiguousUnresolved, KeyConflicted, LeaseTooShort, OutcomeUnrecordable}
+
 // FailReason says why a payment ended FAILED: a stable code, for payers
 // and notifications, beside the gateway's own words (last_error).
 type FailReason string
@@ -122,6 +125,9 @@ const (
 	// charge for as failed.
 	FailResolved FailReason = "RESOLVED_BY_OPERATOR"
 )
+
+// FailReasons are every failure reason, for lists and filters.
+var FailReasons = []FailReason{FailDeclined, FailAuthenticationRequired, FailPSPTimeout, FailResolved}
 
 // Payment is one row of payments, as the API shows it.
 type Payment struct {
@@ -169,9 +175,9 @@ type Attempt struct {
 	Error      string
 }
 
-// Names spells statuses as stored, for a query parameter
-// (status = ANY($1)).
-func Names(ss ...Status) []string {
+// Names spells statuses (or reasons) as stored, for a query parameter
+// (status = ANY($1)) or a list to choose from.
+func Names[S ~string](ss ...S) []string {
 	out := make([]string, len(ss))
 	for i, s := range ss {
 		out[i] = string(s)
