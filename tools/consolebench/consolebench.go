@@ -251,7 +251,24 @@ func Run(ctx context.Context, db *pgxpool.Pool, n, requests int, now time.Time, 
 		{"a dead letter", func() string { return "/console/payments/" + dead().String() }},
 		{"dead letters", func() string { return "/console/dead-letters" }},
 		{"dead letters, AMBIGUOUS_UNRESOLVED", func() string { return "/console/dead-letters?reason=AMBIGUOUS_UNRESOLVED" }},
+		{"search by tenant", func() string { return fmt.Sprintf("/console/payments?tenant=alice-%d", rng.IntN(payers)) }},
+		{"search by gateway ref", func() string {
+			return "/console/payments?ref=ch_" + paymentID(n/aheadShare+rng.IntN(n-n/aheadShare)).String()[:12]
+		}},
+		{"search a day, USD 500.00-900.00", func() string {
+			f, t := day()
+			return "/console/payments?currency=USD&min=50000&max=90000&from=" + f + "&to=" + t
+		}},
+		{"search a day, last error DECLINED", func() string {
+			f, t := day()
+			return "/console/payments?error=DECLINED&from=" + f + "&to=" + t
+		}},
+		{"export a day (first 10,000 rows)", func() string { f, t := day(); return "/console/payments.csv?from=" + f + "&to=" + t }},
+		{"export the dead letters", func() string { return "/console/dead-letters.csv" }},
 		{"requests", func() string { return "/console/requests" }},
+		{"actions", func() string { return "/console/actions" }},
+		{"tenants", func() string { return "/console/tenants" }},
+		{"a tenant", func() string { return fmt.Sprintf("/console/tenants/alice-%d", rng.IntN(payers)) }},
 		{"reconciliation", func() string { return "/console/reconciliation" }},
 		{"gateway", func() string { return "/console/gateway" }},
 	}
