@@ -22,6 +22,11 @@ import (
 // more. A variable for the tests.
 var maxExport = 10_000
 
+// exportPage is the rows of one page of an export: a tenth of maxExport,
+// half a walk's bound, so that an unfiltered export is ten walks and ten
+// reads by key, not two hundred of each.
+const exportPage = 1000
+
 // maxExportLooks bounds the bounded reads of one export: a search whose
 // matches are sparse stops after looking at this many pages of candidates.
 const maxExportLooks = 500
@@ -67,6 +72,7 @@ func (c *Console) exportPayments(w http.ResponseWriter, r *http.Request, v *view
 		c.fail(w, r, v, http.StatusBadRequest, err.Error())
 		return
 	}
+	q.size = exportPage
 	ctx, cancel := c.ctx(r)
 	defer cancel()
 	// The first page before any byte: a mistake still gets a page.
@@ -131,13 +137,13 @@ func (c *Console) exportDead(w http.ResponseWriter, r *http.Request, v *view) {
 	defer cancel()
 	keep := func(x Row) bool { return reason == "" || x.Reason == reason }
 	to := c.now().Add(time.Microsecond)
-	res, err := walkDead(ctx, c.db, time.Unix(0, 0).UTC(), uuid.Nil, to, reason != "", keep)
+	res, err := walkAtRest(ctx, c.db, deadWalkSQL, exportPage, time.Unix(0, 0).UTC(), uuid.Nil, to, reason != "", keep)
 	if err != nil {
 		c.dbFail(w, r, v, "list dead letters", err)
 		return
 	}
 	c.streamRows(w, "dead-letters", res, func(at time.Time, id uuid.UUID) (Result, error) {
-		return walkDead(ctx, c.db, at, id, to, reason != "", keep)
+		return walkAtRest(ctx, c.db, deadWalkSQL, exportPage, at, id, to, reason != "", keep)
 	})
 }
 

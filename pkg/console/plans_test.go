@@ -42,12 +42,16 @@ func TestSearchPlansAreIndexedAndBounded(t *testing.T) {
 	// value that matches everything or a table that is empty.
 	for _, q := range []string{
 		`UPDATE payment_index SET tenant = payer`,
+		`UPDATE payment_index SET currency = 'GBP' WHERE id = ANY($1)`,
 		`INSERT INTO payment_attempts (payment_id, attempt, gateway_key, outcome, gateway_ref)
 		 SELECT id, 1, id::text, 'SUCCEEDED', 'ch_' || n FROM unnest($1::uuid[]) WITH ORDINALITY AS u(id, n)`,
 		`ANALYZE`,
 	} {
 		var args []any
-		if strings.Contains(q, "$1") {
+		switch {
+		case strings.Contains(q, "GBP"):
+			args = []any{ids[5300:6300]}
+		case strings.Contains(q, "$1"):
 			args = []any{ids[300:5300]}
 		}
 		if _, err := h.db.Exec(ctx, q, args...); err != nil {
@@ -69,10 +73,12 @@ func TestSearchPlansAreIndexedAndBounded(t *testing.T) {
 		{"by payer", byPayerSQL, []any{"alice-7", now, uuid.Nil, far, scanCap}, "payment_index_payer_due"},
 		{"by payee", byPayeeSQL, []any{"bob-7", now, uuid.Nil, far, scanCap}, "payment_index_payee_due"},
 		{"by due range", byDueSQL, []any{now, uuid.Nil, far, scanCap}, "payment_index_due"},
+		{"by currency and amount", byCurrencySQL, []any{"GBP", now, uuid.Nil, far, scanCap, int64(100), int64(1000)}, "payment_index_currency_due"},
 		{"by tenant", byTenantSQL, []any{"alice-7", now, uuid.Nil, far, scanCap}, "payment_index_tenant_due"},
 		{"by gateway ref", byRefSQL, []any{"ch_7", now, uuid.Nil, far, scanCap}, "payment_attempts_ref_idx"},
 		{"the candidates' rows", rowsSQL, []any{ids[:50], dues, "COMPLETED", "", "EUR", int64(1), int64(1 << 62), "DECLINED", "alice"}, "pkey"},
 		{"dead letters of a due range", deadWalkSQL, []any{now, uuid.Nil, far, scanCap}, "Index Scan using payments_p"},
+		{"failed payments of a due range", failedWalkSQL, []any{now, uuid.Nil, far, scanCap}, "Index Scan using payments_p"},
 		{"dead letters", deadWalkSQL, []any{time.Unix(0, 0), uuid.Nil, farFuture, scanCap}, "Index Scan using payments_p"},
 		{"dead-letter count", deadCountSQL, []any{"", maxBulk + 1}, "due_time_id_idx"},
 		{"dead-letter selection", deadSelectionSQL, []any{nil, "", maxBulk + 1, nil}, "due_time_id_idx"},
@@ -169,14 +175,16 @@ func TestSearchFilters(t *testing.T) {
 		}
 	}
 	// ids[0:10] tenant acme; ids[10:20] USD 100..1000; ids[20:25] FAILED
-	// DECLINED; ids[30] charged as ch_search_30.
+	// DECLINED; ids[30] charged as ch_search_30; ids[35:38] dead letters.
 	exec(`UPDATE payments SET tenant = 'acme' WHERE id = ANY($1)`, ids[0:10])
 	exec(`UPDATE payment_index SET tenant = 'acme' WHERE id = ANY($1)`, ids[0:10])
 	for i := 10; i < 20; i++ {
 		exec(`UPDATE payments SET currency = 'USD', amount_minor = $2 WHERE id = $1`, ids[i], (i-9)*100)
+		exec(`UPDATE payment_index SET currency = 'USD', amount_minor = $2 WHERE id = $1`, ids[i], (i-9)*100)
 	}
 	exec(`UPDATE payments SET status = 'FAILED', failure_reason = 'DECLINED', attempt = 1 WHERE id = ANY($1)`, ids[20:25])
 	exec(`INSERT INTO payment_attempts (payment_id, attempt, gateway_key, outcome, gateway_ref) VALUES ($1, 1, $2, 'SUCCEEDED', 'ch_search_30')`, ids[30], ids[30].String())
+	h.deadLetter(ids[35:38]) // RETRIES_EXHAUSTED
 	in := func(xs []uuid.UUID) map[uuid.UUID]bool {
 		m := map[uuid.UUID]bool{}
 		for _, x := range xs {
@@ -195,6 +203,10 @@ func TestSearchFilters(t *testing.T) {
 		{"currency", url.Values{"currency": {"usd"}}, in(ids[10:20])},
 		{"amount range", url.Values{"currency": {"USD"}, "min": {"300"}, "max": {"500"}}, in(ids[12:15])},
 		{"last error", url.Values{"error": {"DECLINED"}}, in(ids[20:25])},
+		{"status FAILED", url.Values{"status": {"FAILED"}}, in(ids[20:25])},
+		{"FAILED, USD", url.Values{"status": {"FAILED"}, "currency": {"USD"}}, in(nil)},
+		{"dead-letter reason", url.Values{"error": {"RETRIES_EXHAUSTED"}}, in(ids[35:38])},
+		{"dead-letter reason, tenant", url.Values{"error": {"RETRIES_EXHAUSTED"}, "tenant": {"acme"}}, in(nil)},
 		{"nothing", url.Values{"tenant": {"acme"}, "currency": {"USD"}}, in(nil)},
 	} {
 		t.Run(c.name, func(t *testing.T) {

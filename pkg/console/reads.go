@@ -20,6 +20,7 @@ func cappedCountSQL(s payment.Status) string {
 const (
 	pending   = "'" + string(payment.Pending) + "'"
 	dead      = "'" + string(payment.DeadLettered) + "'"
+	failed    = "'" + string(payment.Failed) + "'"
 	succeeded = "'" + string(payment.Succeeded) + "'"
 	declined  = "'" + string(payment.Declined) + "'"
 	retryable = "'" + string(payment.Retryable) + "'"
@@ -78,30 +79,39 @@ FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
 WHERE a.started_at > $1 AND a.started_at <= $2 AND a.outcome IS NOT NULL AND i.tenant IS NOT NULL
 GROUP BY i.tenant ORDER BY 2 DESC LIMIT $3`
 
-// The candidate walks, one per shape of search; each is one index range.
+// The candidate walks, one per shape of search; each is one index range,
+// and returns (id, due_time, kept).
 const (
-	byIDSQL    = `SELECT id, due_time FROM payment_index WHERE id = $1`
-	byKeySQL   = `SELECT id, due_time FROM payment_index WHERE payer = $1 AND idempotency_key = $2`
+	byIDSQL    = `SELECT id, due_time, true FROM payment_index WHERE id = $1`
+	byKeySQL   = `SELECT id, due_time, true FROM payment_index WHERE payer = $1 AND idempotency_key = $2`
 	byPayerSQL = `
-SELECT id, due_time FROM payment_index
+SELECT id, due_time, true FROM payment_index
 WHERE payer = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
 ORDER BY due_time, id LIMIT $5`
 	byPayeeSQL = `
-SELECT id, due_time FROM payment_index
+SELECT id, due_time, true FROM payment_index
 WHERE payee = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
 ORDER BY due_time, id LIMIT $5`
 	byTenantSQL = `
-SELECT id, due_time FROM payment_index
+SELECT id, due_time, true FROM payment_index
 WHERE tenant = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
 ORDER BY due_time, id LIMIT $5`
 	// byRefSQL finds the payments whose attempts got ref: a charge ref is
 	// one payment's, so this is a lookup, bounded as every walk is.
 	byRefSQL = `
-SELECT DISTINCT i.id, i.due_time FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
+SELECT DISTINCT i.id, i.due_time, true FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
 WHERE a.gateway_ref = $1 AND (i.due_time, i.id) > ($2, $3) AND i.due_time < $4
 ORDER BY i.due_time, i.id LIMIT $5`
+	// byCurrencySQL walks one currency's payments by due time, and says of
+	// each entry whether its amount is within [$6, $7]: the walk's bound
+	// is on entries looked at, kept or not, and the cursor goes on from
+	// the last one looked at.
+	byCurrencySQL = `
+SELECT id, due_time, amount_minor BETWEEN $6 AND $7 FROM payment_index
+WHERE currency = $1 AND (due_time, id) > ($2, $3) AND due_time < $4
+ORDER BY due_time, id LIMIT $5`
 	byDueSQL = `
-SELECT id, due_time FROM payment_index
+SELECT id, due_time, true FROM payment_index
 WHERE (due_time, id) > ($1, $2) AND due_time < $3
 ORDER BY due_time, id LIMIT $4`
 	// rowsSQL reads the candidates' payments by primary key. The due
@@ -131,6 +141,15 @@ const deadWalkSQL = `
 SELECT ` + rowCols + `
 FROM payments p
 WHERE p.status = ` + dead + ` AND (p.due_time, p.id) > ($1, $2) AND p.due_time < $3
+ORDER BY p.due_time, p.id
+LIMIT $4`
+
+// failedWalkSQL walks the failed payments as deadWalkSQL walks the dead
+// letters, through their partial index (version 22).
+const failedWalkSQL = `
+SELECT ` + rowCols + `
+FROM payments p
+WHERE p.status = ` + failed + ` AND (p.due_time, p.id) > ($1, $2) AND p.due_time < $3
 ORDER BY p.due_time, p.id
 LIMIT $4`
 

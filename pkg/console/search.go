@@ -52,6 +52,17 @@ type Query struct {
 	AfterID   uuid.UUID
 
 	id uuid.UUID
+	// size is the rows of a page (0: pageSize); an export reads larger
+	// pages (exportPage), each still within one walk's bound.
+	size int
+}
+
+// pageRows is how many rows one page of q holds.
+func (q Query) pageRows() int {
+	if q.size > 0 {
+		return q.size
+	}
+	return pageSize
 }
 
 // Row is one payment in a list.
@@ -74,7 +85,11 @@ var statuses = payment.Names(payment.Statuses...)
 
 // errorClasses are the last-error classes a search filters on: why a
 // payment failed, or why it was dead-lettered.
-var errorClasses = append(payment.Names(payment.FailReasons...), payment.Names(payment.DeadReasons...)...)
+var errorClasses = append(failReasons[:len(failReasons):len(failReasons)], reasons...)
+
+// failReasons are the failure reasons, a search's error classes that walk
+// the failed payments.
+var failReasons = payment.Names(payment.FailReasons...)
 
 const dateForm = "2006-01-02T15:04"
 
@@ -221,71 +236,109 @@ type Result struct {
 	Partial bool
 }
 
-func search(ctx context.Context, db store.DB, q Query) (Result, error) {
-	if q.Status == string(payment.DeadLettered) && q.ID == "" && q.Key == "" {
-		return searchDead(ctx, db, q)
+// walkOf is the walk a search takes: one index range of payment_index,
+// or (atRest) the partial index of a rare status at rest, with its
+// arguments.
+func walkOf(q Query) (sql string, args []any, atRest bool) {
+	if q.ID == "" && q.Key == "" {
+		rest := []any{q.AfterAt, q.AfterID, q.To, scanCap}
+		switch {
+		case q.Status == string(payment.DeadLettered) || (q.Status == "" && contains(reasons, q.Error)):
+			return deadWalkSQL, rest, true
+		case q.Payer+q.Payee+q.Tenant+q.Ref == "" &&
+			(q.Status == string(payment.Failed) || (q.Status == "" && contains(failReasons, q.Error))):
+			// Nothing narrower to walk: the failed payments' own index.
+			return failedWalkSQL, rest, true
+		}
 	}
-	var rows pgx.Rows
-	var err error
 	switch {
 	case q.ID != "":
-		rows, err = db.Query(ctx, byIDSQL, q.id)
+		return byIDSQL, []any{q.id}, false
 	case q.Key != "":
-		rows, err = db.Query(ctx, byKeySQL, q.Payer, q.Key)
+		return byKeySQL, []any{q.Payer, q.Key}, false
 	case q.Payer != "":
-		rows, err = db.Query(ctx, byPayerSQL, q.Payer, q.AfterAt, q.AfterID, q.To, scanCap)
+		return byPayerSQL, []any{q.Payer, q.AfterAt, q.AfterID, q.To, scanCap}, false
 	case q.Ref != "":
-		rows, err = db.Query(ctx, byRefSQL, q.Ref, q.AfterAt, q.AfterID, q.To, scanCap)
+		return byRefSQL, []any{q.Ref, q.AfterAt, q.AfterID, q.To, scanCap}, false
 	case q.Payee != "":
-		rows, err = db.Query(ctx, byPayeeSQL, q.Payee, q.AfterAt, q.AfterID, q.To, scanCap)
+		return byPayeeSQL, []any{q.Payee, q.AfterAt, q.AfterID, q.To, scanCap}, false
 	case q.Tenant != "":
-		rows, err = db.Query(ctx, byTenantSQL, q.Tenant, q.AfterAt, q.AfterID, q.To, scanCap)
-	default:
-		rows, err = db.Query(ctx, byDueSQL, q.AfterAt, q.AfterID, q.To, scanCap)
+		return byTenantSQL, []any{q.Tenant, q.AfterAt, q.AfterID, q.To, scanCap}, false
+	case q.Currency != "":
+		f := q.filter()
+		return byCurrencySQL, []any{q.Currency, q.AfterAt, q.AfterID, q.To, scanCap, f.min, f.max}, false
 	}
+	return byDueSQL, []any{q.AfterAt, q.AfterID, q.To, scanCap}, false
+}
+
+// search is one page of q: its walk's candidates, read and filtered a
+// chunk at a time.
+func search(ctx context.Context, db store.DB, q Query) (Result, error) {
+	sql, args, atRest := walkOf(q)
+	if atRest {
+		return searchAtRest(ctx, db, sql, q)
+	}
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return Result{}, fmt.Errorf("search: %w", err)
 	}
 	var ids []uuid.UUID
 	var dues []time.Time
+	looked := 0
+	var lastAt time.Time // the last entry looked at, kept or not
+	var lastID uuid.UUID
 	for rows.Next() {
 		var id uuid.UUID
 		var due time.Time
-		if err := rows.Scan(&id, &due); err != nil {
+		var kept bool
+		if err := rows.Scan(&id, &due, &kept); err != nil {
 			rows.Close()
 			return Result{}, fmt.Errorf("search: %w", err)
 		}
-		ids, dues = append(ids, id), append(dues, due)
+		looked, lastAt, lastID = looked+1, due, id
+		if kept {
+			ids, dues = append(ids, id), append(dues, due)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return Result{}, fmt.Errorf("search: %w", err)
 	}
-	res := Result{Looked: len(ids)}
+	res := Result{Looked: looked}
+	partial := looked == scanCap && q.ID == "" && q.Key == ""
 	if len(ids) == 0 {
+		if partial {
+			res.Next, res.Partial = cursor(lastAt, lastID), true
+		}
 		return res, nil
 	}
 	// Every filter is checked on the payment, the walked one too (it
 	// holds there trivially).
 	f := q.filter()
 	// The candidates' rows, a chunk at a time (growing) until the page is
-	// full: a page that fills early reads few rows.
-	for lo, n := 0, pageSize*2; lo < len(ids); lo, n = lo+n, n*2 {
+	// full: a page that fills early reads few rows. Unfiltered, every
+	// candidate is a row, and the first chunk is the page and one more.
+	size := q.pageRows()
+	first := size * 2
+	if f.status == "" && f.payee == "" && !f.narrows() {
+		first = size + 1
+	}
+	for lo, n := 0, first; lo < len(ids); lo, n = lo+n, n*2 {
 		hi := min(len(ids), lo+n)
 		rows, err := readRows(ctx, db, ids[lo:hi], dues[lo:hi], f)
 		if err != nil {
 			return Result{}, err
 		}
 		for _, r := range rows {
-			if len(res.Rows) == pageSize {
-				last := res.Rows[pageSize-1]
+			if len(res.Rows) == size {
+				last := res.Rows[size-1]
 				res.Next = cursor(last.Due, last.ID)
 				return res, nil
 			}
 			res.Rows = append(res.Rows, r)
 		}
 	}
-	if len(ids) == scanCap && q.ID == "" && q.Key == "" {
-		res.Next, res.Partial = cursor(dues[len(dues)-1], ids[len(ids)-1]), true
+	if partial {
+		res.Next, res.Partial = cursor(lastAt, lastID), true
 	}
 	return res, nil
 }
@@ -301,13 +354,20 @@ func scanRow(row pgx.Row) (Row, error) {
 // them looked at, with a cursor to go on past them.
 func walkDead(ctx context.Context, db store.DB, afterAt time.Time, afterID uuid.UUID, to time.Time, narrowed bool,
 	keep func(Row) bool) (Result, error) {
-	limit := pageSize + 1
+	return walkAtRest(ctx, db, deadWalkSQL, pageSize, afterAt, afterID, to, narrowed, keep)
+}
+
+// walkAtRest is walkDead through walk (deadWalkSQL or failedWalkSQL),
+// size rows a page.
+func walkAtRest(ctx context.Context, db store.DB, walk string, size int, afterAt time.Time, afterID uuid.UUID, to time.Time,
+	narrowed bool, keep func(Row) bool) (Result, error) {
+	limit := size + 1
 	if narrowed {
 		limit = scanCap
 	}
-	rows, err := db.Query(ctx, deadWalkSQL, afterAt, afterID, to, limit)
+	rows, err := db.Query(ctx, walk, afterAt, afterID, to, limit)
 	if err != nil {
-		return Result{}, fmt.Errorf("walk dead letters: %w", err)
+		return Result{}, fmt.Errorf("walk payments at rest: %w", err)
 	}
 	defer rows.Close()
 	var res Result
@@ -315,21 +375,21 @@ func walkDead(ctx context.Context, db store.DB, afterAt time.Time, afterID uuid.
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
-			return Result{}, fmt.Errorf("walk dead letters: %w", err)
+			return Result{}, fmt.Errorf("walk payments at rest: %w", err)
 		}
 		res.Looked++
 		last = r
 		if !keep(r) {
 			continue
 		}
-		if len(res.Rows) == pageSize {
-			res.Next = cursor(res.Rows[pageSize-1].Due, res.Rows[pageSize-1].ID)
+		if len(res.Rows) == size {
+			res.Next = cursor(res.Rows[size-1].Due, res.Rows[size-1].ID)
 			return res, nil
 		}
 		res.Rows = append(res.Rows, r)
 	}
 	if err := rows.Err(); err != nil {
-		return Result{}, fmt.Errorf("walk dead letters: %w", err)
+		return Result{}, fmt.Errorf("walk payments at rest: %w", err)
 	}
 	if res.Looked == scanCap {
 		// Looked as far as one page may: the rest is further on.
@@ -338,13 +398,14 @@ func walkDead(ctx context.Context, db store.DB, afterAt time.Time, afterID uuid.
 	return res, nil
 }
 
-// searchDead serves a search for dead letters through their own index: a
-// status too rare for the walk of payment_index (0.4% of a day) to fill a
-// page within its bound.
-func searchDead(ctx context.Context, db store.DB, q Query) (Result, error) {
+// searchAtRest serves a search for dead letters or failed payments
+// through their own partial index (walk, deadWalkSQL or failedWalkSQL): a
+// status too rare for the walk of payment_index (0.4% and 2% of a day)
+// to fill a page within its bound.
+func searchAtRest(ctx context.Context, db store.DB, walk string, q Query) (Result, error) {
 	f := q.filter()
 	narrowed := q.Payer != "" || q.Payee != "" || f.narrows()
-	return walkDead(ctx, db, q.AfterAt, q.AfterID, q.To, narrowed, func(r Row) bool {
+	return walkAtRest(ctx, db, walk, q.pageRows(), q.AfterAt, q.AfterID, q.To, narrowed, func(r Row) bool {
 		return (q.Payer == "" || r.Payer == q.Payer) && (q.Payee == "" || r.Payee == q.Payee) && f.keeps(r)
 	})
 }
@@ -422,21 +483,8 @@ func ExplainSearch(ctx context.Context, db store.DB, v url.Values) ([]string, er
 	if err != nil {
 		return nil, err
 	}
-	sql, args := `EXPLAIN (ANALYZE, BUFFERS) `+byDueSQL, []any{q.AfterAt, q.AfterID, q.To, scanCap}
-	switch {
-	case q.ID != "":
-		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byIDSQL, []any{q.id}
-	case q.Key != "":
-		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byKeySQL, []any{q.Payer, q.Key}
-	case q.Payer != "":
-		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byPayerSQL, []any{q.Payer, q.AfterAt, q.AfterID, q.To, scanCap}
-	case q.Ref != "":
-		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byRefSQL, []any{q.Ref, q.AfterAt, q.AfterID, q.To, scanCap}
-	case q.Payee != "":
-		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byPayeeSQL, []any{q.Payee, q.AfterAt, q.AfterID, q.To, scanCap}
-	case q.Tenant != "":
-		sql, args = `EXPLAIN (ANALYZE, BUFFERS) `+byTenantSQL, []any{q.Tenant, q.AfterAt, q.AfterID, q.To, scanCap}
-	}
+	sql, args, _ := walkOf(q)
+	sql = `EXPLAIN (ANALYZE, BUFFERS) ` + sql
 	plan, err := explain(ctx, db, sql, args...)
 	if err != nil {
 		return nil, err

@@ -44,8 +44,9 @@ WITH input AS (
         AS t(payer, id, payee, amount_minor, currency, due_time, description, metadata,
              idempotency_key, request_hash, response, created_at, tenant)
 ), idx AS (
-    INSERT INTO payment_index (id, payer, payee, due_time, idempotency_key, request_hash, response, created_at, tenant)
-    SELECT id, payer, payee, due_time, idempotency_key, request_hash, response, created_at, tenant
+    INSERT INTO payment_index (id, payer, payee, due_time, idempotency_key, request_hash, response, created_at, tenant,
+                               currency, amount_minor)
+    SELECT id, payer, payee, due_time, idempotency_key, request_hash, response, created_at, tenant, currency, amount_minor
     FROM input ORDER BY payer, idempotency_key
     ON CONFLICT (payer, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id

@@ -123,9 +123,11 @@ func Seed(ctx context.Context, db *pgxpool.Pool, n int, now time.Time, out io.Wr
 		past bool
 	}
 	for _, t := range []table{
-		{"payment_index", []string{"id", "payer", "payee", "due_time", "idempotency_key", "request_hash", "response", "created_at", "tenant"},
+		{"payment_index", []string{"id", "payer", "payee", "due_time", "idempotency_key", "request_hash", "response", "created_at", "tenant",
+			"currency", "amount_minor"},
 			func(r seedRow) []any {
-				return []any{r.id, r.payer, r.payee, r.due, "key-" + r.id.String(), []byte{1}, []byte{1}, r.due.Add(-time.Hour), r.payer}
+				return []any{r.id, r.payer, r.payee, r.due, "key-" + r.id.String(), []byte{1}, []byte{1}, r.due.Add(-time.Hour), r.payer,
+					r.currency, r.amount}
 			}, false},
 		{"payments", []string{"id", "payer", "payee", "amount_minor", "currency", "due_time", "run_at", "status", "attempt",
 			"dead_letter_reason", "gateway_ref", "created_at", "updated_at", "tenant"},
