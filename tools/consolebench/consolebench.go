@@ -255,7 +255,7 @@ func Run(ctx context.Context, db *pgxpool.Pool, n, requests int, now time.Time, 
 		{"dead letters, AMBIGUOUS_UNRESOLVED", func() string { return "/console/dead-letters?reason=AMBIGUOUS_UNRESOLVED" }},
 		{"search by tenant", func() string { return fmt.Sprintf("/console/payments?tenant=alice-%d", rng.IntN(payers)) }},
 		{"search by gateway ref", func() string {
-			return "/console/payments?ref=ch_" + paymentID(n/aheadShare+rng.IntN(n-n/aheadShare)).String()[:12]
+			return "/console/payments?ref=ch_" + paymentID(n/aheadShare + rng.IntN(n-n/aheadShare)).String()[:12]
 		}},
 		{"search a day, USD 500.00-900.00", func() string {
 			f, t := day()
