@@ -136,22 +136,23 @@ const rowCols = `p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time,
        coalesce(p.dead_letter_reason, p.failure_reason, ''), p.tenant`
 
 // deadWalkSQL walks the dead letters after ($1, $2) and due before $3 in
-// (due_time, id) order through their partial index.
-const deadWalkSQL = `
-SELECT ` + rowCols + `
-FROM payments p
-WHERE p.status = ` + dead + ` AND (p.due_time, p.id) > ($1, $2) AND p.due_time < $3
-ORDER BY p.due_time, p.id
-LIMIT $4`
+// (due_time, id) order through their partial index; failedWalkSQL the
+// failed payments, through theirs (version 22).
+var (
+	deadWalkSQL   = atRestWalkSQL(dead)
+	failedWalkSQL = atRestWalkSQL(failed)
+)
 
-// failedWalkSQL walks the failed payments as deadWalkSQL walks the dead
-// letters, through their partial index (version 22).
-const failedWalkSQL = `
+// atRestWalkSQL is the walk of the payments in status (a literal with a
+// partial index on (due_time, id)), at most $4.
+func atRestWalkSQL(status string) string {
+	return `
 SELECT ` + rowCols + `
 FROM payments p
-WHERE p.status = ` + failed + ` AND (p.due_time, p.id) > ($1, $2) AND p.due_time < $3
+WHERE p.status = ` + status + ` AND (p.due_time, p.id) > ($1, $2) AND p.due_time < $3
 ORDER BY p.due_time, p.id
 LIMIT $4`
+}
 
 // deadCountSQL counts the dead letters (of reason $1, or all) and their
 // amount, at most $2 of them.
