@@ -25,6 +25,10 @@ import (
 // asks. A page that is not full says how far it looked; "more" goes on.
 const (
 	pageSize = 50
+	// maxChunk bounds the candidates one read by key takes: their ids and
+	// due times go as arrays, and a read of a thousand may plan as a scan
+	// of the day's partition instead of a probe each.
+	maxChunk = 250
 	scanCap  = 2000
 	// maxRange is the widest due range one search may ask.
 	maxRange = 366 * 24 * time.Hour
@@ -322,7 +326,7 @@ func search(ctx context.Context, db store.DB, q Query) (Result, error) {
 	if f.status == "" && f.payee == "" && !f.narrows() {
 		first = size + 1
 	}
-	for lo, n := 0, first; lo < len(ids); lo, n = lo+n, n*2 {
+	for lo, n := 0, min(first, maxChunk); lo < len(ids); lo, n = lo+n, min(n*2, maxChunk) {
 		hi := min(len(ids), lo+n)
 		rows, err := readRows(ctx, db, ids[lo:hi], dues[lo:hi], f)
 		if err != nil {
@@ -483,6 +487,20 @@ func ExplainSearch(ctx context.Context, db store.DB, v url.Values) ([]string, er
 	if err != nil {
 		return nil, err
 	}
+	return explainSearch(ctx, db, q)
+}
+
+// ExplainExport is ExplainSearch for a page of the export of v.
+func ExplainExport(ctx context.Context, db store.DB, v url.Values) ([]string, error) {
+	q, err := parseQuery(v, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	q.size = exportPage
+	return explainSearch(ctx, db, q)
+}
+
+func explainSearch(ctx context.Context, db store.DB, q Query) ([]string, error) {
 	sql, args, _ := walkOf(q)
 	sql = `EXPLAIN (ANALYZE, BUFFERS) ` + sql
 	plan, err := explain(ctx, db, sql, args...)
@@ -495,7 +513,7 @@ func ExplainSearch(ctx context.Context, db store.DB, v url.Values) ([]string, er
 	}
 	var ids []uuid.UUID
 	var dues []time.Time
-	for _, r := range res.Rows {
+	for _, r := range res.Rows[:min(len(res.Rows), maxChunk)] {
 		ids, dues = append(ids, r.ID), append(dues, r.Due)
 	}
 	f := q.filter()

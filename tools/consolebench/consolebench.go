@@ -307,6 +307,12 @@ func Run(ctx context.Context, db *pgxpool.Pool, n, requests int, now time.Time, 
 		}
 		fmt.Fprintf(out, "\nplan of the search %s:\n  %s\n", q.Encode(), strings.Join(plan, "\n  "))
 	}
+	dayQ := url.Values{"from": {now.Add(-72 * time.Hour).UTC().Format("2006-01-02T15:04")}, "to": {now.Add(-48 * time.Hour).UTC().Format("2006-01-02T15:04")}}
+	plan, err := console.ExplainExport(ctx, db, dayQ)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "\nplan of a page of the export of %s:\n  %s\n", dayQ.Encode(), strings.Join(plan, "\n  "))
 	return res, nil
 }
 
