@@ -25,10 +25,8 @@ import (
 // asks. A page that is not full says how far it looked; "more" goes on.
 const (
 	pageSize = 50
-	// maxChunk bounds the candidates one read by key takes: their ids and
-	// due times go as arrays, and a read of a thousand may plan as a scan
-	// of the day's partition instead of a probe each.
-	maxChunk = 250
+	// explainChunk is how many candidates' read ExplainSearch shows.
+	explainChunk = 250
 	scanCap  = 2000
 	// maxRange is the widest due range one search may ask.
 	maxRange = 366 * 24 * time.Hour
@@ -326,7 +324,7 @@ func search(ctx context.Context, db store.DB, q Query) (Result, error) {
 	if f.status == "" && f.payee == "" && !f.narrows() {
 		first = size + 1
 	}
-	for lo, n := 0, min(first, maxChunk); lo < len(ids); lo, n = lo+n, min(n*2, maxChunk) {
+	for lo, n := 0, first; lo < len(ids); lo, n = lo+n, n*2 {
 		hi := min(len(ids), lo+n)
 		rows, err := readRows(ctx, db, ids[lo:hi], dues[lo:hi], f)
 		if err != nil {
@@ -513,7 +511,7 @@ func explainSearch(ctx context.Context, db store.DB, q Query) ([]string, error) 
 	}
 	var ids []uuid.UUID
 	var dues []time.Time
-	for _, r := range res.Rows[:min(len(res.Rows), maxChunk)] {
+	for _, r := range res.Rows[:min(len(res.Rows), explainChunk)] {
 		ids, dues = append(ids, r.ID), append(dues, r.Due)
 	}
 	f := q.filter()
