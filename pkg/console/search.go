@@ -27,7 +27,7 @@ const (
 	pageSize = 50
 	// explainChunk is how many candidates' read ExplainSearch shows.
 	explainChunk = 250
-	scanCap  = 2000
+	scanCap      = 2000
 	// maxRange is the widest due range one search may ask.
 	maxRange = 366 * 24 * time.Hour
 )
