@@ -77,10 +77,12 @@ type Scheduler struct {
 
 	cursor   store.Cursor // where the next walk of the due tenants starts
 	cutShort bool         // the last Claim stopped at its bounds with windows left
-	nextDue  time.Time    // by the last walk, when the next tenant falls due
-	rot      int          // where handing out spare starts
-	limits   map[string]Limits
-	loadedAt time.Time
+	// passedSettling: this Claim passed by tenants awaiting a settle.
+	passedSettling bool
+	nextDue        time.Time // by the last walk, when the next tenant falls due
+	rot            int       // where handing out spare starts
+	limits         map[string]Limits
+	loadedAt       time.Time
 
 	// others is, per capped tenant, what other sweepers had in flight at
 	// the last walk (the cluster's count less this sweeper's own).
@@ -192,16 +194,26 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 		budget = time.Now().Add(time.Until(dl) / 4)
 	}
 	s.cutShort = false
+	skip := true // pass by the tenants awaiting a settle
+	s.passedSettling = false
 	for pass := 0; len(out) < limit; pass++ {
 		if pass == maxWindows || (pass > 0 && !budget.IsZero() && !time.Now().Before(budget)) {
 			s.cutShort = true
 			break
 		}
-		got, more, err := s.round(ctx, c, limit-len(out), &wrapped, drained)
+		got, more, err := s.round(ctx, c, limit-len(out), &wrapped, drained, skip)
 		out = append(out, got...)
 		if err != nil {
 			s.taken(out)
 			return out, fmt.Errorf("fair claim: %w", err)
+		}
+		if !more && skip && s.passedSettling && len(out) < limit {
+			// Tenants awaiting a settle were passed by, and there is room:
+			// a row of theirs may have come due since they were found
+			// short (a release, a retry). Walk once more with them in.
+			skip, wrapped = false, false
+			s.cursor = store.Cursor{}
+			continue
 		}
 		if !more {
 			break
@@ -214,7 +226,8 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 // round walks one window from the cursor, shares limit rows among its
 // tenants, claims them and settles the tenants found short. more says
 // another window may have rows for what is left.
-func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrapped *bool, drained map[string]bool) (_ []store.Claimed, more bool, _ error) {
+func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrapped *bool, drained map[string]bool,
+	skipSettling bool) (_ []store.Claimed, more bool, _ error) {
 	start := s.cursor
 	w, err := c.DueTenants(ctx, start, s.cfg.Walk)
 	if err != nil {
@@ -232,7 +245,9 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrap
 	// Claim after a spike of many small tenants walked and probed all of
 	// them again until the background settles caught up (the 10,000-tenant
 	// case drained at a few hundred rows a second).
-	w.Due, w.At = s.settle.skip(w.Due, w.At, drained)
+	var passed bool
+	w.Due, w.At, passed = s.settle.skip(w.Due, w.At, drained, skipSettling)
+	s.passedSettling = s.passedSettling || passed
 	if w.Complete {
 		s.cursor = store.Cursor{}
 	}
@@ -540,22 +555,27 @@ type settler struct {
 }
 
 // skip drops from a window (due, with their cursors at) the tenants in
-// drained or waiting for their settle.
-func (st *settler) skip(due []string, at []time.Time, drained map[string]bool) ([]string, []time.Time) {
+// drained and, if settling, those waiting for their settle; passed says
+// some of the latter were dropped.
+func (st *settler) skip(due []string, at []time.Time, drained map[string]bool, settling bool) (_ []string, _ []time.Time, passed bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if len(drained) == 0 && len(st.pending) == 0 && len(st.running) == 0 {
-		return due, at
+	if len(drained) == 0 && (!settling || len(st.pending) == 0 && len(st.running) == 0) {
+		return due, at, false
 	}
 	keep, keepAt := due[:0:0], at[:0:0]
 	for i, t := range due {
 		_, p := st.pending[t]
 		_, r := st.running[t]
-		if !drained[t] && !p && !r {
+		switch {
+		case drained[t]:
+		case settling && (p || r):
+			passed = true
+		default:
 			keep, keepAt = append(keep, t), append(keepAt, at[i])
 		}
 	}
-	return keep, keepAt
+	return keep, keepAt, passed
 }
 
 // settleBatch is how many tenants one settle statement takes.

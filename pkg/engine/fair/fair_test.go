@@ -689,3 +689,25 @@ func TestSettlingTenantsLeaveTheWindows(t *testing.T) {
 		t.Fatalf("the second claim ran %d claim statements for the drained a's, want none", n)
 	}
 }
+
+// A tenant awaiting its settle is passed by only while the claim fills
+// from others: a row of its that falls due meanwhile (a release, a retry)
+// is claimed by the next claim with room, settle or not.
+func TestASettlingTenantsNewRowIsClaimed(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	db := &heldSettles{Pool: pool, release: make(chan struct{})}
+	t.Cleanup(func() { close(db.release) })
+	seed(t, pool, "a1", 1, 2*time.Second)
+	sch, err := fair.New(fair.Config{}, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &store.Claimer{DB: db, Owner: "sweeper-" + t.Name(), Lease: time.Minute}
+	if got, err := sch.Claim(context.Background(), c, 10); err != nil || len(got) != 1 {
+		t.Fatalf("first claim: %d, %v", len(got), err)
+	}
+	seed(t, pool, "a1", 1, time.Second) // its settle is held: a1 is still awaiting it
+	if got, err := sch.Claim(context.Background(), c, 10); err != nil || len(got) != 1 {
+		t.Fatalf("the new row of a tenant awaiting its settle: claimed %d, %v", len(got), err)
+	}
+}
