@@ -95,7 +95,8 @@ func selectOpen(ctx context.Context, db store.DB, ids []uuid.UUID, from payment.
 	if err := db.QueryRow(ctx, duesOfSQL, ids).Scan(&dues); err != nil {
 		return Selection{}, fmt.Errorf("select %s payments: %w", from, err)
 	}
-	rows, err := db.Query(ctx, openSelectionSQL, ids, string(from), dues, maxBulk+1)
+	lo, hi := span(dues)
+	rows, err := db.Query(ctx, openSelectionSQL, ids, string(from), dues, maxBulk+1, lo, hi)
 	if err != nil {
 		return Selection{}, fmt.Errorf("select %s payments: %w", from, err)
 	}

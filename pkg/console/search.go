@@ -442,7 +442,8 @@ func (f rowFilter) keeps(r Row) bool {
 
 // readRows reads the candidates' payments that match, in (due, id) order.
 func readRows(ctx context.Context, db store.DB, ids []uuid.UUID, dues []time.Time, f rowFilter) ([]Row, error) {
-	rows, err := db.Query(ctx, rowsSQL, ids, dues, f.status, f.payee, f.currency, max(f.min, 1), f.max, f.errClass, f.tenant)
+	lo, hi := span(dues)
+	rows, err := db.Query(ctx, rowsSQL, ids, dues, f.status, f.payee, f.currency, max(f.min, 1), f.max, f.errClass, f.tenant, lo, hi)
 	if err != nil {
 		return nil, fmt.Errorf("search rows: %w", err)
 	}
@@ -462,6 +463,20 @@ func readRows(ctx context.Context, db store.DB, ids []uuid.UUID, dues []time.Tim
 		return out[i].Due.Before(out[j].Due) || out[i].Due.Equal(out[j].Due) && bytes.Compare(out[i].ID[:], out[j].ID[:]) < 0
 	})
 	return out, nil
+}
+
+// span is the earliest and the latest of dues (zero times if none): the
+// range that prunes a read by (id, due) to the dues' partitions.
+func span(dues []time.Time) (lo, hi time.Time) {
+	for i, d := range dues {
+		if i == 0 || d.Before(lo) {
+			lo = d
+		}
+		if i == 0 || d.After(hi) {
+			hi = d
+		}
+	}
+	return lo, hi
 }
 
 func cursor(t time.Time, id uuid.UUID) string {
@@ -515,7 +530,8 @@ func explainSearch(ctx context.Context, db store.DB, q Query) ([]string, error) 
 		ids, dues = append(ids, r.ID), append(dues, r.Due)
 	}
 	f := q.filter()
-	more, err := explain(ctx, db, `EXPLAIN (ANALYZE, BUFFERS) `+rowsSQL, ids, dues, f.status, "", f.currency, max(f.min, 1), f.max, f.errClass, "")
+	lo, hi := span(dues)
+	more, err := explain(ctx, db, `EXPLAIN (ANALYZE, BUFFERS) `+rowsSQL, ids, dues, f.status, "", f.currency, max(f.min, 1), f.max, f.errClass, "", lo, hi)
 	return append(append(plan, "-- the candidates' rows:"), more...), err
 }
 
