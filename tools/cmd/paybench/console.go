@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/tools/consolebench"
 )
 
@@ -26,7 +27,16 @@ func consoleRun(dbURL string, n, requests int) int {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
 		return 1
 	}
-	pages, err := consolebench.Run(ctx, db, n, requests, now, os.Stdout)
+	// The pages run on a pool configured as admin-api's (svc.CustomPlans:
+	// every statement planned for its values), so the figures are the
+	// console's as it runs; seeding needs no such thing.
+	served, err := svc.Pool(ctx, dbURL, 8, svc.CustomPlans)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	defer served.Close()
+	pages, err := consolebench.Run(ctx, served, n, requests, now, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
 		return 1
