@@ -1,0 +1,238 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// Endpoint is a tenant's webhook endpoint.
+type Endpoint struct {
+	ID             uuid.UUID
+	Tenant         string
+	URL            string
+	EventTypes     []string // empty: every type
+	Description    string
+	Enabled        bool
+	MaxInflight    int
+	MaxPerSecond   float64
+	DisabledReason string
+	FailingSince   *time.Time
+	RotateUntil    *time.Time
+	CreatedAt      time.Time
+}
+
+// ErrNotFound: no such endpoint (of that tenant), or no such delivery.
+var ErrNotFound = errors.New("not found")
+
+// ErrInvalid wraps a client's mistake in an endpoint's fields.
+var ErrInvalid = errors.New("invalid endpoint")
+
+// eventType is the spec's advice for a type: full-stop separated
+// identifiers.
+var eventType = regexp.MustCompile(`^[a-zA-Z0-9_]+(\.[a-zA-Z0-9_]+)*$`)
+
+// Check says what is wrong with e for a new endpoint or an update.
+// loopback allows a local receiver (development).
+func (e Endpoint) Check(loopback bool) error {
+	if err := CheckURL(e.URL, loopback); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if len(e.EventTypes) > 32 {
+		return fmt.Errorf("%w: more than 32 event types", ErrInvalid)
+	}
+	for _, t := range e.EventTypes {
+		if len(t) > 128 || !eventType.MatchString(t) {
+			return fmt.Errorf("%w: event type %q: want dot-separated [a-zA-Z0-9_] words, such as paysched.payment.completed", ErrInvalid, t)
+		}
+	}
+	if len(e.Description) > 500 {
+		return fmt.Errorf("%w: description longer than 500 characters", ErrInvalid)
+	}
+	if e.MaxInflight < 0 || e.MaxInflight > 64 {
+		return fmt.Errorf("%w: max in flight %d: want 1 to 64", ErrInvalid, e.MaxInflight)
+	}
+	if e.MaxPerSecond < 0 || e.MaxPerSecond > 10000 {
+		return fmt.Errorf("%w: max per second %g: want up to 10,000", ErrInvalid, e.MaxPerSecond)
+	}
+	return nil
+}
+
+const endpointCols = `id, tenant, url, event_types, description, enabled, max_inflight, max_per_second,
+	coalesce(disabled_reason, ''), failing_since, rotate_until, created_at`
+
+func scanEndpoint(r pgx.CollectableRow) (Endpoint, error) {
+	var e Endpoint
+	var per float32
+	err := r.Scan(&e.ID, &e.Tenant, &e.URL, &e.EventTypes, &e.Description, &e.Enabled, &e.MaxInflight, &per,
+		&e.DisabledReason, &e.FailingSince, &e.RotateUntil, &e.CreatedAt)
+	e.MaxPerSecond = float64(per)
+	return e, err
+}
+
+// CreateEndpoint adds e (checked by the caller) with a fresh signing
+// secret, which it returns: shown once, to its tenant.
+func CreateEndpoint(ctx context.Context, db store.DB, e Endpoint) (Endpoint, string, error) {
+	e.ID = uuid.New()
+	if e.MaxInflight == 0 {
+		e.MaxInflight = 4
+	}
+	if e.MaxPerSecond == 0 {
+		e.MaxPerSecond = 50
+	}
+	if e.EventTypes == nil {
+		e.EventTypes = []string{}
+	}
+	secret := NewSymmetricSecret()
+	rows, err := db.Query(ctx, `INSERT INTO webhook_endpoints (id, tenant, url, event_types, description, max_inflight, max_per_second, secrets)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, ARRAY[$8]) RETURNING `+endpointCols,
+		e.ID, e.Tenant, e.URL, e.EventTypes, e.Description, e.MaxInflight, e.MaxPerSecond, secret)
+	if err != nil {
+		return Endpoint{}, "", fmt.Errorf("create endpoint: %w", err)
+	}
+	out, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
+	if err != nil {
+		return Endpoint{}, "", fmt.Errorf("create endpoint: %w", err)
+	}
+	return out, secret, nil
+}
+
+// ListEndpoints is a tenant's endpoints ("" : every tenant's), at most 500.
+func ListEndpoints(ctx context.Context, db store.DB, tenant string) ([]Endpoint, error) {
+	rows, err := db.Query(ctx, `SELECT `+endpointCols+` FROM webhook_endpoints
+		WHERE $1 = '' OR tenant = $1 ORDER BY tenant, id LIMIT 500`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanEndpoint)
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints: %w", err)
+	}
+	return out, nil
+}
+
+// SetEnabled enables or disables endpoint id of tenant ("": any tenant):
+// enabling clears the failure clock and the reason it was disabled.
+func SetEnabled(ctx context.Context, db store.DB, tenant string, id uuid.UUID, enabled bool) error {
+	tag, err := db.Exec(ctx, `UPDATE webhook_endpoints SET enabled = $3, updated_at = now(),
+		failing_since = CASE WHEN $3 THEN NULL ELSE failing_since END,
+		disabled_reason = CASE WHEN $3 THEN NULL ELSE 'disabled by its owner' END
+		WHERE id = $1 AND ($2 = '' OR tenant = $2)`, id, tenant, enabled)
+	if err != nil {
+		return fmt.Errorf("set endpoint enabled: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("endpoint %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// RotateSecret gives endpoint id a new secret, returned, and keeps its
+// current one signing beside it for overlap: every delivery carries both
+// signatures until then, so a receiver switches keys with no failed
+// delivery.
+func RotateSecret(ctx context.Context, db store.DB, tenant string, id uuid.UUID, overlap time.Duration) (string, error) {
+	if overlap < 0 || overlap > 7*24*time.Hour {
+		return "", fmt.Errorf("%w: overlap %s: want up to 7 days", ErrInvalid, overlap)
+	}
+	secret := NewSymmetricSecret()
+	tag, err := db.Exec(ctx, `UPDATE webhook_endpoints SET secrets = ARRAY[$3, secrets[1]], rotate_until = now() + $4::interval,
+		updated_at = now() WHERE id = $1 AND ($2 = '' OR tenant = $2)`, id, tenant, secret, overlap)
+	if err != nil {
+		return "", fmt.Errorf("rotate secret: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return "", fmt.Errorf("endpoint %s: %w", id, ErrNotFound)
+	}
+	return secret, nil
+}
+
+// Resend makes the message msgID to endpoint id due again now, whatever
+// became of it (a delivered one is delivered again, with the same
+// webhook-id). It returns false when the endpoint never had the message.
+func Resend(ctx context.Context, db store.DB, tenant string, id uuid.UUID, msgID string) error {
+	tag, err := db.Exec(ctx, `UPDATE webhook_deliveries d SET state = 'PENDING', next_at = now(), lease_until = NULL, done_at = NULL
+		FROM webhook_endpoints e
+		WHERE d.endpoint_id = $1 AND d.msg_id = $3 AND e.id = d.endpoint_id AND ($2 = '' OR e.tenant = $2)
+		  AND (d.state <> 'PENDING' OR d.lease_until IS NULL)`, id, tenant, msgID)
+	if err != nil {
+		return fmt.Errorf("resend: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("message %s to endpoint %s (or it is being attempted now): %w", msgID, id, ErrNotFound)
+	}
+	return nil
+}
+
+// MaxRecover bounds one recover: a larger one is repeated with a later
+// since.
+const MaxRecover = 10000
+
+// Recover makes every FAILED delivery to endpoint id noted at or after
+// since (and before until, when set) due again now, up to MaxRecover of
+// them, oldest first; it returns how many.
+func Recover(ctx context.Context, db store.DB, tenant string, id uuid.UUID, since time.Time, until *time.Time) (int64, error) {
+	if until != nil && !until.After(since) {
+		return 0, fmt.Errorf("%w: until %s is not after since %s", ErrInvalid, until.Format(time.RFC3339), since.Format(time.RFC3339))
+	}
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE id = $1 AND ($2 = '' OR tenant = $2))`,
+		id, tenant).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("recover: %w", err)
+	}
+	if !exists {
+		return 0, fmt.Errorf("endpoint %s: %w", id, ErrNotFound)
+	}
+	tag, err := db.Exec(ctx, `UPDATE webhook_deliveries SET state = 'PENDING', next_at = now(), lease_until = NULL, done_at = NULL
+		WHERE id IN (SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 AND state = 'FAILED'
+		             AND noted_at >= $2 AND ($3::timestamptz IS NULL OR noted_at < $3)
+		             ORDER BY noted_at LIMIT $4)`, id, since, until, MaxRecover)
+	if err != nil {
+		return 0, fmt.Errorf("recover: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Attempt is one recorded attempt of a delivery.
+type Attempt struct {
+	Delivery  int64
+	Endpoint  uuid.UUID
+	MsgID     string
+	Type      string
+	N         int
+	At        time.Time
+	Status    *int
+	LatencyMs int
+	Error     string
+	Response  string
+	State     string
+}
+
+// Attempts is the delivery log: the attempts of a payment's deliveries
+// (payment set) or of an endpoint's (newest first, at most limit).
+func Attempts(ctx context.Context, db store.DB, payment *uuid.UUID, endpoint *uuid.UUID, limit int) ([]Attempt, error) {
+	rows, err := db.Query(ctx, `SELECT a.delivery_id, d.endpoint_id, d.msg_id, d.event_type, a.attempt, a.at, a.status,
+		a.latency_ms, coalesce(a.error, ''), coalesce(a.response, ''), d.state
+		FROM webhook_deliveries d JOIN webhook_attempts a ON a.delivery_id = d.id
+		WHERE ($1::uuid IS NULL OR d.payment_id = $1) AND ($2::uuid IS NULL OR d.endpoint_id = $2)
+		ORDER BY a.at DESC LIMIT $3`, payment, endpoint, limit)
+	if err != nil {
+		return nil, fmt.Errorf("delivery log: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		err := r.Scan(&a.Delivery, &a.Endpoint, &a.MsgID, &a.Type, &a.N, &a.At, &a.Status, &a.LatencyMs, &a.Error, &a.Response, &a.State)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delivery log: %w", err)
+	}
+	return out, nil
+}

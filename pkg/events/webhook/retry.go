@@ -1,0 +1,88 @@
+package webhook
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Schedule is the delay before each attempt after the first (which is
+// immediate): the spec's and Svix's 5 s, 5 min, 30 min, 2 h, 5 h, 10 h,
+// 10 h. After the last, the delivery has FAILED (recover brings it back).
+var Schedule = []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour,
+	5 * time.Hour, 10 * time.Hour, 10 * time.Hour}
+
+// MaxAttempts is how many attempts a delivery gets.
+var MaxAttempts = len(Schedule) + 1
+
+// DisableAfter is how long an endpoint may fail, every attempt since its
+// last success, before it is disabled.
+const DisableAfter = 5 * 24 * time.Hour
+
+// MaxRetryAfter caps what a Retry-After may ask for.
+const MaxRetryAfter = 10 * time.Hour
+
+// Class is what an attempt's result means for its delivery.
+type Class string
+
+// The classes of an attempt (the attempts_total metric's label).
+const (
+	Delivered Class = "delivered" // 2xx
+	Gone      Class = "gone"      // 410: the endpoint is disabled
+	Throttled Class = "throttled" // 429, 502, 503, 504: Retry-After honoured
+	Rejected  Class = "rejected"  // any other status, 3xx included
+	Broken    Class = "broken"    // no response: connection, timeout
+	Blocked   Class = "blocked"   // the address is refused (SSRF)
+)
+
+// Classify reads an attempt's status (0: no response).
+func Classify(status int) Class {
+	switch {
+	case status >= 200 && status < 300:
+		return Delivered
+	case status == http.StatusGone:
+		return Gone
+	case status == http.StatusTooManyRequests || status == http.StatusBadGateway ||
+		status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
+		return Throttled
+	case status == 0:
+		return Broken
+	}
+	return Rejected
+}
+
+// Backoff is the delay before attempt n+1 after n attempts (n ≥ 1): the
+// schedule's, with up to ±10% jitter so that retries of one outage do not
+// arrive together. A Retry-After (retryAfter > 0) of a throttled answer
+// replaces it when longer.
+func Backoff(n int, retryAfter time.Duration, rng *rand.Rand) time.Duration {
+	d := Schedule[min(max(n, 1), len(Schedule))-1]
+	if rng != nil {
+		d += time.Duration((rng.Float64()*0.2 - 0.1) * float64(d))
+	}
+	if retryAfter > d {
+		d = min(retryAfter, MaxRetryAfter)
+	}
+	return d
+}
+
+// RetryAfter reads a Retry-After header: delay-seconds or an HTTP date
+// (0 when absent or unreadable).
+func RetryAfter(h string, now time.Time) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(h); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return min(time.Duration(s)*time.Second, MaxRetryAfter)
+	}
+	if t, err := http.ParseTime(h); err == nil && t.After(now) {
+		return min(t.Sub(now), MaxRetryAfter)
+	}
+	return 0
+}

@@ -1,0 +1,84 @@
+// Command webhook-dispatcher delivers the payment notifications to each
+// tenant's webhook endpoints as signed Standard Webhooks: it reads the
+// notifications topic (one consumer group: it scales out by partition, like
+// the audit-consumer) into deliveries in Postgres, and attempts them with
+// retries, per-endpoint caps and no private addresses. docs/EVENTS.md,
+// "Webhooks".
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
+	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/platform/config"
+	"github.com/paysched/paysched/pkg/platform/obs"
+	"github.com/paysched/paysched/pkg/platform/svc"
+)
+
+func main() {
+	fs := flag.NewFlagSet("webhook-dispatcher", flag.ExitOnError)
+	mode := config.RegisterMode(fs)
+	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL of the schedule (role paysched_webhooks)")
+	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
+	kafkaSec := kafkaauth.Register(fs)
+	group := fs.String("group", webhook.Group, "consumer group")
+	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: the notifications are <prefix>.notifications")
+	slots := fs.Int("slots", 64, "attempts under way at once (each endpoint is also held to its own max_inflight)")
+	timeout := fs.Duration("timeout", 15*time.Second, "an attempt's time limit, response included")
+	proxy := fs.String("egress-proxy", "", "send every attempt through this HTTP proxy (e.g. smokescreen), which then refuses private addresses; empty: connect directly, refusing them here")
+	loopback := fs.Bool("allow-loopback", false, "let endpoints on 127.0.0.1 and ::1 (and http://) be reached: a local receiver in development; refused without --dev")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9430", "metrics and health listen address")
+	svc.Main("webhook-dispatcher", fs, func(ctx context.Context, log *slog.Logger) error {
+		mode.Announce(log)
+		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+			return err
+		}
+		if *loopback && !mode.Dev {
+			return fmt.Errorf("--allow-loopback reaches local services: development only (--dev)")
+		}
+		if err := kafkaSec.ValidateFor(mode); err != nil {
+			return err
+		}
+		if *prefix == "" {
+			return fmt.Errorf("--topic-prefix must not be empty")
+		}
+		eg := webhook.Egress{Loopback: *loopback, Timeout: *timeout}
+		if *proxy != "" {
+			u, err := url.Parse(*proxy)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("--egress-proxy %q: want http(s)://host:port", *proxy)
+			}
+			eg.Proxy = u
+		}
+		kafkaOpts, err := kafkaSec.Opts()
+		if err != nil {
+			return err
+		}
+		cfg := webhook.Config{Brokers: strings.Split(*brokers, ","), KafkaOpts: kafkaOpts, Group: *group,
+			Topics: kafka.TopicsFor(*prefix), Egress: eg, Slots: *slots}
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		pool, err := svc.Pool(ctx, *dbURL, 8, svc.CustomPlans)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		reg := obs.Registry()
+		d, err := webhook.New(cfg, pool, reg, log)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return svc.Server{Name: "webhook-dispatcher", Log: log, Registry: reg, HTTPAddr: *httpAddr,
+			Ready: func(ctx context.Context) error { return pool.Ping(ctx) }}.Run(ctx, d.Run)
+	})
+}
