@@ -113,7 +113,7 @@ func TestTwoVerifiersAcceptEveryDelivery(t *testing.T) {
 			t.Fatalf("refused by a verifier: %v", refused)
 		}
 		var succeeded int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE state = 'SUCCEEDED'`).Scan(&succeeded); err != nil {
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE state = $1`, webhook.DeliveredState).Scan(&succeeded); err != nil {
 			t.Fatalf("%d of %d delivered: %v", len(seen), n, err)
 		}
 		if succeeded == n {

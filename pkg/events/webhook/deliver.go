@@ -19,6 +19,17 @@ import (
 	"github.com/paysched/paysched/pkg/store"
 )
 
+// A delivery's states (webhook_deliveries.state).
+const (
+	// Waiting: to be attempted, due at next_at, or under way (leased).
+	Waiting = "WAITING"
+	// DeliveredState: an attempt got a 2xx.
+	DeliveredState = "DELIVERED"
+	// Undelivered: its attempts are spent, or its endpoint answered 410;
+	// a recover makes it Waiting again.
+	Undelivered = "UNDELIVERED"
+)
+
 // ResponseCap is how much of a response an attempt keeps.
 const ResponseCap = 4096
 
@@ -37,13 +48,13 @@ const claimCap = 64
 var claimSQL = `
 WITH ep AS (
     SELECT e.id, e.max_inflight - (SELECT count(*) FROM webhook_deliveries x
-            WHERE x.endpoint_id = e.id AND x.state = 'PENDING' AND x.lease_until > now())::int AS room
+            WHERE x.endpoint_id = e.id AND x.state = '` + Waiting + `' AND x.lease_until > now())::int AS room
     FROM webhook_endpoints e WHERE e.enabled),
 cand AS (
     SELECT c.id, ep.room, row_number() OVER (PARTITION BY ep.id ORDER BY c.next_at, c.id) AS n
     FROM ep CROSS JOIN LATERAL (
         SELECT d.id, d.next_at FROM webhook_deliveries d
-        WHERE d.endpoint_id = ep.id AND d.state = 'PENDING' AND d.next_at <= now()
+        WHERE d.endpoint_id = ep.id AND d.state = '` + Waiting + `' AND d.next_at <= now()
         ORDER BY d.next_at, d.id LIMIT ` + strconv.Itoa(claimCap) + `
         FOR UPDATE SKIP LOCKED) c
     WHERE ep.room > 0),
@@ -54,7 +65,7 @@ FROM picked, webhook_endpoints e
 WHERE d.id = picked.id AND e.id = d.endpoint_id
 RETURNING d.id, d.endpoint_id, d.msg_id, d.event_type, d.body, d.attempts, d.noted_at, e.url, e.tenant,
           CASE WHEN e.rotate_until IS NOT NULL AND e.rotate_until < now() THEN e.secrets[1:1] ELSE e.secrets END,
-          e.max_per_second`
+          e.max_per_second, e.failing_since IS NOT NULL`
 
 // outcomeSQL records an attempt and what follows it, fenced by the
 // attempt: an attempt whose lease ran out and was claimed again records
@@ -63,8 +74,8 @@ const outcomeSQL = `
 WITH d AS (
     UPDATE webhook_deliveries
     SET state = $3, next_at = $4, lease_until = NULL, last_status = $5, last_error = $6,
-        done_at = CASE WHEN $3 = 'PENDING' THEN NULL ELSE now() END
-    WHERE id = $1 AND attempts = $2 AND state = 'PENDING'
+        done_at = CASE WHEN $3 = '` + Waiting + `' THEN NULL ELSE now() END
+    WHERE id = $1 AND attempts = $2 AND state = '` + Waiting + `'
     RETURNING id)
 INSERT INTO webhook_attempts (delivery_id, attempt, at, status, latency_ms, error, response)
 SELECT d.id, $2, $7, $5, $8, $6, $9 FROM d
@@ -99,6 +110,8 @@ type Delivery struct {
 	Tenant     string
 	Secrets    []string
 	PerSecond  float64
+	// Failing: the endpoint's failure clock runs (a success stops it).
+	Failing bool
 }
 
 // Disabled is an endpoint just disabled, for its event.
@@ -210,7 +223,7 @@ func (w *Worker) Claim(ctx context.Context, n int) ([]Delivery, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
 		var d Delivery
 		var per float32
-		err := r.Scan(&d.ID, &d.EndpointID, &d.MsgID, &d.Type, &d.Body, &d.Attempt, &d.NotedAt, &d.URL, &d.Tenant, &d.Secrets, &per)
+		err := r.Scan(&d.ID, &d.EndpointID, &d.MsgID, &d.Type, &d.Body, &d.Attempt, &d.NotedAt, &d.URL, &d.Tenant, &d.Secrets, &per, &d.Failing)
 		d.PerSecond = float64(per)
 		return d, err
 	})
@@ -233,7 +246,7 @@ func (w *Worker) Attempt(ctx context.Context, d Delivery) {
 	if dialRefused(aerr) {
 		class = Blocked
 	}
-	state, next := "PENDING", at
+	state, next := Waiting, at
 	var errText *string
 	if aerr != nil {
 		s := aerr.Error()
@@ -241,12 +254,12 @@ func (w *Worker) Attempt(ctx context.Context, d Delivery) {
 	}
 	switch class {
 	case Delivered:
-		state = "SUCCEEDED"
+		state = DeliveredState
 	case Gone:
-		state = "FAILED"
+		state = Undelivered
 	default:
 		if d.Attempt >= MaxAttempts {
-			state = "FAILED"
+			state = Undelivered
 		} else {
 			w.mu.Lock()
 			next = at.Add(Backoff(d.Attempt, retryAfter, w.rng))
@@ -272,6 +285,11 @@ func (w *Worker) Attempt(ctx context.Context, d Delivery) {
 	case class == Gone:
 		w.disable(ctx, d, "the endpoint answered 410 Gone", at)
 	case class == Delivered:
+		// Only a running clock is stopped: a healthy endpoint's success
+		// costs no statement here.
+		if !d.Failing {
+			break
+		}
 		if _, err := w.DB.Exec(ctx, healedSQL, d.EndpointID); err != nil {
 			w.Log.Warn("webhooks: endpoint healed", "endpoint", d.EndpointID, "err", err)
 		}

@@ -136,7 +136,7 @@ func TestFanoutOncePerSubscribedEndpoint(t *testing.T) {
 			t.Errorf("endpoint %s %v: %d deliveries %v, want %v", c.ep.Tenant, c.ep.EventTypes, len(got), got, c.want)
 		}
 		for _, id := range c.want {
-			if got[id].state != "PENDING" {
+			if got[id].state != Waiting {
 				t.Errorf("endpoint %s %v: %s not pending: %+v", c.ep.Tenant, c.ep.EventTypes, id, got[id])
 			}
 		}
@@ -168,7 +168,7 @@ func TestGoneDisablesTheEndpoint(t *testing.T) {
 	if enabled || reason == "" {
 		t.Fatalf("after 410: enabled %v, reason %q", enabled, reason)
 	}
-	if d := deliveriesOf(t, db, gone.ID)["m1"]; d.state != "FAILED" || d.status == nil || *d.status != 410 {
+	if d := deliveriesOf(t, db, gone.ID)["m1"]; d.state != Undelivered || d.status == nil || *d.status != 410 {
 		t.Fatalf("delivery after 410: %+v", d)
 	}
 	if len(announced) != 1 || announced[0].EndpointID != gone.ID || announced[0].Tenant != "acme" {
@@ -215,7 +215,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		before := time.Now()
 		claimAll(t, worker(db))
 		d := deliveriesOf(t, db, ep.ID)["m1"]
-		if wait := d.next.Sub(before); d.state != "PENDING" || d.attempts != 1 || wait < c.min || wait > c.max {
+		if wait := d.next.Sub(before); d.state != Waiting || d.attempts != 1 || wait < c.min || wait > c.max {
 			t.Errorf("%s: %+v, next attempt in %s, want %s to %s", c.name, d, wait.Round(time.Second), c.min, c.max)
 		}
 	}
@@ -268,7 +268,7 @@ func TestASlowEndpointDelaysNoOther(t *testing.T) {
 	for {
 		n := 0
 		for _, d := range deliveriesOf(t, db, fast.ID) {
-			if d.state == "SUCCEEDED" {
+			if d.state == DeliveredState {
 				n++
 			}
 		}
@@ -360,7 +360,7 @@ func TestRecoverSinceAndResend(t *testing.T) {
 	if err := Fanout(ctx, db, recs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(ctx, `UPDATE webhook_deliveries SET state = 'FAILED', attempts = 8, done_at = now()`); err != nil {
+	if _, err := db.Exec(ctx, `UPDATE webhook_deliveries SET state = '`+Undelivered+`', attempts = 8, done_at = now()`); err != nil {
 		t.Fatal(err)
 	}
 	until := base.Add(7 * time.Hour)
@@ -370,12 +370,12 @@ func TestRecoverSinceAndResend(t *testing.T) {
 	}
 	for id, d := range deliveriesOf(t, db, ep.ID) {
 		i, _ := strconv.Atoi(id[1:])
-		if want := map[bool]string{true: "PENDING", false: "FAILED"}[i >= 3 && i < 7]; d.state != want {
+		if want := map[bool]string{true: Waiting, false: Undelivered}[i >= 3 && i < 7]; d.state != want {
 			t.Errorf("%s: %s, want %s", id, d.state, want)
 		}
 	}
 	for id, d := range deliveriesOf(t, db, other.ID) {
-		if d.state != "FAILED" {
+		if d.state != Undelivered {
 			t.Errorf("the other endpoint's %s recovered", id)
 		}
 	}
@@ -388,7 +388,7 @@ func TestRecoverSinceAndResend(t *testing.T) {
 	if err := Resend(ctx, db, "acme", other.ID, "m9"); err != nil {
 		t.Fatal(err)
 	}
-	if d := deliveriesOf(t, db, other.ID)["m9"]; d.state != "PENDING" {
+	if d := deliveriesOf(t, db, other.ID)["m9"]; d.state != Waiting {
 		t.Errorf("resent: %+v", d)
 	}
 	if err := Resend(ctx, db, "acme", other.ID, "nope"); !errors.Is(err, ErrNotFound) {
@@ -427,7 +427,64 @@ func TestAStaleAttemptRecordsNothing(t *testing.T) {
 		t.Fatalf("the stale attempt was recorded: %d attempts, %+v", attempts, d)
 	}
 	w.Attempt(ctx, second[0])
-	if d := deliveriesOf(t, db, ep.ID)["m1"]; d.status == nil || *d.status != 500 || d.state != "PENDING" {
+	if d := deliveriesOf(t, db, ep.ID)["m1"]; d.status == nil || *d.status != 500 || d.state != Waiting {
 		t.Fatalf("the owning attempt: %+v", d)
+	}
+}
+
+// A failure starts the endpoint's clock toward disabling; a success stops
+// it. Failing for DisableAfter disables the endpoint (announced).
+func TestFailureClock(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	var calls atomic.Int32
+	ep, _ := endpoint(t, db, "acme", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if calls.Add(1) != 2 {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}), 4)
+	since := func() *time.Time {
+		var s *time.Time
+		if err := db.QueryRow(ctx, `SELECT failing_since FROM webhook_endpoints WHERE id = $1`, ep.ID).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	due := func() {
+		if _, err := db.Exec(ctx, `UPDATE webhook_deliveries SET next_at = now() WHERE state = '`+Waiting+`'`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Fanout(ctx, db, []*kgo.Record{note("acme", "paysched.payment.completed", "m1", time.Now())}); err != nil {
+		t.Fatal(err)
+	}
+	w := worker(db)
+	var announced []Disabled
+	w.OnDisabled = func(_ context.Context, d Disabled) error { announced = append(announced, d); return nil }
+	claimAll(t, w) // 500
+	if since() == nil {
+		t.Fatal("a failure did not start the clock")
+	}
+	due()
+	claimAll(t, w) // 204
+	if s := since(); s != nil {
+		t.Fatalf("a success left the clock running since %s", s)
+	}
+	// Failing again, for longer than DisableAfter.
+	if err := Fanout(ctx, db, []*kgo.Record{note("acme", "paysched.payment.completed", "m2", time.Now())}); err != nil {
+		t.Fatal(err)
+	}
+	claimAll(t, w) // 500: the clock starts
+	if _, err := db.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = now() - interval '5 days 1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	due()
+	claimAll(t, w) // 500, failing for over 5 days: disabled
+	var enabled bool
+	if err := db.QueryRow(ctx, `SELECT enabled FROM webhook_endpoints WHERE id = $1`, ep.ID).Scan(&enabled); err != nil {
+		t.Fatal(err)
+	}
+	if enabled || len(announced) != 1 {
+		t.Fatalf("failing for 5 days: enabled %v, announced %v", enabled, announced)
 	}
 }

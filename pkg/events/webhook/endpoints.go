@@ -158,10 +158,10 @@ func RotateSecret(ctx context.Context, db store.DB, tenant string, id uuid.UUID,
 // became of it (a delivered one is delivered again, with the same
 // webhook-id). It returns false when the endpoint never had the message.
 func Resend(ctx context.Context, db store.DB, tenant string, id uuid.UUID, msgID string) error {
-	tag, err := db.Exec(ctx, `UPDATE webhook_deliveries d SET state = 'PENDING', next_at = now(), lease_until = NULL, done_at = NULL
+	tag, err := db.Exec(ctx, `UPDATE webhook_deliveries d SET state = '`+Waiting+`', next_at = now(), lease_until = NULL, done_at = NULL
 		FROM webhook_endpoints e
 		WHERE d.endpoint_id = $1 AND d.msg_id = $3 AND e.id = d.endpoint_id AND ($2 = '' OR e.tenant = $2)
-		  AND (d.state <> 'PENDING' OR d.lease_until IS NULL)`, id, tenant, msgID)
+		  AND (d.state <> '`+Waiting+`' OR d.lease_until IS NULL)`, id, tenant, msgID)
 	if err != nil {
 		return fmt.Errorf("resend: %w", err)
 	}
@@ -175,7 +175,7 @@ func Resend(ctx context.Context, db store.DB, tenant string, id uuid.UUID, msgID
 // since.
 const MaxRecover = 10000
 
-// Recover makes every FAILED delivery to endpoint id noted at or after
+// Recover makes every Undelivered delivery to endpoint id noted at or after
 // since (and before until, when set) due again now, up to MaxRecover of
 // them, oldest first; it returns how many.
 func Recover(ctx context.Context, db store.DB, tenant string, id uuid.UUID, since time.Time, until *time.Time) (int64, error) {
@@ -190,8 +190,8 @@ func Recover(ctx context.Context, db store.DB, tenant string, id uuid.UUID, sinc
 	if !exists {
 		return 0, fmt.Errorf("endpoint %s: %w", id, ErrNotFound)
 	}
-	tag, err := db.Exec(ctx, `UPDATE webhook_deliveries SET state = 'PENDING', next_at = now(), lease_until = NULL, done_at = NULL
-		WHERE id IN (SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 AND state = 'FAILED'
+	tag, err := db.Exec(ctx, `UPDATE webhook_deliveries SET state = '`+Waiting+`', next_at = now(), lease_until = NULL, done_at = NULL
+		WHERE id IN (SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 AND state = '`+Undelivered+`'
 		             AND noted_at >= $2 AND ($3::timestamptz IS NULL OR noted_at < $3)
 		             ORDER BY noted_at LIMIT $4)`, id, since, until, MaxRecover)
 	if err != nil {

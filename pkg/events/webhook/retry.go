@@ -10,7 +10,7 @@ import (
 
 // Schedule is the delay before each attempt after the first (which is
 // immediate): the spec's and Svix's 5 s, 5 min, 30 min, 2 h, 5 h, 10 h,
-// 10 h. After the last, the delivery has FAILED (recover brings it back).
+// 10 h. After the last, the delivery is Undelivered (recover brings it back).
 var Schedule = []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour,
 	5 * time.Hour, 10 * time.Hour, 10 * time.Hour}
 

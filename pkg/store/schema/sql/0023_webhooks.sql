@@ -50,9 +50,9 @@ CREATE TABLE webhook_deliveries (
     body        bytea       NOT NULL,
     -- When the notification was made: delivery lag is measured from it.
     noted_at    timestamptz NOT NULL,
-    state       text        NOT NULL DEFAULT 'PENDING' CHECK (state IN ('PENDING', 'SUCCEEDED', 'FAILED')),
+    state       text        NOT NULL DEFAULT 'WAITING' CHECK (state IN ('WAITING', 'DELIVERED', 'UNDELIVERED')),
     attempts    integer     NOT NULL DEFAULT 0,
-    -- A PENDING delivery is due at next_at; a claimed one holds next_at =
+    -- A WAITING delivery is due at next_at; a claimed one holds next_at =
     -- lease_until, so a dispatcher that dies leaves it due again then.
     next_at     timestamptz NOT NULL,
     lease_until timestamptz,
@@ -61,9 +61,9 @@ CREATE TABLE webhook_deliveries (
     done_at     timestamptz,
     UNIQUE (endpoint_id, msg_id)
 );
-CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (endpoint_id, next_at, id) WHERE state = 'PENDING';
+CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (endpoint_id, next_at, id) WHERE state = 'WAITING';
 CREATE INDEX webhook_deliveries_payment_idx ON webhook_deliveries (payment_id);
-CREATE INDEX webhook_deliveries_failed_idx ON webhook_deliveries (endpoint_id, noted_at) WHERE state = 'FAILED';
+CREATE INDEX webhook_deliveries_failed_idx ON webhook_deliveries (endpoint_id, noted_at) WHERE state = 'UNDELIVERED';
 
 CREATE TABLE webhook_attempts (
     delivery_id bigint      NOT NULL REFERENCES webhook_deliveries (id),
