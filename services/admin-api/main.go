@@ -63,7 +63,7 @@ func main() {
 		}
 		cfg := adminserver.Config{
 			DatabaseURL: *dbURL, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
-			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: mode.Dev,
+			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: mode.Dev, LoopbackWebhooks: mode.Dev,
 			Console: consoleCfg, AuditDatabaseURL: *auditURL,
 		}
 		if err := cfg.Validate(); err != nil {

@@ -19,18 +19,25 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListDeadLetters_FullMethodName          = "/paysched.v1.AdminService/ListDeadLetters"
-	AdminService_RedrivePayment_FullMethodName           = "/paysched.v1.AdminService/RedrivePayment"
-	AdminService_ResolvePayment_FullMethodName           = "/paysched.v1.AdminService/ResolvePayment"
-	AdminService_CancelPayment_FullMethodName            = "/paysched.v1.AdminService/CancelPayment"
-	AdminService_HoldPayment_FullMethodName              = "/paysched.v1.AdminService/HoldPayment"
-	AdminService_ReleasePayment_FullMethodName           = "/paysched.v1.AdminService/ReleasePayment"
-	AdminService_ReschedulePayment_FullMethodName        = "/paysched.v1.AdminService/ReschedulePayment"
-	AdminService_RunPaymentNow_FullMethodName            = "/paysched.v1.AdminService/RunPaymentNow"
-	AdminService_ListReconciliationRuns_FullMethodName   = "/paysched.v1.AdminService/ListReconciliationRuns"
-	AdminService_TriggerReconciliationRun_FullMethodName = "/paysched.v1.AdminService/TriggerReconciliationRun"
-	AdminService_ListTenants_FullMethodName              = "/paysched.v1.AdminService/ListTenants"
-	AdminService_SetTenantLimits_FullMethodName          = "/paysched.v1.AdminService/SetTenantLimits"
+	AdminService_ListDeadLetters_FullMethodName           = "/paysched.v1.AdminService/ListDeadLetters"
+	AdminService_RedrivePayment_FullMethodName            = "/paysched.v1.AdminService/RedrivePayment"
+	AdminService_ResolvePayment_FullMethodName            = "/paysched.v1.AdminService/ResolvePayment"
+	AdminService_CancelPayment_FullMethodName             = "/paysched.v1.AdminService/CancelPayment"
+	AdminService_HoldPayment_FullMethodName               = "/paysched.v1.AdminService/HoldPayment"
+	AdminService_ReleasePayment_FullMethodName            = "/paysched.v1.AdminService/ReleasePayment"
+	AdminService_ReschedulePayment_FullMethodName         = "/paysched.v1.AdminService/ReschedulePayment"
+	AdminService_RunPaymentNow_FullMethodName             = "/paysched.v1.AdminService/RunPaymentNow"
+	AdminService_ListReconciliationRuns_FullMethodName    = "/paysched.v1.AdminService/ListReconciliationRuns"
+	AdminService_TriggerReconciliationRun_FullMethodName  = "/paysched.v1.AdminService/TriggerReconciliationRun"
+	AdminService_ListTenants_FullMethodName               = "/paysched.v1.AdminService/ListTenants"
+	AdminService_SetTenantLimits_FullMethodName           = "/paysched.v1.AdminService/SetTenantLimits"
+	AdminService_CreateWebhookEndpoint_FullMethodName     = "/paysched.v1.AdminService/CreateWebhookEndpoint"
+	AdminService_ListWebhookEndpoints_FullMethodName      = "/paysched.v1.AdminService/ListWebhookEndpoints"
+	AdminService_SetWebhookEndpointEnabled_FullMethodName = "/paysched.v1.AdminService/SetWebhookEndpointEnabled"
+	AdminService_RotateWebhookSecret_FullMethodName       = "/paysched.v1.AdminService/RotateWebhookSecret"
+	AdminService_ResendWebhook_FullMethodName             = "/paysched.v1.AdminService/ResendWebhook"
+	AdminService_RecoverWebhooks_FullMethodName           = "/paysched.v1.AdminService/RecoverWebhooks"
+	AdminService_ListWebhookAttempts_FullMethodName       = "/paysched.v1.AdminService/ListWebhookAttempts"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -83,6 +90,25 @@ type AdminServiceClient interface {
 	// SetTenantLimits sets one tenant's weight and caps for fair claims
 	// (sweepers read them within 5 s).
 	SetTenantLimits(ctx context.Context, in *SetTenantLimitsRequest, opts ...grpc.CallOption) (*SetTenantLimitsResponse, error)
+	// CreateWebhookEndpoint registers a tenant's webhook endpoint (https
+	// only) and returns its signing secret, shown this once.
+	CreateWebhookEndpoint(ctx context.Context, in *CreateWebhookEndpointRequest, opts ...grpc.CallOption) (*CreateWebhookEndpointResponse, error)
+	// ListWebhookEndpoints lists the endpoints of a tenant, or of all.
+	ListWebhookEndpoints(ctx context.Context, in *ListWebhookEndpointsRequest, opts ...grpc.CallOption) (*ListWebhookEndpointsResponse, error)
+	// SetWebhookEndpointEnabled enables (clearing its failure clock) or
+	// disables an endpoint.
+	SetWebhookEndpointEnabled(ctx context.Context, in *SetWebhookEndpointEnabledRequest, opts ...grpc.CallOption) (*SetWebhookEndpointEnabledResponse, error)
+	// RotateWebhookSecret gives an endpoint a new secret; the old one keeps
+	// signing beside it for the overlap.
+	RotateWebhookSecret(ctx context.Context, in *RotateWebhookSecretRequest, opts ...grpc.CallOption) (*RotateWebhookSecretResponse, error)
+	// ResendWebhook delivers one message to one endpoint again, now.
+	ResendWebhook(ctx context.Context, in *ResendWebhookRequest, opts ...grpc.CallOption) (*ResendWebhookResponse, error)
+	// RecoverWebhooks delivers again every failed message of an endpoint
+	// noted since a time (and before another).
+	RecoverWebhooks(ctx context.Context, in *RecoverWebhooksRequest, opts ...grpc.CallOption) (*RecoverWebhooksResponse, error)
+	// ListWebhookAttempts is the delivery log of a payment or an endpoint,
+	// newest first.
+	ListWebhookAttempts(ctx context.Context, in *ListWebhookAttemptsRequest, opts ...grpc.CallOption) (*ListWebhookAttemptsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -213,6 +239,76 @@ func (c *adminServiceClient) SetTenantLimits(ctx context.Context, in *SetTenantL
 	return out, nil
 }
 
+func (c *adminServiceClient) CreateWebhookEndpoint(ctx context.Context, in *CreateWebhookEndpointRequest, opts ...grpc.CallOption) (*CreateWebhookEndpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateWebhookEndpointResponse)
+	err := c.cc.Invoke(ctx, AdminService_CreateWebhookEndpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListWebhookEndpoints(ctx context.Context, in *ListWebhookEndpointsRequest, opts ...grpc.CallOption) (*ListWebhookEndpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWebhookEndpointsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListWebhookEndpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetWebhookEndpointEnabled(ctx context.Context, in *SetWebhookEndpointEnabledRequest, opts ...grpc.CallOption) (*SetWebhookEndpointEnabledResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetWebhookEndpointEnabledResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetWebhookEndpointEnabled_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RotateWebhookSecret(ctx context.Context, in *RotateWebhookSecretRequest, opts ...grpc.CallOption) (*RotateWebhookSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateWebhookSecretResponse)
+	err := c.cc.Invoke(ctx, AdminService_RotateWebhookSecret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ResendWebhook(ctx context.Context, in *ResendWebhookRequest, opts ...grpc.CallOption) (*ResendWebhookResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResendWebhookResponse)
+	err := c.cc.Invoke(ctx, AdminService_ResendWebhook_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RecoverWebhooks(ctx context.Context, in *RecoverWebhooksRequest, opts ...grpc.CallOption) (*RecoverWebhooksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecoverWebhooksResponse)
+	err := c.cc.Invoke(ctx, AdminService_RecoverWebhooks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListWebhookAttempts(ctx context.Context, in *ListWebhookAttemptsRequest, opts ...grpc.CallOption) (*ListWebhookAttemptsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWebhookAttemptsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListWebhookAttempts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -263,6 +359,25 @@ type AdminServiceServer interface {
 	// SetTenantLimits sets one tenant's weight and caps for fair claims
 	// (sweepers read them within 5 s).
 	SetTenantLimits(context.Context, *SetTenantLimitsRequest) (*SetTenantLimitsResponse, error)
+	// CreateWebhookEndpoint registers a tenant's webhook endpoint (https
+	// only) and returns its signing secret, shown this once.
+	CreateWebhookEndpoint(context.Context, *CreateWebhookEndpointRequest) (*CreateWebhookEndpointResponse, error)
+	// ListWebhookEndpoints lists the endpoints of a tenant, or of all.
+	ListWebhookEndpoints(context.Context, *ListWebhookEndpointsRequest) (*ListWebhookEndpointsResponse, error)
+	// SetWebhookEndpointEnabled enables (clearing its failure clock) or
+	// disables an endpoint.
+	SetWebhookEndpointEnabled(context.Context, *SetWebhookEndpointEnabledRequest) (*SetWebhookEndpointEnabledResponse, error)
+	// RotateWebhookSecret gives an endpoint a new secret; the old one keeps
+	// signing beside it for the overlap.
+	RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*RotateWebhookSecretResponse, error)
+	// ResendWebhook delivers one message to one endpoint again, now.
+	ResendWebhook(context.Context, *ResendWebhookRequest) (*ResendWebhookResponse, error)
+	// RecoverWebhooks delivers again every failed message of an endpoint
+	// noted since a time (and before another).
+	RecoverWebhooks(context.Context, *RecoverWebhooksRequest) (*RecoverWebhooksResponse, error)
+	// ListWebhookAttempts is the delivery log of a payment or an endpoint,
+	// newest first.
+	ListWebhookAttempts(context.Context, *ListWebhookAttemptsRequest) (*ListWebhookAttemptsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -308,6 +423,27 @@ func (UnimplementedAdminServiceServer) ListTenants(context.Context, *ListTenants
 }
 func (UnimplementedAdminServiceServer) SetTenantLimits(context.Context, *SetTenantLimitsRequest) (*SetTenantLimitsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetTenantLimits not implemented")
+}
+func (UnimplementedAdminServiceServer) CreateWebhookEndpoint(context.Context, *CreateWebhookEndpointRequest) (*CreateWebhookEndpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateWebhookEndpoint not implemented")
+}
+func (UnimplementedAdminServiceServer) ListWebhookEndpoints(context.Context, *ListWebhookEndpointsRequest) (*ListWebhookEndpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWebhookEndpoints not implemented")
+}
+func (UnimplementedAdminServiceServer) SetWebhookEndpointEnabled(context.Context, *SetWebhookEndpointEnabledRequest) (*SetWebhookEndpointEnabledResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetWebhookEndpointEnabled not implemented")
+}
+func (UnimplementedAdminServiceServer) RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*RotateWebhookSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateWebhookSecret not implemented")
+}
+func (UnimplementedAdminServiceServer) ResendWebhook(context.Context, *ResendWebhookRequest) (*ResendWebhookResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResendWebhook not implemented")
+}
+func (UnimplementedAdminServiceServer) RecoverWebhooks(context.Context, *RecoverWebhooksRequest) (*RecoverWebhooksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecoverWebhooks not implemented")
+}
+func (UnimplementedAdminServiceServer) ListWebhookAttempts(context.Context, *ListWebhookAttemptsRequest) (*ListWebhookAttemptsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWebhookAttempts not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -546,6 +682,132 @@ func _AdminService_SetTenantLimits_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_CreateWebhookEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateWebhookEndpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CreateWebhookEndpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CreateWebhookEndpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CreateWebhookEndpoint(ctx, req.(*CreateWebhookEndpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListWebhookEndpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWebhookEndpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListWebhookEndpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListWebhookEndpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListWebhookEndpoints(ctx, req.(*ListWebhookEndpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetWebhookEndpointEnabled_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetWebhookEndpointEnabledRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetWebhookEndpointEnabled(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetWebhookEndpointEnabled_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetWebhookEndpointEnabled(ctx, req.(*SetWebhookEndpointEnabledRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RotateWebhookSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateWebhookSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RotateWebhookSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RotateWebhookSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RotateWebhookSecret(ctx, req.(*RotateWebhookSecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ResendWebhook_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResendWebhookRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ResendWebhook(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ResendWebhook_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ResendWebhook(ctx, req.(*ResendWebhookRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RecoverWebhooks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecoverWebhooksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RecoverWebhooks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RecoverWebhooks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RecoverWebhooks(ctx, req.(*RecoverWebhooksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListWebhookAttempts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWebhookAttemptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListWebhookAttempts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListWebhookAttempts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListWebhookAttempts(ctx, req.(*ListWebhookAttemptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -600,6 +862,34 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetTenantLimits",
 			Handler:    _AdminService_SetTenantLimits_Handler,
+		},
+		{
+			MethodName: "CreateWebhookEndpoint",
+			Handler:    _AdminService_CreateWebhookEndpoint_Handler,
+		},
+		{
+			MethodName: "ListWebhookEndpoints",
+			Handler:    _AdminService_ListWebhookEndpoints_Handler,
+		},
+		{
+			MethodName: "SetWebhookEndpointEnabled",
+			Handler:    _AdminService_SetWebhookEndpointEnabled_Handler,
+		},
+		{
+			MethodName: "RotateWebhookSecret",
+			Handler:    _AdminService_RotateWebhookSecret_Handler,
+		},
+		{
+			MethodName: "ResendWebhook",
+			Handler:    _AdminService_ResendWebhook_Handler,
+		},
+		{
+			MethodName: "RecoverWebhooks",
+			Handler:    _AdminService_RecoverWebhooks_Handler,
+		},
+		{
+			MethodName: "ListWebhookAttempts",
+			Handler:    _AdminService_ListWebhookAttempts_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -38,6 +38,9 @@ type Server struct {
 	runner *reconcile.Runner
 	prober Prober
 	log    *slog.Logger
+	// LoopbackWebhooks accepts http:// endpoints on loopback
+	// (development: a local receiver).
+	LoopbackWebhooks bool
 }
 
 // Prober asks the gateway whether it holds a charge for a payment, and

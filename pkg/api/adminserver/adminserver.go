@@ -54,6 +54,9 @@ type Config struct {
 	// AuditDatabaseURL, if set, is the audit log's database: the
 	// console shows a payment's history from it.
 	AuditDatabaseURL string
+	// LoopbackWebhooks lets webhook endpoints be http:// on loopback
+	// (development: a local receiver).
+	LoopbackWebhooks bool
 }
 
 // Validate reports the first configuration error.
@@ -132,6 +135,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		prober = &gateway.Charger{Gateway: gw, ProbeTimeout: 5 * time.Second, MaxRequest: cfg.Gateway.MaxRequestTime()}
 	}
 	adm := admin.New(pool, runner, prober, log)
+	adm.LoopbackWebhooks = cfg.LoopbackWebhooks
 	payschedv1.RegisterAdminServiceServer(gs, adm)
 	ready := server.Pinger(pool)
 	h, err := rest.New(ctx, rest.Options{

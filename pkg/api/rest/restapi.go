@@ -161,7 +161,10 @@ func routeName(r *http.Request) string {
 		return r.Method + " /v1/scheduled-payments/{id}"
 	case strings.HasPrefix(p, "/v1/admin/scheduled-payments/"):
 		return r.Method + " /v1/admin/scheduled-payments/{id}"
-	case p == "/v1/admin/dead-letters" || p == "/v1/admin/reconciliation-runs":
+	case strings.HasPrefix(p, "/v1/admin/webhook-endpoints/"):
+		return r.Method + " /v1/admin/webhook-endpoints/{id}"
+	case p == "/v1/admin/dead-letters" || p == "/v1/admin/reconciliation-runs" || p == "/v1/admin/webhook-endpoints" ||
+		p == "/v1/admin/webhook-attempts" || p == "/v1/admin/tenants":
 		return r.Method + " " + p
 	case p == "/v1/scheduled-payments" || p == "/v1/scheduled-payments:batchCreate" ||
 		p == "/healthz" || p == "/metrics" || p == "/openapi.json" || p == "/openapi.v3.json" || p == adminOpenAPIPath:
