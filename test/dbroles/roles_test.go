@@ -26,9 +26,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// roles are the group roles of migrations 0010 and 0012.
+// roles are the group roles of migrations 0010, 0012 and 0023.
 var roles = []string{"paysched_api", "paysched_admin", "paysched_sweeper", "paysched_executor", "paysched_reaper",
-	"paysched_reconciler", "paysched_audit", "paysched_cdc"}
+	"paysched_reconciler", "paysched_audit", "paysched_cdc", "paysched_webhooks"}
 
 // env is one migrated database with a LOGIN member of every group role.
 type env struct {
