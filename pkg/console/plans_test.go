@@ -84,7 +84,8 @@ func TestSearchPlansAreIndexedAndBounded(t *testing.T) {
 		{"dead-letter count", deadCountSQL, []any{"", maxBulk + 1}, "due_time_id_idx"},
 		{"dead-letter selection", deadSelectionSQL, []any{nil, "", maxBulk + 1, nil}, "due_time_id_idx"},
 		{"open status count", cappedCountSQL(payment.DeadLettered), []any{countCap + 1}, "Index"},
-		{"forecast", forecastSQL, nil, "run_at_idx"},
+		{"forecast", forecastSQL, []any{now.Add(25 * time.Hour)}, "run_at_idx"},
+		{"a tenant's dead letters", tenantDeadSQL, []any{"alice-7", now.Add(time.Hour)}, "Index"},
 	} {
 		rows, err := h.db.Query(ctx, "EXPLAIN "+c.sql, c.args...)
 		if err != nil {

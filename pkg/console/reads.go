@@ -55,6 +55,7 @@ const forecastSQL = `
 SELECT date_trunc('minute', run_at) AS m, currency, count(*), sum(amount_minor)::bigint
 FROM payments
 WHERE status = ` + pending + ` AND run_at >= date_trunc('minute', now()) AND run_at < now() + interval '24 hours'
+  AND due_time <= $1
 GROUP BY 1, 2 ORDER BY 1`
 
 // sampleSQL summarises the attempts started in ($1, $2]: through the BRIN
@@ -171,7 +172,8 @@ SELECT count(*), coalesce(sum(amount_minor), 0)::bigint FROM (
 // the tenant).
 const tenantDeadSQL = `
 SELECT ` + rowCols + ` FROM (
-  SELECT * FROM payments WHERE status = ` + dead + ` AND due_time <= now() ORDER BY due_time DESC, id DESC LIMIT 2000) p
+  SELECT * FROM payments WHERE status = ` + dead + ` AND due_time <= now() AND due_time <= $2
+  ORDER BY due_time DESC, id DESC LIMIT 2000) p
 WHERE p.tenant = $1 ORDER BY p.due_time DESC, p.id DESC LIMIT 20`
 
 // actionsSQL reads one page: at most $6 (actionsScan) rows back from the

@@ -70,7 +70,7 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
 		c.dbFail(w, r, v, "read tenant", err)
 		return
 	}
-	rows, err := c.db.Query(ctx, tenantDeadSQL, tenant)
+	rows, err := c.db.Query(ctx, tenantDeadSQL, tenant, store.DueBound(time.Now()))
 	if err != nil {
 		c.dbFail(w, r, v, "tenant dead letters", err)
 		return
