@@ -95,7 +95,7 @@ up() {
       gw=(--gateway stripe --stripe-key-file "$DATA/stripe-key" --stripe-api-url "http://$STRIPE_MOCK_HTTP") ;;
     *) echo "GATEWAY=$GATEWAY: want grpc or stripe" >&2; exit 2 ;;
   esac
-  for b in migrate payments-api admin-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer reconciler devcerts; do
+  for b in migrate payments-api admin-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer webhook-dispatcher reconciler devcerts; do
     [ -x "$ROOT/bin/$b" ] || { echo "bin/$b is missing: run 'make build'" >&2; exit 1; }
   done
   echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg)"
@@ -131,6 +131,9 @@ up() {
   # pacedConn: cheaper for the walsender than loopback TCP).
   start_service cdc --database-url "$("$PG" socket-url "$DATA/pg" "$PGPORT" paysched)" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service audit-consumer --audit-database-url "$AUDIT_DB_URL" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
+  # Webhooks to the tenants' endpoints; loopback allowed: make demo's
+  # receiver listens on 127.0.0.1 (production refuses it).
+  start_service webhook-dispatcher --kafka-brokers "127.0.0.1:$KAFKA_PORT" --allow-loopback
   start_service reconciler --http-addr 127.0.0.1:9420 --webhook-secret-file "$webhook_secret" $(gwc reconciler) ${gw[@]+"${gw[@]}"} ${RECONCILER_FLAGS:-}
   start_service gateway-sim --gateway-database-url "postgres://postgres@127.0.0.1:$PGPORT/paysched_gateway?sslmode=disable" \
     --webhook-url http://127.0.0.1:9420/webhooks/gateway --webhook-secret-file "$webhook_secret" \
@@ -182,6 +185,7 @@ paysched is up.
   engine   gateway-sim 127.0.0.1:9300 (TLS, CA and token in .data/tls), executors 127.0.0.1:9100 and :9110, sweeper and reaper (metrics :9200, :9210)
   console  http://$ADMIN_HTTP_ADDR/console/   (development login: any name; role admin to act and approve)
   admin    admin-api: REST http://$ADMIN_HTTP_ADDR/v1/admin/..., gRPC $ADMIN_GRPC_ADDR (admin tokens only: bin/payctl token --admin)
+  webhooks webhook-dispatcher (metrics :9430) signs and delivers the notifications to each tenant's endpoints (docs/EVENTS.md, Webhooks)
   books    reconciler (webhooks :9420, metrics :9421): bin/payctl reconcile --day \$(date -u +%F); bin/payctl dead-letters
   metrics  payments-api http://127.0.0.1:9190/metrics, admin-api :9191 (apart from the API ports)
   env      . .data/env
@@ -201,7 +205,7 @@ down() {
   # Sweepers first (no new claims), then executors (they finish their
   # batches), then the rest.
   local files=("$RUN"/sweeper*.pid "$RUN"/reaper*.pid "$RUN"/executor*.pid "$RUN"/payments-api.pid "$RUN"/admin-api.pid "$RUN"/gateway-sim.pid
-    "$RUN"/reconciler.pid "$RUN"/stripe-mock.pid "$RUN"/cdc.pid "$RUN"/audit-consumer.pid "$RUN"/kafka.pid)
+    "$RUN"/reconciler.pid "$RUN"/stripe-mock.pid "$RUN"/cdc.pid "$RUN"/audit-consumer.pid "$RUN"/webhook-dispatcher.pid "$RUN"/kafka.pid)
   for f in "$RUN"/*.pid; do
     case " ${files[*]} " in *" $f "*) ;; *) files+=("$f") ;; esac
   done

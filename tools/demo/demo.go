@@ -80,7 +80,9 @@ type demoRun struct {
 // one fails.
 func Run(o Options) error {
 	d := &demoRun{o: &o, actor: "demo-" + time.Now().UTC().Format("150405")}
-	tok, err := auth.Mint([]byte(o.Secret), o.Issuer, o.Audience, d.actor, false, 30*time.Minute)
+	// The run is a tenant of its own: its webhook endpoint receives this
+	// run's notifications and no other's.
+	tok, err := auth.MintFor([]byte(o.Secret), o.Issuer, o.Audience, d.actor, d.actor, false, 30*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -146,6 +148,8 @@ func Run(o Options) error {
 	}
 	notes := d.watchNotifications()
 	defer notes.stop()
+	hooks := d.receiveWebhooks()
+	defer hooks.stop()
 	ids, err := d.schedule()
 	if err != nil {
 		return err
@@ -153,7 +157,7 @@ func Run(o Options) error {
 	if err := d.watch(ids); err != nil {
 		return err
 	}
-	return d.summary(ids, notes)
+	return d.summary(ids, notes, hooks)
 }
 
 func (d *demoRun) schedule() ([]string, error) {
@@ -340,7 +344,7 @@ func (d *demoRun) watchNotifications() *notifications {
 	return n
 }
 
-func (d *demoRun) summary(ids []string, notes *notifications) error {
+func (d *demoRun) summary(ids []string, notes *notifications, hooks *hooks) error {
 	out := d.o.Out
 	st, err := d.counts(demoStatusSQL)
 	if err != nil {
@@ -369,7 +373,9 @@ func (d *demoRun) summary(ids []string, notes *notifications) error {
 			payment.Names(payment.Completed, payment.Failed, payment.Cancelled, payment.DeadLettered)).Scan(&audited, &auditedTerminal); err != nil {
 			return fmt.Errorf("audit log: %w", err)
 		}
-		if distinct, _ := notes.count(); (auditedTerminal >= int64(len(ids)) && distinct >= want) || time.Now().After(wait) {
+		distinct, _ := notes.count()
+		verified, _, _ := hooks.count()
+		if (auditedTerminal >= int64(len(ids)) && distinct >= want && (hooks.err != nil || verified >= want)) || time.Now().After(wait) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -394,6 +400,13 @@ func (d *demoRun) summary(ids []string, notes *notifications) error {
 	} else {
 		fmt.Fprintf(out, "  notifications  %d distinct ce_id (%d delivered; expected %d: creation + terminal per payment)\n", distinct, total, want)
 	}
+	verified, received, refused := hooks.count()
+	if hooks.err != nil {
+		fmt.Fprintf(out, "  webhooks       unavailable: %v\n", hooks.err)
+	} else {
+		fmt.Fprintf(out, "  webhooks       %d signed deliveries verified (distinct webhook-id; %d received, %d refused; expected %d)\n",
+			verified, received, len(refused), want)
+	}
 	recon := d.reconcile(out)
 
 	var bad []string
@@ -406,10 +419,14 @@ func (d *demoRun) summary(ids []string, notes *notifications) error {
 	if recon != nil {
 		bad = append(bad, recon.Error())
 	}
+
 	if len(bad) > 0 {
 		return fmt.Errorf("money invariant violated: %s", strings.Join(bad, "; "))
 	}
 	fmt.Fprintln(out, "\nmoney invariants hold: gateway charges == COMPLETED payments, no double charge")
+	if len(refused) > 0 {
+		return fmt.Errorf("webhook signatures refused: %v", refused[:min(3, len(refused))])
+	}
 	return nil
 }
 

@@ -1,0 +1,81 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/paysched/paysched/pkg/events/webhook"
+)
+
+// hooks is the demo's webhook receiver: an endpoint of the run's tenant,
+// registered for the run, that verifies every delivery's signature.
+type hooks struct {
+	mu       sync.Mutex
+	verified map[string]bool // distinct webhook-id verified
+	total    int
+	refused  []string
+	srv      *http.Server
+	err      error
+}
+
+// receiveWebhooks starts the receiver on a loopback port and registers it
+// as an endpoint of the run's tenant (every event type).
+func (d *demoRun) receiveWebhooks() *hooks {
+	h := &hooks{verified: map[string]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		h.err = err
+		return h
+	}
+	ep := webhook.Endpoint{Tenant: d.actor, URL: fmt.Sprintf("http://%s/paysched", ln.Addr()),
+		Description: "make demo's receiver", MaxInflight: 16, MaxPerSecond: 10000}
+	var secret string
+	if err := ep.Check(true); err == nil {
+		_, secret, err = webhook.CreateEndpoint(context.Background(), d.db, ep)
+		if err != nil {
+			h.err = err
+		}
+	} else {
+		h.err = err
+	}
+	if h.err != nil {
+		ln.Close()
+		return h
+	}
+	h.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		id := r.Header.Get(webhook.HeaderID)
+		err := webhook.Verify(secret, id, r.Header.Get(webhook.HeaderTimestamp), r.Header.Get(webhook.HeaderSignature), body, time.Now())
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.total++
+		if err != nil {
+			h.refused = append(h.refused, id+": "+err.Error())
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		h.verified[id] = true
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go func() { _ = h.srv.Serve(ln) }()
+	return h
+}
+
+func (h *hooks) stop() {
+	if h.srv != nil {
+		_ = h.srv.Close()
+	}
+}
+
+// count is the distinct deliveries verified, all received, and the
+// refusals.
+func (h *hooks) count() (verified, total int, refused []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.verified), h.total, append([]string(nil), h.refused...)
+}
