@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools:$(PATH)
 
-.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync bench-fair bench-console console-shots chaos clean
+.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync bench-fair bench-console bench-webhooks console-shots chaos clean
 
 help:
 	@echo "make up         build and start the local stack (Postgres, payments-api and the engine)"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench-console seed N=5000000 payments with COPY and time every console page (p99 target 200 ms)"
 	@echo "make bench-fair  fair claims: one tenant of N=200000 and 100 of 100 due together, fair against due order"
 	@echo "make bench-steady RATE=1000 payments due every second for STEADY_FOR=120s, full stack with CDC and gateway faults"
+	@echo "make bench-webhooks N=100000 payments' notifications through webhook-dispatcher to 3 tenants' endpoints (one failing, one hanging)"
 	@echo "make console-shots retake docs/console's screenshots in headless chromium (the console's browser tests)"
 	@echo "make bench-sync what a synchronous standby costs an acknowledged write (API creates, pgbench), async against sync"
 
@@ -93,6 +94,9 @@ bench-recon: build
 
 bench-console: build
 	@N=$(or $(N),5000000) deploy/local/bench-console.sh
+
+bench-webhooks: build
+	@deploy/local/bench-webhooks.sh
 
 console-shots:
 	@PAYSCHED_CONSOLE_SHOTS=$(CURDIR)/docs/console deploy/local/with-pg.sh go test -count=1 -run 'Console' ./test/e2e

@@ -30,7 +30,7 @@ func main() {
 	batchConc := fs.Int("batch-concurrency", 8, "concurrent clients for batchCreate")
 	dur := fs.Duration("duration", 10*time.Second, "length of each phase")
 	batch := fs.Int("batch-size", 1000, "items per batchCreate")
-	mode := fs.String("mode", "api", "api: create throughput; fair: one big tenant (--n) and --small tenants of --per-small, all due in one second; spike: N payments due in one second, executed by the engine; steady: --rate payments due every second for --steady-for on the full stack; recon: reconcile a day of N attempts; console: seed N payments with COPY and time every console page")
+	mode := fs.String("mode", "api", "api: create throughput; fair: one big tenant (--n) and --small tenants of --per-small, all due in one second; spike: N payments due in one second, executed by the engine; steady: --rate payments due every second for --steady-for on the full stack; recon: reconcile a day of N attempts; webhooks: --n payments' notifications at --rate a second through a running webhook-dispatcher to 3 tenants' endpoints; console: seed N payments with COPY and time every console page")
 	rate := fs.Int("rate", 1000, "steady: payments falling due per second")
 	steadyFor := fs.Duration("steady-for", 120*time.Second, "steady: how long payments keep falling due")
 	gwAddr := fs.String("gateway-addr", "127.0.0.1:9300", "steady: gateway-sim, for its double-charge report")
@@ -69,6 +69,9 @@ func main() {
 	}
 	if *mode == "fair" {
 		os.Exit(fairRun(cfg, []byte(*secret), *n, *small, *perSmall, *later, *lead, *dbURL, *timeout))
+	}
+	if *mode == "webhooks" {
+		os.Exit(webhooksRun(*dbURL, *kafkaBrokers, *n, *rate, *timeout))
 	}
 	if *mode == "spike" {
 		os.Exit(spike(cfg, *n, *lead, *dbURL, *auditURL, *pids, *logs, *timeout, *kafkaBrokers))

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paysched/paysched/tools/webhookbench"
+)
+
+// webhooksRun is make bench-webhooks: the last line is
+// `webhooks delivered= verified= p99_ms= duplicates_per_endpoint= lost=`.
+func webhooksRun(dbURL, brokers string, n, rate int, timeout time.Duration) int {
+	ctx := context.Background()
+	if brokers == "" {
+		fmt.Fprintln(os.Stderr, "paybench: webhooks needs --kafka-brokers")
+		return 2
+	}
+	db, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	defer db.Close()
+	res, err := webhookbench.Run(ctx, webhookbench.Config{DB: db, Brokers: strings.Split(brokers, ","), N: n, Rate: rate,
+		Hang: 20 * time.Second, Timeout: timeout, Out: os.Stdout})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paybench:", err)
+		return 1
+	}
+	if res.Lost > 0 {
+		return 1
+	}
+	return 0
+}
