@@ -35,6 +35,7 @@ func main() {
 	timeout := fs.Duration("timeout", 15*time.Second, "an attempt's time limit, response included")
 	proxy := fs.String("egress-proxy", "", "send every attempt through this HTTP proxy (e.g. smokescreen), which then refuses private addresses; empty: connect directly, refusing them here")
 	loopback := fs.Bool("allow-loopback", false, "let endpoints on 127.0.0.1 and ::1 (and http://) be reached: a local receiver in development; refused without --dev")
+	schedule := fs.String("retry-schedule", webhook.DefaultSchedule.String(), "the delays before each retry; their count is the retries a delivery gets (the spec's by default)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9430", "metrics and health listen address")
 	svc.Main("webhook-dispatcher", fs, func(ctx context.Context, log *slog.Logger) error {
 		mode.Announce(log)
@@ -58,12 +59,16 @@ func main() {
 			}
 			eg.Proxy = u
 		}
+		sched, err := webhook.ParseSchedule(*schedule)
+		if err != nil {
+			return fmt.Errorf("--retry-schedule: %w", err)
+		}
 		kafkaOpts, err := kafkaSec.Opts()
 		if err != nil {
 			return err
 		}
 		cfg := webhook.Config{Brokers: strings.Split(*brokers, ","), KafkaOpts: kafkaOpts, Group: *group,
-			Topics: kafka.TopicsFor(*prefix), Egress: eg, Slots: *slots}
+			Topics: kafka.TopicsFor(*prefix), Egress: eg, Slots: *slots, Schedule: sched}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}

@@ -134,6 +134,8 @@ type Worker struct {
 	Lease time.Duration
 	// Poll is the wait after a claim that found nothing (default 50 ms).
 	Poll time.Duration
+	// Schedule is the retries' delays (default DefaultSchedule).
+	Schedule Schedule
 	// OnDisabled announces an endpoint just disabled (the
 	// paysched.webhook.endpoint_disabled event). Called before the disable
 	// commits: announced at least once.
@@ -158,6 +160,9 @@ func (w *Worker) defaults() {
 	}
 	if w.Poll <= 0 {
 		w.Poll = 50 * time.Millisecond
+	}
+	if len(w.Schedule) == 0 {
+		w.Schedule = DefaultSchedule
 	}
 	if w.Now == nil {
 		w.Now = time.Now
@@ -258,11 +263,11 @@ func (w *Worker) Attempt(ctx context.Context, d Delivery) {
 	case Gone:
 		state = Undelivered
 	default:
-		if d.Attempt >= MaxAttempts {
+		if d.Attempt >= w.Schedule.Attempts() {
 			state = Undelivered
 		} else {
 			w.mu.Lock()
-			next = at.Add(Backoff(d.Attempt, retryAfter, w.rng))
+			next = at.Add(w.Schedule.Backoff(d.Attempt, retryAfter, w.rng))
 			w.mu.Unlock()
 		}
 	}

@@ -53,6 +53,8 @@ type Config struct {
 	Egress    Egress
 	// Slots: attempts at once (default 64).
 	Slots int
+	// Schedule: the retries' delays (default DefaultSchedule).
+	Schedule Schedule
 }
 
 // Validate says what is wrong with c.
@@ -125,8 +127,9 @@ func New(cfg Config, db store.DB, reg prometheus.Registerer, log *slog.Logger) (
 		return float64(n)
 	})
 	reg.MustRegister(d.m.attempts, d.m.lag, d.m.fanned, d.m.disabled)
-	d.worker = &Worker{DB: db, Client: cfg.Egress.Client(), Slots: cfg.Slots, Lease: cfg.Egress.Timeout + 15*time.Second,
-		Log: log, OnDisabled: d.announce, OnAttempt: func(c Class, _, lag time.Duration) {
+	d.worker = &Worker{DB: db, Client: cfg.Egress.Client(), Slots: cfg.Slots, Schedule: cfg.Schedule,
+		Lease: cfg.Egress.Timeout + 15*time.Second,
+		Log:   log, OnDisabled: d.announce, OnAttempt: func(c Class, _, lag time.Duration) {
 			d.m.attempts.WithLabelValues(string(c)).Inc()
 			if c == Delivered {
 				d.m.lag.Observe(lag.Seconds())

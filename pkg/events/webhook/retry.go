@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -9,13 +10,44 @@ import (
 )
 
 // Schedule is the delay before each attempt after the first (which is
-// immediate): the spec's and Svix's 5 s, 5 min, 30 min, 2 h, 5 h, 10 h,
-// 10 h. After the last, the delivery is Undelivered (recover brings it back).
-var Schedule = []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour,
+// immediate). After the last, the delivery is Undelivered (recover brings
+// it back).
+type Schedule []time.Duration
+
+// DefaultSchedule is the spec's and Svix's: 5 s, 5 min, 30 min, 2 h, 5 h,
+// 10 h, 10 h (a day and a few hours in all).
+var DefaultSchedule = Schedule{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour,
 	5 * time.Hour, 10 * time.Hour, 10 * time.Hour}
 
-// MaxAttempts is how many attempts a delivery gets.
-var MaxAttempts = len(Schedule) + 1
+// ParseSchedule reads "5s,5m,30m" (the --retry-schedule flag): 1 to 20
+// positive delays of at most MaxRetryAfter each.
+func ParseSchedule(s string) (Schedule, error) {
+	var out Schedule
+	for _, part := range strings.Split(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil || d <= 0 || d > MaxRetryAfter {
+			return nil, fmt.Errorf("retry schedule %q: want positive durations up to %s, separated by commas", s, MaxRetryAfter)
+		}
+		out = append(out, d)
+	}
+	if len(out) > 20 {
+		return nil, fmt.Errorf("retry schedule %q: %d retries, want at most 20", s, len(out))
+	}
+	return out, nil
+}
+
+// String is the flag form.
+func (s Schedule) String() string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// Attempts is how many attempts a delivery gets: the first, then one per
+// delay.
+func (s Schedule) Attempts() int { return len(s) + 1 }
 
 // DisableAfter is how long an endpoint may fail, every attempt since its
 // last success, before it is disabled.
@@ -57,8 +89,8 @@ func Classify(status int) Class {
 // schedule's, with up to ±10% jitter so that retries of one outage do not
 // arrive together. A Retry-After (retryAfter > 0) of a throttled answer
 // replaces it when longer.
-func Backoff(n int, retryAfter time.Duration, rng *rand.Rand) time.Duration {
-	d := Schedule[min(max(n, 1), len(Schedule))-1]
+func (s Schedule) Backoff(n int, retryAfter time.Duration, rng *rand.Rand) time.Duration {
+	d := s[min(max(n, 1), len(s))-1]
 	if rng != nil {
 		d += time.Duration((rng.Float64()*0.2 - 0.1) * float64(d))
 	}

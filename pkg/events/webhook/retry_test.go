@@ -28,20 +28,43 @@ func TestRetryAfterAndBackoff(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for n, base := range Schedule {
-		d := Backoff(n+1, 0, rng)
+	for n, base := range DefaultSchedule {
+		d := DefaultSchedule.Backoff(n+1, 0, rng)
 		if d < base*9/10 || d > base*11/10 {
 			t.Errorf("attempt %d: %s, want %s ±10%%", n+2, d, base)
 		}
 	}
 	// A Retry-After longer than the schedule's wins; a shorter one does not.
-	if d := Backoff(1, time.Minute, nil); d != time.Minute {
+	if d := DefaultSchedule.Backoff(1, time.Minute, nil); d != time.Minute {
 		t.Errorf("Retry-After 1 min after the first attempt: %s", d)
 	}
-	if d := Backoff(3, time.Minute, nil); d != 30*time.Minute {
+	if d := DefaultSchedule.Backoff(3, time.Minute, nil); d != 30*time.Minute {
 		t.Errorf("Retry-After 1 min against 30 min: %s", d)
 	}
-	if MaxAttempts != 8 {
-		t.Errorf("%d attempts, want 8 (immediately, then 7 retries)", MaxAttempts)
+	if n := DefaultSchedule.Attempts(); n != 8 {
+		t.Errorf("%d attempts, want 8 (immediately, then 7 retries)", n)
+	}
+}
+
+func TestParseSchedule(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Schedule
+	}{
+		{"1s,2s, 4s", Schedule{time.Second, 2 * time.Second, 4 * time.Second}},
+		{DefaultSchedule.String(), DefaultSchedule},
+		{"", nil}, {"1s,,2s", nil}, {"0s", nil}, {"-1s", nil}, {"11h", nil}, {"soon", nil},
+		{"1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s", nil},
+	} {
+		got, err := ParseSchedule(tc.in)
+		if tc.want == nil {
+			if err == nil {
+				t.Errorf("%q: accepted as %v", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got.String() != tc.want.String() {
+			t.Errorf("%q: %v, %v; want %v", tc.in, got, err, tc.want)
+		}
 	}
 }
