@@ -30,7 +30,7 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
 	for _, want := range []string{"postgres", "kafka", "migrate", "payments-api", "admin-api", "gateway-sim", "executor", "sweeper",
-		"reaper", "cdc", "audit-consumer", "reconciler"} {
+		"reaper", "cdc", "audit-consumer", "webhook-dispatcher", "reconciler"} {
 		if _, ok := doc.Services[want]; !ok {
 			t.Errorf("service %s missing", want)
 		}

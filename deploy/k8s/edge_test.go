@@ -2,6 +2,7 @@ package k8s_test
 
 import (
 	"net"
+	"net/netip"
 	"regexp"
 	"slices"
 	"sort"
@@ -11,20 +12,27 @@ import (
 
 // egressWant is where each workload may open connections, by kind of
 // destination (see destinations). payments-api, the internet's door,
-// reaches the database and nothing that moves money.
+// reaches the database and nothing that moves money; the webhook-dispatcher
+// alone reaches the tenants' endpoints (443 outside the cluster), and no
+// gateway.
 var egressWant = map[string][]string{
-	"payments-api":   {"dns", "otel", "postgres"},
-	"admin-api":      {"dns", "gateway", "otel", "postgres"},
-	"sweeper":        {"dns", "executor", "otel", "postgres"},
-	"executor":       {"dns", "gateway", "otel", "postgres"},
-	"reaper":         {"dns", "otel", "postgres"},
-	"cdc":            {"dns", "kafka", "otel", "postgres"},
-	"audit-consumer": {"dns", "kafka", "otel", "postgres"},
-	"reconciler":     {"dns", "gateway", "otel", "postgres"},
+	"payments-api":       {"dns", "otel", "postgres"},
+	"admin-api":          {"dns", "gateway", "otel", "postgres"},
+	"sweeper":            {"dns", "executor", "otel", "postgres"},
+	"executor":           {"dns", "gateway", "otel", "postgres"},
+	"reaper":             {"dns", "otel", "postgres"},
+	"cdc":                {"dns", "kafka", "otel", "postgres"},
+	"audit-consumer":     {"dns", "kafka", "otel", "postgres"},
+	"webhook-dispatcher": {"dns", "kafka", "otel", "postgres", "webhooks"},
+	"reconciler":         {"dns", "gateway", "otel", "postgres"},
 }
 
 // destinations classifies the egress a pod with labels is allowed:
-// "anywhere" for a rule without peers, else one word per peer.
+// "anywhere" for a rule without peers, else one word per peer. A peer
+// outside the cluster (an ipBlock) is the gateway's when its policy selects
+// the gateway's clients, the webhooks' when it selects the
+// webhook-dispatcher, and must be TLS on 443 that excepts the private and
+// link-local ranges (outside).
 func destinations(t *testing.T, docs []obj, labels any) []string {
 	t.Helper()
 	set := map[string]bool{}
@@ -46,16 +54,16 @@ func destinations(t *testing.T, docs []obj, labels any) []string {
 				case ns == "observability":
 					set["otel"] = true
 				case get(p, "ipBlock") != nil:
-					// Outside the cluster: only the gateway's TLS port.
-					for _, port := range list(r, "ports") {
-						if n, _ := num(port, "port"); n != 443 {
-							t.Errorf("NetworkPolicy %s opens port %v outside the cluster", str(np, "metadata", "name"), get(port, "port"))
-						}
+					outside(t, np, r, p)
+					sel, _ := get(np, "spec", "podSelector", "matchLabels").(map[string]any)
+					switch {
+					case sel["paysched.io/gateway-client"] == "true":
+						set["gateway"] = true
+					case sel["app.kubernetes.io/name"] == "webhook-dispatcher":
+						set["webhooks"] = true
+					default:
+						set[str(np, "metadata", "name")+": unclassified peer outside the cluster"] = true
 					}
-					if len(list(r, "ports")) == 0 {
-						t.Errorf("NetworkPolicy %s opens every port outside the cluster", str(np, "metadata", "name"))
-					}
-					set["gateway"] = true
 				case pods["cnpg.io/cluster"] != nil:
 					set["postgres"] = true
 				case pods["strimzi.io/cluster"] != nil:
@@ -76,6 +84,56 @@ func destinations(t *testing.T, docs []obj, labels any) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// inside are the ranges an egress rule to the outside must except: the
+// private ones the cluster's pods, Services and nodes live in, and the
+// link-local ones of the cloud's metadata service.
+var inside = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"), netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("fc00::/7"), netip.MustParsePrefix("fe80::/10"),
+}
+
+// outside checks egress rule r's ipBlock peer p of NetworkPolicy np: TLS
+// on 443 only, and every inside range its cidr covers excepted.
+func outside(t *testing.T, np obj, r, p any) {
+	t.Helper()
+	name := str(np, "metadata", "name")
+	for _, port := range list(r, "ports") {
+		if n, _ := num(port, "port"); n != 443 {
+			t.Errorf("NetworkPolicy %s opens port %v outside the cluster", name, get(port, "port"))
+		}
+	}
+	if len(list(r, "ports")) == 0 {
+		t.Errorf("NetworkPolicy %s opens every port outside the cluster", name)
+	}
+	cidr, err := netip.ParsePrefix(str(p, "ipBlock", "cidr"))
+	if err != nil {
+		t.Errorf("NetworkPolicy %s: ipBlock cidr: %v", name, err)
+		return
+	}
+	var except []netip.Prefix
+	for _, e := range list(p, "ipBlock", "except") {
+		es, _ := e.(string)
+		ep, err := netip.ParsePrefix(es)
+		if err != nil {
+			t.Errorf("NetworkPolicy %s: ipBlock except: %v", name, err)
+			continue
+		}
+		except = append(except, ep)
+	}
+	for _, in := range inside {
+		if !cidr.Overlaps(in) {
+			continue
+		}
+		covered := false
+		for _, e := range except {
+			covered = covered || e.Bits() <= in.Bits() && e.Contains(in.Addr())
+		}
+		if !covered {
+			t.Errorf("NetworkPolicy %s: ipBlock %s reaches into %s", name, cidr, in)
+		}
+	}
 }
 
 // TestEgressIsDeniedByDefault: egress is denied unless a policy allows it,

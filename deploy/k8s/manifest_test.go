@@ -29,6 +29,7 @@ import (
 	"github.com/paysched/paysched/pkg/console"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
+	"github.com/paysched/paysched/pkg/events/webhook"
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/config"
@@ -63,6 +64,7 @@ var services = []service{
 	{name: "reaper"},
 	{name: "cdc"},
 	{name: "audit-consumer"},
+	{name: "webhook-dispatcher"},
 	{name: "reconciler"},
 	{name: "gateway-sim"},
 }
@@ -77,10 +79,10 @@ var overlays = []struct {
 }{
 	{name: "dev", gatewaySim: true, replicas: map[string]int{
 		"payments-api": 1, "admin-api": 1, "sweeper": 1, "executor": 1, "reaper": 1, "cdc": 1,
-		"audit-consumer": 1, "reconciler": 1, "gateway-sim": 1}},
+		"audit-consumer": 1, "webhook-dispatcher": 1, "reconciler": 1, "gateway-sim": 1}},
 	{name: "prod", atLeast: true, replicas: map[string]int{
 		"payments-api": 2, "admin-api": 1, "sweeper": 2, "executor": 3, "reaper": 1, "cdc": 1,
-		"audit-consumer": 1, "reconciler": 1}},
+		"audit-consumer": 1, "webhook-dispatcher": 2, "reconciler": 1}},
 }
 
 type obj = map[string]any
@@ -295,6 +297,7 @@ var externalSecrets = map[string][]string{
 	"paysched-pg-reconciler": {"username", "password"},
 	"paysched-pg-audit":      {"username", "password"},
 	"paysched-pg-cdc":        {"username", "password"},
+	"paysched-pg-webhooks":   {"username", "password"},
 	"paysched-secrets":       {"cursor-secret", "webhook-secret"},
 }
 
@@ -628,7 +631,7 @@ func checkPostgres(t *testing.T, docs []obj) {
 var dbGroups = map[string]string{
 	"payments-api": "paysched_api", "admin-api": "paysched_admin", "sweeper": "paysched_sweeper", "executor": "paysched_executor",
 	"reaper": "paysched_reaper", "reconciler": "paysched_reconciler", "audit-consumer": "paysched_audit",
-	"cdc": "paysched_cdc",
+	"cdc": "paysched_cdc", "webhook-dispatcher": "paysched_webhooks",
 }
 
 // dbSecret is the Secret of the database user svc logs in as: its own, or
@@ -742,12 +745,17 @@ func checkKafka(t *testing.T, docs []obj) {
 	}
 }
 
-// kafkaClients are the Deployments that use Kafka and the ACLs each one's
+// kafkaClients are the Deployments that use Kafka, the consumer group each
+// joins (its --group default; none for cdc) and the ACLs each one's
 // KafkaUser must grant: exactly these, so that widening a KafkaUser (or
 // adding a client without one) fails here.
-var kafkaClients = map[string][]kafka.Grant{
-	"cdc":            kafka.CDCAccess(kafka.Default),
-	"audit-consumer": kafka.AuditAccess(kafka.Default, kafka.AuditGroup),
+var kafkaClients = map[string]struct {
+	group  string
+	access []kafka.Grant
+}{
+	"cdc":                {"", kafka.CDCAccess(kafka.Default)},
+	"audit-consumer":     {kafka.AuditGroup, kafka.AuditAccess(kafka.Default, kafka.AuditGroup)},
+	"webhook-dispatcher": {webhook.Group, kafka.WebhookAccess(kafka.Default, webhook.Group)},
 }
 
 // checkKafkaClients: each Kafka client authenticates as its own KafkaUser,
@@ -767,7 +775,8 @@ func checkKafkaClients(t *testing.T, docs []obj) {
 			t.Errorf("%s: labeled a Kafka client: %v; has a KafkaUser here: %v", name, labeled, client)
 		}
 	}
-	for name, want := range kafkaClients {
+	for name, client := range kafkaClients {
+		want := client.access
 		d := named(docs, "Deployment", name)
 		if d == nil {
 			t.Errorf("no Deployment %s", name)
@@ -782,8 +791,11 @@ func checkKafkaClients(t *testing.T, docs []obj) {
 		if got := env["PAYSCHED_KAFKA_SASL_MECHANISM"]; got != kafkaauth.ScramSHA512 {
 			t.Errorf("%s: PAYSCHED_KAFKA_SASL_MECHANISM = %q, want %s", name, got, kafkaauth.ScramSHA512)
 		}
-		if g, ok := env["PAYSCHED_GROUP"]; ok && g != kafka.AuditGroup {
-			t.Errorf("%s: PAYSCHED_GROUP = %q, but the KafkaUser grants the group %s", name, g, kafka.AuditGroup)
+		if g, ok := env["PAYSCHED_GROUP"]; ok && g != client.group {
+			t.Errorf("%s: PAYSCHED_GROUP = %q, but the KafkaUser grants the group %q", name, g, client.group)
+		}
+		if p, ok := env["PAYSCHED_TOPIC_PREFIX"]; ok && p != kafka.DefaultPrefix {
+			t.Errorf("%s: PAYSCHED_TOPIC_PREFIX = %q, but the topics and ACLs are %s's", name, p, kafka.DefaultPrefix)
 		}
 		user := env["PAYSCHED_KAFKA_USERNAME"]
 		users[user] = true

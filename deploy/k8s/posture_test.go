@@ -9,7 +9,8 @@ import (
 )
 
 // products are the product workloads (the services' Deployments).
-var products = []string{"payments-api", "admin-api", "sweeper", "executor", "reaper", "cdc", "audit-consumer", "reconciler"}
+var products = []string{"payments-api", "admin-api", "sweeper", "executor", "reaper", "cdc", "audit-consumer", "webhook-dispatcher",
+	"reconciler"}
 
 // containerEnv is a workload's first container's literal env values, the
 // names of those that come from a Secret, its pod spec and the container.
@@ -49,6 +50,9 @@ func TestProductionModeInProd(t *testing.T) {
 			env, fromSecret, _, _ := containerEnv(t, d)
 			if _, ok := env["PAYSCHED_DEV"]; ok {
 				t.Errorf("%s runs in development mode", name)
+			}
+			if _, ok := env["PAYSCHED_ALLOW_LOOPBACK"]; ok {
+				t.Errorf("%s sets PAYSCHED_ALLOW_LOOPBACK (development only)", name)
 			}
 			if !strings.Contains(env["PAYSCHED_DATABASE_URL"], "sslmode=verify-full") {
 				t.Errorf("%s: the database URL does not verify the server", name)
@@ -90,6 +94,8 @@ func TestProductionModeInProd(t *testing.T) {
 					!strings.Contains(u, "sslmode=verify-full") {
 					t.Errorf("audit-consumer: the audit log's database %q is not its own, or not verified", u)
 				}
+			case "webhook-dispatcher":
+				want = []string{"PAYSCHED_KAFKA_CA_FILE", "PAYSCHED_KAFKA_SASL_MECHANISM", "PAYSCHED_KAFKA_USERNAME", "PAYSCHED_KAFKA_PASSWORD_FILE"}
 			}
 			for _, k := range want {
 				if secret[k] {
@@ -112,8 +118,13 @@ func TestProductionModeInProd(t *testing.T) {
 			if d == nil {
 				t.Fatal("a product workload is missing")
 			}
-			if env, _, _, _ := containerEnv(t, d); env["PAYSCHED_DEV"] != "true" {
+			env, _, _, _ := containerEnv(t, d)
+			if env["PAYSCHED_DEV"] != "true" {
 				t.Errorf("%s does not run in development mode, but the dev overlay's secrets are published", str(d, "metadata", "name"))
+			}
+			// A local receiver is the local stack's (make up), never a pod's.
+			if _, ok := env["PAYSCHED_ALLOW_LOOPBACK"]; ok {
+				t.Errorf("%s sets PAYSCHED_ALLOW_LOOPBACK: webhooks may reach the pod's own loopback", str(d, "metadata", "name"))
 			}
 		}
 	})

@@ -40,3 +40,14 @@ func AuditAccess(t Topics, group string) []Grant {
 
 // AuditGroup is the audit-consumer's default consumer group.
 const AuditGroup = "paysched-audit"
+
+// WebhookAccess is what the webhook-dispatcher needs: to read the
+// notifications as a member of group (its default is webhook.Group), and
+// to write to them the endpoint_disabled events it announces. It reads no
+// change topic.
+func WebhookAccess(t Topics, group string) []Grant {
+	return []Grant{
+		{Type: "topic", Name: t.Notifications, Pattern: "literal", Operations: []string{"Read", "Write", "Describe"}},
+		{Type: "group", Name: group, Pattern: "literal", Operations: []string{"Read"}},
+	}
+}
