@@ -51,6 +51,8 @@ type Config struct {
 // Result is what the last line reports.
 type Result struct {
 	Payments, Kills, DoubleCharged, Stuck, LostEvents, Violations int
+	// Webhooks is the line before the last.
+	Webhooks WebhookResult
 }
 
 func (r Result) String() string {
@@ -101,6 +103,10 @@ type run struct {
 	killsHolding int
 	findings     []string
 	res          Result
+	// hooks are the webhook receivers; notified is every notification
+	// read back from Kafka (ce_id -> payment id).
+	hooks    []*receiver
+	notified map[string]string
 }
 
 func (r *run) addr(off int) string { return fmt.Sprintf("127.0.0.1:%d", r.cfg.Base+off) }
@@ -141,8 +147,8 @@ const (
 )
 
 // topology is the full local stack: 2 sweepers, 3 executors, the reaper,
-// cdc, the audit-consumer, the reconciler, and gateway-sim with its
-// Postgres ledger and the faults.
+// cdc, the audit-consumer, the webhook-dispatcher, the reconciler, and
+// gateway-sim with its Postgres ledger and the faults.
 func (r *run) topology() {
 	b := func(n string) string { return filepath.Join(r.cfg.Bin, n) }
 	tlsPath := func(n string) string { return filepath.Join(filepath.Dir(r.tls.CAFile), n) }
@@ -202,6 +208,10 @@ func (r *run) topology() {
 		newProc(d, "cdc", "cdc", b("cdc"), env, "--database-url", r.cdcURL(), "--http-addr", r.addr(400), "--kafka-brokers", kafka,
 			"--status-interval", "500ms", "--heartbeat-interval", "2s"),
 		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), auditEnv, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
+		// The run's receivers are on loopback (development mode), and its
+		// retries are seconds apart (hookSchedule).
+		newProc(d, "webhook-dispatcher", "webhook-dispatcher", b("webhook-dispatcher"), env, "--http-addr", r.addr(dispatcherPort),
+			"--kafka-brokers", kafka, "--allow-loopback", "--retry-schedule", hookSchedule, "--timeout", "5s"),
 		newProc(d, "reconciler", "reconciler", b("reconciler"), env, append([]string{"--http-addr", r.addr(420), "--metrics-addr", r.addr(421),
 			"--webhook-secret", webhookSecret, "--probe-interval", "1s", "--probe-backoff", "1s",
 			"--action-required-timeout", actionBound, "--processing-timeout", processingBound}, gw("reconciler")...)...),
@@ -273,6 +283,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return r.res, err
 	}
 	defer r.close()
+	if err := r.setupWebhooks(ctx); err != nil {
+		return r.res, err
+	}
+	defer func() {
+		for _, h := range r.hooks {
+			h.down()
+		}
+	}()
 
 	w := newWorkload(r)
 	t0 := r.t0
@@ -289,12 +307,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	end := t0.Add(cfg.Spread).Add(5 * time.Second)
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
 	go func() { defer wg.Done(); w.cancels(ctx) }()
 	go func() { defer wg.Done(); w.reschedules(ctx, end) }()
 	go func() { defer wg.Done(); w.redrives(ctx, end) }()
 	go func() { defer wg.Done(); w.holds(ctx, end) }()
 	go func() { defer wg.Done(); r.disrupt(ctx, t0, end) }()
+	go func() { defer wg.Done(); r.webhookChaos(ctx, end) }()
 	wg.Wait()
 	r.logf("chaos over: %s", strings.Join(r.events, ", "))
 	r.logf("executors killed while their completer held outcomes: %d of %d executor kills", r.killsHolding, r.executorKills())

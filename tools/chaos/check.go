@@ -30,6 +30,7 @@ func (r *run) check(ctx context.Context, w *workload, t0 time.Time) {
 	r.checkBooks(ctx, w)
 	r.checkAudit(ctx)
 	r.checkStream(ctx)
+	r.checkWebhooks(ctx, r.notified)
 }
 
 // count runs a count query, retrying through a restarting database.
@@ -288,6 +289,7 @@ func (r *run) checkStream(ctx context.Context) {
 	type key struct{ topic, key string }
 	events := map[key]map[int64]envelope.Full{}
 	notes := map[string]map[string]bool{} // payment|type -> ce_ids
+	r.notified = map[string]string{}
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	kafka.Drain(dctx, cl, nil, func(rec *kgo.Record) {
@@ -306,6 +308,7 @@ func (r *run) checkStream(ctx context.Context) {
 				notes[k] = map[string]bool{}
 			}
 			notes[k][id] = true
+			r.notified[id] = string(rec.Key)
 			return
 		}
 		e, err := envelope.DecodeFull(rec.Value)

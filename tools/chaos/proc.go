@@ -40,6 +40,14 @@ func (p *proc) start() error {
 }
 
 func (p *proc) startLocked() error {
+	// Two drivers may kill and restart one process at once (the random
+	// kills and the webhook chaos): the second start finds the first's
+	// process running and leaves it (a second process would fail to bind,
+	// and the first would outlive the run, unsupervised).
+	if p.running() {
+		p.stopped = false
+		return nil
+	}
 	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -77,6 +85,20 @@ func (p *proc) startLocked() error {
 		}
 	}()
 	return nil
+}
+
+// running says whether the last process started has not exited; p.mu is
+// held.
+func (p *proc) running() bool {
+	if p.exited == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // signal sends sig and waits (bounded) for the exit; the process stays down

@@ -1,7 +1,9 @@
 // Command chaos is `make chaos`: the full local topology under kill -9,
 // a Postgres restart, a Kafka restart and a tier-wide SIGTERM while
-// payments fall due, then every money and event invariant is checked. Its
-// last line is `chaos payments=<n> kills=<n> double_charged=<n> stuck=<n>
+// payments fall due (and the webhook-dispatcher and receivers are killed
+// in turn), then every money, event and webhook invariant is checked. The
+// line before the last is `chaos webhooks endpoints=<n> expected=<n>
+// delivered=<n> duplicates=<n> lost=<n>`; the last line is `chaos payments=<n> kills=<n> double_charged=<n> stuck=<n>
 // lost_events=<n> violations=<n>`; it exits 1 on any violation.
 package main
 
@@ -44,6 +46,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		res.Violations++
 	}
+	fmt.Println(res.Webhooks)
 	fmt.Println(res)
 	if res.Violations > 0 {
 		os.Exit(1)
