@@ -48,7 +48,8 @@ const claimCap = 64
 var claimSQL = `
 WITH ep AS (
     SELECT e.id, e.max_inflight - (SELECT count(*) FROM webhook_deliveries x
-            WHERE x.endpoint_id = e.id AND x.state = '` + Waiting + `' AND x.lease_until > now())::int AS room
+            WHERE x.endpoint_id = e.id AND x.state = '` + Waiting + `' AND x.lease_until IS NOT NULL
+              AND x.lease_until > now())::int AS room
     FROM webhook_endpoints e WHERE e.enabled),
 cand AS (
     SELECT c.id, ep.room, row_number() OVER (PARTITION BY ep.id ORDER BY c.next_at, c.id) AS n
@@ -65,21 +66,41 @@ FROM picked, webhook_endpoints e
 WHERE d.id = picked.id AND e.id = d.endpoint_id
 RETURNING d.id, d.endpoint_id, d.msg_id, d.event_type, d.body, d.attempts, d.noted_at, e.url, e.tenant,
           CASE WHEN e.rotate_until IS NOT NULL AND e.rotate_until < now() THEN e.secrets[1:1] ELSE e.secrets END,
-          e.max_per_second, e.failing_since IS NOT NULL`
+          e.max_per_second, e.failing_since`
 
-// outcomeSQL records an attempt and what follows it, fenced by the
+// outcomeSQL records attempts and what follows each, fenced by the
 // attempt: an attempt whose lease ran out and was claimed again records
-// nothing (the newer attempt owns the delivery).
+// nothing (the newer attempt owns the delivery). One statement records a
+// batch (see recorder).
 const outcomeSQL = `
-WITH d AS (
-    UPDATE webhook_deliveries
-    SET state = $3, next_at = $4, lease_until = NULL, last_status = $5, last_error = $6,
-        done_at = CASE WHEN $3 = '` + Waiting + `' THEN NULL ELSE now() END
-    WHERE id = $1 AND attempts = $2 AND state = '` + Waiting + `'
-    RETURNING id)
+WITH o AS (
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::int[], $6::text[],
+                         $7::timestamptz[], $8::int[], $9::text[])
+        AS o(id, attempt, state, next_at, status, error, at, latency_ms, response)),
+d AS (
+    UPDATE webhook_deliveries w
+    SET state = o.state, next_at = o.next_at, lease_until = NULL, last_status = o.status, last_error = o.error,
+        done_at = CASE WHEN o.state = '` + Waiting + `' THEN NULL ELSE now() END
+    FROM o
+    WHERE w.id = o.id AND w.attempts = o.attempt AND w.state = '` + Waiting + `'
+    RETURNING w.id, w.attempts)
 INSERT INTO webhook_attempts (delivery_id, attempt, at, status, latency_ms, error, response)
-SELECT d.id, $2, $7, $5, $8, $6, $9 FROM d
+SELECT o.id, o.attempt, o.at, o.status, o.latency_ms, o.error, o.response FROM o JOIN d ON d.id = o.id AND d.attempts = o.attempt
 ON CONFLICT DO NOTHING`
+
+// outcome is an attempt to record.
+type outcome struct {
+	id        int64
+	attempt   int32
+	state     string
+	next, at  time.Time
+	status    *int32
+	err, resp *string
+	latencyMS int32
+}
+
+// recordBatch bounds the attempts one statement records.
+const recordBatch = 512
 
 // failingSQL notes an endpoint's failure: the first since its last
 // success starts the clock that disables it.
@@ -110,8 +131,9 @@ type Delivery struct {
 	Tenant     string
 	Secrets    []string
 	PerSecond  float64
-	// Failing: the endpoint's failure clock runs (a success stops it).
-	Failing bool
+	// FailingSince: the endpoint's failure clock, when it runs (a success
+	// stops it).
+	FailingSince *time.Time
 }
 
 // Disabled is an endpoint just disabled, for its event.
@@ -149,6 +171,9 @@ type Worker struct {
 	mu    sync.Mutex
 	rates map[uuid.UUID]*pacer
 	rng   *rand.Rand
+	// out feeds the recorder while Run runs (nil: each attempt is
+	// recorded on its own).
+	out chan outcome
 }
 
 func (w *Worker) defaults() {
@@ -182,8 +207,30 @@ func (w *Worker) Run(ctx context.Context) error {
 	for range w.Slots {
 		free <- struct{}{}
 	}
+	// Attempts end into the recorder, which writes them in batches: a slot
+	// is free again as soon as its answer is in, not after a commit of its
+	// own. An outcome not yet written when the process dies is attempted
+	// again after its lease (at least once, the same webhook-id).
+	w.out = make(chan outcome, 4*w.Slots)
+	// wake: the recorder wrote a batch, so slots and endpoints' room are
+	// free again; the claim does not wait out its poll for them.
+	wake := make(chan struct{}, 1)
+	recorded := make(chan struct{})
+	go func() {
+		w.recorder(context.WithoutCancel(ctx), func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+		close(recorded)
+	}()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		wg.Wait()
+		close(w.out)
+		<-recorded
+	}()
 	for {
 		n := len(free)
 		var ds []Delivery
@@ -210,6 +257,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return nil
+			case <-wake:
 			case <-time.After(w.Poll):
 			}
 		}
@@ -228,7 +276,7 @@ func (w *Worker) Claim(ctx context.Context, n int) ([]Delivery, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
 		var d Delivery
 		var per float32
-		err := r.Scan(&d.ID, &d.EndpointID, &d.MsgID, &d.Type, &d.Body, &d.Attempt, &d.NotedAt, &d.URL, &d.Tenant, &d.Secrets, &per, &d.Failing)
+		err := r.Scan(&d.ID, &d.EndpointID, &d.MsgID, &d.Type, &d.Body, &d.Attempt, &d.NotedAt, &d.URL, &d.Tenant, &d.Secrets, &per, &d.FailingSince)
 		d.PerSecond = float64(per)
 		return d, err
 	})
@@ -292,25 +340,80 @@ func (w *Worker) Attempt(ctx context.Context, d Delivery) {
 	case class == Delivered:
 		// Only a running clock is stopped: a healthy endpoint's success
 		// costs no statement here.
-		if !d.Failing {
+		if d.FailingSince == nil {
 			break
 		}
 		if _, err := w.DB.Exec(ctx, healedSQL, d.EndpointID); err != nil {
 			w.Log.Warn("webhooks: endpoint healed", "endpoint", d.EndpointID, "err", err)
 		}
 	default:
-		var since time.Time
-		if err := w.DB.QueryRow(ctx, failingSQL, d.EndpointID, at).Scan(&since); err != nil {
-			w.Log.Warn("webhooks: endpoint failing", "endpoint", d.EndpointID, "err", err)
-		} else if at.Sub(since) >= DisableAfter {
-			w.disable(ctx, d, "failing since "+since.UTC().Format(time.RFC3339), since)
+		// The clock is started once; while it runs, a failure only
+		// compares (the claim read it).
+		since := d.FailingSince
+		if since == nil {
+			var s time.Time
+			if err := w.DB.QueryRow(ctx, failingSQL, d.EndpointID, at).Scan(&s); err != nil {
+				w.Log.Warn("webhooks: endpoint failing", "endpoint", d.EndpointID, "err", err)
+			} else {
+				since = &s
+			}
+		}
+		if since != nil && at.Sub(*since) >= DisableAfter {
+			w.disable(ctx, d, "failing since "+since.UTC().Format(time.RFC3339), *since)
 		}
 	}
-	if _, err := w.DB.Exec(ctx, outcomeSQL, d.ID, d.Attempt, state, next, st, errText, at,
-		int(took.Milliseconds()), resp); err != nil {
-		// The lease runs out and the delivery is attempted again: at
-		// least once.
-		w.Log.Warn("webhooks: record attempt", "delivery", d.ID, "err", err)
+	o := outcome{id: d.ID, attempt: int32(d.Attempt), state: state, next: next, at: at, err: errText, resp: resp,
+		latencyMS: int32(min(took.Milliseconds(), 1<<30))}
+	if st != nil {
+		v := int32(*st)
+		o.status = &v
+	}
+	if w.out != nil {
+		w.out <- o
+		return
+	}
+	w.record(ctx, []outcome{o})
+}
+
+// recorder writes the outcomes from w.out in batches (whatever came while
+// the last batch was written, up to recordBatch) until w.out is closed,
+// calling written after each.
+func (w *Worker) recorder(ctx context.Context, written func()) {
+	batch := make([]outcome, 0, recordBatch)
+	for o := range w.out {
+		batch = append(batch[:0], o)
+	more:
+		for len(batch) < recordBatch {
+			select {
+			case o, ok := <-w.out:
+				if !ok {
+					break more
+				}
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		w.record(ctx, batch)
+		written()
+	}
+}
+
+// record writes outcomes in one statement.
+func (w *Worker) record(ctx context.Context, outs []outcome) {
+	n := len(outs)
+	ids, attempts, states := make([]int64, n), make([]int32, n), make([]string, n)
+	nexts, ats := make([]time.Time, n), make([]time.Time, n)
+	statuses, lat := make([]*int32, n), make([]int32, n)
+	errs, resps := make([]*string, n), make([]*string, n)
+	for i, o := range outs {
+		ids[i], attempts[i], states[i], nexts[i], ats[i] = o.id, o.attempt, o.state, o.next, o.at
+		statuses[i], lat[i], errs[i], resps[i] = o.status, o.latencyMS, o.err, o.resp
+	}
+	if _, err := w.DB.Exec(ctx, outcomeSQL, ids, attempts, states, nexts, statuses, errs, ats, lat, resps); err != nil {
+		// Their leases run out and they are attempted again: at least
+		// once.
+		w.Log.Warn("webhooks: record attempts", "attempts", n, "err", err)
 	}
 }
 

@@ -62,6 +62,10 @@ CREATE TABLE webhook_deliveries (
     UNIQUE (endpoint_id, msg_id)
 );
 CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (endpoint_id, next_at, id) WHERE state = 'WAITING';
+-- The claim counts each endpoint's leased deliveries (its room) here, not
+-- among all its waiting ones.
+CREATE INDEX webhook_deliveries_leased_idx ON webhook_deliveries (endpoint_id, lease_until)
+    WHERE state = 'WAITING' AND lease_until IS NOT NULL;
 CREATE INDEX webhook_deliveries_payment_idx ON webhook_deliveries (payment_id);
 CREATE INDEX webhook_deliveries_failed_idx ON webhook_deliveries (endpoint_id, noted_at) WHERE state = 'UNDELIVERED';
 
