@@ -10,8 +10,19 @@ PG="$ROOT/deploy/local/pg.sh"
 "$PG" install
 dir=$(mktemp -d /tmp/paysched-pg-XXXXXX)
 chmod 755 "$dir"
-port=$(for p in $(shuf -i 20000-60000 -n 50); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; break; }; done)
+# The port: below the kernel's ephemeral range (an outgoing connection's
+# port there makes the bind fail: "could not start server" on a busy
+# machine), and reserved the way test/freeport reserves its ports (a lock
+# file held while this script runs), so no test takes it meanwhile.
+top=$(awk '{print $1 - 1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32767)
+mkdir -p /tmp/paysched-ports && chmod 1777 /tmp/paysched-ports 2>/dev/null || true
+port=
+for p in $(shuf -i "20000-$top" -n 200); do
+  exec 9>>"/tmp/paysched-ports/$p" || continue
+  if flock -n 9 && ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
+  exec 9>&-
+done
+[ -n "$port" ] || { echo "with-pg: no free port" >&2; exit 1; }
 cleanup() {
   "$PG" stop "$dir" || true
   real=$(cat "$dir/datadir" 2>/dev/null || true)
