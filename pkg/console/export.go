@@ -92,30 +92,44 @@ func (c *Console) exportPayments(w http.ResponseWriter, r *http.Request, v *view
 // streamRows writes first and the pages next reads after it, as CSV,
 // flushing each page, until maxExport rows, maxExportLooks pages, the
 // last page or a failure (logged: the download is already under way).
+// The next page is read while this one is written, so the database and
+// the client's download overlap.
 func (c *Console) streamRows(w http.ResponseWriter, name string, first Result, next func(time.Time, uuid.UUID) (Result, error)) {
+	type page struct {
+		res Result
+		err error
+	}
 	cw := startCSV(w, name)
 	_ = cw.Write(rowHeader)
 	n := 0
 	res := first
 	for looks := 1; ; looks++ {
+		var ahead chan page
+		if res.Next != "" && looks < maxExportLooks && n+len(res.Rows) < maxExport {
+			ahead = make(chan page, 1)
+			at, id, _ := splitCursor(res.Next)
+			go func() {
+				r, err := next(at, id)
+				ahead <- page{r, err}
+			}()
+		}
 		for _, row := range res.Rows {
 			if n == maxExport {
-				flush(cw, w)
-				return
+				break
 			}
 			_ = cw.Write(rowRecord(row))
 			n++
 		}
 		flush(cw, w)
-		if res.Next == "" || looks == maxExportLooks {
+		if ahead == nil {
 			return
 		}
-		at, id, _ := splitCursor(res.Next)
-		var err error
-		if res, err = next(at, id); err != nil {
-			c.log.Warn("console: export "+name, "err", err)
+		p := <-ahead
+		if p.err != nil {
+			c.log.Warn("console: export "+name, "err", p.err)
 			return
 		}
+		res = p.res
 	}
 }
 
