@@ -129,6 +129,12 @@ func (c *Console) paymentPage(w http.ResponseWriter, r *http.Request, v *view) {
 		tl = append(tl, timelineEntry{At: at, What: fmt.Sprintf("%s by %s: %s → %s", action, actor, prev, next), Detail: why})
 	}
 	rows.Close()
+	sent, sentTL, err := c.paymentDeliveries(ctx, id)
+	if err != nil {
+		c.dbFail(w, r, v, "read webhook deliveries", err)
+		return
+	}
+	tl = append(tl, sentTL...)
 	sort.SliceStable(tl, func(i, j int) bool { return tl[i].At.Before(tl[j].At) })
 	var hooks []webhookEntry
 	rows, err = c.db.Query(ctx, paymentWebhooksSQL, id.String())
@@ -147,7 +153,8 @@ func (c *Console) paymentPage(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	rows.Close()
 	hist, notes, auditErr := c.auditHistory(ctx, id)
-	data := map[string]any{"P": p, "Reason": reason, "Probes": probes, "Timeline": tl, "Webhooks": hooks,
+	data := map[string]any{"P": p, "Reason": reason, "Probes": probes, "Timeline": tl, "Webhooks": hooks, "Sent": sent,
+		"CanResend": v.Session.Role >= Operator,
 		"Audit": hist, "Notifications": notes, "AuditConfigured": c.cfg.AuditDB != nil, "AuditError": auditErr,
 		"JSON": maskedJSON(p, reason), "CanAct": v.Session.Role >= Operator && (p.Status == payment.DeadLettered || openActions[p.Status] != nil),
 		"Actions": actions, "Dead": p.Status == payment.DeadLettered}

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/events/webhook"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -91,10 +92,15 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
 		c.dbFail(w, r, v, "limit requests", err)
 		return
 	}
+	endpoints, err := webhook.ListEndpoints(ctx, c.db, tenant)
+	if err != nil {
+		c.dbFail(w, r, v, "webhook endpoints", err)
+		return
+	}
 	v.Title = "Tenant " + tenant
 	rate, rated := c.cache.tenantRate(tenant)
 	v.Data = map[string]any{"T": d, "Dead": deadRows, "Requests": reqs, "CanEdit": v.Session.Role >= Admin,
-		"Me": v.Session.Operator, "Rate": rate, "Rated": rated}
+		"Me": v.Session.Operator, "Rate": rate, "Rated": rated, "Endpoints": endpoints}
 	c.render(w, http.StatusOK, "tenant.html", v)
 }
 

@@ -118,6 +118,22 @@ func ListEndpoints(ctx context.Context, db store.DB, tenant string) ([]Endpoint,
 	return out, nil
 }
 
+// GetEndpoint reads one endpoint (ErrNotFound when there is none).
+func GetEndpoint(ctx context.Context, db store.DB, id uuid.UUID) (Endpoint, error) {
+	rows, err := db.Query(ctx, `SELECT `+endpointCols+` FROM webhook_endpoints WHERE id = $1`, id)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("endpoint: %w", err)
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Endpoint{}, fmt.Errorf("endpoint %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("endpoint: %w", err)
+	}
+	return e, nil
+}
+
 // SetEnabled enables or disables endpoint id of tenant ("": any tenant):
 // enabling clears the failure clock and the reason it was disabled.
 func SetEnabled(ctx context.Context, db store.DB, tenant string, id uuid.UUID, enabled bool) error {
@@ -204,6 +220,7 @@ func Recover(ctx context.Context, db store.DB, tenant string, id uuid.UUID, sinc
 type Attempt struct {
 	Delivery  int64
 	Endpoint  uuid.UUID
+	URL       string
 	MsgID     string
 	Type      string
 	N         int
@@ -218,9 +235,9 @@ type Attempt struct {
 // Attempts is the delivery log: the attempts of a payment's deliveries
 // (payment set) or of an endpoint's (newest first, at most limit).
 func Attempts(ctx context.Context, db store.DB, payment *uuid.UUID, endpoint *uuid.UUID, limit int) ([]Attempt, error) {
-	rows, err := db.Query(ctx, `SELECT a.delivery_id, d.endpoint_id, d.msg_id, d.event_type, a.attempt, a.at, a.status,
+	rows, err := db.Query(ctx, `SELECT a.delivery_id, d.endpoint_id, e.url, d.msg_id, d.event_type, a.attempt, a.at, a.status,
 		a.latency_ms, coalesce(a.error, ''), coalesce(a.response, ''), d.state
-		FROM webhook_deliveries d JOIN webhook_attempts a ON a.delivery_id = d.id
+		FROM webhook_deliveries d JOIN webhook_attempts a ON a.delivery_id = d.id JOIN webhook_endpoints e ON e.id = d.endpoint_id
 		WHERE ($1::uuid IS NULL OR d.payment_id = $1) AND ($2::uuid IS NULL OR d.endpoint_id = $2)
 		ORDER BY a.at DESC LIMIT $3`, payment, endpoint, limit)
 	if err != nil {
@@ -228,7 +245,7 @@ func Attempts(ctx context.Context, db store.DB, payment *uuid.UUID, endpoint *uu
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
 		var a Attempt
-		err := r.Scan(&a.Delivery, &a.Endpoint, &a.MsgID, &a.Type, &a.N, &a.At, &a.Status, &a.LatencyMs, &a.Error, &a.Response, &a.State)
+		err := r.Scan(&a.Delivery, &a.Endpoint, &a.URL, &a.MsgID, &a.Type, &a.N, &a.At, &a.Status, &a.LatencyMs, &a.Error, &a.Response, &a.State)
 		return a, err
 	})
 	if err != nil {

@@ -1,0 +1,178 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paysched/paysched/pkg/events/webhook"
+)
+
+// The webhook pages: a tenant's endpoints (on its page), one endpoint with
+// its delivery log, a payment's deliveries (on its page and timeline), and
+// resend and recover, for operators.
+
+// msgID is what a webhook-id looks like here (a CloudEvent id).
+var msgID = regexp.MustCompile(`^[A-Za-z0-9_:-]{1,200}$`)
+
+// logSize bounds the attempts a delivery log shows.
+const logSize = 100
+
+// sentDelivery is one delivery of a payment's notification, with its
+// attempts (newest first).
+type sentDelivery struct {
+	Endpoint uuid.UUID
+	URL      string
+	MsgID    string
+	Type     string
+	State    string
+	Attempts []webhook.Attempt
+}
+
+// paymentDeliveries reads the deliveries of payment id's notifications,
+// grouped, and the timeline entries of their attempts.
+func (c *Console) paymentDeliveries(ctx context.Context, id uuid.UUID) ([]sentDelivery, []timelineEntry, error) {
+	log, err := webhook.Attempts(ctx, c.db, &id, nil, logSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []sentDelivery
+	at := map[int64]int{}
+	var tl []timelineEntry
+	for _, a := range log {
+		i, ok := at[a.Delivery]
+		if !ok {
+			i = len(out)
+			at[a.Delivery] = i
+			out = append(out, sentDelivery{Endpoint: a.Endpoint, URL: a.URL, MsgID: a.MsgID, Type: a.Type, State: a.State})
+		}
+		out[i].Attempts = append(out[i].Attempts, a)
+		tl = append(tl, timelineEntry{At: a.At, What: fmt.Sprintf("webhook %s to %s, attempt %d: %s in %d ms", a.Type, a.URL, a.N,
+			attemptStatus(a.Status), a.LatencyMs), Error: a.Error})
+	}
+	return out, tl, nil
+}
+
+// attemptStatus says what an attempt got back.
+func attemptStatus(s *int) string {
+	if s == nil {
+		return "no answer"
+	}
+	return "HTTP " + strconv.Itoa(*s)
+}
+
+// endpointPage is one endpoint: its settings and state, its delivery log,
+// and (operators) resend and recover.
+func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, v, http.StatusBadRequest, fmt.Sprintf("%q is not an endpoint id.", clip(r.PathValue("id"), 60)))
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	ep, err := webhook.GetEndpoint(ctx, c.db, id)
+	if errors.Is(err, webhook.ErrNotFound) {
+		c.fail(w, r, v, http.StatusNotFound, "No webhook endpoint has the id "+id.String()+".")
+		return
+	}
+	if err != nil {
+		c.dbFail(w, r, v, "read endpoint", err)
+		return
+	}
+	log, err := webhook.Attempts(ctx, c.db, nil, &id, logSize)
+	if err != nil {
+		c.dbFail(w, r, v, "read delivery log", err)
+		return
+	}
+	v.Title = "Webhook endpoint " + ep.URL
+	data := map[string]any{"E": ep, "Log": log, "CanAct": v.Session.Role >= Operator}
+	// What the last resend or recover did (the redirect says; shown only
+	// when it reads as such).
+	if n, err := strconv.Atoi(r.URL.Query().Get("recovered")); err == nil && n >= 0 {
+		data["Recovered"] = strconv.Itoa(n)
+	}
+	if m := r.URL.Query().Get("resent"); msgID.MatchString(m) {
+		data["Resent"] = m
+	}
+	v.Data = data
+	c.render(w, http.StatusOK, "endpoint.html", v)
+}
+
+// resendWebhook makes one message due again to one endpoint now.
+func (c *Console) resendWebhook(w http.ResponseWriter, r *http.Request, v *view) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, v, http.StatusBadRequest, "That is not an endpoint id.")
+		return
+	}
+	msg := strings.TrimSpace(r.PostForm.Get("msg"))
+	if !msgID.MatchString(msg) {
+		c.fail(w, r, v, http.StatusBadRequest, "Say which message to send again (its webhook-id).")
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	switch err := webhook.Resend(ctx, c.db, "", id, msg); {
+	case errors.Is(err, webhook.ErrNotFound):
+		c.fail(w, r, v, http.StatusConflict, "That endpoint never had this message, or it is being attempted right now.")
+		return
+	case err != nil:
+		c.dbFail(w, r, v, "resend", err)
+		return
+	}
+	c.log.Info("console: webhook resent", "operator", v.Session.who(), "endpoint", id, "msg", msg)
+	back := Prefix + "/webhooks/" + id.String() + "?resent=" + url.QueryEscape(msg)
+	if p, err := uuid.Parse(r.PostForm.Get("payment")); err == nil {
+		back = Prefix + "/payments/" + p.String()
+	}
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+// recoverWebhooks makes every undelivered message to one endpoint since a
+// time (until another, if given) due again now.
+func (c *Console) recoverWebhooks(w http.ResponseWriter, r *http.Request, v *view) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, v, http.StatusBadRequest, "That is not an endpoint id.")
+		return
+	}
+	since, err := parseDate(r.PostForm.Get("since"))
+	if err != nil || since.IsZero() {
+		c.fail(w, r, v, http.StatusBadRequest, "Since is a date and time, YYYY-MM-DDTHH:MM (UTC).")
+		return
+	}
+	var until *time.Time
+	if s := r.PostForm.Get("until"); strings.TrimSpace(s) != "" {
+		t, err := parseDate(s)
+		if err != nil {
+			c.fail(w, r, v, http.StatusBadRequest, "Until is a date and time, YYYY-MM-DDTHH:MM (UTC), or blank.")
+			return
+		}
+		until = &t
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	n, err := webhook.Recover(ctx, c.db, "", id, since, until)
+	switch {
+	case errors.Is(err, webhook.ErrInvalid):
+		c.fail(w, r, v, http.StatusBadRequest, "Until must be after since.")
+		return
+	case errors.Is(err, webhook.ErrNotFound):
+		c.fail(w, r, v, http.StatusNotFound, "No webhook endpoint has the id "+id.String()+".")
+		return
+	case err != nil:
+		c.dbFail(w, r, v, "recover", err)
+		return
+	}
+	c.log.Info("console: webhooks recovered", "operator", v.Session.who(), "endpoint", id, "since", since, "count", n)
+	http.Redirect(w, r, fmt.Sprintf("%s/webhooks/%s?recovered=%d", Prefix, id, n), http.StatusSeeOther)
+}
