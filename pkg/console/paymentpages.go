@@ -155,7 +155,7 @@ func (c *Console) paymentPage(w http.ResponseWriter, r *http.Request, v *view) {
 	hist, notes, auditErr := c.auditHistory(ctx, id)
 	data := map[string]any{"P": p, "Reason": reason, "Probes": probes, "Timeline": tl, "Webhooks": hooks, "Sent": sent,
 		"CanResend": v.Session.Role >= Operator,
-		"Audit": hist, "Notifications": notes, "AuditConfigured": c.cfg.AuditDB != nil, "AuditError": auditErr,
+		"Audit":     hist, "Notifications": notes, "AuditConfigured": c.cfg.AuditDB != nil, "AuditError": auditErr,
 		"JSON": maskedJSON(p, reason), "CanAct": v.Session.Role >= Operator && (p.Status == payment.DeadLettered || openActions[p.Status] != nil),
 		"Actions": actions, "Dead": p.Status == payment.DeadLettered}
 	if p.Status != payment.DeadLettered {
