@@ -40,7 +40,7 @@ type sentDelivery struct {
 // paymentDeliveries reads the deliveries of payment id's notifications,
 // grouped, and the timeline entries of their attempts.
 func (c *Console) paymentDeliveries(ctx context.Context, id uuid.UUID) ([]sentDelivery, []timelineEntry, error) {
-	log, err := webhook.Attempts(ctx, c.db, &id, nil, logSize)
+	log, err := webhook.Attempts(ctx, c.db, "", &id, nil, logSize)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -88,7 +88,7 @@ func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) 
 		c.dbFail(w, r, v, "read endpoint", err)
 		return
 	}
-	log, err := webhook.Attempts(ctx, c.db, nil, &id, logSize)
+	log, err := webhook.Attempts(ctx, c.db, "", nil, &id, logSize)
 	if err != nil {
 		c.dbFail(w, r, v, "read delivery log", err)
 		return

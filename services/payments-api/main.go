@@ -58,6 +58,8 @@ func main() {
 			CreateWorkers: *workers,
 			RateLimit:     ratelimit.Config{Rate: *actorRate, Burst: *actorBurst},
 			Reflection:    mode.Dev,
+			// A tenant's local receiver, in development only.
+			LoopbackWebhooks: mode.Dev,
 		}
 		if err := cfg.Validate(); err != nil {
 			return err

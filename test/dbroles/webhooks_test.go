@@ -70,4 +70,37 @@ func TestWebhookRoles(t *testing.T) {
 	for _, role := range []string{"paysched_api", "paysched_sweeper", "paysched_executor", "paysched_reaper", "paysched_audit"} {
 		e.refused(t, role, `SELECT secrets FROM webhook_endpoints`)
 	}
+	// payments-api: a tenant's own endpoints, rotated through the owner's
+	// function, never reading or setting a secret itself.
+	api := e.pools["paysched_api"]
+	own, _, err := webhook.CreateEndpoint(ctx, api, webhook.Endpoint{Tenant: "acme", URL: "https://hooks.acme.example/"})
+	if err != nil {
+		t.Fatalf("create endpoint as paysched_api: %v", err)
+	}
+	if _, err := webhook.ListEndpoints(ctx, api, "acme"); err != nil {
+		t.Fatalf("list as paysched_api: %v", err)
+	}
+	if _, err := webhook.RotateSecret(ctx, api, "acme", own.ID, time.Hour); err != nil {
+		t.Fatalf("rotate as paysched_api: %v", err)
+	}
+	if err := webhook.SetEnabled(ctx, api, "acme", own.ID, false); err != nil {
+		t.Fatalf("disable as paysched_api: %v", err)
+	}
+	if err := webhook.Resend(ctx, api, "acme", ep.ID, "m1"); err != nil {
+		t.Fatalf("resend as paysched_api: %v", err)
+	}
+	if _, err := webhook.Recover(ctx, api, "acme", ep.ID, time.Now().Add(-time.Hour), nil); err != nil {
+		t.Fatalf("recover as paysched_api: %v", err)
+	}
+	if _, err := webhook.Attempts(ctx, api, "acme", &pay, nil, 10); err != nil {
+		t.Fatalf("delivery log as paysched_api: %v", err)
+	}
+	for _, stmt := range []string{
+		`UPDATE webhook_endpoints SET secrets = ARRAY['x']`,
+		`UPDATE webhook_endpoints SET url = 'https://attacker.example/'`,
+		`DELETE FROM webhook_endpoints`,
+		`INSERT INTO webhook_attempts (delivery_id, attempt, at, latency_ms) VALUES (1, 9, now(), 1)`,
+	} {
+		e.refused(t, "paysched_api", stmt)
+	}
 }

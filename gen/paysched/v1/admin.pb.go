@@ -22,151 +22,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// WebhookEndpoint is a tenant's endpoint for signed webhooks.
-type WebhookEndpoint struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Server-assigned.
-	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
-	// Whose notifications it receives.
-	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	// https://...
-	Url string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
-	// The event types it receives; empty: all.
-	EventTypes []string `protobuf:"bytes,4,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
-	// Free text.
-	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
-	// Disabled endpoints receive nothing.
-	Enabled bool `protobuf:"varint,6,opt,name=enabled,proto3" json:"enabled,omitempty"`
-	// Why it was disabled (410 Gone, failing for 5 days, by its owner).
-	DisabledReason string `protobuf:"bytes,7,opt,name=disabled_reason,json=disabledReason,proto3" json:"disabled_reason,omitempty"`
-	// Attempts under way at once, 1..64 (default 4).
-	MaxInflight int32 `protobuf:"varint,8,opt,name=max_inflight,json=maxInflight,proto3" json:"max_inflight,omitempty"`
-	// Attempts started a second, per dispatcher (default 50).
-	MaxPerSecond float64 `protobuf:"fixed64,9,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
-	// The first failure since its last success; absent when healthy.
-	FailingSince *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=failing_since,json=failingSince,proto3" json:"failing_since,omitempty"`
-	// When the previous secret stops signing; absent outside a rotation.
-	RotateUntil *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=rotate_until,json=rotateUntil,proto3" json:"rotate_until,omitempty"`
-	// Registration time.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WebhookEndpoint) Reset() {
-	*x = WebhookEndpoint{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WebhookEndpoint) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WebhookEndpoint) ProtoMessage() {}
-
-func (x *WebhookEndpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WebhookEndpoint.ProtoReflect.Descriptor instead.
-func (*WebhookEndpoint) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *WebhookEndpoint) GetEndpointId() string {
-	if x != nil {
-		return x.EndpointId
-	}
-	return ""
-}
-
-func (x *WebhookEndpoint) GetTenant() string {
-	if x != nil {
-		return x.Tenant
-	}
-	return ""
-}
-
-func (x *WebhookEndpoint) GetUrl() string {
-	if x != nil {
-		return x.Url
-	}
-	return ""
-}
-
-func (x *WebhookEndpoint) GetEventTypes() []string {
-	if x != nil {
-		return x.EventTypes
-	}
-	return nil
-}
-
-func (x *WebhookEndpoint) GetDescription() string {
-	if x != nil {
-		return x.Description
-	}
-	return ""
-}
-
-func (x *WebhookEndpoint) GetEnabled() bool {
-	if x != nil {
-		return x.Enabled
-	}
-	return false
-}
-
-func (x *WebhookEndpoint) GetDisabledReason() string {
-	if x != nil {
-		return x.DisabledReason
-	}
-	return ""
-}
-
-func (x *WebhookEndpoint) GetMaxInflight() int32 {
-	if x != nil {
-		return x.MaxInflight
-	}
-	return 0
-}
-
-func (x *WebhookEndpoint) GetMaxPerSecond() float64 {
-	if x != nil {
-		return x.MaxPerSecond
-	}
-	return 0
-}
-
-func (x *WebhookEndpoint) GetFailingSince() *timestamppb.Timestamp {
-	if x != nil {
-		return x.FailingSince
-	}
-	return nil
-}
-
-func (x *WebhookEndpoint) GetRotateUntil() *timestamppb.Timestamp {
-	if x != nil {
-		return x.RotateUntil
-	}
-	return nil
-}
-
-func (x *WebhookEndpoint) GetCreatedAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.CreatedAt
-	}
-	return nil
-}
-
 // CreateWebhookEndpointRequest describes the endpoint.
 type CreateWebhookEndpointRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -188,7 +43,7 @@ type CreateWebhookEndpointRequest struct {
 
 func (x *CreateWebhookEndpointRequest) Reset() {
 	*x = CreateWebhookEndpointRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	mi := &file_paysched_v1_admin_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -200,7 +55,7 @@ func (x *CreateWebhookEndpointRequest) String() string {
 func (*CreateWebhookEndpointRequest) ProtoMessage() {}
 
 func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	mi := &file_paysched_v1_admin_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -213,7 +68,7 @@ func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *CreateWebhookEndpointRequest) GetTenant() string {
@@ -271,7 +126,7 @@ type CreateWebhookEndpointResponse struct {
 
 func (x *CreateWebhookEndpointResponse) Reset() {
 	*x = CreateWebhookEndpointResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	mi := &file_paysched_v1_admin_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +138,7 @@ func (x *CreateWebhookEndpointResponse) String() string {
 func (*CreateWebhookEndpointResponse) ProtoMessage() {}
 
 func (x *CreateWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	mi := &file_paysched_v1_admin_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +151,7 @@ func (x *CreateWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookEndpointResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *CreateWebhookEndpointResponse) GetEndpoint() *WebhookEndpoint {
@@ -324,7 +179,7 @@ type ListWebhookEndpointsRequest struct {
 
 func (x *ListWebhookEndpointsRequest) Reset() {
 	*x = ListWebhookEndpointsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	mi := &file_paysched_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +191,7 @@ func (x *ListWebhookEndpointsRequest) String() string {
 func (*ListWebhookEndpointsRequest) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	mi := &file_paysched_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +204,7 @@ func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ListWebhookEndpointsRequest) GetTenant() string {
@@ -370,7 +225,7 @@ type ListWebhookEndpointsResponse struct {
 
 func (x *ListWebhookEndpointsResponse) Reset() {
 	*x = ListWebhookEndpointsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	mi := &file_paysched_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +237,7 @@ func (x *ListWebhookEndpointsResponse) String() string {
 func (*ListWebhookEndpointsResponse) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	mi := &file_paysched_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +250,7 @@ func (x *ListWebhookEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListWebhookEndpointsResponse) GetEndpoints() []*WebhookEndpoint {
@@ -418,7 +273,7 @@ type SetWebhookEndpointEnabledRequest struct {
 
 func (x *SetWebhookEndpointEnabledRequest) Reset() {
 	*x = SetWebhookEndpointEnabledRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	mi := &file_paysched_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +285,7 @@ func (x *SetWebhookEndpointEnabledRequest) String() string {
 func (*SetWebhookEndpointEnabledRequest) ProtoMessage() {}
 
 func (x *SetWebhookEndpointEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	mi := &file_paysched_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +298,7 @@ func (x *SetWebhookEndpointEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebhookEndpointEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetWebhookEndpointEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetWebhookEndpointEnabledRequest) GetEndpointId() string {
@@ -469,7 +324,7 @@ type SetWebhookEndpointEnabledResponse struct {
 
 func (x *SetWebhookEndpointEnabledResponse) Reset() {
 	*x = SetWebhookEndpointEnabledResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[6]
+	mi := &file_paysched_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +336,7 @@ func (x *SetWebhookEndpointEnabledResponse) String() string {
 func (*SetWebhookEndpointEnabledResponse) ProtoMessage() {}
 
 func (x *SetWebhookEndpointEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[6]
+	mi := &file_paysched_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +349,7 @@ func (x *SetWebhookEndpointEnabledResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use SetWebhookEndpointEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetWebhookEndpointEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 // RotateWebhookSecretRequest names the endpoint and the overlap.
@@ -510,7 +365,7 @@ type RotateWebhookSecretRequest struct {
 
 func (x *RotateWebhookSecretRequest) Reset() {
 	*x = RotateWebhookSecretRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	mi := &file_paysched_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +377,7 @@ func (x *RotateWebhookSecretRequest) String() string {
 func (*RotateWebhookSecretRequest) ProtoMessage() {}
 
 func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	mi := &file_paysched_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +390,7 @@ func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RotateWebhookSecretRequest) GetEndpointId() string {
@@ -563,7 +418,7 @@ type RotateWebhookSecretResponse struct {
 
 func (x *RotateWebhookSecretResponse) Reset() {
 	*x = RotateWebhookSecretResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	mi := &file_paysched_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +430,7 @@ func (x *RotateWebhookSecretResponse) String() string {
 func (*RotateWebhookSecretResponse) ProtoMessage() {}
 
 func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	mi := &file_paysched_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +443,7 @@ func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretResponse.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RotateWebhookSecretResponse) GetSecret() string {
@@ -611,7 +466,7 @@ type ResendWebhookRequest struct {
 
 func (x *ResendWebhookRequest) Reset() {
 	*x = ResendWebhookRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	mi := &file_paysched_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +478,7 @@ func (x *ResendWebhookRequest) String() string {
 func (*ResendWebhookRequest) ProtoMessage() {}
 
 func (x *ResendWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	mi := &file_paysched_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +491,7 @@ func (x *ResendWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendWebhookRequest.ProtoReflect.Descriptor instead.
 func (*ResendWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ResendWebhookRequest) GetEndpointId() string {
@@ -662,7 +517,7 @@ type ResendWebhookResponse struct {
 
 func (x *ResendWebhookResponse) Reset() {
 	*x = ResendWebhookResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[10]
+	mi := &file_paysched_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +529,7 @@ func (x *ResendWebhookResponse) String() string {
 func (*ResendWebhookResponse) ProtoMessage() {}
 
 func (x *ResendWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[10]
+	mi := &file_paysched_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +542,7 @@ func (x *ResendWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendWebhookResponse.ProtoReflect.Descriptor instead.
 func (*ResendWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 // RecoverWebhooksRequest names the endpoint and the window.
@@ -705,7 +560,7 @@ type RecoverWebhooksRequest struct {
 
 func (x *RecoverWebhooksRequest) Reset() {
 	*x = RecoverWebhooksRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[11]
+	mi := &file_paysched_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +572,7 @@ func (x *RecoverWebhooksRequest) String() string {
 func (*RecoverWebhooksRequest) ProtoMessage() {}
 
 func (x *RecoverWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[11]
+	mi := &file_paysched_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +585,7 @@ func (x *RecoverWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*RecoverWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RecoverWebhooksRequest) GetEndpointId() string {
@@ -765,7 +620,7 @@ type RecoverWebhooksResponse struct {
 
 func (x *RecoverWebhooksResponse) Reset() {
 	*x = RecoverWebhooksResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[12]
+	mi := &file_paysched_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +632,7 @@ func (x *RecoverWebhooksResponse) String() string {
 func (*RecoverWebhooksResponse) ProtoMessage() {}
 
 func (x *RecoverWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[12]
+	mi := &file_paysched_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +645,7 @@ func (x *RecoverWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*RecoverWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RecoverWebhooksResponse) GetRecovered() int64 {
@@ -815,7 +670,7 @@ type ListWebhookAttemptsRequest struct {
 
 func (x *ListWebhookAttemptsRequest) Reset() {
 	*x = ListWebhookAttemptsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[13]
+	mi := &file_paysched_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +682,7 @@ func (x *ListWebhookAttemptsRequest) String() string {
 func (*ListWebhookAttemptsRequest) ProtoMessage() {}
 
 func (x *ListWebhookAttemptsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[13]
+	mi := &file_paysched_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +695,7 @@ func (x *ListWebhookAttemptsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookAttemptsRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookAttemptsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListWebhookAttemptsRequest) GetPaymentId() string {
@@ -864,133 +719,6 @@ func (x *ListWebhookAttemptsRequest) GetPageSize() int32 {
 	return 0
 }
 
-// WebhookAttempt is one attempt of one delivery.
-type WebhookAttempt struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The endpoint.
-	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
-	// The webhook-id.
-	WebhookId string `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
-	// The event type.
-	EventType string `protobuf:"bytes,3,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
-	// 1 for the first attempt.
-	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// When it started.
-	At *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=at,proto3" json:"at,omitempty"`
-	// The HTTP status; 0 when there was no response.
-	Status int32 `protobuf:"varint,6,opt,name=status,proto3" json:"status,omitempty"`
-	// How long it took.
-	LatencyMs int32 `protobuf:"varint,7,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
-	// What went wrong, if anything.
-	Error string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
-	// The response's first 4 KiB.
-	Response string `protobuf:"bytes,9,opt,name=response,proto3" json:"response,omitempty"`
-	// The delivery's state now: WAITING, DELIVERED or UNDELIVERED.
-	DeliveryState string `protobuf:"bytes,10,opt,name=delivery_state,json=deliveryState,proto3" json:"delivery_state,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *WebhookAttempt) Reset() {
-	*x = WebhookAttempt{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[14]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *WebhookAttempt) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*WebhookAttempt) ProtoMessage() {}
-
-func (x *WebhookAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[14]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use WebhookAttempt.ProtoReflect.Descriptor instead.
-func (*WebhookAttempt) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{14}
-}
-
-func (x *WebhookAttempt) GetEndpointId() string {
-	if x != nil {
-		return x.EndpointId
-	}
-	return ""
-}
-
-func (x *WebhookAttempt) GetWebhookId() string {
-	if x != nil {
-		return x.WebhookId
-	}
-	return ""
-}
-
-func (x *WebhookAttempt) GetEventType() string {
-	if x != nil {
-		return x.EventType
-	}
-	return ""
-}
-
-func (x *WebhookAttempt) GetAttempt() int32 {
-	if x != nil {
-		return x.Attempt
-	}
-	return 0
-}
-
-func (x *WebhookAttempt) GetAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.At
-	}
-	return nil
-}
-
-func (x *WebhookAttempt) GetStatus() int32 {
-	if x != nil {
-		return x.Status
-	}
-	return 0
-}
-
-func (x *WebhookAttempt) GetLatencyMs() int32 {
-	if x != nil {
-		return x.LatencyMs
-	}
-	return 0
-}
-
-func (x *WebhookAttempt) GetError() string {
-	if x != nil {
-		return x.Error
-	}
-	return ""
-}
-
-func (x *WebhookAttempt) GetResponse() string {
-	if x != nil {
-		return x.Response
-	}
-	return ""
-}
-
-func (x *WebhookAttempt) GetDeliveryState() string {
-	if x != nil {
-		return x.DeliveryState
-	}
-	return ""
-}
-
 // ListWebhookAttemptsResponse lists the attempts.
 type ListWebhookAttemptsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1002,7 +730,7 @@ type ListWebhookAttemptsResponse struct {
 
 func (x *ListWebhookAttemptsResponse) Reset() {
 	*x = ListWebhookAttemptsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[15]
+	mi := &file_paysched_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +742,7 @@ func (x *ListWebhookAttemptsResponse) String() string {
 func (*ListWebhookAttemptsResponse) ProtoMessage() {}
 
 func (x *ListWebhookAttemptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[15]
+	mi := &file_paysched_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +755,7 @@ func (x *ListWebhookAttemptsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookAttemptsResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookAttemptsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListWebhookAttemptsResponse) GetAttempts() []*WebhookAttempt {
@@ -1055,7 +783,7 @@ type TenantLimits struct {
 
 func (x *TenantLimits) Reset() {
 	*x = TenantLimits{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[16]
+	mi := &file_paysched_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +795,7 @@ func (x *TenantLimits) String() string {
 func (*TenantLimits) ProtoMessage() {}
 
 func (x *TenantLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[16]
+	mi := &file_paysched_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +808,7 @@ func (x *TenantLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLimits.ProtoReflect.Descriptor instead.
 func (*TenantLimits) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TenantLimits) GetWeight() int32 {
@@ -1126,7 +854,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[17]
+	mi := &file_paysched_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +866,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[17]
+	mi := &file_paysched_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +879,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Tenant) GetTenant() string {
@@ -1209,7 +937,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[18]
+	mi := &file_paysched_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +949,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[18]
+	mi := &file_paysched_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +962,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListTenantsRequest) GetPageSize() int32 {
@@ -1264,7 +992,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	mi := &file_paysched_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1004,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	mi := &file_paysched_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1017,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -1319,7 +1047,7 @@ type SetTenantLimitsRequest struct {
 
 func (x *SetTenantLimitsRequest) Reset() {
 	*x = SetTenantLimitsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	mi := &file_paysched_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1059,7 @@ func (x *SetTenantLimitsRequest) String() string {
 func (*SetTenantLimitsRequest) ProtoMessage() {}
 
 func (x *SetTenantLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	mi := &file_paysched_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1072,7 @@ func (x *SetTenantLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantLimitsRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetTenantLimitsRequest) GetTenant() string {
@@ -1372,7 +1100,7 @@ type SetTenantLimitsResponse struct {
 
 func (x *SetTenantLimitsResponse) Reset() {
 	*x = SetTenantLimitsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[21]
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1112,7 @@ func (x *SetTenantLimitsResponse) String() string {
 func (*SetTenantLimitsResponse) ProtoMessage() {}
 
 func (x *SetTenantLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[21]
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1125,7 @@ func (x *SetTenantLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantLimitsResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetTenantLimitsResponse) GetTenant() *Tenant {
@@ -1422,7 +1150,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[22]
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1162,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[22]
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1175,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeadLetter) GetPayment() *ScheduledPayment {
@@ -1484,7 +1212,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[23]
+	mi := &file_paysched_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1224,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[23]
+	mi := &file_paysched_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1237,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -1539,7 +1267,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[24]
+	mi := &file_paysched_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1279,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[24]
+	mi := &file_paysched_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1292,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1594,7 +1322,7 @@ type RedrivePaymentRequest struct {
 
 func (x *RedrivePaymentRequest) Reset() {
 	*x = RedrivePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[25]
+	mi := &file_paysched_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1334,7 @@ func (x *RedrivePaymentRequest) String() string {
 func (*RedrivePaymentRequest) ProtoMessage() {}
 
 func (x *RedrivePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[25]
+	mi := &file_paysched_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1347,7 @@ func (x *RedrivePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePaymentRequest.ProtoReflect.Descriptor instead.
 func (*RedrivePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RedrivePaymentRequest) GetPaymentId() string {
@@ -1649,7 +1377,7 @@ type RedrivePaymentResponse struct {
 
 func (x *RedrivePaymentResponse) Reset() {
 	*x = RedrivePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[26]
+	mi := &file_paysched_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1389,7 @@ func (x *RedrivePaymentResponse) String() string {
 func (*RedrivePaymentResponse) ProtoMessage() {}
 
 func (x *RedrivePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[26]
+	mi := &file_paysched_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1402,7 @@ func (x *RedrivePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePaymentResponse.ProtoReflect.Descriptor instead.
 func (*RedrivePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RedrivePaymentResponse) GetPayment() *ScheduledPayment {
@@ -1704,7 +1432,7 @@ type ResolvePaymentRequest struct {
 
 func (x *ResolvePaymentRequest) Reset() {
 	*x = ResolvePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[27]
+	mi := &file_paysched_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1444,7 @@ func (x *ResolvePaymentRequest) String() string {
 func (*ResolvePaymentRequest) ProtoMessage() {}
 
 func (x *ResolvePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[27]
+	mi := &file_paysched_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1457,7 @@ func (x *ResolvePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvePaymentRequest.ProtoReflect.Descriptor instead.
 func (*ResolvePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResolvePaymentRequest) GetPaymentId() string {
@@ -1759,7 +1487,7 @@ type ResolvePaymentResponse struct {
 
 func (x *ResolvePaymentResponse) Reset() {
 	*x = ResolvePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[28]
+	mi := &file_paysched_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1499,7 @@ func (x *ResolvePaymentResponse) String() string {
 func (*ResolvePaymentResponse) ProtoMessage() {}
 
 func (x *ResolvePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[28]
+	mi := &file_paysched_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1512,7 @@ func (x *ResolvePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvePaymentResponse.ProtoReflect.Descriptor instead.
 func (*ResolvePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResolvePaymentResponse) GetPayment() *ScheduledPayment {
@@ -1814,7 +1542,7 @@ type CancelPaymentRequest struct {
 
 func (x *CancelPaymentRequest) Reset() {
 	*x = CancelPaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[29]
+	mi := &file_paysched_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1554,7 @@ func (x *CancelPaymentRequest) String() string {
 func (*CancelPaymentRequest) ProtoMessage() {}
 
 func (x *CancelPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[29]
+	mi := &file_paysched_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1567,7 @@ func (x *CancelPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CancelPaymentRequest) GetPaymentId() string {
@@ -1871,7 +1599,7 @@ type CancelPaymentResponse struct {
 
 func (x *CancelPaymentResponse) Reset() {
 	*x = CancelPaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[30]
+	mi := &file_paysched_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1611,7 @@ func (x *CancelPaymentResponse) String() string {
 func (*CancelPaymentResponse) ProtoMessage() {}
 
 func (x *CancelPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[30]
+	mi := &file_paysched_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1624,7 @@ func (x *CancelPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelPaymentResponse) GetPayment() *ScheduledPayment {
@@ -1933,7 +1661,7 @@ type HoldPaymentRequest struct {
 
 func (x *HoldPaymentRequest) Reset() {
 	*x = HoldPaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[31]
+	mi := &file_paysched_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +1673,7 @@ func (x *HoldPaymentRequest) String() string {
 func (*HoldPaymentRequest) ProtoMessage() {}
 
 func (x *HoldPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[31]
+	mi := &file_paysched_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +1686,7 @@ func (x *HoldPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldPaymentRequest.ProtoReflect.Descriptor instead.
 func (*HoldPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HoldPaymentRequest) GetPaymentId() string {
@@ -1986,7 +1714,7 @@ type HoldPaymentResponse struct {
 
 func (x *HoldPaymentResponse) Reset() {
 	*x = HoldPaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[32]
+	mi := &file_paysched_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +1726,7 @@ func (x *HoldPaymentResponse) String() string {
 func (*HoldPaymentResponse) ProtoMessage() {}
 
 func (x *HoldPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[32]
+	mi := &file_paysched_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +1739,7 @@ func (x *HoldPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldPaymentResponse.ProtoReflect.Descriptor instead.
 func (*HoldPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HoldPaymentResponse) GetPayment() *ScheduledPayment {
@@ -2034,7 +1762,7 @@ type ReleasePaymentRequest struct {
 
 func (x *ReleasePaymentRequest) Reset() {
 	*x = ReleasePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[33]
+	mi := &file_paysched_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +1774,7 @@ func (x *ReleasePaymentRequest) String() string {
 func (*ReleasePaymentRequest) ProtoMessage() {}
 
 func (x *ReleasePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[33]
+	mi := &file_paysched_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +1787,7 @@ func (x *ReleasePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasePaymentRequest.ProtoReflect.Descriptor instead.
 func (*ReleasePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReleasePaymentRequest) GetPaymentId() string {
@@ -2087,7 +1815,7 @@ type ReleasePaymentResponse struct {
 
 func (x *ReleasePaymentResponse) Reset() {
 	*x = ReleasePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[34]
+	mi := &file_paysched_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +1827,7 @@ func (x *ReleasePaymentResponse) String() string {
 func (*ReleasePaymentResponse) ProtoMessage() {}
 
 func (x *ReleasePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[34]
+	mi := &file_paysched_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +1840,7 @@ func (x *ReleasePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasePaymentResponse.ProtoReflect.Descriptor instead.
 func (*ReleasePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReleasePaymentResponse) GetPayment() *ScheduledPayment {
@@ -2139,7 +1867,7 @@ type ReschedulePaymentRequest struct {
 
 func (x *ReschedulePaymentRequest) Reset() {
 	*x = ReschedulePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[35]
+	mi := &file_paysched_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +1879,7 @@ func (x *ReschedulePaymentRequest) String() string {
 func (*ReschedulePaymentRequest) ProtoMessage() {}
 
 func (x *ReschedulePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[35]
+	mi := &file_paysched_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +1892,7 @@ func (x *ReschedulePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentRequest.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReschedulePaymentRequest) GetPaymentId() string {
@@ -2199,7 +1927,7 @@ type ReschedulePaymentResponse struct {
 
 func (x *ReschedulePaymentResponse) Reset() {
 	*x = ReschedulePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[36]
+	mi := &file_paysched_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +1939,7 @@ func (x *ReschedulePaymentResponse) String() string {
 func (*ReschedulePaymentResponse) ProtoMessage() {}
 
 func (x *ReschedulePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[36]
+	mi := &file_paysched_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +1952,7 @@ func (x *ReschedulePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentResponse.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReschedulePaymentResponse) GetPayment() *ScheduledPayment {
@@ -2247,7 +1975,7 @@ type RunPaymentNowRequest struct {
 
 func (x *RunPaymentNowRequest) Reset() {
 	*x = RunPaymentNowRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[37]
+	mi := &file_paysched_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +1987,7 @@ func (x *RunPaymentNowRequest) String() string {
 func (*RunPaymentNowRequest) ProtoMessage() {}
 
 func (x *RunPaymentNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[37]
+	mi := &file_paysched_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2000,7 @@ func (x *RunPaymentNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentNowRequest.ProtoReflect.Descriptor instead.
 func (*RunPaymentNowRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RunPaymentNowRequest) GetPaymentId() string {
@@ -2300,7 +2028,7 @@ type RunPaymentNowResponse struct {
 
 func (x *RunPaymentNowResponse) Reset() {
 	*x = RunPaymentNowResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[38]
+	mi := &file_paysched_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2040,7 @@ func (x *RunPaymentNowResponse) String() string {
 func (*RunPaymentNowResponse) ProtoMessage() {}
 
 func (x *RunPaymentNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[38]
+	mi := &file_paysched_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2053,7 @@ func (x *RunPaymentNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentNowResponse.ProtoReflect.Descriptor instead.
 func (*RunPaymentNowResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunPaymentNowResponse) GetPayment() *ScheduledPayment {
@@ -2356,7 +2084,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[39]
+	mi := &file_paysched_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2096,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[39]
+	mi := &file_paysched_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2109,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReconciliationItem) GetKind() string {
@@ -2459,7 +2187,7 @@ type ReconciliationRun struct {
 
 func (x *ReconciliationRun) Reset() {
 	*x = ReconciliationRun{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[40]
+	mi := &file_paysched_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2199,7 @@ func (x *ReconciliationRun) String() string {
 func (*ReconciliationRun) ProtoMessage() {}
 
 func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[40]
+	mi := &file_paysched_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2212,7 @@ func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationRun.ProtoReflect.Descriptor instead.
 func (*ReconciliationRun) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReconciliationRun) GetRunId() int64 {
@@ -2586,7 +2314,7 @@ type ListReconciliationRunsRequest struct {
 
 func (x *ListReconciliationRunsRequest) Reset() {
 	*x = ListReconciliationRunsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[41]
+	mi := &file_paysched_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2326,7 @@ func (x *ListReconciliationRunsRequest) String() string {
 func (*ListReconciliationRunsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[41]
+	mi := &file_paysched_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2339,7 @@ func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListReconciliationRunsRequest) GetDay() string {
@@ -2648,7 +2376,7 @@ type ListReconciliationRunsResponse struct {
 
 func (x *ListReconciliationRunsResponse) Reset() {
 	*x = ListReconciliationRunsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[42]
+	mi := &file_paysched_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2388,7 @@ func (x *ListReconciliationRunsResponse) String() string {
 func (*ListReconciliationRunsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[42]
+	mi := &file_paysched_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2401,7 @@ func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListReconciliationRunsResponse) GetRuns() []*ReconciliationRun {
@@ -2701,7 +2429,7 @@ type TriggerReconciliationRunRequest struct {
 
 func (x *TriggerReconciliationRunRequest) Reset() {
 	*x = TriggerReconciliationRunRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[43]
+	mi := &file_paysched_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +2441,7 @@ func (x *TriggerReconciliationRunRequest) String() string {
 func (*TriggerReconciliationRunRequest) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[43]
+	mi := &file_paysched_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +2454,7 @@ func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunRequest.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TriggerReconciliationRunRequest) GetDay() string {
@@ -2747,7 +2475,7 @@ type TriggerReconciliationRunResponse struct {
 
 func (x *TriggerReconciliationRunResponse) Reset() {
 	*x = TriggerReconciliationRunResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[44]
+	mi := &file_paysched_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +2487,7 @@ func (x *TriggerReconciliationRunResponse) String() string {
 func (*TriggerReconciliationRunResponse) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[44]
+	mi := &file_paysched_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +2500,7 @@ func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunResponse.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TriggerReconciliationRunResponse) GetRun() *ReconciliationRun {
@@ -2786,24 +2514,7 @@ var File_paysched_v1_admin_proto protoreflect.FileDescriptor
 
 const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17paysched/v1/admin.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1apaysched/v1/payments.proto\"\xe6\x03\n" +
-	"\x0fWebhookEndpoint\x12\x1f\n" +
-	"\vendpoint_id\x18\x01 \x01(\tR\n" +
-	"endpointId\x12\x16\n" +
-	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url\x12\x1f\n" +
-	"\vevent_types\x18\x04 \x03(\tR\n" +
-	"eventTypes\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x18\n" +
-	"\aenabled\x18\x06 \x01(\bR\aenabled\x12'\n" +
-	"\x0fdisabled_reason\x18\a \x01(\tR\x0edisabledReason\x12!\n" +
-	"\fmax_inflight\x18\b \x01(\x05R\vmaxInflight\x12$\n" +
-	"\x0emax_per_second\x18\t \x01(\x01R\fmaxPerSecond\x12?\n" +
-	"\rfailing_since\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\ffailingSince\x12=\n" +
-	"\frotate_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vrotateUntil\x129\n" +
-	"\n" +
-	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xd4\x01\n" +
+	"\x17paysched/v1/admin.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1apaysched/v1/payments.proto\"\xd4\x01\n" +
 	"\x1cCreateWebhookEndpointRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1f\n" +
@@ -2848,23 +2559,7 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"\xc5\x02\n" +
-	"\x0eWebhookAttempt\x12\x1f\n" +
-	"\vendpoint_id\x18\x01 \x01(\tR\n" +
-	"endpointId\x12\x1d\n" +
-	"\n" +
-	"webhook_id\x18\x02 \x01(\tR\twebhookId\x12\x1d\n" +
-	"\n" +
-	"event_type\x18\x03 \x01(\tR\teventType\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12*\n" +
-	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
-	"\x06status\x18\x06 \x01(\x05R\x06status\x12\x1d\n" +
-	"\n" +
-	"latency_ms\x18\a \x01(\x05R\tlatencyMs\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\x12\x1a\n" +
-	"\bresponse\x18\t \x01(\tR\bresponse\x12%\n" +
-	"\x0edelivery_state\x18\n" +
-	" \x01(\tR\rdeliveryState\"V\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"V\n" +
 	"\x1bListWebhookAttemptsResponse\x127\n" +
 	"\battempts\x18\x01 \x03(\v2\x1b.paysched.v1.WebhookAttemptR\battempts\"d\n" +
 	"\fTenantLimits\x12\x16\n" +
@@ -3021,132 +2716,128 @@ func file_paysched_v1_admin_proto_rawDescGZIP() []byte {
 	return file_paysched_v1_admin_proto_rawDescData
 }
 
-var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_paysched_v1_admin_proto_goTypes = []any{
-	(*WebhookEndpoint)(nil),                   // 0: paysched.v1.WebhookEndpoint
-	(*CreateWebhookEndpointRequest)(nil),      // 1: paysched.v1.CreateWebhookEndpointRequest
-	(*CreateWebhookEndpointResponse)(nil),     // 2: paysched.v1.CreateWebhookEndpointResponse
-	(*ListWebhookEndpointsRequest)(nil),       // 3: paysched.v1.ListWebhookEndpointsRequest
-	(*ListWebhookEndpointsResponse)(nil),      // 4: paysched.v1.ListWebhookEndpointsResponse
-	(*SetWebhookEndpointEnabledRequest)(nil),  // 5: paysched.v1.SetWebhookEndpointEnabledRequest
-	(*SetWebhookEndpointEnabledResponse)(nil), // 6: paysched.v1.SetWebhookEndpointEnabledResponse
-	(*RotateWebhookSecretRequest)(nil),        // 7: paysched.v1.RotateWebhookSecretRequest
-	(*RotateWebhookSecretResponse)(nil),       // 8: paysched.v1.RotateWebhookSecretResponse
-	(*ResendWebhookRequest)(nil),              // 9: paysched.v1.ResendWebhookRequest
-	(*ResendWebhookResponse)(nil),             // 10: paysched.v1.ResendWebhookResponse
-	(*RecoverWebhooksRequest)(nil),            // 11: paysched.v1.RecoverWebhooksRequest
-	(*RecoverWebhooksResponse)(nil),           // 12: paysched.v1.RecoverWebhooksResponse
-	(*ListWebhookAttemptsRequest)(nil),        // 13: paysched.v1.ListWebhookAttemptsRequest
-	(*WebhookAttempt)(nil),                    // 14: paysched.v1.WebhookAttempt
-	(*ListWebhookAttemptsResponse)(nil),       // 15: paysched.v1.ListWebhookAttemptsResponse
-	(*TenantLimits)(nil),                      // 16: paysched.v1.TenantLimits
-	(*Tenant)(nil),                            // 17: paysched.v1.Tenant
-	(*ListTenantsRequest)(nil),                // 18: paysched.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),               // 19: paysched.v1.ListTenantsResponse
-	(*SetTenantLimitsRequest)(nil),            // 20: paysched.v1.SetTenantLimitsRequest
-	(*SetTenantLimitsResponse)(nil),           // 21: paysched.v1.SetTenantLimitsResponse
-	(*DeadLetter)(nil),                        // 22: paysched.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),            // 23: paysched.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),           // 24: paysched.v1.ListDeadLettersResponse
-	(*RedrivePaymentRequest)(nil),             // 25: paysched.v1.RedrivePaymentRequest
-	(*RedrivePaymentResponse)(nil),            // 26: paysched.v1.RedrivePaymentResponse
-	(*ResolvePaymentRequest)(nil),             // 27: paysched.v1.ResolvePaymentRequest
-	(*ResolvePaymentResponse)(nil),            // 28: paysched.v1.ResolvePaymentResponse
-	(*CancelPaymentRequest)(nil),              // 29: paysched.v1.CancelPaymentRequest
-	(*CancelPaymentResponse)(nil),             // 30: paysched.v1.CancelPaymentResponse
-	(*HoldPaymentRequest)(nil),                // 31: paysched.v1.HoldPaymentRequest
-	(*HoldPaymentResponse)(nil),               // 32: paysched.v1.HoldPaymentResponse
-	(*ReleasePaymentRequest)(nil),             // 33: paysched.v1.ReleasePaymentRequest
-	(*ReleasePaymentResponse)(nil),            // 34: paysched.v1.ReleasePaymentResponse
-	(*ReschedulePaymentRequest)(nil),          // 35: paysched.v1.ReschedulePaymentRequest
-	(*ReschedulePaymentResponse)(nil),         // 36: paysched.v1.ReschedulePaymentResponse
-	(*RunPaymentNowRequest)(nil),              // 37: paysched.v1.RunPaymentNowRequest
-	(*RunPaymentNowResponse)(nil),             // 38: paysched.v1.RunPaymentNowResponse
-	(*ReconciliationItem)(nil),                // 39: paysched.v1.ReconciliationItem
-	(*ReconciliationRun)(nil),                 // 40: paysched.v1.ReconciliationRun
-	(*ListReconciliationRunsRequest)(nil),     // 41: paysched.v1.ListReconciliationRunsRequest
-	(*ListReconciliationRunsResponse)(nil),    // 42: paysched.v1.ListReconciliationRunsResponse
-	(*TriggerReconciliationRunRequest)(nil),   // 43: paysched.v1.TriggerReconciliationRunRequest
-	(*TriggerReconciliationRunResponse)(nil),  // 44: paysched.v1.TriggerReconciliationRunResponse
-	(*timestamppb.Timestamp)(nil),             // 45: google.protobuf.Timestamp
+	(*CreateWebhookEndpointRequest)(nil),      // 0: paysched.v1.CreateWebhookEndpointRequest
+	(*CreateWebhookEndpointResponse)(nil),     // 1: paysched.v1.CreateWebhookEndpointResponse
+	(*ListWebhookEndpointsRequest)(nil),       // 2: paysched.v1.ListWebhookEndpointsRequest
+	(*ListWebhookEndpointsResponse)(nil),      // 3: paysched.v1.ListWebhookEndpointsResponse
+	(*SetWebhookEndpointEnabledRequest)(nil),  // 4: paysched.v1.SetWebhookEndpointEnabledRequest
+	(*SetWebhookEndpointEnabledResponse)(nil), // 5: paysched.v1.SetWebhookEndpointEnabledResponse
+	(*RotateWebhookSecretRequest)(nil),        // 6: paysched.v1.RotateWebhookSecretRequest
+	(*RotateWebhookSecretResponse)(nil),       // 7: paysched.v1.RotateWebhookSecretResponse
+	(*ResendWebhookRequest)(nil),              // 8: paysched.v1.ResendWebhookRequest
+	(*ResendWebhookResponse)(nil),             // 9: paysched.v1.ResendWebhookResponse
+	(*RecoverWebhooksRequest)(nil),            // 10: paysched.v1.RecoverWebhooksRequest
+	(*RecoverWebhooksResponse)(nil),           // 11: paysched.v1.RecoverWebhooksResponse
+	(*ListWebhookAttemptsRequest)(nil),        // 12: paysched.v1.ListWebhookAttemptsRequest
+	(*ListWebhookAttemptsResponse)(nil),       // 13: paysched.v1.ListWebhookAttemptsResponse
+	(*TenantLimits)(nil),                      // 14: paysched.v1.TenantLimits
+	(*Tenant)(nil),                            // 15: paysched.v1.Tenant
+	(*ListTenantsRequest)(nil),                // 16: paysched.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 17: paysched.v1.ListTenantsResponse
+	(*SetTenantLimitsRequest)(nil),            // 18: paysched.v1.SetTenantLimitsRequest
+	(*SetTenantLimitsResponse)(nil),           // 19: paysched.v1.SetTenantLimitsResponse
+	(*DeadLetter)(nil),                        // 20: paysched.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),            // 21: paysched.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),           // 22: paysched.v1.ListDeadLettersResponse
+	(*RedrivePaymentRequest)(nil),             // 23: paysched.v1.RedrivePaymentRequest
+	(*RedrivePaymentResponse)(nil),            // 24: paysched.v1.RedrivePaymentResponse
+	(*ResolvePaymentRequest)(nil),             // 25: paysched.v1.ResolvePaymentRequest
+	(*ResolvePaymentResponse)(nil),            // 26: paysched.v1.ResolvePaymentResponse
+	(*CancelPaymentRequest)(nil),              // 27: paysched.v1.CancelPaymentRequest
+	(*CancelPaymentResponse)(nil),             // 28: paysched.v1.CancelPaymentResponse
+	(*HoldPaymentRequest)(nil),                // 29: paysched.v1.HoldPaymentRequest
+	(*HoldPaymentResponse)(nil),               // 30: paysched.v1.HoldPaymentResponse
+	(*ReleasePaymentRequest)(nil),             // 31: paysched.v1.ReleasePaymentRequest
+	(*ReleasePaymentResponse)(nil),            // 32: paysched.v1.ReleasePaymentResponse
+	(*ReschedulePaymentRequest)(nil),          // 33: paysched.v1.ReschedulePaymentRequest
+	(*ReschedulePaymentResponse)(nil),         // 34: paysched.v1.ReschedulePaymentResponse
+	(*RunPaymentNowRequest)(nil),              // 35: paysched.v1.RunPaymentNowRequest
+	(*RunPaymentNowResponse)(nil),             // 36: paysched.v1.RunPaymentNowResponse
+	(*ReconciliationItem)(nil),                // 37: paysched.v1.ReconciliationItem
+	(*ReconciliationRun)(nil),                 // 38: paysched.v1.ReconciliationRun
+	(*ListReconciliationRunsRequest)(nil),     // 39: paysched.v1.ListReconciliationRunsRequest
+	(*ListReconciliationRunsResponse)(nil),    // 40: paysched.v1.ListReconciliationRunsResponse
+	(*TriggerReconciliationRunRequest)(nil),   // 41: paysched.v1.TriggerReconciliationRunRequest
+	(*TriggerReconciliationRunResponse)(nil),  // 42: paysched.v1.TriggerReconciliationRunResponse
+	(*WebhookEndpoint)(nil),                   // 43: paysched.v1.WebhookEndpoint
+	(*timestamppb.Timestamp)(nil),             // 44: google.protobuf.Timestamp
+	(*WebhookAttempt)(nil),                    // 45: paysched.v1.WebhookAttempt
 	(*ScheduledPayment)(nil),                  // 46: paysched.v1.ScheduledPayment
 	(PaymentStatus)(0),                        // 47: paysched.v1.PaymentStatus
 }
 var file_paysched_v1_admin_proto_depIdxs = []int32{
-	45, // 0: paysched.v1.WebhookEndpoint.failing_since:type_name -> google.protobuf.Timestamp
-	45, // 1: paysched.v1.WebhookEndpoint.rotate_until:type_name -> google.protobuf.Timestamp
-	45, // 2: paysched.v1.WebhookEndpoint.created_at:type_name -> google.protobuf.Timestamp
-	0,  // 3: paysched.v1.CreateWebhookEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
-	0,  // 4: paysched.v1.ListWebhookEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
-	45, // 5: paysched.v1.RecoverWebhooksRequest.since:type_name -> google.protobuf.Timestamp
-	45, // 6: paysched.v1.RecoverWebhooksRequest.until:type_name -> google.protobuf.Timestamp
-	45, // 7: paysched.v1.WebhookAttempt.at:type_name -> google.protobuf.Timestamp
-	14, // 8: paysched.v1.ListWebhookAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
-	16, // 9: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
-	17, // 10: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
-	16, // 11: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
-	17, // 12: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
-	46, // 13: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
-	22, // 14: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
-	46, // 15: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	47, // 16: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	46, // 17: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	47, // 18: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	46, // 19: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	47, // 20: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	46, // 21: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	46, // 22: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	45, // 23: paysched.v1.ReschedulePaymentRequest.run_at:type_name -> google.protobuf.Timestamp
-	46, // 24: paysched.v1.ReschedulePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	46, // 25: paysched.v1.RunPaymentNowResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	45, // 26: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
-	45, // 27: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
-	39, // 28: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
-	40, // 29: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
-	40, // 30: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
-	23, // 31: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
-	25, // 32: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
-	27, // 33: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
-	29, // 34: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
-	31, // 35: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
-	33, // 36: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
-	35, // 37: paysched.v1.AdminService.ReschedulePayment:input_type -> paysched.v1.ReschedulePaymentRequest
-	37, // 38: paysched.v1.AdminService.RunPaymentNow:input_type -> paysched.v1.RunPaymentNowRequest
-	41, // 39: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
-	43, // 40: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
-	18, // 41: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
-	20, // 42: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
-	1,  // 43: paysched.v1.AdminService.CreateWebhookEndpoint:input_type -> paysched.v1.CreateWebhookEndpointRequest
-	3,  // 44: paysched.v1.AdminService.ListWebhookEndpoints:input_type -> paysched.v1.ListWebhookEndpointsRequest
-	5,  // 45: paysched.v1.AdminService.SetWebhookEndpointEnabled:input_type -> paysched.v1.SetWebhookEndpointEnabledRequest
-	7,  // 46: paysched.v1.AdminService.RotateWebhookSecret:input_type -> paysched.v1.RotateWebhookSecretRequest
-	9,  // 47: paysched.v1.AdminService.ResendWebhook:input_type -> paysched.v1.ResendWebhookRequest
-	11, // 48: paysched.v1.AdminService.RecoverWebhooks:input_type -> paysched.v1.RecoverWebhooksRequest
-	13, // 49: paysched.v1.AdminService.ListWebhookAttempts:input_type -> paysched.v1.ListWebhookAttemptsRequest
-	24, // 50: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
-	26, // 51: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
-	28, // 52: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
-	30, // 53: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
-	32, // 54: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
-	34, // 55: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
-	36, // 56: paysched.v1.AdminService.ReschedulePayment:output_type -> paysched.v1.ReschedulePaymentResponse
-	38, // 57: paysched.v1.AdminService.RunPaymentNow:output_type -> paysched.v1.RunPaymentNowResponse
-	42, // 58: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
-	44, // 59: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
-	19, // 60: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
-	21, // 61: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
-	2,  // 62: paysched.v1.AdminService.CreateWebhookEndpoint:output_type -> paysched.v1.CreateWebhookEndpointResponse
-	4,  // 63: paysched.v1.AdminService.ListWebhookEndpoints:output_type -> paysched.v1.ListWebhookEndpointsResponse
-	6,  // 64: paysched.v1.AdminService.SetWebhookEndpointEnabled:output_type -> paysched.v1.SetWebhookEndpointEnabledResponse
-	8,  // 65: paysched.v1.AdminService.RotateWebhookSecret:output_type -> paysched.v1.RotateWebhookSecretResponse
-	10, // 66: paysched.v1.AdminService.ResendWebhook:output_type -> paysched.v1.ResendWebhookResponse
-	12, // 67: paysched.v1.AdminService.RecoverWebhooks:output_type -> paysched.v1.RecoverWebhooksResponse
-	15, // 68: paysched.v1.AdminService.ListWebhookAttempts:output_type -> paysched.v1.ListWebhookAttemptsResponse
-	50, // [50:69] is the sub-list for method output_type
-	31, // [31:50] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	43, // 0: paysched.v1.CreateWebhookEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
+	43, // 1: paysched.v1.ListWebhookEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
+	44, // 2: paysched.v1.RecoverWebhooksRequest.since:type_name -> google.protobuf.Timestamp
+	44, // 3: paysched.v1.RecoverWebhooksRequest.until:type_name -> google.protobuf.Timestamp
+	45, // 4: paysched.v1.ListWebhookAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
+	14, // 5: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
+	15, // 6: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
+	14, // 7: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
+	15, // 8: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
+	46, // 9: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
+	20, // 10: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
+	46, // 11: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	47, // 12: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	46, // 13: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	47, // 14: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	46, // 15: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	47, // 16: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	46, // 17: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	46, // 18: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	44, // 19: paysched.v1.ReschedulePaymentRequest.run_at:type_name -> google.protobuf.Timestamp
+	46, // 20: paysched.v1.ReschedulePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	46, // 21: paysched.v1.RunPaymentNowResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	44, // 22: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
+	44, // 23: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
+	37, // 24: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
+	38, // 25: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
+	38, // 26: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
+	21, // 27: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
+	23, // 28: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
+	25, // 29: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
+	27, // 30: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
+	29, // 31: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
+	31, // 32: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
+	33, // 33: paysched.v1.AdminService.ReschedulePayment:input_type -> paysched.v1.ReschedulePaymentRequest
+	35, // 34: paysched.v1.AdminService.RunPaymentNow:input_type -> paysched.v1.RunPaymentNowRequest
+	39, // 35: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
+	41, // 36: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
+	16, // 37: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
+	18, // 38: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
+	0,  // 39: paysched.v1.AdminService.CreateWebhookEndpoint:input_type -> paysched.v1.CreateWebhookEndpointRequest
+	2,  // 40: paysched.v1.AdminService.ListWebhookEndpoints:input_type -> paysched.v1.ListWebhookEndpointsRequest
+	4,  // 41: paysched.v1.AdminService.SetWebhookEndpointEnabled:input_type -> paysched.v1.SetWebhookEndpointEnabledRequest
+	6,  // 42: paysched.v1.AdminService.RotateWebhookSecret:input_type -> paysched.v1.RotateWebhookSecretRequest
+	8,  // 43: paysched.v1.AdminService.ResendWebhook:input_type -> paysched.v1.ResendWebhookRequest
+	10, // 44: paysched.v1.AdminService.RecoverWebhooks:input_type -> paysched.v1.RecoverWebhooksRequest
+	12, // 45: paysched.v1.AdminService.ListWebhookAttempts:input_type -> paysched.v1.ListWebhookAttemptsRequest
+	22, // 46: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
+	24, // 47: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
+	26, // 48: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
+	28, // 49: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
+	30, // 50: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
+	32, // 51: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
+	34, // 52: paysched.v1.AdminService.ReschedulePayment:output_type -> paysched.v1.ReschedulePaymentResponse
+	36, // 53: paysched.v1.AdminService.RunPaymentNow:output_type -> paysched.v1.RunPaymentNowResponse
+	40, // 54: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
+	42, // 55: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
+	17, // 56: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
+	19, // 57: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
+	1,  // 58: paysched.v1.AdminService.CreateWebhookEndpoint:output_type -> paysched.v1.CreateWebhookEndpointResponse
+	3,  // 59: paysched.v1.AdminService.ListWebhookEndpoints:output_type -> paysched.v1.ListWebhookEndpointsResponse
+	5,  // 60: paysched.v1.AdminService.SetWebhookEndpointEnabled:output_type -> paysched.v1.SetWebhookEndpointEnabledResponse
+	7,  // 61: paysched.v1.AdminService.RotateWebhookSecret:output_type -> paysched.v1.RotateWebhookSecretResponse
+	9,  // 62: paysched.v1.AdminService.ResendWebhook:output_type -> paysched.v1.ResendWebhookResponse
+	11, // 63: paysched.v1.AdminService.RecoverWebhooks:output_type -> paysched.v1.RecoverWebhooksResponse
+	13, // 64: paysched.v1.AdminService.ListWebhookAttempts:output_type -> paysched.v1.ListWebhookAttemptsResponse
+	46, // [46:65] is the sub-list for method output_type
+	27, // [27:46] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_admin_proto_init() }
@@ -3161,7 +2852,7 @@ func file_paysched_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_v1_admin_proto_rawDesc), len(file_paysched_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1132,6 +1132,1003 @@ func (x *BatchCreateScheduledPaymentsResponse) GetResults() []*BatchCreateResult
 	return nil
 }
 
+// WebhookEndpoint is a tenant's endpoint for signed webhooks.
+type WebhookEndpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Server-assigned.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// Whose notifications it receives.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// https://...
+	Url string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	// The event types it receives; empty: all.
+	EventTypes []string `protobuf:"bytes,4,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	// Free text.
+	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// Disabled endpoints receive nothing.
+	Enabled bool `protobuf:"varint,6,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Why it was disabled (410 Gone, failing for 5 days, by its owner).
+	DisabledReason string `protobuf:"bytes,7,opt,name=disabled_reason,json=disabledReason,proto3" json:"disabled_reason,omitempty"`
+	// Attempts under way at once, 1..64 (default 4).
+	MaxInflight int32 `protobuf:"varint,8,opt,name=max_inflight,json=maxInflight,proto3" json:"max_inflight,omitempty"`
+	// Attempts started a second, per dispatcher (default 50).
+	MaxPerSecond float64 `protobuf:"fixed64,9,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
+	// The first failure since its last success; absent when healthy.
+	FailingSince *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=failing_since,json=failingSince,proto3" json:"failing_since,omitempty"`
+	// When the previous secret stops signing; absent outside a rotation.
+	RotateUntil *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=rotate_until,json=rotateUntil,proto3" json:"rotate_until,omitempty"`
+	// Registration time.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookEndpoint) Reset() {
+	*x = WebhookEndpoint{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookEndpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookEndpoint) ProtoMessage() {}
+
+func (x *WebhookEndpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookEndpoint.ProtoReflect.Descriptor instead.
+func (*WebhookEndpoint) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WebhookEndpoint) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *WebhookEndpoint) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *WebhookEndpoint) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *WebhookEndpoint) GetEventTypes() []string {
+	if x != nil {
+		return x.EventTypes
+	}
+	return nil
+}
+
+func (x *WebhookEndpoint) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *WebhookEndpoint) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *WebhookEndpoint) GetDisabledReason() string {
+	if x != nil {
+		return x.DisabledReason
+	}
+	return ""
+}
+
+func (x *WebhookEndpoint) GetMaxInflight() int32 {
+	if x != nil {
+		return x.MaxInflight
+	}
+	return 0
+}
+
+func (x *WebhookEndpoint) GetMaxPerSecond() float64 {
+	if x != nil {
+		return x.MaxPerSecond
+	}
+	return 0
+}
+
+func (x *WebhookEndpoint) GetFailingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FailingSince
+	}
+	return nil
+}
+
+func (x *WebhookEndpoint) GetRotateUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RotateUntil
+	}
+	return nil
+}
+
+func (x *WebhookEndpoint) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// WebhookAttempt is one attempt of one delivery.
+type WebhookAttempt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// The webhook-id.
+	WebhookId string `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	// The event type.
+	EventType string `protobuf:"bytes,3,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// 1 for the first attempt.
+	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// When it started.
+	At *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=at,proto3" json:"at,omitempty"`
+	// The HTTP status; 0 when there was no response.
+	Status int32 `protobuf:"varint,6,opt,name=status,proto3" json:"status,omitempty"`
+	// How long it took.
+	LatencyMs int32 `protobuf:"varint,7,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	// What went wrong, if anything.
+	Error string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	// The response's first 4 KiB.
+	Response string `protobuf:"bytes,9,opt,name=response,proto3" json:"response,omitempty"`
+	// The delivery's state now: WAITING, DELIVERED or UNDELIVERED.
+	DeliveryState string `protobuf:"bytes,10,opt,name=delivery_state,json=deliveryState,proto3" json:"delivery_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookAttempt) Reset() {
+	*x = WebhookAttempt{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookAttempt) ProtoMessage() {}
+
+func (x *WebhookAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookAttempt.ProtoReflect.Descriptor instead.
+func (*WebhookAttempt) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WebhookAttempt) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *WebhookAttempt) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *WebhookAttempt) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *WebhookAttempt) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *WebhookAttempt) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *WebhookAttempt) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *WebhookAttempt) GetLatencyMs() int32 {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return 0
+}
+
+func (x *WebhookAttempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *WebhookAttempt) GetResponse() string {
+	if x != nil {
+		return x.Response
+	}
+	return ""
+}
+
+func (x *WebhookAttempt) GetDeliveryState() string {
+	if x != nil {
+		return x.DeliveryState
+	}
+	return ""
+}
+
+// CreateEndpointRequest describes the endpoint.
+type CreateEndpointRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// https:// URL, at most 2,048 characters, no credentials.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// Event types (paysched.payment.completed, ...); empty: all.
+	EventTypes []string `protobuf:"bytes,2,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	// At most 500 characters.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// 0: 4.
+	MaxInflight int32 `protobuf:"varint,4,opt,name=max_inflight,json=maxInflight,proto3" json:"max_inflight,omitempty"`
+	// 0: 50.
+	MaxPerSecond  float64 `protobuf:"fixed64,5,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateEndpointRequest) Reset() {
+	*x = CreateEndpointRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateEndpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateEndpointRequest) ProtoMessage() {}
+
+func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateEndpointRequest.ProtoReflect.Descriptor instead.
+func (*CreateEndpointRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CreateEndpointRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CreateEndpointRequest) GetEventTypes() []string {
+	if x != nil {
+		return x.EventTypes
+	}
+	return nil
+}
+
+func (x *CreateEndpointRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *CreateEndpointRequest) GetMaxInflight() int32 {
+	if x != nil {
+		return x.MaxInflight
+	}
+	return 0
+}
+
+func (x *CreateEndpointRequest) GetMaxPerSecond() float64 {
+	if x != nil {
+		return x.MaxPerSecond
+	}
+	return 0
+}
+
+// CreateEndpointResponse carries the endpoint and its secret.
+type CreateEndpointResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint.
+	Endpoint *WebhookEndpoint `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// whsec_...: verify each delivery's webhook-signature with it. Shown once.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateEndpointResponse) Reset() {
+	*x = CreateEndpointResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateEndpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateEndpointResponse) ProtoMessage() {}
+
+func (x *CreateEndpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateEndpointResponse.ProtoReflect.Descriptor instead.
+func (*CreateEndpointResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CreateEndpointResponse) GetEndpoint() *WebhookEndpoint {
+	if x != nil {
+		return x.Endpoint
+	}
+	return nil
+}
+
+func (x *CreateEndpointResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+// ListEndpointsRequest is empty: the token names the tenant.
+type ListEndpointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEndpointsRequest) Reset() {
+	*x = ListEndpointsRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEndpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEndpointsRequest) ProtoMessage() {}
+
+func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEndpointsRequest.ProtoReflect.Descriptor instead.
+func (*ListEndpointsRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{18}
+}
+
+// ListEndpointsResponse lists at most 500.
+type ListEndpointsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant's endpoints.
+	Endpoints     []*WebhookEndpoint `protobuf:"bytes,1,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEndpointsResponse) Reset() {
+	*x = ListEndpointsResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEndpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEndpointsResponse) ProtoMessage() {}
+
+func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
+func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListEndpointsResponse) GetEndpoints() []*WebhookEndpoint {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+// SetEndpointEnabledRequest names the endpoint.
+type SetEndpointEnabledRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// True to enable, false to disable.
+	Enabled       bool `protobuf:"varint,2,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEndpointEnabledRequest) Reset() {
+	*x = SetEndpointEnabledRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEndpointEnabledRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEndpointEnabledRequest) ProtoMessage() {}
+
+func (x *SetEndpointEnabledRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEndpointEnabledRequest.ProtoReflect.Descriptor instead.
+func (*SetEndpointEnabledRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SetEndpointEnabledRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *SetEndpointEnabledRequest) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+// SetEndpointEnabledResponse is empty.
+type SetEndpointEnabledResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEndpointEnabledResponse) Reset() {
+	*x = SetEndpointEnabledResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEndpointEnabledResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEndpointEnabledResponse) ProtoMessage() {}
+
+func (x *SetEndpointEnabledResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEndpointEnabledResponse.ProtoReflect.Descriptor instead.
+func (*SetEndpointEnabledResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{21}
+}
+
+// RotateEndpointSecretRequest names the endpoint and the overlap.
+type RotateEndpointSecretRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// How long the old secret keeps signing, up to 7 days (0: 24 hours).
+	OverlapSeconds int64 `protobuf:"varint,2,opt,name=overlap_seconds,json=overlapSeconds,proto3" json:"overlap_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RotateEndpointSecretRequest) Reset() {
+	*x = RotateEndpointSecretRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateEndpointSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateEndpointSecretRequest) ProtoMessage() {}
+
+func (x *RotateEndpointSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateEndpointSecretRequest.ProtoReflect.Descriptor instead.
+func (*RotateEndpointSecretRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RotateEndpointSecretRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *RotateEndpointSecretRequest) GetOverlapSeconds() int64 {
+	if x != nil {
+		return x.OverlapSeconds
+	}
+	return 0
+}
+
+// RotateEndpointSecretResponse carries the new secret.
+type RotateEndpointSecretResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// whsec_...; shown once.
+	Secret        string `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateEndpointSecretResponse) Reset() {
+	*x = RotateEndpointSecretResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateEndpointSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateEndpointSecretResponse) ProtoMessage() {}
+
+func (x *RotateEndpointSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateEndpointSecretResponse.ProtoReflect.Descriptor instead.
+func (*RotateEndpointSecretResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RotateEndpointSecretResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+// ResendMessageRequest names the endpoint and the message.
+type ResendMessageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// The webhook-id.
+	WebhookId     string `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResendMessageRequest) Reset() {
+	*x = ResendMessageRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResendMessageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResendMessageRequest) ProtoMessage() {}
+
+func (x *ResendMessageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResendMessageRequest.ProtoReflect.Descriptor instead.
+func (*ResendMessageRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ResendMessageRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *ResendMessageRequest) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+// ResendMessageResponse is empty.
+type ResendMessageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResendMessageResponse) Reset() {
+	*x = ResendMessageResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResendMessageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResendMessageResponse) ProtoMessage() {}
+
+func (x *ResendMessageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResendMessageResponse.ProtoReflect.Descriptor instead.
+func (*ResendMessageResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{25}
+}
+
+// RecoverMessagesRequest names the endpoint and the window.
+type RecoverMessagesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// Failed messages noted at or after this.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// And before this, when set.
+	Until         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverMessagesRequest) Reset() {
+	*x = RecoverMessagesRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverMessagesRequest) ProtoMessage() {}
+
+func (x *RecoverMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverMessagesRequest.ProtoReflect.Descriptor instead.
+func (*RecoverMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RecoverMessagesRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *RecoverMessagesRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *RecoverMessagesRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+// RecoverMessagesResponse says how many (at most 10,000 a call).
+type RecoverMessagesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Messages due again.
+	Recovered     int64 `protobuf:"varint,1,opt,name=recovered,proto3" json:"recovered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverMessagesResponse) Reset() {
+	*x = RecoverMessagesResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverMessagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverMessagesResponse) ProtoMessage() {}
+
+func (x *RecoverMessagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverMessagesResponse.ProtoReflect.Descriptor instead.
+func (*RecoverMessagesResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RecoverMessagesResponse) GetRecovered() int64 {
+	if x != nil {
+		return x.Recovered
+	}
+	return 0
+}
+
+// ListAttemptsRequest names a payment or an endpoint of the tenant.
+type ListAttemptsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The payment's deliveries.
+	PaymentId string `protobuf:"bytes,1,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// Or the endpoint's.
+	EndpointId string `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// 1..500, default 50.
+	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAttemptsRequest) Reset() {
+	*x = ListAttemptsRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAttemptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAttemptsRequest) ProtoMessage() {}
+
+func (x *ListAttemptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAttemptsRequest.ProtoReflect.Descriptor instead.
+func (*ListAttemptsRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListAttemptsRequest) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *ListAttemptsRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *ListAttemptsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+// ListAttemptsResponse lists the attempts.
+type ListAttemptsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first.
+	Attempts      []*WebhookAttempt `protobuf:"bytes,1,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAttemptsResponse) Reset() {
+	*x = ListAttemptsResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAttemptsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAttemptsResponse) ProtoMessage() {}
+
+func (x *ListAttemptsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAttemptsResponse.ProtoReflect.Descriptor instead.
+func (*ListAttemptsResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListAttemptsResponse) GetAttempts() []*WebhookAttempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
 var File_paysched_v1_payments_proto protoreflect.FileDescriptor
 
 const file_paysched_v1_payments_proto_rawDesc = "" +
@@ -1224,7 +2221,85 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"`\n" +
 	"$BatchCreateScheduledPaymentsResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.paysched.v1.BatchCreateResultR\aresults*\x8b\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.paysched.v1.BatchCreateResultR\aresults\"\xe6\x03\n" +
+	"\x0fWebhookEndpoint\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12\x1f\n" +
+	"\vevent_types\x18\x04 \x03(\tR\n" +
+	"eventTypes\x12 \n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x18\n" +
+	"\aenabled\x18\x06 \x01(\bR\aenabled\x12'\n" +
+	"\x0fdisabled_reason\x18\a \x01(\tR\x0edisabledReason\x12!\n" +
+	"\fmax_inflight\x18\b \x01(\x05R\vmaxInflight\x12$\n" +
+	"\x0emax_per_second\x18\t \x01(\x01R\fmaxPerSecond\x12?\n" +
+	"\rfailing_since\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\ffailingSince\x12=\n" +
+	"\frotate_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vrotateUntil\x129\n" +
+	"\n" +
+	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xc5\x02\n" +
+	"\x0eWebhookAttempt\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x02 \x01(\tR\twebhookId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x03 \x01(\tR\teventType\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12*\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
+	"\x06status\x18\x06 \x01(\x05R\x06status\x12\x1d\n" +
+	"\n" +
+	"latency_ms\x18\a \x01(\x05R\tlatencyMs\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x1a\n" +
+	"\bresponse\x18\t \x01(\tR\bresponse\x12%\n" +
+	"\x0edelivery_state\x18\n" +
+	" \x01(\tR\rdeliveryState\"\xb5\x01\n" +
+	"\x15CreateEndpointRequest\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1f\n" +
+	"\vevent_types\x18\x02 \x03(\tR\n" +
+	"eventTypes\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12!\n" +
+	"\fmax_inflight\x18\x04 \x01(\x05R\vmaxInflight\x12$\n" +
+	"\x0emax_per_second\x18\x05 \x01(\x01R\fmaxPerSecond\"j\n" +
+	"\x16CreateEndpointResponse\x128\n" +
+	"\bendpoint\x18\x01 \x01(\v2\x1c.paysched.v1.WebhookEndpointR\bendpoint\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x16\n" +
+	"\x14ListEndpointsRequest\"S\n" +
+	"\x15ListEndpointsResponse\x12:\n" +
+	"\tendpoints\x18\x01 \x03(\v2\x1c.paysched.v1.WebhookEndpointR\tendpoints\"V\n" +
+	"\x19SetEndpointEnabledRequest\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12\x18\n" +
+	"\aenabled\x18\x02 \x01(\bR\aenabled\"\x1c\n" +
+	"\x1aSetEndpointEnabledResponse\"g\n" +
+	"\x1bRotateEndpointSecretRequest\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12'\n" +
+	"\x0foverlap_seconds\x18\x02 \x01(\x03R\x0eoverlapSeconds\"6\n" +
+	"\x1cRotateEndpointSecretResponse\x12\x16\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret\"V\n" +
+	"\x14ResendMessageRequest\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x02 \x01(\tR\twebhookId\"\x17\n" +
+	"\x15ResendMessageResponse\"\x9d\x01\n" +
+	"\x16RecoverMessagesRequest\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"7\n" +
+	"\x17RecoverMessagesResponse\x12\x1c\n" +
+	"\trecovered\x18\x01 \x01(\x03R\trecovered\"r\n" +
+	"\x13ListAttemptsRequest\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x1f\n" +
+	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"endpointId\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"O\n" +
+	"\x14ListAttemptsResponse\x127\n" +
+	"\battempts\x18\x01 \x03(\v2\x1b.paysched.v1.WebhookAttemptR\battempts*\x8b\x01\n" +
 	"\rPaymentStatus\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\x0e\n" +
@@ -1241,7 +2316,15 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\x13GetScheduledPayment\x12'.paysched.v1.GetScheduledPaymentRequest\x1a(.paysched.v1.GetScheduledPaymentResponse\x12n\n" +
 	"\x15ListScheduledPayments\x12).paysched.v1.ListScheduledPaymentsRequest\x1a*.paysched.v1.ListScheduledPaymentsResponse\x12q\n" +
 	"\x16CancelScheduledPayment\x12*.paysched.v1.CancelScheduledPaymentRequest\x1a+.paysched.v1.CancelScheduledPaymentResponse\x12\x83\x01\n" +
-	"\x1cBatchCreateScheduledPayments\x120.paysched.v1.BatchCreateScheduledPaymentsRequest\x1a1.paysched.v1.BatchCreateScheduledPaymentsResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
+	"\x1cBatchCreateScheduledPayments\x120.paysched.v1.BatchCreateScheduledPaymentsRequest\x1a1.paysched.v1.BatchCreateScheduledPaymentsResponse2\xa3\x05\n" +
+	"\x0fWebhooksService\x12Y\n" +
+	"\x0eCreateEndpoint\x12\".paysched.v1.CreateEndpointRequest\x1a#.paysched.v1.CreateEndpointResponse\x12V\n" +
+	"\rListEndpoints\x12!.paysched.v1.ListEndpointsRequest\x1a\".paysched.v1.ListEndpointsResponse\x12e\n" +
+	"\x12SetEndpointEnabled\x12&.paysched.v1.SetEndpointEnabledRequest\x1a'.paysched.v1.SetEndpointEnabledResponse\x12k\n" +
+	"\x14RotateEndpointSecret\x12(.paysched.v1.RotateEndpointSecretRequest\x1a).paysched.v1.RotateEndpointSecretResponse\x12V\n" +
+	"\rResendMessage\x12!.paysched.v1.ResendMessageRequest\x1a\".paysched.v1.ResendMessageResponse\x12\\\n" +
+	"\x0fRecoverMessages\x12#.paysched.v1.RecoverMessagesRequest\x1a$.paysched.v1.RecoverMessagesResponse\x12S\n" +
+	"\fListAttempts\x12 .paysched.v1.ListAttemptsRequest\x1a!.paysched.v1.ListAttemptsResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
 
 var (
 	file_paysched_v1_payments_proto_rawDescOnce sync.Once
@@ -1256,7 +2339,7 @@ func file_paysched_v1_payments_proto_rawDescGZIP() []byte {
 }
 
 var file_paysched_v1_payments_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_paysched_v1_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_paysched_v1_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_paysched_v1_payments_proto_goTypes = []any{
 	(PaymentStatus)(0),                           // 0: paysched.v1.PaymentStatus
 	(BatchCreateResult_Outcome)(0),               // 1: paysched.v1.BatchCreateResult.Outcome
@@ -1274,22 +2357,38 @@ var file_paysched_v1_payments_proto_goTypes = []any{
 	(*BatchCreateResult)(nil),                    // 13: paysched.v1.BatchCreateResult
 	(*FieldViolation)(nil),                       // 14: paysched.v1.FieldViolation
 	(*BatchCreateScheduledPaymentsResponse)(nil), // 15: paysched.v1.BatchCreateScheduledPaymentsResponse
-	nil,                           // 16: paysched.v1.ScheduledPayment.MetadataEntry
-	nil,                           // 17: paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*WebhookEndpoint)(nil),                      // 16: paysched.v1.WebhookEndpoint
+	(*WebhookAttempt)(nil),                       // 17: paysched.v1.WebhookAttempt
+	(*CreateEndpointRequest)(nil),                // 18: paysched.v1.CreateEndpointRequest
+	(*CreateEndpointResponse)(nil),               // 19: paysched.v1.CreateEndpointResponse
+	(*ListEndpointsRequest)(nil),                 // 20: paysched.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),                // 21: paysched.v1.ListEndpointsResponse
+	(*SetEndpointEnabledRequest)(nil),            // 22: paysched.v1.SetEndpointEnabledRequest
+	(*SetEndpointEnabledResponse)(nil),           // 23: paysched.v1.SetEndpointEnabledResponse
+	(*RotateEndpointSecretRequest)(nil),          // 24: paysched.v1.RotateEndpointSecretRequest
+	(*RotateEndpointSecretResponse)(nil),         // 25: paysched.v1.RotateEndpointSecretResponse
+	(*ResendMessageRequest)(nil),                 // 26: paysched.v1.ResendMessageRequest
+	(*ResendMessageResponse)(nil),                // 27: paysched.v1.ResendMessageResponse
+	(*RecoverMessagesRequest)(nil),               // 28: paysched.v1.RecoverMessagesRequest
+	(*RecoverMessagesResponse)(nil),              // 29: paysched.v1.RecoverMessagesResponse
+	(*ListAttemptsRequest)(nil),                  // 30: paysched.v1.ListAttemptsRequest
+	(*ListAttemptsResponse)(nil),                 // 31: paysched.v1.ListAttemptsResponse
+	nil,                                          // 32: paysched.v1.ScheduledPayment.MetadataEntry
+	nil,                                          // 33: paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil),                // 34: google.protobuf.Timestamp
 }
 var file_paysched_v1_payments_proto_depIdxs = []int32{
-	18, // 0: paysched.v1.ScheduledPayment.due_at:type_name -> google.protobuf.Timestamp
+	34, // 0: paysched.v1.ScheduledPayment.due_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: paysched.v1.ScheduledPayment.status:type_name -> paysched.v1.PaymentStatus
-	16, // 2: paysched.v1.ScheduledPayment.metadata:type_name -> paysched.v1.ScheduledPayment.MetadataEntry
-	18, // 3: paysched.v1.ScheduledPayment.created_at:type_name -> google.protobuf.Timestamp
-	18, // 4: paysched.v1.ScheduledPayment.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 2: paysched.v1.ScheduledPayment.metadata:type_name -> paysched.v1.ScheduledPayment.MetadataEntry
+	34, // 3: paysched.v1.ScheduledPayment.created_at:type_name -> google.protobuf.Timestamp
+	34, // 4: paysched.v1.ScheduledPayment.updated_at:type_name -> google.protobuf.Timestamp
 	3,  // 5: paysched.v1.ScheduledPayment.attempts:type_name -> paysched.v1.PaymentAttempt
-	18, // 6: paysched.v1.ScheduledPayment.run_at:type_name -> google.protobuf.Timestamp
-	18, // 7: paysched.v1.PaymentAttempt.started_at:type_name -> google.protobuf.Timestamp
-	18, // 8: paysched.v1.PaymentAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	18, // 9: paysched.v1.CreateScheduledPaymentRequest.due_at:type_name -> google.protobuf.Timestamp
-	17, // 10: paysched.v1.CreateScheduledPaymentRequest.metadata:type_name -> paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
+	34, // 6: paysched.v1.ScheduledPayment.run_at:type_name -> google.protobuf.Timestamp
+	34, // 7: paysched.v1.PaymentAttempt.started_at:type_name -> google.protobuf.Timestamp
+	34, // 8: paysched.v1.PaymentAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	34, // 9: paysched.v1.CreateScheduledPaymentRequest.due_at:type_name -> google.protobuf.Timestamp
+	33, // 10: paysched.v1.CreateScheduledPaymentRequest.metadata:type_name -> paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
 	2,  // 11: paysched.v1.CreateScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
 	2,  // 12: paysched.v1.GetScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
 	0,  // 13: paysched.v1.ListScheduledPaymentsRequest.status:type_name -> paysched.v1.PaymentStatus
@@ -1300,21 +2399,44 @@ var file_paysched_v1_payments_proto_depIdxs = []int32{
 	2,  // 18: paysched.v1.BatchCreateResult.payment:type_name -> paysched.v1.ScheduledPayment
 	14, // 19: paysched.v1.BatchCreateResult.field_violations:type_name -> paysched.v1.FieldViolation
 	13, // 20: paysched.v1.BatchCreateScheduledPaymentsResponse.results:type_name -> paysched.v1.BatchCreateResult
-	4,  // 21: paysched.v1.PaymentsService.CreateScheduledPayment:input_type -> paysched.v1.CreateScheduledPaymentRequest
-	6,  // 22: paysched.v1.PaymentsService.GetScheduledPayment:input_type -> paysched.v1.GetScheduledPaymentRequest
-	8,  // 23: paysched.v1.PaymentsService.ListScheduledPayments:input_type -> paysched.v1.ListScheduledPaymentsRequest
-	10, // 24: paysched.v1.PaymentsService.CancelScheduledPayment:input_type -> paysched.v1.CancelScheduledPaymentRequest
-	12, // 25: paysched.v1.PaymentsService.BatchCreateScheduledPayments:input_type -> paysched.v1.BatchCreateScheduledPaymentsRequest
-	5,  // 26: paysched.v1.PaymentsService.CreateScheduledPayment:output_type -> paysched.v1.CreateScheduledPaymentResponse
-	7,  // 27: paysched.v1.PaymentsService.GetScheduledPayment:output_type -> paysched.v1.GetScheduledPaymentResponse
-	9,  // 28: paysched.v1.PaymentsService.ListScheduledPayments:output_type -> paysched.v1.ListScheduledPaymentsResponse
-	11, // 29: paysched.v1.PaymentsService.CancelScheduledPayment:output_type -> paysched.v1.CancelScheduledPaymentResponse
-	15, // 30: paysched.v1.PaymentsService.BatchCreateScheduledPayments:output_type -> paysched.v1.BatchCreateScheduledPaymentsResponse
-	26, // [26:31] is the sub-list for method output_type
-	21, // [21:26] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	34, // 21: paysched.v1.WebhookEndpoint.failing_since:type_name -> google.protobuf.Timestamp
+	34, // 22: paysched.v1.WebhookEndpoint.rotate_until:type_name -> google.protobuf.Timestamp
+	34, // 23: paysched.v1.WebhookEndpoint.created_at:type_name -> google.protobuf.Timestamp
+	34, // 24: paysched.v1.WebhookAttempt.at:type_name -> google.protobuf.Timestamp
+	16, // 25: paysched.v1.CreateEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
+	16, // 26: paysched.v1.ListEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
+	34, // 27: paysched.v1.RecoverMessagesRequest.since:type_name -> google.protobuf.Timestamp
+	34, // 28: paysched.v1.RecoverMessagesRequest.until:type_name -> google.protobuf.Timestamp
+	17, // 29: paysched.v1.ListAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
+	4,  // 30: paysched.v1.PaymentsService.CreateScheduledPayment:input_type -> paysched.v1.CreateScheduledPaymentRequest
+	6,  // 31: paysched.v1.PaymentsService.GetScheduledPayment:input_type -> paysched.v1.GetScheduledPaymentRequest
+	8,  // 32: paysched.v1.PaymentsService.ListScheduledPayments:input_type -> paysched.v1.ListScheduledPaymentsRequest
+	10, // 33: paysched.v1.PaymentsService.CancelScheduledPayment:input_type -> paysched.v1.CancelScheduledPaymentRequest
+	12, // 34: paysched.v1.PaymentsService.BatchCreateScheduledPayments:input_type -> paysched.v1.BatchCreateScheduledPaymentsRequest
+	18, // 35: paysched.v1.WebhooksService.CreateEndpoint:input_type -> paysched.v1.CreateEndpointRequest
+	20, // 36: paysched.v1.WebhooksService.ListEndpoints:input_type -> paysched.v1.ListEndpointsRequest
+	22, // 37: paysched.v1.WebhooksService.SetEndpointEnabled:input_type -> paysched.v1.SetEndpointEnabledRequest
+	24, // 38: paysched.v1.WebhooksService.RotateEndpointSecret:input_type -> paysched.v1.RotateEndpointSecretRequest
+	26, // 39: paysched.v1.WebhooksService.ResendMessage:input_type -> paysched.v1.ResendMessageRequest
+	28, // 40: paysched.v1.WebhooksService.RecoverMessages:input_type -> paysched.v1.RecoverMessagesRequest
+	30, // 41: paysched.v1.WebhooksService.ListAttempts:input_type -> paysched.v1.ListAttemptsRequest
+	5,  // 42: paysched.v1.PaymentsService.CreateScheduledPayment:output_type -> paysched.v1.CreateScheduledPaymentResponse
+	7,  // 43: paysched.v1.PaymentsService.GetScheduledPayment:output_type -> paysched.v1.GetScheduledPaymentResponse
+	9,  // 44: paysched.v1.PaymentsService.ListScheduledPayments:output_type -> paysched.v1.ListScheduledPaymentsResponse
+	11, // 45: paysched.v1.PaymentsService.CancelScheduledPayment:output_type -> paysched.v1.CancelScheduledPaymentResponse
+	15, // 46: paysched.v1.PaymentsService.BatchCreateScheduledPayments:output_type -> paysched.v1.BatchCreateScheduledPaymentsResponse
+	19, // 47: paysched.v1.WebhooksService.CreateEndpoint:output_type -> paysched.v1.CreateEndpointResponse
+	21, // 48: paysched.v1.WebhooksService.ListEndpoints:output_type -> paysched.v1.ListEndpointsResponse
+	23, // 49: paysched.v1.WebhooksService.SetEndpointEnabled:output_type -> paysched.v1.SetEndpointEnabledResponse
+	25, // 50: paysched.v1.WebhooksService.RotateEndpointSecret:output_type -> paysched.v1.RotateEndpointSecretResponse
+	27, // 51: paysched.v1.WebhooksService.ResendMessage:output_type -> paysched.v1.ResendMessageResponse
+	29, // 52: paysched.v1.WebhooksService.RecoverMessages:output_type -> paysched.v1.RecoverMessagesResponse
+	31, // 53: paysched.v1.WebhooksService.ListAttempts:output_type -> paysched.v1.ListAttemptsResponse
+	42, // [42:54] is the sub-list for method output_type
+	30, // [30:42] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_payments_proto_init() }
@@ -1328,9 +2450,9 @@ func file_paysched_v1_payments_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_v1_payments_proto_rawDesc), len(file_paysched_v1_payments_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   32,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_paysched_v1_payments_proto_goTypes,
 		DependencyIndexes: file_paysched_v1_payments_proto_depIdxs,

@@ -299,3 +299,373 @@ var PaymentsService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "paysched/v1/payments.proto",
 }
+
+const (
+	WebhooksService_CreateEndpoint_FullMethodName       = "/paysched.v1.WebhooksService/CreateEndpoint"
+	WebhooksService_ListEndpoints_FullMethodName        = "/paysched.v1.WebhooksService/ListEndpoints"
+	WebhooksService_SetEndpointEnabled_FullMethodName   = "/paysched.v1.WebhooksService/SetEndpointEnabled"
+	WebhooksService_RotateEndpointSecret_FullMethodName = "/paysched.v1.WebhooksService/RotateEndpointSecret"
+	WebhooksService_ResendMessage_FullMethodName        = "/paysched.v1.WebhooksService/ResendMessage"
+	WebhooksService_RecoverMessages_FullMethodName      = "/paysched.v1.WebhooksService/RecoverMessages"
+	WebhooksService_ListAttempts_FullMethodName         = "/paysched.v1.WebhooksService/ListAttempts"
+)
+
+// WebhooksServiceClient is the client API for WebhooksService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// WebhooksService lets a tenant manage its own webhook endpoints (the
+// operators' AdminService manages every tenant's). The tenant is the
+// token's: its tenant claim, or the tenant configured for its client;
+// a token that has neither (the issuer's default tenant) is refused
+// (PERMISSION_DENIED, reason NO_TENANT), as an endpoint receives the
+// events of every payer of its tenant.
+type WebhooksServiceClient interface {
+	// CreateEndpoint registers an endpoint and returns its signing secret,
+	// once.
+	CreateEndpoint(ctx context.Context, in *CreateEndpointRequest, opts ...grpc.CallOption) (*CreateEndpointResponse, error)
+	// ListEndpoints lists the tenant's endpoints.
+	ListEndpoints(ctx context.Context, in *ListEndpointsRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error)
+	// SetEndpointEnabled enables (clearing its failure clock) or disables
+	// one of the tenant's endpoints.
+	SetEndpointEnabled(ctx context.Context, in *SetEndpointEnabledRequest, opts ...grpc.CallOption) (*SetEndpointEnabledResponse, error)
+	// RotateEndpointSecret gives an endpoint a new secret; the old one keeps
+	// signing beside it for the overlap.
+	RotateEndpointSecret(ctx context.Context, in *RotateEndpointSecretRequest, opts ...grpc.CallOption) (*RotateEndpointSecretResponse, error)
+	// ResendMessage delivers one message to one endpoint again, now, with
+	// its webhook-id.
+	ResendMessage(ctx context.Context, in *ResendMessageRequest, opts ...grpc.CallOption) (*ResendMessageResponse, error)
+	// RecoverMessages delivers again every message an endpoint did not take
+	// since a time (and before another).
+	RecoverMessages(ctx context.Context, in *RecoverMessagesRequest, opts ...grpc.CallOption) (*RecoverMessagesResponse, error)
+	// ListAttempts is the delivery log of one of the tenant's payments or
+	// endpoints.
+	ListAttempts(ctx context.Context, in *ListAttemptsRequest, opts ...grpc.CallOption) (*ListAttemptsResponse, error)
+}
+
+type webhooksServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewWebhooksServiceClient(cc grpc.ClientConnInterface) WebhooksServiceClient {
+	return &webhooksServiceClient{cc}
+}
+
+func (c *webhooksServiceClient) CreateEndpoint(ctx context.Context, in *CreateEndpointRequest, opts ...grpc.CallOption) (*CreateEndpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateEndpointResponse)
+	err := c.cc.Invoke(ctx, WebhooksService_CreateEndpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *webhooksServiceClient) ListEndpoints(ctx context.Context, in *ListEndpointsRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEndpointsResponse)
+	err := c.cc.Invoke(ctx, WebhooksService_ListEndpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *webhooksServiceClient) SetEndpointEnabled(ctx context.Context, in *SetEndpointEnabledRequest, opts ...grpc.CallOption) (*SetEndpointEnabledResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetEndpointEnabledResponse)
+	err := c.cc.Invoke(ctx, WebhooksService_SetEndpointEnabled_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *webhooksServiceClient) RotateEndpointSecret(ctx context.Context, in *RotateEndpointSecretRequest, opts ...grpc.CallOption) (*RotateEndpointSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateEndpointSecretResponse)
+	err := c.cc.Invoke(ctx, WebhooksService_RotateEndpointSecret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *webhooksServiceClient) ResendMessage(ctx context.Context, in *ResendMessageRequest, opts ...grpc.CallOption) (*ResendMessageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResendMessageResponse)
+	err := c.cc.Invoke(ctx, WebhooksService_ResendMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *webhooksServiceClient) RecoverMessages(ctx context.Context, in *RecoverMessagesRequest, opts ...grpc.CallOption) (*RecoverMessagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecoverMessagesResponse)
+	err := c.cc.Invoke(ctx, WebhooksService_RecoverMessages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *webhooksServiceClient) ListAttempts(ctx context.Context, in *ListAttemptsRequest, opts ...grpc.CallOption) (*ListAttemptsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAttemptsResponse)
+	err := c.cc.Invoke(ctx, WebhooksService_ListAttempts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// WebhooksServiceServer is the server API for WebhooksService service.
+// All implementations must embed UnimplementedWebhooksServiceServer
+// for forward compatibility.
+//
+// WebhooksService lets a tenant manage its own webhook endpoints (the
+// operators' AdminService manages every tenant's). The tenant is the
+// token's: its tenant claim, or the tenant configured for its client;
+// a token that has neither (the issuer's default tenant) is refused
+// (PERMISSION_DENIED, reason NO_TENANT), as an endpoint receives the
+// events of every payer of its tenant.
+type WebhooksServiceServer interface {
+	// CreateEndpoint registers an endpoint and returns its signing secret,
+	// once.
+	CreateEndpoint(context.Context, *CreateEndpointRequest) (*CreateEndpointResponse, error)
+	// ListEndpoints lists the tenant's endpoints.
+	ListEndpoints(context.Context, *ListEndpointsRequest) (*ListEndpointsResponse, error)
+	// SetEndpointEnabled enables (clearing its failure clock) or disables
+	// one of the tenant's endpoints.
+	SetEndpointEnabled(context.Context, *SetEndpointEnabledRequest) (*SetEndpointEnabledResponse, error)
+	// RotateEndpointSecret gives an endpoint a new secret; the old one keeps
+	// signing beside it for the overlap.
+	RotateEndpointSecret(context.Context, *RotateEndpointSecretRequest) (*RotateEndpointSecretResponse, error)
+	// ResendMessage delivers one message to one endpoint again, now, with
+	// its webhook-id.
+	ResendMessage(context.Context, *ResendMessageRequest) (*ResendMessageResponse, error)
+	// RecoverMessages delivers again every message an endpoint did not take
+	// since a time (and before another).
+	RecoverMessages(context.Context, *RecoverMessagesRequest) (*RecoverMessagesResponse, error)
+	// ListAttempts is the delivery log of one of the tenant's payments or
+	// endpoints.
+	ListAttempts(context.Context, *ListAttemptsRequest) (*ListAttemptsResponse, error)
+	mustEmbedUnimplementedWebhooksServiceServer()
+}
+
+// UnimplementedWebhooksServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedWebhooksServiceServer struct{}
+
+func (UnimplementedWebhooksServiceServer) CreateEndpoint(context.Context, *CreateEndpointRequest) (*CreateEndpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateEndpoint not implemented")
+}
+func (UnimplementedWebhooksServiceServer) ListEndpoints(context.Context, *ListEndpointsRequest) (*ListEndpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEndpoints not implemented")
+}
+func (UnimplementedWebhooksServiceServer) SetEndpointEnabled(context.Context, *SetEndpointEnabledRequest) (*SetEndpointEnabledResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetEndpointEnabled not implemented")
+}
+func (UnimplementedWebhooksServiceServer) RotateEndpointSecret(context.Context, *RotateEndpointSecretRequest) (*RotateEndpointSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateEndpointSecret not implemented")
+}
+func (UnimplementedWebhooksServiceServer) ResendMessage(context.Context, *ResendMessageRequest) (*ResendMessageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResendMessage not implemented")
+}
+func (UnimplementedWebhooksServiceServer) RecoverMessages(context.Context, *RecoverMessagesRequest) (*RecoverMessagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecoverMessages not implemented")
+}
+func (UnimplementedWebhooksServiceServer) ListAttempts(context.Context, *ListAttemptsRequest) (*ListAttemptsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAttempts not implemented")
+}
+func (UnimplementedWebhooksServiceServer) mustEmbedUnimplementedWebhooksServiceServer() {}
+func (UnimplementedWebhooksServiceServer) testEmbeddedByValue()                         {}
+
+// UnsafeWebhooksServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to WebhooksServiceServer will
+// result in compilation errors.
+type UnsafeWebhooksServiceServer interface {
+	mustEmbedUnimplementedWebhooksServiceServer()
+}
+
+func RegisterWebhooksServiceServer(s grpc.ServiceRegistrar, srv WebhooksServiceServer) {
+	// If the following call panics, it indicates UnimplementedWebhooksServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&WebhooksService_ServiceDesc, srv)
+}
+
+func _WebhooksService_CreateEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateEndpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WebhooksServiceServer).CreateEndpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WebhooksService_CreateEndpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WebhooksServiceServer).CreateEndpoint(ctx, req.(*CreateEndpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WebhooksService_ListEndpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEndpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WebhooksServiceServer).ListEndpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WebhooksService_ListEndpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WebhooksServiceServer).ListEndpoints(ctx, req.(*ListEndpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WebhooksService_SetEndpointEnabled_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetEndpointEnabledRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WebhooksServiceServer).SetEndpointEnabled(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WebhooksService_SetEndpointEnabled_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WebhooksServiceServer).SetEndpointEnabled(ctx, req.(*SetEndpointEnabledRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WebhooksService_RotateEndpointSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateEndpointSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WebhooksServiceServer).RotateEndpointSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WebhooksService_RotateEndpointSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WebhooksServiceServer).RotateEndpointSecret(ctx, req.(*RotateEndpointSecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WebhooksService_ResendMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResendMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WebhooksServiceServer).ResendMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WebhooksService_ResendMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WebhooksServiceServer).ResendMessage(ctx, req.(*ResendMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WebhooksService_RecoverMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecoverMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WebhooksServiceServer).RecoverMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WebhooksService_RecoverMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WebhooksServiceServer).RecoverMessages(ctx, req.(*RecoverMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WebhooksService_ListAttempts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAttemptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WebhooksServiceServer).ListAttempts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WebhooksService_ListAttempts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WebhooksServiceServer).ListAttempts(ctx, req.(*ListAttemptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// WebhooksService_ServiceDesc is the grpc.ServiceDesc for WebhooksService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var WebhooksService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "paysched.v1.WebhooksService",
+	HandlerType: (*WebhooksServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "CreateEndpoint",
+			Handler:    _WebhooksService_CreateEndpoint_Handler,
+		},
+		{
+			MethodName: "ListEndpoints",
+			Handler:    _WebhooksService_ListEndpoints_Handler,
+		},
+		{
+			MethodName: "SetEndpointEnabled",
+			Handler:    _WebhooksService_SetEndpointEnabled_Handler,
+		},
+		{
+			MethodName: "RotateEndpointSecret",
+			Handler:    _WebhooksService_RotateEndpointSecret_Handler,
+		},
+		{
+			MethodName: "ResendMessage",
+			Handler:    _WebhooksService_ResendMessage_Handler,
+		},
+		{
+			MethodName: "RecoverMessages",
+			Handler:    _WebhooksService_RecoverMessages_Handler,
+		},
+		{
+			MethodName: "ListAttempts",
+			Handler:    _WebhooksService_ListAttempts_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "paysched/v1/payments.proto",
+}

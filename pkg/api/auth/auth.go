@@ -59,6 +59,10 @@ type Principal struct {
 	// tenant configured for its client, else the issuer's default tenant.
 	// Never the actor: payer ids and tenant names are apart.
 	Tenant string
+	// TenantNamed: Tenant is the token's claim or its client's configured
+	// tenant, not the issuer's default. Only a named tenant manages its
+	// webhook endpoints (they receive every payer's events of the tenant).
+	TenantNamed bool
 }
 
 // DefaultTenant is the tenant of tokens that carry no tenant claim and
@@ -252,7 +256,8 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	if c.Tenant != "" && CheckTenant(c.Tenant) != nil {
 		return Principal{}, fmt.Errorf("%w: token's tenant claim is not a printable name of at most 256 bytes", ErrUnauthenticated)
 	}
-	p := Principal{Actor: c.Subject, Admin: c.Admin && v.adminAud != "", Tenant: v.tenantOf(&c)}
+	tenant, named := v.tenantOf(&c)
+	p := Principal{Actor: c.Subject, Admin: c.Admin && v.adminAud != "", Tenant: tenant, TenantNamed: named}
 	// Cached only until exp (minus the leeway nothing): nbf and iat were
 	// checked now and only move into the past.
 	v.mu.Lock()
@@ -265,19 +270,19 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 }
 
 // tenantOf is the tenant of a verified token: its claim, else its
-// client's, else the default. Never its subject.
-func (v *Verifier) tenantOf(c *Claims) string {
+// client's, else the default (named false). Never its subject.
+func (v *Verifier) tenantOf(c *Claims) (tenant string, named bool) {
 	if c.Tenant != "" {
-		return c.Tenant
+		return c.Tenant, true
 	}
 	client := c.AuthorizedParty
 	if client == "" {
 		client = c.ClientID
 	}
 	if t, ok := v.clientTenants[client]; ok && client != "" {
-		return t
+		return t, true
 	}
-	return v.defaultTenant
+	return v.defaultTenant, false
 }
 
 // printable reports whether s is valid UTF-8 without control characters:

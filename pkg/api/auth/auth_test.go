@@ -325,6 +325,11 @@ func TestTenantNeverComesFromThePayer(t *testing.T) {
 		if p.Tenant != tc.want {
 			t.Errorf("%s: tenant %q, want %q", tc.name, p.Tenant, tc.want)
 		}
+		// Only the claim or the client's tenant names one (the default
+		// does not: it may not manage webhook endpoints).
+		if named := tc.want != auth.DefaultTenant; p.TenantNamed != named {
+			t.Errorf("%s: tenant named %v, want %v", tc.name, p.TenantNamed, named)
+		}
 	}
 	// A default of its own, and refused names.
 	own, err := auth.NewVerifier(auth.Config{HS256Secret: secret, Issuer: auth.DefaultIssuer, Audience: auth.DefaultAudience, DefaultTenant: "platform"})

@@ -67,6 +67,9 @@ var httpStatusByReason = map[string]int{
 type Options struct {
 	// Payments, if set, serves /v1/scheduled-payments...
 	Payments payschedv1.PaymentsServiceServer
+	// Webhooks, if set, serves a tenant's /v1/webhook-endpoints and
+	// /v1/webhook-attempts.
+	Webhooks payschedv1.WebhooksServiceServer
 	// Admin, if set, serves /v1/admin/... (it checks the admin claim itself).
 	Admin payschedv1.AdminServiceServer
 	// CreateViolations validates a create body that failed to decode in
@@ -107,6 +110,11 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 	)
 	if o.Payments != nil {
 		if err := payschedv1.RegisterPaymentsServiceHandlerServer(ctx, gw, o.Payments); err != nil {
+			return nil, err
+		}
+	}
+	if o.Webhooks != nil {
+		if err := payschedv1.RegisterWebhooksServiceHandlerServer(ctx, gw, o.Webhooks); err != nil {
 			return nil, err
 		}
 	}
@@ -163,10 +171,13 @@ func routeName(r *http.Request) string {
 		return r.Method + " /v1/admin/scheduled-payments/{id}"
 	case strings.HasPrefix(p, "/v1/admin/webhook-endpoints/"):
 		return r.Method + " /v1/admin/webhook-endpoints/{id}"
+	case strings.HasPrefix(p, "/v1/webhook-endpoints/"):
+		return r.Method + " /v1/webhook-endpoints/{id}"
 	case p == "/v1/admin/dead-letters" || p == "/v1/admin/reconciliation-runs" || p == "/v1/admin/webhook-endpoints" ||
 		p == "/v1/admin/webhook-attempts" || p == "/v1/admin/tenants":
 		return r.Method + " " + p
 	case p == "/v1/scheduled-payments" || p == "/v1/scheduled-payments:batchCreate" ||
+		p == "/v1/webhook-endpoints" || p == "/v1/webhook-attempts" ||
 		p == "/healthz" || p == "/metrics" || p == "/openapi.json" || p == "/openapi.v3.json" || p == adminOpenAPIPath:
 		return r.Method + " " + p
 	}

@@ -49,6 +49,9 @@ type Config struct {
 	// Reflection serves gRPC server reflection on the API's port: for
 	// development (grpcurl), never on a port the internet reaches.
 	Reflection bool
+	// LoopbackWebhooks lets tenants register webhook endpoints on
+	// 127.0.0.1 and ::1 (development: a local receiver).
+	LoopbackWebhooks bool
 }
 
 // Server is a running payments-api.
@@ -118,9 +121,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)...)
 	payschedv1.RegisterPaymentsServiceServer(gs, pay)
+	hooks := payments.NewWebhooks(pool, cfg.LoopbackWebhooks, log)
+	payschedv1.RegisterWebhooksServiceServer(gs, hooks)
 	ready := Pinger(pool)
 	h, err := rest.New(ctx, rest.Options{
-		Payments: pay, CreateViolations: pay.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
+		Payments: pay, Webhooks: hooks, CreateViolations: pay.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
 		OpenAPI: openapi.JSON, OpenAPIv3: openapi.JSONv3, RPC: rpcm, Log: log,
 	})
 	if err != nil {

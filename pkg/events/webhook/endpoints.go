@@ -159,12 +159,13 @@ func RotateSecret(ctx context.Context, db store.DB, tenant string, id uuid.UUID,
 		return "", fmt.Errorf("%w: overlap %s: want up to 7 days", ErrInvalid, overlap)
 	}
 	secret := NewSymmetricSecret()
-	tag, err := db.Exec(ctx, `UPDATE webhook_endpoints SET secrets = ARRAY[$3, secrets[1]], rotate_until = now() + $4::interval,
-		updated_at = now() WHERE id = $1 AND ($2 = '' OR tenant = $2)`, id, tenant, secret, overlap)
-	if err != nil {
+	// The owner's function: the caller need not read the secrets
+	// (0023_webhooks.sql).
+	var found bool
+	if err := db.QueryRow(ctx, `SELECT paysched_webhook_rotate($1, $2, $3, $4::interval)`, id, tenant, secret, overlap).Scan(&found); err != nil {
 		return "", fmt.Errorf("rotate secret: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !found {
 		return "", fmt.Errorf("endpoint %s: %w", id, ErrNotFound)
 	}
 	return secret, nil
@@ -233,13 +234,14 @@ type Attempt struct {
 }
 
 // Attempts is the delivery log: the attempts of a payment's deliveries
-// (payment set) or of an endpoint's (newest first, at most limit).
-func Attempts(ctx context.Context, db store.DB, payment *uuid.UUID, endpoint *uuid.UUID, limit int) ([]Attempt, error) {
+// (payment set) or of an endpoint's (newest first, at most limit), to the
+// endpoints of tenant ("": any tenant's).
+func Attempts(ctx context.Context, db store.DB, tenant string, payment *uuid.UUID, endpoint *uuid.UUID, limit int) ([]Attempt, error) {
 	rows, err := db.Query(ctx, `SELECT a.delivery_id, d.endpoint_id, e.url, d.msg_id, d.event_type, a.attempt, a.at, a.status,
 		a.latency_ms, coalesce(a.error, ''), coalesce(a.response, ''), d.state
 		FROM webhook_deliveries d JOIN webhook_attempts a ON a.delivery_id = d.id JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE ($1::uuid IS NULL OR d.payment_id = $1) AND ($2::uuid IS NULL OR d.endpoint_id = $2)
-		ORDER BY a.at DESC LIMIT $3`, payment, endpoint, limit)
+		WHERE ($1::uuid IS NULL OR d.payment_id = $1) AND ($2::uuid IS NULL OR d.endpoint_id = $2) AND ($4 = '' OR e.tenant = $4)
+		ORDER BY a.at DESC LIMIT $3`, payment, endpoint, limit, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("delivery log: %w", err)
 	}

@@ -96,3 +96,30 @@ GRANT UPDATE (url, event_types, description, enabled, secrets, rotate_until, max
               failing_since, disabled_reason, updated_at) ON webhook_endpoints TO paysched_admin;
 GRANT SELECT ON webhook_deliveries, webhook_attempts TO paysched_admin;
 GRANT UPDATE (state, next_at, lease_until, done_at) ON webhook_deliveries TO paysched_admin;
+
+-- A rotation keeps the current secret beside the new one: it reads the
+-- secrets, which only the dispatcher (and the admin API) may. Run as the
+-- owner for the APIs that rotate, so payments-api (a tenant rotating its
+-- own endpoint's) never reads a secret. search_path is pinned so a caller
+-- cannot substitute objects. It returns whether the endpoint (of the
+-- tenant, '' for any) exists.
+CREATE FUNCTION paysched_webhook_rotate(p_id uuid, p_tenant text, p_secret text, p_overlap interval) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH r AS (
+        UPDATE webhook_endpoints SET secrets = ARRAY[p_secret, secrets[1]], rotate_until = now() + p_overlap, updated_at = now()
+        WHERE id = p_id AND (p_tenant = '' OR tenant = p_tenant)
+        RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM r)
+$$;
+REVOKE EXECUTE ON FUNCTION paysched_webhook_rotate(uuid, text, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION paysched_webhook_rotate(uuid, text, text, interval) TO paysched_admin, paysched_api;
+
+-- payments-api: a tenant manages its own endpoints (the API scopes every
+-- statement to the token's tenant); never their secrets but the one it
+-- makes.
+GRANT SELECT (id, tenant, url, event_types, description, enabled, max_inflight, max_per_second, disabled_reason,
+              failing_since, rotate_until, created_at, updated_at) ON webhook_endpoints TO paysched_api;
+GRANT INSERT ON webhook_endpoints TO paysched_api;
+GRANT UPDATE (enabled, failing_since, disabled_reason, updated_at) ON webhook_endpoints TO paysched_api;
+GRANT SELECT ON webhook_deliveries, webhook_attempts TO paysched_api;
+GRANT UPDATE (state, next_at, lease_until, done_at) ON webhook_deliveries TO paysched_api;

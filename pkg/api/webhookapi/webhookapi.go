@@ -1,0 +1,246 @@
+// Package webhookapi is what the two APIs that manage webhook endpoints
+// share: the operators' (admin-api, any tenant) and the tenants' own
+// (payments-api, the token's tenant). Each checks who may call; this
+// package checks the requests, calls pkg/events/webhook with the tenant
+// scope ("" for any tenant) and maps its answers to the API's.
+package webhookapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// Service manages endpoints over one database.
+type Service struct {
+	DB  store.DB
+	Log *slog.Logger
+	// Loopback accepts endpoints on 127.0.0.1 and ::1 (development).
+	Loopback bool
+}
+
+func invalid(field, desc string) error {
+	return apierr.Invalid(field+" is invalid", []apierr.Violation{{Field: field, Description: desc}})
+}
+
+// NewEndpoint is the fields of an endpoint to register.
+type NewEndpoint struct {
+	URL          string
+	EventTypes   []string
+	Description  string
+	MaxInflight  int32
+	MaxPerSecond float64
+}
+
+// Create registers an endpoint of tenant (checked by the caller) for who.
+func (s Service) Create(ctx context.Context, who, tenant string, n NewEndpoint) (*payschedv1.WebhookEndpoint, string, error) {
+	e := webhook.Endpoint{Tenant: tenant, URL: n.URL, EventTypes: n.EventTypes, Description: n.Description,
+		MaxInflight: int(n.MaxInflight), MaxPerSecond: n.MaxPerSecond}
+	if err := e.Check(s.Loopback); err != nil {
+		return nil, "", invalid(fieldOf(err), strings.TrimPrefix(err.Error(), webhook.ErrInvalid.Error()+": "))
+	}
+	out, secret, err := webhook.CreateEndpoint(ctx, s.DB, e)
+	if err != nil {
+		return nil, "", apierr.FromFailure(s.Log, "create webhook endpoint", err)
+	}
+	s.Log.Info("webhook endpoint created", "by", who, "endpoint", out.ID, "tenant", out.Tenant, "url", out.URL)
+	return EndpointToProto(out), secret, nil
+}
+
+// fieldOf names the request field an endpoint check refused.
+func fieldOf(err error) string {
+	m := err.Error()
+	switch {
+	case strings.Contains(m, "URL"):
+		return "url"
+	case strings.Contains(m, "event type"):
+		return "eventTypes"
+	case strings.Contains(m, "description"):
+		return "description"
+	case strings.Contains(m, "in flight"):
+		return "maxInflight"
+	case strings.Contains(m, "per second"):
+		return "maxPerSecond"
+	}
+	return "endpoint"
+}
+
+// List is tenant's endpoints ("": every tenant's).
+func (s Service) List(ctx context.Context, tenant string) ([]*payschedv1.WebhookEndpoint, error) {
+	list, err := webhook.ListEndpoints(ctx, s.DB, tenant)
+	if err != nil {
+		return nil, apierr.FromFailure(s.Log, "list webhook endpoints", err)
+	}
+	out := make([]*payschedv1.WebhookEndpoint, 0, len(list))
+	for _, e := range list {
+		out = append(out, EndpointToProto(e))
+	}
+	return out, nil
+}
+
+// SetEnabled enables or disables endpoint rawID of tenant.
+func (s Service) SetEnabled(ctx context.Context, who, tenant, rawID string, enabled bool) error {
+	id, err := endpointID(rawID)
+	if err != nil {
+		return err
+	}
+	if err := webhook.SetEnabled(ctx, s.DB, tenant, id, enabled); err != nil {
+		return s.mapErr("set webhook endpoint enabled", err)
+	}
+	s.Log.Info("webhook endpoint enabled set", "by", who, "endpoint", id, "enabled", enabled)
+	return nil
+}
+
+// Rotate gives endpoint rawID of tenant a new secret; the old one signs
+// beside it for overlapSeconds (0: 24 hours; at most 7 days).
+func (s Service) Rotate(ctx context.Context, who, tenant, rawID string, overlapSeconds int64) (string, error) {
+	id, err := endpointID(rawID)
+	if err != nil {
+		return "", err
+	}
+	overlap := time.Duration(overlapSeconds) * time.Second
+	switch {
+	case overlapSeconds == 0:
+		overlap = 24 * time.Hour
+	case overlapSeconds < 0 || overlapSeconds > 7*24*3600:
+		return "", invalid("overlapSeconds", "must be between 1 and 604800 (7 days; 0: 24 hours)")
+	}
+	secret, err := webhook.RotateSecret(ctx, s.DB, tenant, id, overlap)
+	if err != nil {
+		return "", s.mapErr("rotate webhook secret", err)
+	}
+	s.Log.Info("webhook secret rotated", "by", who, "endpoint", id, "overlap", overlap)
+	return secret, nil
+}
+
+// Resend makes message msgID to endpoint rawID of tenant due again now.
+func (s Service) Resend(ctx context.Context, who, tenant, rawID, msgID string) error {
+	id, err := endpointID(rawID)
+	if err != nil {
+		return err
+	}
+	if msgID == "" || len(msgID) > 128 {
+		return invalid("webhookId", "is required (the webhook-id header of the message), at most 128 characters")
+	}
+	if err := webhook.Resend(ctx, s.DB, tenant, id, msgID); err != nil {
+		return s.mapErr("resend webhook", err)
+	}
+	s.Log.Info("webhook resent", "by", who, "endpoint", id, "webhook_id", msgID)
+	return nil
+}
+
+// Recover makes every message endpoint rawID of tenant did not take since
+// `since` (and before until, when set) due again now.
+func (s Service) Recover(ctx context.Context, who, tenant, rawID string, since, until *timestamppb.Timestamp) (int64, error) {
+	id, err := endpointID(rawID)
+	if err != nil {
+		return 0, err
+	}
+	if since == nil || since.CheckValid() != nil {
+		return 0, invalid("since", "is required: recover the failed messages noted since this time")
+	}
+	var end *time.Time
+	if until != nil {
+		if until.CheckValid() != nil {
+			return 0, invalid("until", "is not a valid time")
+		}
+		u := until.AsTime()
+		end = &u
+	}
+	n, err := webhook.Recover(ctx, s.DB, tenant, id, since.AsTime(), end)
+	if err != nil {
+		return 0, s.mapErr("recover webhooks", err)
+	}
+	s.Log.Info("webhooks recovered", "by", who, "endpoint", id, "since", since.AsTime(), "recovered", n)
+	return n, nil
+}
+
+// Attempts is the delivery log of a payment or an endpoint (of tenant).
+func (s Service) Attempts(ctx context.Context, tenant, paymentID, rawEndpoint string, size int32) ([]*payschedv1.WebhookAttempt, error) {
+	n := int(size)
+	switch {
+	case size == 0:
+		n = 50
+	case size < 0 || size > 500:
+		return nil, invalid("pageSize", "must be between 1 and 500")
+	}
+	var pay, ep *uuid.UUID
+	switch {
+	case paymentID != "" && rawEndpoint != "":
+		return nil, invalid("paymentId", "give a paymentId or an endpointId, not both")
+	case paymentID != "":
+		p, err := uuid.Parse(paymentID)
+		if err != nil {
+			return nil, invalid("paymentId", "must be a UUID")
+		}
+		pay = &p
+	case rawEndpoint != "":
+		e, err := endpointID(rawEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		ep = &e
+	default:
+		return nil, invalid("paymentId", "give a paymentId or an endpointId")
+	}
+	list, err := webhook.Attempts(ctx, s.DB, tenant, pay, ep, n)
+	if err != nil {
+		return nil, apierr.FromFailure(s.Log, "list webhook attempts", err)
+	}
+	out := make([]*payschedv1.WebhookAttempt, 0, len(list))
+	for _, a := range list {
+		var status int32
+		if a.Status != nil {
+			status = int32(*a.Status)
+		}
+		out = append(out, &payschedv1.WebhookAttempt{EndpointId: a.Endpoint.String(), WebhookId: a.MsgID,
+			EventType: a.Type, Attempt: int32(a.N), At: timestamppb.New(a.At), Status: status, LatencyMs: int32(a.LatencyMs),
+			Error: a.Error, Response: a.Response, DeliveryState: a.State})
+	}
+	return out, nil
+}
+
+func endpointID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, invalid("endpointId", "must be a UUID")
+	}
+	return id, nil
+}
+
+// mapErr maps the webhook package's errors: a missing endpoint (or one of
+// another tenant) or message is NOT_FOUND, a bad value INVALID_ARGUMENT.
+func (s Service) mapErr(op string, err error) error {
+	switch {
+	case errors.Is(err, webhook.ErrNotFound):
+		return apierr.New(codes.NotFound, apierr.ReasonNotFound, strings.TrimSuffix(err.Error(), ": "+webhook.ErrNotFound.Error())+" not found", nil)
+	case errors.Is(err, webhook.ErrInvalid):
+		return invalid("endpoint", strings.TrimPrefix(err.Error(), webhook.ErrInvalid.Error()+": "))
+	}
+	return apierr.FromFailure(s.Log, op, err)
+}
+
+// EndpointToProto is an endpoint as the APIs show it (never its secrets).
+func EndpointToProto(e webhook.Endpoint) *payschedv1.WebhookEndpoint {
+	out := &payschedv1.WebhookEndpoint{EndpointId: e.ID.String(), Tenant: e.Tenant, Url: e.URL, EventTypes: e.EventTypes,
+		Description: e.Description, Enabled: e.Enabled, DisabledReason: e.DisabledReason, MaxInflight: int32(e.MaxInflight),
+		MaxPerSecond: e.MaxPerSecond, CreatedAt: timestamppb.New(e.CreatedAt)}
+	if e.FailingSince != nil {
+		out.FailingSince = timestamppb.New(*e.FailingSince)
+	}
+	if e.RotateUntil != nil {
+		out.RotateUntil = timestamppb.New(*e.RotateUntil)
+	}
+	return out
+}
