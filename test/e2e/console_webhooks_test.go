@@ -1,0 +1,90 @@
+package e2e_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paysched/paysched/pkg/events/webhook"
+)
+
+// TestConsoleWebhooksInABrowser: a payment's webhooks (a receiver that
+// answers 503) show on its page; the operator opens the endpoint's page,
+// sends the message again from its delivery log, and recovers the
+// endpoint's failures since an hour ago, in a real admin-api's console.
+func TestConsoleWebhooksInABrowser(t *testing.T) {
+	tab := browser(t)
+	db, ps, adminHTTP, _ := consoleStack(t)
+	base := "http://" + adminHTTP
+	waitHTTP(t, ps, base+"/console/login")
+	pool, err := pgxpool.New(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := context.Background()
+	pay := schedule(t, pool, "erin", 1, time.Now().Add(time.Hour))[0]
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":"down for maintenance"}`))
+	}))
+	defer rcv.Close()
+	ep, _, err := webhook.CreateEndpoint(ctx, pool, webhook.Endpoint{Tenant: "erin", URL: rcv.URL + "/paysched",
+		Description: "erin's receiver", MaxInflight: 4, MaxPerSecond: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const msg = "5f1c0de2a0b94c8e9d7a6b5c4d3e2f10"
+	rec := &kgo.Record{Key: []byte(pay.String()), Value: []byte(`{"paymentId":"` + pay.String() + `","status":"PENDING"}`),
+		Headers: []kgo.RecordHeader{{Key: "ce_id", Value: []byte(msg)}, {Key: "ce_type", Value: []byte("paysched.payment.created")},
+			{Key: "ce_time", Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))}}}
+	if err := webhook.Fanout(ctx, pool, []*kgo.Record{rec}); err != nil {
+		t.Fatal(err)
+	}
+	w := &webhook.Worker{DB: pool, Client: webhook.Egress{Loopback: true, Timeout: 5 * time.Second}.Client()}
+	ds, err := w.Claim(ctx, 10)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %v %v", ds, err)
+	}
+	w.Attempt(ctx, ds[0])
+
+	alice, closeAlice := tab()
+	defer closeAlice()
+	if err := chromedp.Do(alice, devLogin(base, "alice")); err != nil {
+		t.Fatalf("alice logs in: %v", err)
+	}
+	got, err := text(alice, "#webhooks-sent", chromedp.Navigate(base+"/console/payments/"+pay.String()), chromedp.WaitVisible("#webhooks-sent"))
+	if err != nil || !strings.Contains(got, "HTTP 503") || !strings.Contains(got, rcv.URL) {
+		t.Fatalf("the payment's webhooks read %q (%v)", got, err)
+	}
+	shot(t, alice, "payment-webhooks")
+	got, err = text(alice, "#delivery-log", chromedp.Navigate(base+"/console/webhooks/"+ep.ID.String()), chromedp.WaitVisible("#delivery-log"))
+	if err != nil || !strings.Contains(got, msg) || !strings.Contains(got, "down for maintenance") {
+		t.Fatalf("the delivery log reads %q (%v)", got, err)
+	}
+	shot(t, alice, "webhook-endpoint")
+	got, err = text(alice, "#resent", chromedp.Click(`#delivery-log button[type="submit"]`), chromedp.WaitVisible("#resent"))
+	if err != nil || !strings.Contains(got, msg) {
+		t.Fatalf("after send again: %q (%v)", got, err)
+	}
+	// Spent: recover brings it back.
+	if _, err := pool.Exec(ctx, `UPDATE webhook_deliveries SET state = $1 WHERE msg_id = $2`, webhook.Undelivered, msg); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().UTC().Add(-time.Hour).Format("2006-01-02T15:04")
+	got, err = text(alice, "#recovered", chromedp.SetValue("#since", since), chromedp.Click("#recover"), chromedp.WaitVisible("#recovered"))
+	if err != nil || !strings.HasPrefix(got, "1 ") {
+		t.Fatalf("after recover: %q (%v)", got, err)
+	}
+	var state string
+	if err := pool.QueryRow(ctx, `SELECT state FROM webhook_deliveries WHERE msg_id = $1`, msg).Scan(&state); err != nil || state != webhook.Waiting {
+		t.Fatalf("after recover the delivery is %q (%v)", state, err)
+	}
+}
