@@ -8,6 +8,7 @@ package webhookbench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -21,6 +22,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/auth"
 
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/webhook"
@@ -38,6 +46,13 @@ type Config struct {
 	// Timeout bounds the wait for the healthy endpoints to have everything.
 	Timeout time.Duration
 	Out     io.Writer
+	// API, when set, is payments-api (gRPC): the run then schedules N
+	// payments through it, Rate a second, each due Lead after its
+	// creation, and the engine, cdc and the audit-consumer make their
+	// notifications (created, then completed: two a payment). Unset: the
+	// run produces N notifications onto Kafka itself.
+	API  string
+	Lead time.Duration
 }
 
 // Result is the last line's figures.
@@ -54,15 +69,16 @@ type receiver struct {
 	healthy bool
 	secret  string
 	mu      sync.Mutex
-	first   map[string]time.Duration // webhook-id → lag of its first verified arrival
+	first   map[string]time.Time     // webhook-id → its first verified arrival
+	change  map[string]time.Duration // webhook-id → that arrival's lag after the change notified (ce_time)
 	arrived int
 	refused atomic.Int64
 	srv     *http.Server
 	url     string
 }
 
-func newReceiver(name, tenant string, healthy bool, handle func(http.ResponseWriter) bool, sent *sync.Map) (*receiver, error) {
-	r := &receiver{name: name, tenant: tenant, healthy: healthy, first: map[string]time.Duration{}}
+func newReceiver(name, tenant string, healthy bool, handle func(http.ResponseWriter) bool) (*receiver, error) {
+	r := &receiver{name: name, tenant: tenant, healthy: healthy, first: map[string]time.Time{}, change: map[string]time.Duration{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -80,14 +96,19 @@ func newReceiver(name, tenant string, healthy bool, handle func(http.ResponseWri
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
+		// From the change notified (the body's timestamp: its ce_time) to
+		// this verified arrival.
+		var b struct {
+			Timestamp time.Time `json:"timestamp"`
+		}
 		var lag time.Duration
-		if at, ok := sent.Load(id); ok {
-			lag = now.Sub(at.(time.Time))
+		if json.Unmarshal(body, &b) == nil && !b.Timestamp.IsZero() {
+			lag = now.Sub(b.Timestamp)
 		}
 		r.mu.Lock()
 		r.arrived++
 		if _, seen := r.first[id]; !seen {
-			r.first[id] = lag
+			r.first[id], r.change[id] = now, lag
 		}
 		r.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
@@ -98,7 +119,6 @@ func newReceiver(name, tenant string, healthy bool, handle func(http.ResponseWri
 
 // Run is one run; its last line is the issue's.
 func Run(ctx context.Context, c Config) (Result, error) {
-	var sent sync.Map // webhook-id (ce_id) → when produced
 	ok := func(http.ResponseWriter) bool { return true }
 	var rngMu sync.Mutex
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -129,7 +149,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 	}()
 	for _, s := range specs {
-		r, err := newReceiver(s.name, s.tenant, s.healthy, s.h, &sent)
+		r, err := newReceiver(s.name, s.tenant, s.healthy, s.h)
 		if err != nil {
 			return Result{}, err
 		}
@@ -141,13 +161,127 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 		r.secret = secret
 	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ProducerLinger(2*time.Millisecond))
+	// When each notification reached the topic (its record's timestamp):
+	// the delivery lag is measured from it.
+	var notedMu sync.Mutex
+	noted := map[string]time.Time{}
+	watch, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ConsumeTopics(kafka.Default.Notifications),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return Result{}, err
 	}
-	defer prod.Close()
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for wctx.Err() == nil {
+			fs := watch.PollFetches(wctx)
+			fs.EachRecord(func(rec *kgo.Record) {
+				for _, h := range rec.Headers {
+					if h.Key == "ce_id" {
+						notedMu.Lock()
+						noted[string(h.Value)] = rec.Timestamp
+						notedMu.Unlock()
+					}
+				}
+			})
+		}
+	}()
+	defer func() { stopWatch(); <-watched; watch.Close() }()
 	tenants := []string{"bench-a", "bench-b", "bench-c"}
 	perTenant := map[string]int{}
+	perPayment := 1
+	if c.API != "" {
+		perPayment = 2 // created, then completed
+		if err := schedule(ctx, c, tenants, perTenant); err != nil {
+			return Result{}, err
+		}
+	} else if err := produce(ctx, c, tenants, perTenant); err != nil {
+		return Result{}, err
+	}
+	want := func(r *receiver) int { return perPayment * perTenant[r.tenant] }
+	deadline := time.Now().Add(c.Timeout)
+	for {
+		done := true
+		for _, r := range recv {
+			r.mu.Lock()
+			n := len(r.first)
+			r.mu.Unlock()
+			if r.healthy && n < want(r) {
+				done = false
+			}
+		}
+		if done || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Every notification seen on the topic by the watch (bounded wait).
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		notedMu.Lock()
+		n := len(noted)
+		notedMu.Unlock()
+		if n >= c.N*perPayment {
+			break
+		}
+	}
+	var res Result
+	var lags, changes []time.Duration
+	unseen := 0
+	for _, r := range recv {
+		r.mu.Lock()
+		dup := r.arrived - len(r.first)
+		fmt.Fprintf(c.Out, "endpoint %-15s distinct %7d of %7d  arrivals %7d  refused %d\n", r.name, len(r.first), want(r), r.arrived, r.refused.Load())
+		if r.healthy {
+			res.Delivered += len(r.first)
+			res.Verified += len(r.first)
+			res.Lost += want(r) - len(r.first)
+			res.DuplicatesPerEndpoint = max(res.DuplicatesPerEndpoint, dup)
+			notedMu.Lock()
+			for id, at := range r.first {
+				if t, ok := noted[id]; ok {
+					lags = append(lags, at.Sub(t))
+				} else {
+					unseen++
+				}
+				changes = append(changes, r.change[id])
+			}
+			notedMu.Unlock()
+		}
+		r.mu.Unlock()
+		if r.refused.Load() > 0 {
+			return res, fmt.Errorf("endpoint %s refused %d signatures", r.name, r.refused.Load())
+		}
+	}
+	if unseen > 0 {
+		fmt.Fprintf(c.Out, "%d deliveries of notifications the watch never read (left out of the lag)\n", unseen)
+	}
+	slices.Sort(lags)
+	slices.Sort(changes)
+	if len(lags) > 0 {
+		res.P99 = lags[(len(lags)*99+99)/100-1]
+		fmt.Fprintf(c.Out, "healthy endpoints: lag p50 %.1f ms  p99 %.1f ms  max %.1f ms (notification on the topic to first verified arrival)\n",
+			ms(lags[len(lags)/2]), ms(res.P99), ms(lags[len(lags)-1]))
+	}
+	if c.API != "" && len(changes) > 0 {
+		fmt.Fprintf(c.Out, "healthy endpoints: from the payment's change (ce_time, cdc and the audit-consumer included) p50 %.1f ms  p99 %.1f ms\n",
+			ms(changes[len(changes)/2]), ms(changes[(len(changes)*99+99)/100-1]))
+	}
+	fmt.Fprintf(c.Out, "webhooks delivered=%d verified=%d p99_ms=%.1f duplicates_per_endpoint=%d lost=%d\n",
+		res.Delivered, res.Verified, ms(res.P99), res.DuplicatesPerEndpoint, res.Lost)
+	return res, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// produce puts c.N notifications onto the topic, c.Rate a second, a
+// third per tenant (the dispatcher alone: no engine).
+func produce(ctx context.Context, c Config, tenants []string, perTenant map[string]int) error {
+	prod, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ProducerLinger(2*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
 	start := time.Now()
 	tick := time.Second / time.Duration(max(1, c.Rate/100)) // a burst of 1/100 of the rate each tick
 	burst := max(1, c.Rate/(int(time.Second/tick)))
@@ -160,7 +294,6 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			tenant := tenants[produced%3]
 			perTenant[tenant]++
 			now := time.Now()
-			sent.Store(id, now)
 			data := `{"amount":1250,"currency":"EUR","paymentId":"` + id + `","status":"` + string(payment.Completed) + `","tenant":"` + tenant + `"}`
 			prod.Produce(ctx, &kgo.Record{Topic: kafka.Default.Notifications, Key: []byte(id), Value: []byte(data), Headers: []kgo.RecordHeader{
 				{Key: "ce_id", Value: []byte(id)}, {Key: "ce_type", Value: []byte("paysched.payment.completed")},
@@ -179,58 +312,71 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 	}
 	if err := prod.Flush(ctx); err != nil {
-		return Result{}, err
+		return err
 	}
 	if perr != nil {
-		return Result{}, fmt.Errorf("produce: %w", perr)
+		return fmt.Errorf("produce: %w", perr)
 	}
 	fmt.Fprintf(c.Out, "produced %d notifications in %.1fs (%d/s asked)\n", produced, time.Since(start).Seconds(), c.Rate)
-	want := func(r *receiver) int { return perTenant[r.tenant] }
-	deadline := time.Now().Add(c.Timeout)
-	for {
-		done := true
-		for _, r := range recv {
-			r.mu.Lock()
-			n := len(r.first)
-			r.mu.Unlock()
-			if r.healthy && n < want(r) {
-				done = false
-			}
-		}
-		if done || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	var res Result
-	var lags []time.Duration
-	for _, r := range recv {
-		r.mu.Lock()
-		dup := r.arrived - len(r.first)
-		fmt.Fprintf(c.Out, "endpoint %-15s distinct %7d of %7d  arrivals %7d  refused %d\n", r.name, len(r.first), want(r), r.arrived, r.refused.Load())
-		if r.healthy {
-			res.Delivered += len(r.first)
-			res.Verified += len(r.first)
-			res.Lost += want(r) - len(r.first)
-			res.DuplicatesPerEndpoint = max(res.DuplicatesPerEndpoint, dup)
-			for _, l := range r.first {
-				lags = append(lags, l)
-			}
-		}
-		r.mu.Unlock()
-		if r.refused.Load() > 0 {
-			return res, fmt.Errorf("endpoint %s refused %d signatures", r.name, r.refused.Load())
-		}
-	}
-	slices.Sort(lags)
-	if len(lags) > 0 {
-		res.P99 = lags[(len(lags)*99+99)/100-1]
-		fmt.Fprintf(c.Out, "healthy endpoints: lag p50 %.1f ms  p99 %.1f ms  max %.1f ms (notification produced to first verified arrival)\n",
-			ms(lags[len(lags)/2]), ms(res.P99), ms(lags[len(lags)-1]))
-	}
-	fmt.Fprintf(c.Out, "webhooks delivered=%d verified=%d p99_ms=%.1f duplicates_per_endpoint=%d lost=%d\n",
-		res.Delivered, res.Verified, ms(res.P99), res.DuplicatesPerEndpoint, res.Lost)
-	return res, nil
+	return nil
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+// schedule creates c.N payments through payments-api, c.Rate a second in
+// batches every 100 ms, a third per tenant (each tenant's token carries
+// its tenant claim), each due c.Lead after its creation; the engine
+// executes them and the event path notifies.
+func schedule(ctx context.Context, c Config, tenants []string, perTenant map[string]int) error {
+	cc, err := grpc.NewClient(c.API, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	api := payschedv1.NewPaymentsServiceClient(cc)
+	toks := map[string]string{}
+	for _, t := range tenants {
+		if toks[t], err = auth.MintFor([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAudience, "bench-payer", t, false,
+			50*time.Minute); err != nil {
+			return err
+		}
+	}
+	lead := c.Lead
+	if lead <= 0 {
+		lead = 2 * time.Second
+	}
+	run := time.Now().UnixNano()
+	start := time.Now()
+	per := max(1, c.Rate/10) // each 100 ms
+	made := 0
+	for tick := 0; made < c.N; tick++ {
+		for _, t := range tenants {
+			n := min(per/len(tenants)+1, c.N-made)
+			if n <= 0 {
+				break
+			}
+			items := make([]*payschedv1.CreateScheduledPaymentRequest, n)
+			due := timestamppb.New(time.Now().Add(lead))
+			for i := range items {
+				items[i] = &payschedv1.CreateScheduledPaymentRequest{Payee: "shop", Amount: 1250, Currency: "EUR", DueAt: due,
+					RequestId: fmt.Sprintf("wh-%d-%d-%s-%d", run, tick, t, i)}
+			}
+			cctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+toks[t])
+			resp, err := api.BatchCreateScheduledPayments(cctx, &payschedv1.BatchCreateScheduledPaymentsRequest{Items: items})
+			if err != nil {
+				return fmt.Errorf("schedule: %w", err)
+			}
+			for _, r := range resp.GetResults() {
+				if r.GetPayment().GetPaymentId() == "" {
+					return fmt.Errorf("schedule: an item was refused: %s %s", r.GetReason(), r.GetMessage())
+				}
+			}
+			perTenant[t] += n
+			made += n
+		}
+		if next := start.Add(time.Duration(tick+1) * 100 * time.Millisecond); time.Until(next) > 0 {
+			time.Sleep(time.Until(next))
+		}
+	}
+	fmt.Fprintf(c.Out, "scheduled %d payments in %.1fs (%d/s asked), each due %s after its creation\n", made,
+		time.Since(start).Seconds(), c.Rate, lead)
+	return nil
+}

@@ -47,6 +47,7 @@ func main() {
 	perSmall := fs.Int("per-small", 100, "fair: payments of each small tenant")
 	later := fs.Int("later", 0, "fair: PENDING rows due an hour after the spike, seeded beside it (over 1,000 tenants of their own)")
 	kafkaBrokers := fs.String("kafka-brokers", "", "spike: measure CDC lag and audit catch-up through these brokers")
+	executed := fs.Bool("executed", false, "webhooks: schedule the --n payments through --api-grpc and let the engine execute them (else produce their notifications directly)")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
 		os.Exit(2)
@@ -71,7 +72,11 @@ func main() {
 		os.Exit(fairRun(cfg, []byte(*secret), *n, *small, *perSmall, *later, *lead, *dbURL, *timeout))
 	}
 	if *mode == "webhooks" {
-		os.Exit(webhooksRun(*dbURL, *kafkaBrokers, *n, *rate, *timeout))
+		api := ""
+		if *executed {
+			api = *grpcAddr
+		}
+		os.Exit(webhooksRun(*dbURL, *kafkaBrokers, api, *n, *rate, *timeout))
 	}
 	if *mode == "spike" {
 		os.Exit(spike(cfg, *n, *lead, *dbURL, *auditURL, *pids, *logs, *timeout, *kafkaBrokers))

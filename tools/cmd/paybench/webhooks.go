@@ -14,7 +14,8 @@ import (
 
 // webhooksRun is make bench-webhooks: the last line is
 // `webhooks delivered= verified= p99_ms= duplicates_per_endpoint= lost=`.
-func webhooksRun(dbURL, brokers string, n, rate int, timeout time.Duration) int {
+// api, when set, is payments-api: the payments are scheduled and executed.
+func webhooksRun(dbURL, brokers, api string, n, rate int, timeout time.Duration) int {
 	ctx := context.Background()
 	if brokers == "" {
 		fmt.Fprintln(os.Stderr, "paybench: webhooks needs --kafka-brokers")
@@ -27,7 +28,7 @@ func webhooksRun(dbURL, brokers string, n, rate int, timeout time.Duration) int 
 	}
 	defer db.Close()
 	res, err := webhookbench.Run(ctx, webhookbench.Config{DB: db, Brokers: strings.Split(brokers, ","), N: n, Rate: rate,
-		Hang: 20 * time.Second, Timeout: timeout, Out: os.Stdout})
+		Hang: 20 * time.Second, Timeout: timeout, Out: os.Stdout, API: api})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
 		return 1
