@@ -20,7 +20,7 @@ help:
 	@echo "make bench-console seed N=5000000 payments with COPY and time every console page (p99 target 200 ms)"
 	@echo "make bench-fair  fair claims: one tenant of N=200000 and 100 of 100 due together, fair against due order"
 	@echo "make bench-steady RATE=1000 payments due every second for STEADY_FOR=120s, full stack with CDC and gateway faults"
-	@echo "make bench-webhooks N=100000 payments' notifications through webhook-dispatcher to 3 tenants' endpoints (one failing, one hanging)"
+	@echo "make bench-webhooks N=100000 payments executed, their notifications signed and delivered to 3 tenants' endpoints (one failing, one hanging); SOURCE=notifications: the dispatcher alone"
 	@echo "make console-shots retake docs/console's screenshots in headless chromium (the console's browser tests)"
 	@echo "make bench-sync what a synchronous standby costs an acknowledged write (API creates, pgbench), async against sync"
 
