@@ -35,6 +35,10 @@ DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
 AUDIT_DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched_audit?sslmode=disable"
 PG="$ROOT/deploy/local/pg.sh"
 GATEWAY=${GATEWAY:-grpc}
+MAX_REQUEST=${PAYSCHED_LOCAL_MAX_REQUEST:-5s}
+# Local retries are quick (production default: 1m,5m,30m,2h,12h) so that a
+# retried payment settles while you watch.
+BACKOFF=${PAYSCHED_LOCAL_BACKOFF:-2s,4s,8s,16s,32s}
 STRIPE_MOCK_HTTP=127.0.0.1:12111
 STRIPE_MOCK_HTTPS=127.0.0.1:12112
 
@@ -89,7 +93,12 @@ up() {
   # The gateway flags of the services that charge, probe and reconcile.
   local gw=()
   case "$GATEWAY" in
-    grpc) ;;
+    grpc)
+      # gateway-sim makes a charge while its request runs (5-30 ms of
+      # latency), never after: its longest request is far below gateway.v1's
+      # minute, so a lost answer counts as "not charged" after 5 s here
+      # (money rule 10). With GATEWAY_FLAGS=--late-record D, raise it to D.
+      gw=(--gateway-max-request "$MAX_REQUEST") ;;
     stripe)
       start_stripe_mock
       gw=(--gateway stripe --stripe-key-file "$DATA/stripe-key" --stripe-api-url "http://$STRIPE_MOCK_HTTP") ;;
@@ -139,9 +148,7 @@ up() {
     --webhook-url http://127.0.0.1:9420/webhooks/gateway --webhook-secret-file "$webhook_secret" \
     --tls-cert-file "$DATA/tls/gateway-sim.pem" --tls-key-file "$DATA/tls/gateway-sim-key.pem" --tls-client-ca-file "$DATA/tls/ca.pem" \
     --token-file "$DATA/tls/gateway-sim-token" ${GATEWAY_FLAGS:-}
-  # Local retries are quick (production default: 1m,5m,30m,2h,12h) so that a
-  # retried payment settles while you watch.
-  local backoff=${PAYSCHED_LOCAL_BACKOFF:-2s,4s,8s,16s,32s}
+  local backoff=$BACKOFF
   start_service executor-1 --grpc-addr 127.0.0.1:9100 --http-addr 127.0.0.1:9101 --backoff "$backoff" $(gwc executor) ${gw[@]+"${gw[@]}"} "${exec_tls[@]}" ${EXECUTOR_FLAGS:-}
   start_service executor-2 --grpc-addr 127.0.0.1:9110 --http-addr 127.0.0.1:9111 --backoff "$backoff" $(gwc executor) ${gw[@]+"${gw[@]}"} "${exec_tls[@]}" ${EXECUTOR_FLAGS:-}
   start_service sweeper --executors 127.0.0.1:9100,127.0.0.1:9110 --executor-ca-file "$DATA/tls/ca.pem" \
@@ -174,6 +181,9 @@ export PAYSCHED_GATEWAY_CERT_FILE='$DATA/tls/operator.pem'
 export PAYSCHED_GATEWAY_KEY_FILE='$DATA/tls/operator-key.pem'
 export PAYSCHED_JWT_SECRET_FILE='$jwt_secret'
 export PAYSCHED_KAFKA_BROKERS='127.0.0.1:$KAFKA_PORT'
+# The money rules' waits of this stack (make demo's deadline follows from them).
+export PAYSCHED_GATEWAY_MAX_REQUEST='$( [ "$GATEWAY" = grpc ] && echo "$MAX_REQUEST" || echo 80s )'
+export PAYSCHED_EXECUTOR_BACKOFF='$BACKOFF'
 ENV
   cat <<MSG
 

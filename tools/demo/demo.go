@@ -36,9 +36,15 @@ type Options struct {
 	// API is payments-api's gRPC address, AdminAPI admin-api's; Secret,
 	// Issuer and Audience mint the demo actor's local token.
 	API, AdminAPI, Secret, Issuer, Audience string
-	// N payments fall due over Within; the run gives up after Timeout.
+	// N payments fall due over Within; the run gives up after Timeout
+	// (0: Deadline's bound).
 	N               int
 	Within, Timeout time.Duration
+	// MaxRequest and Backoff are the stack's --gateway-max-request and
+	// executor --backoff: the money rules' waits, from which the deadline
+	// follows.
+	MaxRequest time.Duration
+	Backoff    payment.Backoff
 	// Gateway is gateway-sim's address, DatabaseURL the stack's database
 	// (read for the live view), Brokers the Kafka brokers.
 	Gateway, DatabaseURL, Brokers string
@@ -154,6 +160,11 @@ func Run(o Options) error {
 	if err != nil {
 		return err
 	}
+	if d.o.Timeout == 0 {
+		var why string
+		d.o.Timeout, why = Deadline(d.o.Within, d.o.MaxRequest, d.o.Backoff)
+		fmt.Fprintf(o.Out, "deadline %s: %s\n\n", d.o.Timeout, why)
+	}
 	if err := d.watch(ids); err != nil {
 		return err
 	}
@@ -161,7 +172,7 @@ func Run(o Options) error {
 }
 
 func (d *demoRun) schedule() ([]string, error) {
-	d.from = time.Now().Add(3 * time.Second)
+	d.from = time.Now().Add(startLead)
 	d.to = d.from.Add(d.o.Within)
 	n := d.o.N
 	var items []*payschedv1.CreateScheduledPaymentRequest
@@ -187,9 +198,33 @@ func (d *demoRun) schedule() ([]string, error) {
 			ids = append(ids, r.GetPayment().GetPaymentId())
 		}
 	}
-	fmt.Fprintf(d.o.Out, "scheduled %d payments for actor %s, due from %s over %s\n\n", n, d.actor,
+	fmt.Fprintf(d.o.Out, "scheduled %d payments for actor %s, due from %s over %s\n", n, d.actor,
 		d.from.UTC().Format("15:04:05"), d.o.Within)
 	return ids, nil
+}
+
+// startLead is how far ahead of now the first payment falls due.
+const startLead = 3 * time.Second
+
+// Deadline is how long the demo waits for every payment to settle, and
+// why: the last falls due Within after the first (startLead from now),
+// and each may then meet the gateway's faults on every attempt its retry
+// budget allows. An attempt whose answer was lost (UNAVAILABLE, or a
+// timeout) is asked about first; a proven absence counts only once the
+// gateway's longest request has passed since the attempt (money rule 10),
+// and then the backoff runs. So an unlucky payment takes at most the
+// backoff's sum plus one longest request per attempt, plus the time to
+// run its attempts (slack).
+func Deadline(within, maxRequest time.Duration, backoff payment.Backoff) (time.Duration, string) {
+	var sum time.Duration
+	for _, d := range backoff {
+		sum += d + d/5 // the backoff's jitter is ±20%
+	}
+	attempts := len(backoff) + 1
+	const slack = 20 * time.Second
+	total := startLead + within + sum + time.Duration(attempts)*maxRequest + slack
+	return total.Round(time.Second), fmt.Sprintf("due over %s, then up to %d attempts each: a backoff of %s (up to %s with jitter) and, per attempt, the gateway's longest request (%s) before a lost answer counts as not charged, plus %s",
+		within, attempts, backoff, sum.Round(time.Second), maxRequest, slack)
 }
 
 // The live view's queries: this run's payments only (its payer, its due range).

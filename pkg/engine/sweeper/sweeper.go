@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -67,8 +69,10 @@ type Config struct {
 	Lookup func(host string) ([]string, error)
 	// Slots is how many batches' worth of payments (Slots×Batch) each
 	// executor may hold at once.
-	Slots   int
-	Bucket  pacing.Bucket
+	Slots  int
+	Bucket pacing.Bucket
+	// Breaker stops claims while the gateway fails; nil: none (it never
+	// opens).
 	Breaker *Breaker
 	// Grace bounds how long shutdown waits for batches in flight.
 	Grace time.Duration
@@ -124,6 +128,10 @@ type executor struct {
 	admitted atomic.Bool
 	// asking: a hello to it is in flight.
 	asking atomic.Bool
+	// ready: its connection is up (watch). A claim is made only for a
+	// ready executor: one for an executor that is down would sit out its
+	// lease, since a failed dispatch may have reached it.
+	ready atomic.Bool
 }
 
 // Sweeper is one sweeper process's loop.
@@ -139,6 +147,9 @@ type Sweeper struct {
 	trace trace.Tracer
 	claim *store.Claimer
 	fair  *fair.Scheduler
+	// life ends at shutdown: it stops the connection watchers and hellos.
+	life context.Context
+	stop context.CancelFunc
 }
 
 type metrics struct {
@@ -162,6 +173,9 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	if cfg.Resolve <= 0 {
 		cfg.Resolve = 15 * time.Second
 	}
+	if cfg.Breaker == nil {
+		cfg.Breaker = &Breaker{Threshold: 1, MinSamples: math.MaxInt}
+	}
 	addrs, err := resolve(cfg.Executors, cfg.Lookup)
 	if err != nil {
 		return nil, err
@@ -169,6 +183,7 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	s := &Sweeper{cfg: cfg, db: db, log: log, wake: make(chan struct{}, 1),
 		execs: map[string]*executor{}, trace: otel.Tracer(tracing.ScopeName + "/sweeper"),
 		claim: &store.Claimer{DB: db, Owner: cfg.ID, Lease: cfg.Lease}}
+	s.life, s.stop = context.WithCancel(context.Background())
 	if s.fair, err = fair.New(cfg.Fair, db); err != nil {
 		return nil, fmt.Errorf("sweeper config: %w", err)
 	}
@@ -187,37 +202,92 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 	s.m.refused = prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_sweeper_executors_refused",
 		Help: "Executors that get no work from this sweeper: their minimum lease is longer than its --lease (or they have not answered yet)."})
 	reg.MustRegister(s.m.claimed, s.m.released, s.m.dispatchErrors, s.m.lateness, s.m.breakerOpen, s.m.refused)
+	s.countRefused()
 	s.mu.Lock()
 	for _, e := range s.execs {
-		go s.hello(e)
+		go s.watch(e)
 	}
 	s.mu.Unlock()
 	return s, nil
 }
 
+// watch follows e's connection until it is closed or the sweeper stops:
+// each time it comes up (first start, or a restart of the executor) e is
+// asked again for its minimum lease and the loop is woken, so an executor
+// that starts after the sweeper gets work as soon as it listens (the
+// redial backoff is capped below a second: svc.FastReconnect), not at the
+// next --resolve-every. While it is down it gets no claims.
+func (s *Sweeper) watch(e *executor) {
+	e.cc.Connect()
+	for state := e.cc.GetState(); ; state = e.cc.GetState() {
+		switch state {
+		case connectivity.Ready:
+			if !e.ready.Swap(true) {
+				go s.hello(e)
+			}
+		case connectivity.Idle:
+			// Idle after --idle-timeout with no calls: dial again, so
+			// the next claim finds it up.
+			e.ready.Store(false)
+			e.cc.Connect()
+		case connectivity.Shutdown:
+			e.ready.Store(false)
+			return
+		default: // Connecting, TransientFailure
+			e.ready.Store(false)
+		}
+		if !e.cc.WaitForStateChange(s.life, state) {
+			return
+		}
+	}
+}
+
 // hello asks e, with an empty Execute, for the shortest lease it can work
 // under (executor.MinLeaseHeader), and admits it only if --lease holds
 // it: a shorter lease would have every claim released untouched, again
-// and again, with nothing charged. Unanswered, it is asked again at the
-// next refresh.
+// and again, with nothing charged. Unanswered, it asks again with a
+// backoff capped at helloMaxBackoff while the connection is up; when the
+// connection comes up again, watch asks anew.
 func (s *Sweeper) hello(e *executor) {
 	if !e.asking.CompareAndSwap(false, true) {
 		return
 	}
 	defer e.asking.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	wait := 50 * time.Millisecond
+	for {
+		md, err := s.askLease(e)
+		if err == nil {
+			s.admit(e, md, true)
+			return
+		}
+		s.countRefused()
+		if !e.ready.Load() || e.gone.Load() || s.life.Err() != nil {
+			// Down again: watch asks once it is back.
+			return
+		}
+		s.log.Warn("executor did not answer; asking again", "executor", e.addr, "err", err, "in", wait)
+		select {
+		case <-time.After(wait):
+		case <-s.life.Done():
+			return
+		}
+		wait = min(2*wait, helloMaxBackoff)
+	}
+}
+
+// helloMaxBackoff caps the wait between two hellos to an executor whose
+// connection is up but which did not answer.
+const helloMaxBackoff = time.Second
+
+// askLease sends e an empty Execute and returns its header.
+func (s *Sweeper) askLease(e *executor) (metadata.MD, error) {
+	ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
 	defer cancel()
 	stream, err := e.client.Execute(ctx, &internalv1.ExecuteRequest{SweeperId: s.cfg.ID})
-	var md metadata.MD
-	if err == nil {
-		md, err = stream.Header()
-	}
 	if err != nil {
-		s.log.Warn("executor did not answer; asking again later", "executor", e.addr, "err", err)
-		s.countRefused()
-		return
+		return nil, err
 	}
-	s.admit(e, md, true)
+	return stream.Header()
 }
 
 // admit reads an executor's minimum lease from its header and admits it,
@@ -278,7 +348,7 @@ func (s *Sweeper) add(a string) error {
 	e.free.Store(s.capacity())
 	s.execs[a] = e
 	if s.m.refused != nil {
-		go s.hello(e)
+		go s.watch(e)
 	}
 	return nil
 }
@@ -302,7 +372,7 @@ func (s *Sweeper) refresh() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for a, e := range s.execs {
-		if want[a] && !e.admitted.Load() {
+		if want[a] && e.ready.Load() && !e.admitted.Load() {
 			go s.hello(e)
 		}
 		if !want[a] {
@@ -334,7 +404,7 @@ func (s *Sweeper) pick() *executor {
 	defer s.mu.Unlock()
 	var best *executor
 	for _, e := range s.execs {
-		if !e.gone.Load() && e.admitted.Load() && (best == nil || e.free.Load() > best.free.Load()) {
+		if !e.gone.Load() && e.ready.Load() && e.admitted.Load() && (best == nil || e.free.Load() > best.free.Load()) {
 			best = e
 		}
 	}
@@ -630,6 +700,7 @@ func (s *Sweeper) dispatch(ctx context.Context, e *executor, claimed []store.Cla
 }
 
 func (s *Sweeper) shutdown() {
+	defer s.stop()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

@@ -407,9 +407,18 @@ func Tracing(ctx context.Context, name string, log *slog.Logger) (flush func()) 
 	}
 }
 
-// FastReconnect redials a restarted peer within a second: gRPC's default
-// backoff grows to two minutes, far longer than a pod restart takes.
+// FastReconnect redials a restarted peer within a second (MaxRedial):
+// gRPC's default backoff grows to two minutes, far longer than a pod
+// restart takes.
 func FastReconnect() grpc.DialOption {
-	return grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
-		BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}})
+	return grpc.WithConnectParams(grpc.ConnectParams{Backoff: redial})
+}
+
+// redial is FastReconnect's backoff: its longest wait, jitter included,
+// is 960 ms.
+var redial = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 800 * time.Millisecond}
+
+// MaxRedial is the longest FastReconnect waits between two dials.
+func MaxRedial() time.Duration {
+	return time.Duration(float64(redial.MaxDelay) * (1 + redial.Jitter))
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/tools/demo"
 )
@@ -25,7 +26,9 @@ func main() {
 	fs.StringVar(&o.Audience, "jwt-audience", auth.DefaultAudience, "token audience")
 	fs.IntVar(&o.N, "n", 2000, "payments to schedule")
 	fs.DurationVar(&o.Within, "within", 30*time.Second, "spread of due times")
-	fs.DurationVar(&o.Timeout, "timeout", 150*time.Second, "give up waiting after this")
+	fs.DurationVar(&o.Timeout, "timeout", 0, "give up waiting after this (0: what the faults and the money rules' waits allow, printed at the start)")
+	fs.DurationVar(&o.MaxRequest, "gateway-max-request", time.Minute, "the stack's --gateway-max-request (the local stack's: in .data/env): a lost answer counts as not charged only this long after")
+	backoff := fs.String("executor-backoff", "2s,4s,8s,16s,32s", "the executors' --backoff (the local stack's: in .data/env)")
 	fs.Float64Var(&o.Unavailable, "unavailable-rate", 0.05, "injected: gateway answers UNAVAILABLE (retried with backoff)")
 	fs.Float64Var(&o.Lost, "timeout-after-commit-rate", 0.03, "injected: gateway charges, then the answer is lost (settled by a probe)")
 	fs.StringVar(&o.Gateway, "gateway-addr", "127.0.0.1:9300", "gateway-sim address")
@@ -50,10 +53,16 @@ func main() {
 		}
 		o.Secret = s
 	}
-	if o.N <= 0 || o.Within <= 0 || o.Timeout <= 0 {
-		fmt.Fprintln(os.Stderr, "demo: --n, --within and --timeout must be positive")
+	if o.N <= 0 || o.Within <= 0 || o.Timeout < 0 || o.MaxRequest <= 0 {
+		fmt.Fprintln(os.Stderr, "demo: --n, --within and --gateway-max-request must be positive, --timeout not negative")
 		os.Exit(2)
 	}
+	b, err := payment.ParseBackoff(*backoff)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo: --executor-backoff:", err)
+		os.Exit(2)
+	}
+	o.Backoff = b
 	if err := demo.Run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
