@@ -89,6 +89,10 @@ type Claimer struct {
 	Lease time.Duration
 	// Refresh is how often older partitions are looked at again (default 5s).
 	Refresh time.Duration
+	// Now is the clock that picks the days (nil: time.Now); a test sets
+	// it to either side of a midnight. What is due is the database's
+	// clock's to say.
+	Now func() time.Time
 
 	older  []time.Time // days before yesterday that held PENDING rows
 	seenAt time.Time
@@ -104,6 +108,9 @@ const partitionsEvery = 10 * time.Minute
 // days returns the days whose partitions may hold a due row, oldest first.
 func (c *Claimer) days(ctx context.Context) ([]time.Time, error) {
 	now := time.Now().UTC()
+	if c.Now != nil {
+		now = c.Now().UTC()
+	}
 	refresh := c.Refresh
 	if refresh <= 0 {
 		refresh = 5 * time.Second

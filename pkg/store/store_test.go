@@ -451,3 +451,42 @@ func TestBatcherCoalescesConcurrentCreates(t *testing.T) {
 		t.Fatalf("payments = %d, want %d", got, n/2+1)
 	}
 }
+
+// TestClaimsAcrossMidnightByTheClock sets the claimer's clock on either
+// side of a midnight, three days ago, and puts one payment half a second
+// before it and one half a second after (both due by the database's
+// clock): at 23:59:30 the claimer asks tomorrow's partition too (the
+// database's clock may be past midnight already), and at 00:00:30 still
+// yesterday's, so each clock claims both.
+func TestClaimsAcrossMidnightByTheClock(t *testing.T) {
+	y, m, d := time.Now().UTC().AddDate(0, 0, -3).Date()
+	midnight := time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
+	for _, clock := range []time.Time{midnight.Add(-30 * time.Second), midnight.Add(30 * time.Second)} {
+		t.Run(clock.Format("15:04:05"), func(t *testing.T) {
+			db := pgtest.NewPool(t)
+			ctx := context.Background()
+			if _, err := store.EnsurePartitions(ctx, db, midnight.AddDate(0, 0, -2), midnight.AddDate(0, 0, 1)); err != nil {
+				t.Fatal(err)
+			}
+			want := map[uuid.UUID]bool{}
+			for _, due := range []time.Time{midnight.Add(-500 * time.Millisecond), midnight.Add(500 * time.Millisecond)} {
+				p := newPayment(uuid.NewString(), due, 100)
+				if _, err := store.NewStore(db).Create(ctx, as("alice", p)); err != nil {
+					t.Fatal(err)
+				}
+				want[p.ID] = true
+			}
+			c := &store.Claimer{DB: db, Owner: "sweeper-clock", Lease: time.Minute, Now: func() time.Time { return clock }}
+			got, err := c.Claim(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range got {
+				delete(want, g.ID)
+			}
+			if len(want) != 0 {
+				t.Fatalf("at %s the claimer left %d of 2 due payments unclaimed", clock.Format(time.TimeOnly), len(want))
+			}
+		})
+	}
+}

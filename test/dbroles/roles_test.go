@@ -201,11 +201,14 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 			return err
 		}},
 		{"paysched_reaper", "partition upkeep", func(db *pgxpool.Pool) error {
-			if _, err := store.EnsurePartitions(ctx, db, time.Now(), time.Now().AddDate(0, 0, 400)); err != nil {
+			now := time.Now()
+			if _, err := store.EnsurePartitions(ctx, db, now, now.AddDate(0, 0, 400)); err != nil {
 				return fmt.Errorf("ensure: %v", err)
 			}
-			// A day 40 days gone (the owner made it: ensure looks forward).
-			old := time.Now().AddDate(0, 0, -40)
+			// A day 40 days gone (the owner made it: ensure looks forward),
+			// at noon UTC: partitions are UTC days, whatever the host's zone.
+			y, m, d := now.UTC().Date()
+			old := time.Date(y, m, d, 12, 0, 0, 0, time.UTC).AddDate(0, 0, -40)
 			if _, err := e.admin.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF payments FOR VALUES FROM ('%s') TO ('%s')`,
 				store.Partition(old), old.Format(time.DateOnly), old.AddDate(0, 0, 1).Format(time.DateOnly))); err != nil {
 				return err
@@ -781,11 +784,14 @@ func TestCreateIsAFreshPayment(t *testing.T) {
 func TestNewPartitionsGrantTheEngine(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := store.EnsurePartitions(ctx, e.pools["paysched_reaper"], time.Now(), time.Now().AddDate(0, 0, 400)); err != nil {
+	// One instant for the ensure and the names: a midnight passing in
+	// between would name a day not made.
+	now := time.Now()
+	if _, err := store.EnsurePartitions(ctx, e.pools["paysched_reaper"], now, now.AddDate(0, 0, 400)); err != nil {
 		t.Fatal(err)
 	}
-	newest := store.Partition(time.Now().AddDate(0, 0, 400))
-	oldest := store.Partition(time.Now())
+	newest := store.Partition(now.AddDate(0, 0, 400))
+	oldest := store.Partition(now)
 	for role, cols := range map[string][]string{
 		"paysched_sweeper": {"status", "lease_until", "lease_owner", "attempt", "probe_first", "updated_at"},
 		"paysched_executor": {"status", "run_at", "retries", "probe_first", "gateway_ref", "last_error", "dead_letter_reason",

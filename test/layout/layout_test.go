@@ -165,3 +165,32 @@ func TestBaseImagesArePinnedByDigest(t *testing.T) {
 		t.Fatal("no FROM line in the Dockerfile")
 	}
 }
+
+// waitsForTheClock finds a test computing the time left to the next
+// midnight: a test must not depend on the hour it runs at, nor wait one
+// out (a fixed day, or an injected clock, instead).
+var waitsForTheClock = regexp.MustCompile(`Truncate\(24 \* time\.Hour\)|[wW]aitOutMidnight|time\.Until\([^)]*AddDate\(0, 0, 1\)`)
+
+func TestNoTestWaitsForTheClock(t *testing.T) {
+	for _, dir := range []string{"pkg", "services", "tools", "test", "deploy"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for i, line := range bytes.Split(src, []byte("\n")) {
+				if m := waitsForTheClock.Find(line); m != nil && !bytes.Contains(line, []byte("waitsForTheClock")) {
+					rel, _ := filepath.Rel(root, path)
+					t.Errorf("%s:%d: %s: a test must pass at any hour without waiting for one (use a fixed day or an injected clock)", rel, i+1, m)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

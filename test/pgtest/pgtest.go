@@ -101,7 +101,8 @@ func stopCluster(dir string) {
 }
 
 // templateName changes whenever the migrations do, so a reused cluster never
-// serves a stale schema.
+// serves a stale schema, and with the UTC day, so its partitions (the
+// migration makes yesterday's to a year ahead) are never a day behind.
 func templateName() (string, error) {
 	migs, err := schema.All()
 	if err != nil {
@@ -112,7 +113,7 @@ func templateName() (string, error) {
 		h.Write([]byte(m.Name))
 		h.Write([]byte(m.SQL))
 	}
-	return "paysched_tpl_" + hex.EncodeToString(h.Sum(nil))[:12], nil
+	return "paysched_tpl_" + hex.EncodeToString(h.Sum(nil))[:12] + "_" + time.Now().UTC().Format("20060102"), nil
 }
 
 // ensureTemplate builds the migrated template once per cluster, under an

@@ -44,6 +44,9 @@ type Server struct {
 	// one merchant's bank down for a while, long enough for the engine to
 	// spend its budget and dead-letter those payments (chaos re-drives them).
 	PayeeOutage Outage
+	// Now dates new charges (nil: time.Now); a test fixes it to a day of
+	// its own, so a midnight passing moves nothing.
+	Now func() time.Time
 
 	epoch int64        // start time: charge ids stay unique across restarts
 	seq   atomic.Int64 // charge id sequence
@@ -56,6 +59,13 @@ type Server struct {
 	// lateRecords counts the charges made after their caller gave up
 	// (Faults.late_record_ms).
 	lateRecords atomic.Int64
+}
+
+func (s *Server) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 // Outage is a payee outage: charges for payees starting with Prefix fail,
@@ -290,7 +300,7 @@ func (s *Server) decide(ctx context.Context, req *gatewayv1.ChargeRequest, arriv
 	c := &Charge{
 		ID: s.chargeID(), Key: req.GetIdempotencyKey(), Reference: req.GetReference(),
 		Amount: req.GetAmount(), Currency: req.GetCurrency(), Payer: req.GetPayer(), Payee: req.GetPayee(),
-		CreatedAt: time.Now().UTC(),
+		CreatedAt: s.now().UTC(),
 	}
 	switch {
 	case strings.HasPrefix(c.Payee, DeclinePrefix):

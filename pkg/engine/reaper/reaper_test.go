@@ -134,7 +134,11 @@ func TestExpireKeysForgetsOnlyOldOnes(t *testing.T) {
 func TestDropOldPartitions(t *testing.T) {
 	db := pgtest.NewPool(t)
 	ctx := context.Background()
-	old := func(days int) time.Time { return time.Now().UTC().AddDate(0, 0, -days) }
+	// Days counted from one noon, taken once: a midnight passing during
+	// the test moves none of them.
+	y, m, d := time.Now().UTC().Date()
+	noon := time.Date(y, m, d, 12, 0, 0, 0, time.UTC)
+	old := func(days int) time.Time { return noon.AddDate(0, 0, -days) }
 	for _, d := range []int{40, 41} {
 		day := old(d)
 		if _, err := db.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF payments FOR VALUES FROM ('%s') TO ('%s')`,
@@ -148,7 +152,8 @@ func TestDropOldPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newReaper(t, db)
-	if _, err := r.DropOldPartitions(ctx, old(29)); err == nil {
+	// Well within the floor, on either side of a midnight.
+	if _, err := r.DropOldPartitions(ctx, old(20)); err == nil {
 		t.Fatal("a cutoff within the 30-day floor was accepted")
 	}
 	if n, err := r.DropOldPartitions(ctx, old(35)); err != nil || n != 1 {
