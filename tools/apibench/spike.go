@@ -42,6 +42,9 @@ type SpikeConfig struct {
 
 // SpikeResult is what the spike measured.
 type SpikeResult struct {
+	// Account is the CPU per payment in its three parts, from the due
+	// time to the drain.
+	Account                         Account
 	N                               int
 	ExecutedPerS                    float64
 	LatP50, LatP99, LatMax, DrainS  float64
@@ -123,6 +126,8 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 	deadline := time.Now().Add(cfg.Timeout)
 	time.Sleep(time.Until(due)) // nothing is open to watch before
 	cpu := newCPUMeter(cfg.Pids, pgLabels(ctx, db))
+	acct := startAccount()
+	var account Account
 	var walStart string
 	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walStart); err != nil {
 		return SpikeResult{}, err
@@ -153,6 +158,7 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		}
 		if !anyOpen {
 			used = cpu.since()
+			account = acct.finish(used, cfg.N, "payment")
 			if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint, pg_current_wal_lsn()::text`,
 				walStart).Scan(&walBytes, &walEnd); err != nil {
 				return SpikeResult{}, err
@@ -178,7 +184,7 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		time.Sleep(250 * time.Millisecond)
 	}
 	r := SpikeResult{N: cfg.N, RSSMB: map[string]int{}, CPUus: map[string]float64{}, WALBytes: float64(walBytes) / float64(cfg.N),
-		WALRecords: float64(recEnd[0]-recStart[0]) / float64(cfg.N), WALRange: [2]string{walStart, walEnd}}
+		WALRecords: float64(recEnd[0]-recStart[0]) / float64(cfg.N), WALRange: [2]string{walStart, walEnd}, Account: account}
 	for name, d := range used {
 		r.CPUus[name] = float64(d.Microseconds()) / float64(cfg.N)
 	}

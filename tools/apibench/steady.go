@@ -53,6 +53,8 @@ type SteadyResult struct {
 	// CPUus is each process's CPU (and Postgres's, all its processes) from
 	// the first due time to the drain, in µs per payment.
 	CPUus map[string]float64
+	// Account is the same span's CPU per payment in its three parts.
+	Account Account
 	// WALRecords and WALBytes are the cluster's WAL per payment over the
 	// same span (pg_stat_wal): the walsender reads every record of the
 	// cluster, whichever database wrote it.
@@ -66,8 +68,8 @@ type SteadyResult struct {
 }
 
 func (r SteadyResult) String() string {
-	return fmt.Sprintf("steady rate=%d payments=%d lateness_p50_s=%.3f lateness_p99_s=%.3f cdc_lag_p99_ms=%.0f notify_p99_ms=%.0f double_charged=%d",
-		r.Rate, r.N, r.LatP50, r.LatP99, r.CDCLagP99ms, r.NoteP99ms, r.DoubleCharged)
+	return fmt.Sprintf("steady rate=%d payments=%d lateness_p50_s=%.3f lateness_p99_s=%.3f cdc_lag_p99_ms=%.0f notify_p99_ms=%.0f double_charged=%d %s",
+		r.Rate, r.N, r.LatP50, r.LatP99, r.CDCLagP99ms, r.NoteP99ms, r.DoubleCharged, r.Account.Fields())
 }
 
 // CPU lists the CPU per payment by process, largest first.
@@ -91,7 +93,8 @@ func (r SteadyResult) CPU() string {
 	}
 	fmt.Fprintf(&b, "cpu per payment %-15s %6.1f µs\n", "total", total)
 	fmt.Fprintf(&b, "cpu per payment %-15s %6.1f µs, its queries in Postgres %.1f µs (the benchmark itself: not in the total)\n", "bench watcher", r.WatcherUs, r.CPUus[BenchPG])
-	fmt.Fprintf(&b, "wal per payment %.1f records, %.0f bytes (the whole cluster)", r.WALRecords, r.WALBytes)
+	fmt.Fprintf(&b, "wal per payment %.1f records, %.0f bytes (the whole cluster)\n", r.WALRecords, r.WALBytes)
+	b.WriteString(r.Account.String())
 	return b.String()
 }
 
@@ -290,6 +293,7 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 		return r, err
 	}
 	cpu := newCPUMeter(cfg.Pids, pgLabels(ctx, db))
+	acct := startAccount()
 	self := os.Getpid()
 	selfStart, _ := cpuTime(self)
 	// Whether anything is open is two index probes; how much is open reads
@@ -311,9 +315,11 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 		}
 		if !anyOpen {
 			r.CPUus = map[string]float64{}
-			for name, d := range cpu.since() {
+			used := cpu.since()
+			for name, d := range used {
 				r.CPUus[name] = float64(d.Microseconds()) / float64(n)
 			}
+			r.Account = acct.finish(used, n, "payment")
 			if selfNow, ok := cpuTime(self); ok {
 				r.WatcherUs = float64((selfNow - selfStart).Microseconds()) / float64(n)
 			}

@@ -174,8 +174,9 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids
 		fmt.Printf("audit catch-up cpu per payment %-14s %7.1f µs\n", "total", catchup)
 	}
 	fmt.Printf("wal per payment %7.0f bytes, %.1f records (the whole cluster; from %s to %s)\n", r.WALBytes, r.WALRecords, r.WALRange[0], r.WALRange[1])
-	last := fmt.Sprintf("bench executed_per_s=%.0f lateness_p50_s=%.2f lateness_p99_s=%.2f lateness_max_s=%.2f drain_s=%.1f max_rss_mb=%d",
-		r.ExecutedPerS, r.LatP50, r.LatP99, r.LatMax, r.DrainS, r.MaxRSSMB)
+	fmt.Println(r.Account)
+	last := fmt.Sprintf("bench executed_per_s=%.0f lateness_p50_s=%.2f lateness_p99_s=%.2f lateness_max_s=%.2f drain_s=%.1f max_rss_mb=%d %s",
+		r.ExecutedPerS, r.LatP50, r.LatP99, r.LatMax, r.DrainS, r.MaxRSSMB, r.Account.Fields())
 	if r.CDC {
 		fmt.Printf("cdc lag (commit -> event readable on Kafka) p50=%.2fs p99=%.2fs; audit log caught up %.1fs after the last execution\n",
 			r.CDCLagP50, r.CDCLagP99, r.AuditCatchupS)
