@@ -51,7 +51,7 @@ func webhooksCmd(g *globals) *cobra.Command {
 	add.Flags().StringSliceVar(&types, "type", nil, "event types to receive (repeat; default all), e.g. paysched.payment.completed")
 	add.Flags().StringVar(&desc, "description", "", "free text")
 	add.Flags().Int32Var(&maxInflight, "max-inflight", 0, "attempts under way at once (0: 4)")
-	add.Flags().Float64Var(&perSecond, "max-per-second", 0, "attempts started a second per dispatcher (0: 50)")
+	add.Flags().Float64Var(&perSecond, "max-per-second", 0, "attempts started a second per dispatcher: 1 to 10000 (0: 50)")
 	var tenant string
 	list := &cobra.Command{
 		Use:   "list",

@@ -92,6 +92,8 @@ type Config struct {
 	Process string
 	// AuditDB, if set, is the audit log's database (a payment's history).
 	AuditDB store.DB
+	// HooksDB is the webhooks' database (nil: the schedule's).
+	HooksDB store.DB
 }
 
 // Validate checks the configuration.

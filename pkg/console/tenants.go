@@ -92,7 +92,7 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
 		c.dbFail(w, r, v, "limit requests", err)
 		return
 	}
-	endpoints, err := webhook.ListEndpoints(ctx, c.db, tenant)
+	endpoints, err := webhook.ListEndpoints(ctx, c.hooks(), tenant)
 	if err != nil {
 		c.dbFail(w, r, v, "webhook endpoints", err)
 		return

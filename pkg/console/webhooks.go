@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/store"
 )
 
 // The webhook pages: a tenant's endpoints (on its page), one endpoint with
@@ -40,7 +41,7 @@ type sentDelivery struct {
 // paymentDeliveries reads the deliveries of payment id's notifications,
 // grouped, and the timeline entries of their attempts.
 func (c *Console) paymentDeliveries(ctx context.Context, id uuid.UUID) ([]sentDelivery, []timelineEntry, error) {
-	log, err := webhook.Attempts(ctx, c.db, "", &id, nil, logSize)
+	log, err := webhook.Attempts(ctx, c.hooks(), "", &id, nil, logSize)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -79,7 +80,7 @@ func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) 
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	ep, err := webhook.GetEndpoint(ctx, c.db, id)
+	ep, err := webhook.GetEndpoint(ctx, c.hooks(), id)
 	if errors.Is(err, webhook.ErrNotFound) {
 		c.fail(w, r, v, http.StatusNotFound, "No webhook endpoint has the id "+id.String()+".")
 		return
@@ -88,7 +89,7 @@ func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) 
 		c.dbFail(w, r, v, "read endpoint", err)
 		return
 	}
-	log, err := webhook.Attempts(ctx, c.db, "", nil, &id, logSize)
+	log, err := webhook.Attempts(ctx, c.hooks(), "", nil, &id, logSize)
 	if err != nil {
 		c.dbFail(w, r, v, "read delivery log", err)
 		return
@@ -121,7 +122,7 @@ func (c *Console) resendWebhook(w http.ResponseWriter, r *http.Request, v *view)
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	switch err := webhook.Resend(ctx, c.db, "", id, msg); {
+	switch err := webhook.Resend(ctx, c.hooks(), "", id, msg); {
 	case errors.Is(err, webhook.ErrNotFound):
 		c.fail(w, r, v, http.StatusConflict, "That endpoint never had this message, or it is being attempted right now.")
 		return
@@ -161,7 +162,7 @@ func (c *Console) recoverWebhooks(w http.ResponseWriter, r *http.Request, v *vie
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	n, err := webhook.Recover(ctx, c.db, "", id, since, until)
+	n, err := webhook.Recover(ctx, c.hooks(), "", id, since, until)
 	switch {
 	case errors.Is(err, webhook.ErrInvalid):
 		c.fail(w, r, v, http.StatusBadRequest, "Until must be after since.")
@@ -175,4 +176,12 @@ func (c *Console) recoverWebhooks(w http.ResponseWriter, r *http.Request, v *vie
 	}
 	c.log.Info("console: webhooks recovered", "operator", v.Session.who(), "endpoint", id, "since", since, "count", n)
 	http.Redirect(w, r, fmt.Sprintf("%s/webhooks/%s?recovered=%d", Prefix, id, n), http.StatusSeeOther)
+}
+
+// hooks is the webhooks' database.
+func (c *Console) hooks() store.DB {
+	if c.cfg.HooksDB != nil {
+		return c.cfg.HooksDB
+	}
+	return c.db
 }

@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/test/webhooktest"
 )
 
 // TestWebhookPages: a payment's deliveries show on its page and timeline,
@@ -33,18 +34,8 @@ func TestWebhookPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	const msg = "0f0e0d0c0b0a09080706050403020100"
-	rec := &kgo.Record{Key: []byte(pay.String()), Value: []byte(`{"paymentId":"` + pay.String() + `"}`), Headers: []kgo.RecordHeader{
-		{Key: "ce_id", Value: []byte(msg)}, {Key: "ce_type", Value: []byte("paysched.payment.created")},
-		{Key: "ce_time", Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))}}}
-	if err := webhook.Fanout(ctx, h.db, []*kgo.Record{rec}); err != nil {
-		t.Fatal(err)
-	}
-	w := &webhook.Worker{DB: h.db, Client: webhook.Egress{Loopback: true, Timeout: 5 * time.Second}.Client()}
-	ds, err := w.Claim(ctx, 10)
-	if err != nil || len(ds) != 1 {
-		t.Fatalf("claim: %v %v", ds, err)
-	}
-	w.Attempt(ctx, ds[0])
+	webhooktest.Deliver(t, h.db, notification.Note{ID: msg, Type: "paysched.payment.created", Tenant: "alice", Time: time.Now(),
+		Key: []byte(pay.String()), Data: []byte(`{"paymentId":"` + pay.String() + `"}`)})
 
 	vic, olga := h.as("vic", Viewer), h.as("olga", Operator)
 	page := h.get(vic, "/console/payments/"+pay.String()).Body.String()

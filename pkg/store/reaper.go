@@ -83,16 +83,16 @@ func OldestDueAge(ctx context.Context, db DB) (time.Duration, error) {
 	return time.Duration(secs * float64(time.Second)), nil
 }
 
-// Overdue reports whether a payment due more than a second ago is still
-// unclaimed: the engine is behind. It reads the sweep's own partial index
-// and stops at the first row.
-func Overdue(ctx context.Context, db DB) (bool, error) {
+// Overdue reports whether a payment due more than `by` ago is still
+// unclaimed: the engine is that far behind. It reads the sweep's own
+// partial index and stops at the first row.
+func Overdue(ctx context.Context, db DB, by time.Duration) (bool, error) {
 	var behind bool
 	err := db.QueryRow(ctx, `
 		SELECT EXISTS (
 		    SELECT 1 FROM payments
-		    WHERE status = 'PENDING' AND run_at <= now() - interval '1 second' AND due_time <= now() AND due_time <= $1)`,
-		dueBound()).Scan(&behind)
+		    WHERE status = 'PENDING' AND run_at <= now() - $2::interval AND due_time <= now() AND due_time <= $1)`,
+		dueBound(), by).Scan(&behind)
 	if err != nil {
 		return false, fmt.Errorf("check for overdue payments: %w", err)
 	}

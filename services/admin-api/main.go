@@ -34,6 +34,7 @@ func main() {
 	opRate := fs.Float64("actor-rate", 20, "requests per second allowed to one operator (per instance); 0 disables the limit")
 	opBurst := fs.Int("actor-burst", 40, "requests one operator may send at once after being idle")
 	cons := console.RegisterFlags(fs)
+	hooksURL := fs.String("webhooks-database-url", "", "the webhooks' database (migrate --webhooks-database-url): endpoints, deliveries and their log; empty: the tables are in --database-url")
 	auditURL := fs.String("audit-database-url", "", "the audit log's database (the console shows a payment's history from it); empty: not shown")
 	svc.Main("admin-api", fs, func(ctx context.Context, log *slog.Logger) error {
 		mode.Announce(log)
@@ -48,6 +49,11 @@ func main() {
 		authCfg, err := tokens.Config(mode)
 		if err != nil {
 			return err
+		}
+		if *hooksURL != "" {
+			if err := mode.DatabaseURL("--webhooks-database-url", *hooksURL); err != nil {
+				return err
+			}
 		}
 		if *auditURL != "" {
 			if err := mode.DatabaseURL("--audit-database-url", *auditURL); err != nil {
@@ -64,7 +70,7 @@ func main() {
 		cfg := adminserver.Config{
 			DatabaseURL: *dbURL, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
 			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: mode.Dev, LoopbackWebhooks: mode.Dev,
-			Console: consoleCfg, AuditDatabaseURL: *auditURL,
+			Console: consoleCfg, AuditDatabaseURL: *auditURL, WebhooksDatabaseURL: *hooksURL,
 		}
 		if err := cfg.Validate(); err != nil {
 			return err

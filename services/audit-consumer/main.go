@@ -32,7 +32,8 @@ func main() {
 	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: topics are <prefix>.<schema>.<table>, notifications <prefix>.notifications")
 	compression := fs.String("kafka-compression", "snappy", "notifications' batch compression: none, gzip, snappy, lz4 or zstd")
 	streams := fs.Int("write-streams", 2, "COPY streams writing each batch of audit rows at once: more drain a backlog (a spike's, see --max-defer) faster while Postgres has idle cores")
-	maxDefer := fs.Duration("max-defer", 2*time.Minute, "while payments are overdue (the engine is behind a due-time spike), hold audit writes and notifications back for up to this long after their change committed, so that Postgres spends its CPU on the payments (a spike that outlasts it is executed ~40% slower from then on); 0 never holds back")
+	maxDefer := fs.Duration("max-defer", 2*time.Minute, "while payments are overdue by a real backlog (--backlog: the engine is behind a due-time spike), hold audit writes back for up to this long after their change committed, so that Postgres spends its CPU on the payments (a spike that outlasts it is executed ~40% slower from then on); notifications are never held; 0 never holds back")
+	backlog := fs.Duration("backlog", 5*time.Second, "how late the oldest unclaimed payment must be for the audit writes to be held back (--max-defer)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
 	svc.Main("audit-consumer", fs, func(ctx context.Context, log *slog.Logger) error {
 		mode.Announce(log)
@@ -65,7 +66,7 @@ func main() {
 			return err
 		}
 		cfg := audit.Config{KafkaOpts: kafkaOpts, Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec, WriteStreams: *streams,
-			MaxDefer: *maxDefer, Topics: kafka.TopicsFor(*prefix)}
+			MaxDefer: *maxDefer, Backlog: *backlog, Topics: kafka.TopicsFor(*prefix)}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}

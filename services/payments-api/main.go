@@ -35,11 +35,17 @@ func main() {
 	workers := fs.Int("create-workers", 8, "concurrent statements that write coalesced single creates")
 	actorRate := fs.Float64("actor-rate", ratelimit.DefaultRate, "payments per second allowed to one actor: a request costs one, a batchCreate one per item (token bucket per actor, per instance); 0 disables the limit")
 	actorBurst := fs.Int("actor-burst", ratelimit.DefaultBurst, "payments one actor may send at once after being idle")
+	hooksURL := fs.String("webhooks-database-url", "", "the webhooks' database (migrate --webhooks-database-url), where tenants' endpoints are; empty: the tables are in --database-url")
 	maxPending := fs.Int("max-pending", payments.DefaultMaxPending, "payments one actor may have scheduled and not yet due (per instance, recounted every 10 s); 0: no cap")
 	svc.Main("payments-api", fs, func(ctx context.Context, log *slog.Logger) error {
 		mode.Announce(log)
 		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
 			return err
+		}
+		if *hooksURL != "" {
+			if err := mode.DatabaseURL("--webhooks-database-url", *hooksURL); err != nil {
+				return err
+			}
 		}
 		authCfg, err := tokens.Config(mode)
 		if err != nil {
@@ -59,7 +65,8 @@ func main() {
 			RateLimit:     ratelimit.Config{Rate: *actorRate, Burst: *actorBurst},
 			Reflection:    mode.Dev,
 			// A tenant's local receiver, in development only.
-			LoopbackWebhooks: mode.Dev,
+			LoopbackWebhooks:    mode.Dev,
+			WebhooksDatabaseURL: *hooksURL,
 		}
 		if err := cfg.Validate(); err != nil {
 			return err

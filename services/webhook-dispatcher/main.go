@@ -1,9 +1,10 @@
 // Command webhook-dispatcher delivers the payment notifications to each
 // tenant's webhook endpoints as signed Standard Webhooks: it reads the
 // notifications topic (one consumer group: it scales out by partition, like
-// the audit-consumer) into deliveries in Postgres, and attempts them with
-// retries, per-endpoint caps and no private addresses. docs/EVENTS.md,
-// "Webhooks".
+// the audit-consumer), attempts each at once, records one row per
+// delivery in the webhooks' database before committing the offset, and
+// retries what failed, with per-endpoint caps held across dispatchers and
+// no private addresses. docs/EVENTS.md, "Webhooks".
 package main
 
 import (
@@ -14,6 +15,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
@@ -26,12 +29,13 @@ import (
 func main() {
 	fs := flag.NewFlagSet("webhook-dispatcher", flag.ExitOnError)
 	mode := config.RegisterMode(fs)
-	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL of the schedule (role paysched_webhooks)")
+	dbURL := fs.String("webhooks-database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL of the webhooks' database (migrate --webhooks-database-url; role paysched_webhooks)")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	kafkaSec := kafkaauth.Register(fs)
 	group := fs.String("group", webhook.Group, "consumer group")
 	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: the notifications are <prefix>.notifications")
-	slots := fs.Int("slots", 64, "attempts under way at once (each endpoint is also held to its own max_inflight)")
+	retention := fs.Duration("retention", 30*24*time.Hour, "how long finished deliveries and their messages are kept (0: forever)")
+	maxPending := fs.Int("max-pending", 20000, "notifications read and not yet recorded at most (the fetch waits beyond)")
 	timeout := fs.Duration("timeout", 15*time.Second, "an attempt's time limit, response included")
 	proxy := fs.String("egress-proxy", "", "send every attempt through this HTTP proxy (e.g. smokescreen), which then refuses private addresses; empty: connect directly, refusing them here")
 	loopback := fs.Bool("allow-loopback", false, "let endpoints on 127.0.0.1 and ::1 (and http://) be reached: a local receiver in development; refused without --dev")
@@ -39,7 +43,7 @@ func main() {
 	httpAddr := fs.String("http-addr", "127.0.0.1:9430", "metrics and health listen address")
 	svc.Main("webhook-dispatcher", fs, func(ctx context.Context, log *slog.Logger) error {
 		mode.Announce(log)
-		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+		if err := mode.DatabaseURL("--webhooks-database-url", *dbURL); err != nil {
 			return err
 		}
 		if *loopback && !mode.Dev {
@@ -67,8 +71,12 @@ func main() {
 		if err != nil {
 			return err
 		}
+		url := *dbURL
 		cfg := webhook.Config{Brokers: strings.Split(*brokers, ","), KafkaOpts: kafkaOpts, Group: *group,
-			Topics: kafka.TopicsFor(*prefix), Egress: eg, Slots: *slots, Schedule: sched}
+			Topics: kafka.TopicsFor(*prefix), Egress: eg, Schedule: sched, Retention: *retention, MaxPending: *maxPending,
+			// The slots across dispatchers are advisory locks on a session
+			// of their own.
+			Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}

@@ -325,7 +325,7 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 				pgx.CopyFromRows([][]any{{int64(2), "payments", "k", "u", "{}", time.Now()}})); err != nil {
 				return err
 			}
-			_, err := store.Overdue(ctx, db)
+			_, err := store.Overdue(ctx, db, time.Second)
 			return err
 		}},
 		{"paysched_cdc", "state, heartbeat, resync reads", func(db *pgxpool.Pool) error {

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/events/webhook"
-	"github.com/paysched/paysched/pkg/store"
 )
 
 // The webhook-dispatcher's role fans out, claims and records attempts, and
@@ -28,25 +28,31 @@ func TestWebhookRoles(t *testing.T) {
 		t.Fatalf("create endpoint as paysched_admin: %v", err)
 	}
 	pay := uuid.New()
-	if _, err := store.NewStore(e.admin).Create(ctx, []store.NewPayment{{ID: pay, Payer: "alice", Tenant: "acme", Payee: "bob",
-		Amount: 100, Currency: "USD", DueAt: time.Now().Add(time.Hour), CreatedAt: time.Now(), IdempotencyKey: "k"}}); err != nil {
-		t.Fatal(err)
+	// The dispatcher's work as paysched_webhooks: read the endpoints, take
+	// a slot (an advisory lock on a session of its own), attempt, record
+	// the message and the delivery, retire old rows.
+	d := &webhook.Deliverer{DB: hooks, Client: webhook.Egress{Timeout: 5 * time.Second, Loopback: true}.Client(),
+		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, hooks.Config().ConnConfig) }}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = d.Run(rctx); close(done) }()
+	<-d.Ready()
+	recorded := make(chan struct{})
+	d.Submit(notification.Note{ID: "m1", Type: "paysched.payment.created", Tenant: "acme", Time: time.Now(), Key: []byte(pay.String()),
+		Data: []byte(`{"paymentId":"` + pay.String() + `"}`)}, func() { close(recorded) })
+	select {
+	case <-recorded:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the delivery was not recorded as paysched_webhooks")
 	}
-	rec := &kgo.Record{Key: []byte(pay.String()), Value: []byte(`{"paymentId":"` + pay.String() + `"}`), Headers: []kgo.RecordHeader{
-		{Key: "ce_id", Value: []byte("m1")}, {Key: "ce_type", Value: []byte("paysched.payment.created")},
-		{Key: "ce_time", Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))}}}
-	if err := webhook.Fanout(ctx, hooks, []*kgo.Record{rec}); err != nil {
-		t.Fatalf("fan out as paysched_webhooks: %v", err)
-	}
-	w := &webhook.Worker{DB: hooks, Client: webhook.Egress{Timeout: 5 * time.Second, Loopback: true}.Client()}
-	ds, err := w.Claim(ctx, 10)
-	if err != nil || len(ds) != 1 {
-		t.Fatalf("claim as paysched_webhooks: %v %v", ds, err)
-	}
-	w.Attempt(ctx, ds[0])
+	stop()
+	<-done
 	var state string
 	if err := adm.QueryRow(ctx, `SELECT state FROM webhook_deliveries`).Scan(&state); err != nil || state != webhook.DeliveredState {
 		t.Fatalf("delivery as seen by paysched_admin: %q %v", state, err)
+	}
+	if _, err := webhook.Sweep(ctx, hooks, time.Now().Add(-time.Hour), 10); err != nil {
+		t.Fatalf("retention as paysched_webhooks: %v", err)
 	}
 	if _, err := webhook.RotateSecret(ctx, adm, "", ep.ID, time.Hour); err != nil {
 		t.Fatalf("rotate as paysched_admin: %v", err)
@@ -58,8 +64,8 @@ func TestWebhookRoles(t *testing.T) {
 		`UPDATE webhook_endpoints SET url = 'https://attacker.example/'`,
 		`UPDATE webhook_endpoints SET tenant = 'other'`,
 		`INSERT INTO webhook_endpoints (id, tenant, url, secrets) VALUES (gen_random_uuid(), 'x', 'https://a.example/', ARRAY['s'])`,
-		`DELETE FROM webhook_deliveries`,
-		`UPDATE webhook_deliveries SET body = 'x'`,
+		`UPDATE webhook_messages SET body = 'x'`,
+		`UPDATE webhook_deliveries SET endpoint_id = gen_random_uuid()`,
 		`SELECT payer FROM payment_index`,
 		`SELECT * FROM payments`,
 		`UPDATE payments SET status = 'CANCELLED'`,

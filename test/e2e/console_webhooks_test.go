@@ -10,9 +10,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/test/webhooktest"
 )
 
 // TestConsoleWebhooksInABrowser: a payment's webhooks (a receiver that
@@ -42,18 +43,8 @@ func TestConsoleWebhooksInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	const msg = "5f1c0de2a0b94c8e9d7a6b5c4d3e2f10"
-	rec := &kgo.Record{Key: []byte(pay.String()), Value: []byte(`{"paymentId":"` + pay.String() + `","status":"PENDING"}`),
-		Headers: []kgo.RecordHeader{{Key: "ce_id", Value: []byte(msg)}, {Key: "ce_type", Value: []byte("paysched.payment.created")},
-			{Key: "ce_time", Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))}}}
-	if err := webhook.Fanout(ctx, pool, []*kgo.Record{rec}); err != nil {
-		t.Fatal(err)
-	}
-	w := &webhook.Worker{DB: pool, Client: webhook.Egress{Loopback: true, Timeout: 5 * time.Second}.Client()}
-	ds, err := w.Claim(ctx, 10)
-	if err != nil || len(ds) != 1 {
-		t.Fatalf("claim: %v %v", ds, err)
-	}
-	w.Attempt(ctx, ds[0])
+	webhooktest.Deliver(t, pool, notification.Note{ID: msg, Type: "paysched.payment.created", Tenant: "erin", Time: time.Now(),
+		Key: []byte(pay.String()), Data: []byte(`{"paymentId":"` + pay.String() + `","status":"PENDING"}`)})
 
 	alice, closeAlice := tab()
 	defer closeAlice()

@@ -108,6 +108,11 @@ func templateName() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	hooks, err := schema.AllWebhooks()
+	if err != nil {
+		return "", err
+	}
+	migs = append(migs, hooks...)
 	h := sha256.New()
 	for _, m := range migs {
 		h.Write([]byte(m.Name))
@@ -146,6 +151,10 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 		return "", err
 	}
 	_, err = schema.Up(ctx, conn)
+	if err == nil {
+		// The webhooks' tables beside the schedule's, as in development.
+		_, err = schema.UpWebhooks(ctx, conn)
+	}
 	conn.Close(ctx)
 	if err != nil {
 		return "", err

@@ -72,7 +72,7 @@ func TestTwoVerifiersAcceptEveryDelivery(t *testing.T) {
 	topics := kafka.Default
 	seeds := kafkatest.NewCluster(t, topics.Notifications)
 	d, err := webhook.New(webhook.Config{Brokers: seeds, Group: webhook.Group, Topics: topics,
-		Egress: webhook.Egress{Loopback: true, Timeout: 10 * time.Second}, Slots: 8},
+		Egress: webhook.Egress{Loopback: true, Timeout: 10 * time.Second}},
 		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

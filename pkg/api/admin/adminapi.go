@@ -41,6 +41,8 @@ type Server struct {
 	// LoopbackWebhooks accepts http:// endpoints on loopback
 	// (development: a local receiver).
 	LoopbackWebhooks bool
+	// HooksDB is the webhooks' database (nil: the schedule's).
+	HooksDB store.DB
 }
 
 // Prober asks the gateway whether it holds a charge for a payment, and

@@ -11,7 +11,11 @@ import (
 // the work, scoped to no tenant).
 
 func (s *Server) hooks() webhookapi.Service {
-	return webhookapi.Service{DB: s.db, Log: s.log, Loopback: s.LoopbackWebhooks}
+	db := s.HooksDB
+	if db == nil {
+		db = s.db
+	}
+	return webhookapi.Service{DB: db, Log: s.log, Loopback: s.LoopbackWebhooks}
 }
 
 // CreateWebhookEndpoint registers an endpoint and returns its secret.

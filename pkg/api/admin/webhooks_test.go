@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -15,7 +16,9 @@ import (
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/admin"
+	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/api/webhookapi"
 	"github.com/paysched/paysched/pkg/events/webhook"
 	"github.com/paysched/paysched/test/pgtest"
 )
@@ -61,6 +64,10 @@ func TestWebhookEndpointsThroughTheAdminAPI(t *testing.T) {
 			_, err := srv.CreateWebhookEndpoint(actx, &payschedv1.CreateWebhookEndpointRequest{Tenant: "acme", Url: "https://hooks.example.com/x", MaxInflight: 65})
 			return err
 		}, codes.InvalidArgument, "maxInflight"},
+		{"under 1 a second", func() error {
+			_, err := srv.CreateWebhookEndpoint(actx, &payschedv1.CreateWebhookEndpointRequest{Tenant: "acme", Url: "https://hooks.example.com/x", MaxPerSecond: 0.001})
+			return err
+		}, codes.InvalidArgument, "maxPerSecond"},
 		{"not a UUID", func() error {
 			_, err := srv.SetWebhookEndpointEnabled(actx, &payschedv1.SetWebhookEndpointEnabledRequest{EndpointId: "x"})
 			return err
@@ -135,5 +142,39 @@ func TestWebhookEndpointsThroughTheAdminAPI(t *testing.T) {
 	rec, err := srv.RecoverWebhooks(actx, &payschedv1.RecoverWebhooksRequest{EndpointId: ep.GetEndpointId(), Since: timestamppb.New(time.Now().Add(-time.Hour))})
 	if err != nil || rec.GetRecovered() != 0 {
 		t.Fatalf("recover: %v %v", rec, err)
+	}
+}
+
+// Operators are held to a tenant's cap on endpoints too, and to the
+// resend limit (their own budget, apart from the tenant's).
+func TestWebhookEndpointCapAndResendLimitThroughTheAdminAPI(t *testing.T) {
+	srv := admin.New(pgtest.NewPool(t), nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	actx := auth.WithPrincipal(context.Background(), auth.Principal{Actor: "ops", Admin: true})
+	var first string
+	for i := range webhook.MaxEndpointsPerTenant {
+		r, err := srv.CreateWebhookEndpoint(actx, &payschedv1.CreateWebhookEndpointRequest{Tenant: "acme", Url: fmt.Sprintf("https://hooks.example.com/%d", i)})
+		if err != nil {
+			t.Fatalf("endpoint %d: %v", i+1, err)
+		}
+		if i == 0 {
+			first = r.GetEndpoint().GetEndpointId()
+		}
+	}
+	_, err := srv.CreateWebhookEndpoint(actx, &payschedv1.CreateWebhookEndpointRequest{Tenant: "acme", Url: "https://hooks.example.com/more"})
+	if status.Code(err) != codes.ResourceExhausted || apierr.Reason(err) != webhookapi.ReasonTooManyEndpoints {
+		t.Fatalf("endpoint %d: %v, want RESOURCE_EXHAUSTED %s", webhook.MaxEndpointsPerTenant+1, err, webhookapi.ReasonTooManyEndpoints)
+	}
+	if _, err := srv.CreateWebhookEndpoint(actx, &payschedv1.CreateWebhookEndpointRequest{Tenant: "globex", Url: "https://hooks.example.com/g"}); err != nil {
+		t.Fatalf("another tenant's first: %v", err)
+	}
+	for i := range webhookapi.ResendBurst {
+		_, err := srv.ResendWebhook(actx, &payschedv1.ResendWebhookRequest{EndpointId: first, WebhookId: fmt.Sprintf("m%d", i)})
+		if status.Code(err) != codes.NotFound {
+			t.Fatalf("resend %d: %v, want NOT_FOUND (never sent)", i+1, err)
+		}
+	}
+	_, err = srv.ResendWebhook(actx, &payschedv1.ResendWebhookRequest{EndpointId: first, WebhookId: "one-more"})
+	if status.Code(err) != codes.ResourceExhausted || apierr.Reason(err) != apierr.ReasonRateLimited {
+		t.Fatalf("resend %d: %v, want RESOURCE_EXHAUSTED RATE_LIMITED", webhookapi.ResendBurst+1, err)
 	}
 }

@@ -57,6 +57,9 @@ type Config struct {
 	// LoopbackWebhooks lets webhook endpoints be http:// on loopback
 	// (development: a local receiver).
 	LoopbackWebhooks bool
+	// WebhooksDatabaseURL is the webhooks' database (empty: the tables
+	// are in the schedule's).
+	WebhooksDatabaseURL string
 }
 
 // Validate reports the first configuration error.
@@ -91,6 +94,7 @@ type Server struct {
 	// console, when served, runs its caches and bulk requests beside.
 	console *console.Console
 	audit   *pgxpool.Pool
+	hooks   *pgxpool.Pool
 }
 
 // New builds admin-api: AdminService over gRPC and REST (/v1/admin/...,
@@ -136,6 +140,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	adm := admin.New(pool, runner, prober, log)
 	adm.LoopbackWebhooks = cfg.LoopbackWebhooks
+	var hooks *pgxpool.Pool
+	if cfg.WebhooksDatabaseURL != "" {
+		if hooks, err = svc.Pool(ctx, cfg.WebhooksDatabaseURL, 4, svc.CustomPlans); err != nil {
+			pool.Close()
+			if gw != nil {
+				gw.Close()
+			}
+			return nil, fmt.Errorf("webhooks database: %w", err)
+		}
+		adm.HooksDB = hooks
+	}
 	payschedv1.RegisterAdminServiceServer(gs, adm)
 	ready := server.Pinger(pool)
 	h, err := rest.New(ctx, rest.Options{
@@ -149,7 +164,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
-	srv := &Server{pool: pool, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log, reflection: cfg.Reflection}
+	srv := &Server{pool: pool, hooks: hooks, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log, reflection: cfg.Reflection}
 	if cfg.Console != nil {
 		// The console's actions go through the limiter the API's calls
 		// do, per operator.
@@ -174,6 +189,9 @@ func (s *Server) serveConsole(ctx context.Context, cfg Config, adm *admin.Server
 			return fmt.Errorf("audit database: %w", err)
 		}
 		s.audit, ccfg.AuditDB = audit, audit
+	}
+	if s.hooks != nil {
+		ccfg.HooksDB = s.hooks
 	}
 	c, err := console.New(ctx, ccfg, s.pool, admin.ConsoleActions{S: adm}, s.log)
 	if err != nil {
@@ -212,6 +230,9 @@ func (s *Server) close() {
 	}
 	if s.audit != nil {
 		s.audit.Close()
+	}
+	if s.hooks != nil {
+		s.hooks.Close()
 	}
 	s.pool.Close()
 }

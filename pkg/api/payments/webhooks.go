@@ -17,12 +17,20 @@ import (
 // so it may not manage webhook endpoints.
 const ReasonNoTenant = "NO_TENANT"
 
+// ReasonDefaultTenant: the token names the deployment's default tenant,
+// whose endpoints are the operators' (admin-api).
+const ReasonDefaultTenant = "DEFAULT_TENANT"
+
 // Webhooks serves WebhooksService: a tenant's own webhook endpoints, the
 // tenant being the token's (pkg/api/webhookapi does the work, scoped to
 // it: another tenant's endpoint is NOT_FOUND).
 type Webhooks struct {
 	payschedv1.UnimplementedWebhooksServiceServer
 	svc webhookapi.Service
+	// DefaultTenant is the verifier's (auth.Config.DefaultTenant; "":
+	// auth.DefaultTenant). Its payments are every unnamed payer's, so a
+	// token naming it is refused too: else it would receive their events.
+	DefaultTenant string
 }
 
 // NewWebhooks serves the endpoints over db; loopback accepts endpoints on
@@ -31,8 +39,9 @@ func NewWebhooks(db store.DB, loopback bool, log *slog.Logger) *Webhooks {
 	return &Webhooks{svc: webhookapi.Service{DB: db, Log: log, Loopback: loopback}}
 }
 
-// caller is the actor and its tenant, which the token must name.
-func caller(ctx context.Context) (actor, tenant string, err error) {
+// caller is the actor and its tenant, which the token must name, and
+// which must not be the default tenant.
+func (w *Webhooks) caller(ctx context.Context) (actor, tenant string, err error) {
 	p, ok := auth.FromContext(ctx)
 	if !ok || p.Actor == "" {
 		return "", "", auth.Unauthenticated("missing bearer token")
@@ -41,12 +50,21 @@ func caller(ctx context.Context) (actor, tenant string, err error) {
 		return "", "", apierr.New(codes.PermissionDenied, ReasonNoTenant,
 			"webhook endpoints are a tenant's: this token carries no tenant claim and its client has no tenant configured", nil)
 	}
+	def := w.DefaultTenant
+	if def == "" {
+		def = auth.DefaultTenant
+	}
+	if p.Tenant == def {
+		return "", "", apierr.New(codes.PermissionDenied, ReasonDefaultTenant,
+			"webhook endpoints are a tenant's: this token names the default tenant, whose payments are those of every token naming none; "+
+				"its endpoints are managed by operators (admin-api)", nil)
+	}
 	return p.Actor, p.Tenant, nil
 }
 
 // CreateEndpoint implements WebhooksService.
 func (w *Webhooks) CreateEndpoint(ctx context.Context, req *payschedv1.CreateEndpointRequest) (*payschedv1.CreateEndpointResponse, error) {
-	who, tenant, err := caller(ctx)
+	who, tenant, err := w.caller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +78,7 @@ func (w *Webhooks) CreateEndpoint(ctx context.Context, req *payschedv1.CreateEnd
 
 // ListEndpoints implements WebhooksService.
 func (w *Webhooks) ListEndpoints(ctx context.Context, _ *payschedv1.ListEndpointsRequest) (*payschedv1.ListEndpointsResponse, error) {
-	_, tenant, err := caller(ctx)
+	_, tenant, err := w.caller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +91,7 @@ func (w *Webhooks) ListEndpoints(ctx context.Context, _ *payschedv1.ListEndpoint
 
 // SetEndpointEnabled implements WebhooksService.
 func (w *Webhooks) SetEndpointEnabled(ctx context.Context, req *payschedv1.SetEndpointEnabledRequest) (*payschedv1.SetEndpointEnabledResponse, error) {
-	who, tenant, err := caller(ctx)
+	who, tenant, err := w.caller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +103,7 @@ func (w *Webhooks) SetEndpointEnabled(ctx context.Context, req *payschedv1.SetEn
 
 // RotateEndpointSecret implements WebhooksService.
 func (w *Webhooks) RotateEndpointSecret(ctx context.Context, req *payschedv1.RotateEndpointSecretRequest) (*payschedv1.RotateEndpointSecretResponse, error) {
-	who, tenant, err := caller(ctx)
+	who, tenant, err := w.caller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +116,7 @@ func (w *Webhooks) RotateEndpointSecret(ctx context.Context, req *payschedv1.Rot
 
 // ResendMessage implements WebhooksService.
 func (w *Webhooks) ResendMessage(ctx context.Context, req *payschedv1.ResendMessageRequest) (*payschedv1.ResendMessageResponse, error) {
-	who, tenant, err := caller(ctx)
+	who, tenant, err := w.caller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +128,7 @@ func (w *Webhooks) ResendMessage(ctx context.Context, req *payschedv1.ResendMess
 
 // RecoverMessages implements WebhooksService.
 func (w *Webhooks) RecoverMessages(ctx context.Context, req *payschedv1.RecoverMessagesRequest) (*payschedv1.RecoverMessagesResponse, error) {
-	who, tenant, err := caller(ctx)
+	who, tenant, err := w.caller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +141,7 @@ func (w *Webhooks) RecoverMessages(ctx context.Context, req *payschedv1.RecoverM
 
 // ListAttempts implements WebhooksService.
 func (w *Webhooks) ListAttempts(ctx context.Context, req *payschedv1.ListAttemptsRequest) (*payschedv1.ListAttemptsResponse, error) {
-	_, tenant, err := caller(ctx)
+	_, tenant, err := w.caller(ctx)
 	if err != nil {
 		return nil, err
 	}

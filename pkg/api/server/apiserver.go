@@ -52,11 +52,15 @@ type Config struct {
 	// LoopbackWebhooks lets tenants register webhook endpoints on
 	// 127.0.0.1 and ::1 (development: a local receiver).
 	LoopbackWebhooks bool
+	// WebhooksDatabaseURL is the webhooks' database (empty: the tables
+	// are in the schedule's).
+	WebhooksDatabaseURL string
 }
 
 // Server is a running payments-api.
 type Server struct {
 	pool    *pgxpool.Pool
+	hooks   *pgxpool.Pool // the webhooks' database, when apart
 	batcher *store.Batcher
 	horizon time.Duration
 	grpc    *grpc.Server
@@ -121,7 +125,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)...)
 	payschedv1.RegisterPaymentsServiceServer(gs, pay)
-	hooks := payments.NewWebhooks(pool, cfg.LoopbackWebhooks, log)
+	var hooksDB store.DB = pool
+	var hooksPool *pgxpool.Pool
+	if cfg.WebhooksDatabaseURL != "" {
+		if hooksPool, err = svc.Pool(ctx, cfg.WebhooksDatabaseURL, 4, svc.CustomPlans); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("webhooks database: %w", err)
+		}
+		hooksDB = hooksPool
+	}
+	hooks := payments.NewWebhooks(hooksDB, cfg.LoopbackWebhooks, log)
+	hooks.DefaultTenant = cfg.Auth.DefaultTenant
 	payschedv1.RegisterWebhooksServiceServer(gs, hooks)
 	ready := Pinger(pool)
 	h, err := rest.New(ctx, rest.Options{
@@ -130,10 +144,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	})
 	if err != nil {
 		pool.Close()
+		if hooksPool != nil {
+			hooksPool.Close()
+		}
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
 	return &Server{
-		pool: pool, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, http: h, ready: ready,
+		pool: pool, hooks: hooksPool, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, http: h, ready: ready,
 		reg: reg, log: log, reflection: cfg.Reflection,
 	}, nil
 }
@@ -238,4 +255,7 @@ func (s *Server) upkeep(ctx context.Context) error {
 func (s *Server) close() {
 	s.batcher.Close()
 	s.pool.Close()
+	if s.hooks != nil {
+		s.hooks.Close()
+	}
 }

@@ -1,18 +1,22 @@
 package server_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/api/webhookapi"
+	"github.com/paysched/paysched/pkg/events/webhook"
 )
 
 // A tenant's endpoints over REST, every answer checked against the OpenAPI
 // document: created with the secret shown once, listed for its tenant
-// only, refused to a token naming no tenant (403 NO_TENANT) and for a bad
-// URL (400), and another tenant's is a 404.
+// only, refused to a token naming no tenant (403 NO_TENANT) or the default
+// tenant (403 DEFAULT_TENANT), for a bad URL or rate (400) and past the
+// cap (429); another tenant's is a 404, and resends past the burst 429.
 func TestTenantWebhookEndpointsOverREST(t *testing.T) {
 	e := start(t)
 	mint := func(actor, tenant string) string {
@@ -50,6 +54,35 @@ func TestTenantWebhookEndpointsOverREST(t *testing.T) {
 		if got.code != c.code || got.reason(t) != c.reason {
 			t.Errorf("%s %s: %d %s, want %d %s", c.method, c.path, got.code, got.body, c.code, c.reason)
 		}
+	}
+	// The default tenant is every unnamed payer's: a token naming it is
+	// refused as one naming none is.
+	if r := e.do("GET", "/v1/webhook-endpoints", mint("bob", auth.DefaultTenant), nil, ""); r.code != http.StatusForbidden || r.reason(t) != "DEFAULT_TENANT" {
+		t.Errorf("a token naming the default tenant: %d %s, want 403 DEFAULT_TENANT", r.code, r.body)
+	}
+	if r := e.do("POST", "/v1/webhook-endpoints", acme, nil, `{"url":"https://hooks.acme.example/q","maxPerSecond":0.001}`); r.code != http.StatusBadRequest ||
+		r.reason(t) != "VALIDATION_FAILED" || !r.fields(t)["maxPerSecond"] {
+		t.Errorf("a rate under 1 a second: %d %s, want 400 naming maxPerSecond", r.code, r.body)
+	}
+	// The burst of resends, then 429 with Retry-After.
+	for i := range webhookapi.ResendBurst {
+		if r := e.do("POST", "/v1/webhook-endpoints/"+id+":resend", acme, nil, fmt.Sprintf(`{"webhookId":"m%d"}`, i)); r.code != http.StatusNotFound {
+			t.Fatalf("resend %d: %d %s, want 404 (never sent)", i+1, r.code, r.body)
+		}
+	}
+	if r := e.do("POST", "/v1/webhook-endpoints/"+id+":resend", acme, nil, `{"webhookId":"one-more"}`); r.code != http.StatusTooManyRequests ||
+		r.reason(t) != "RATE_LIMITED" || r.header.Get("Retry-After") == "" {
+		t.Errorf("resend %d: %d %v %s, want 429 RATE_LIMITED with Retry-After", webhookapi.ResendBurst+1, r.code, r.header, r.body)
+	}
+	// acme has 1 endpoint: 15 more, then 429 TOO_MANY_ENDPOINTS.
+	for i := 1; i < webhook.MaxEndpointsPerTenant; i++ {
+		if r := e.do("POST", "/v1/webhook-endpoints", acme, nil, fmt.Sprintf(`{"url":"https://hooks.acme.example/%d"}`, i)); r.code != http.StatusOK {
+			t.Fatalf("endpoint %d: %d %s", i+1, r.code, r.body)
+		}
+	}
+	if r := e.do("POST", "/v1/webhook-endpoints", acme, nil, `{"url":"https://hooks.acme.example/more"}`); r.code != http.StatusTooManyRequests ||
+		r.reason(t) != "TOO_MANY_ENDPOINTS" {
+		t.Errorf("endpoint %d: %d %s, want 429 TOO_MANY_ENDPOINTS", webhook.MaxEndpointsPerTenant+1, r.code, r.body)
 	}
 	if r := e.do("POST", "/v1/webhook-endpoints/"+id+":rotateSecret", acme, nil, `{"overlapSeconds":3600}`); r.code != http.StatusOK {
 		t.Fatalf("rotate: %d %s", r.code, r.body)

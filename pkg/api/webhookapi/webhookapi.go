@@ -8,19 +8,41 @@ package webhookapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/events/webhook"
 	"github.com/paysched/paysched/pkg/store"
 )
+
+// ReasonTooManyEndpoints: the tenant has webhook.MaxEndpointsPerTenant
+// endpoints already (metadata maxEndpoints); a new one is refused.
+const ReasonTooManyEndpoints = "TOO_MANY_ENDPOINTS"
+
+// The resend limit, per endpoint and per caller's scope (a tenant, or the
+// operators): ResendBurst at once, then one every ResendEvery (10 a
+// minute). Each resend has the dispatcher post again at once, and an
+// endpoint's URL may be anyone's: unlimited, a caller could make paysched
+// flood it. Recover is the way to send many again.
+const (
+	ResendBurst = 10
+	ResendEvery = 6 * time.Second
+)
+
+// resends is the process's resend limit (so behind N replicas, N times
+// it). A package's, not a Service's: admin-api makes a Service per call.
+var resends = ratelimit.New(ratelimit.Config{Rate: float64(time.Second) / float64(ResendEvery), Burst: ResendBurst})
 
 // Service manages endpoints over one database.
 type Service struct {
@@ -51,6 +73,13 @@ func (s Service) Create(ctx context.Context, who, tenant string, n NewEndpoint) 
 		return nil, "", invalid(fieldOf(err), strings.TrimPrefix(err.Error(), webhook.ErrInvalid.Error()+": "))
 	}
 	out, secret, err := webhook.CreateEndpoint(ctx, s.DB, e)
+	if errors.Is(err, webhook.ErrTooManyEndpoints) {
+		// A quota, as TOO_MANY_PENDING is: no RetryInfo, since waiting
+		// frees nothing (an endpoint is disabled, never deleted).
+		return nil, "", apierr.New(codes.ResourceExhausted, ReasonTooManyEndpoints,
+			fmt.Sprintf("tenant %q has %d webhook endpoints, the most allowed: reuse or re-enable one", tenant, webhook.MaxEndpointsPerTenant),
+			map[string]string{"maxEndpoints": strconv.Itoa(webhook.MaxEndpointsPerTenant)})
+	}
 	if err != nil {
 		return nil, "", apierr.FromFailure(s.Log, "create webhook endpoint", err)
 	}
@@ -133,6 +162,12 @@ func (s Service) Resend(ctx context.Context, who, tenant, rawID, msgID string) e
 	if msgID == "" || len(msgID) > 128 {
 		return invalid("webhookId", "is required (the webhook-id header of the message), at most 128 characters")
 	}
+	// Keyed by the caller's scope too: a tenant naming another's endpoint
+	// spends its own budget, never the owner's. Tenant names are printable,
+	// so NUL separates.
+	if ok, wait := resends.Allow(tenant + "\x00" + id.String()); !ok {
+		return resendLimited(id, wait)
+	}
 	if err := webhook.Resend(ctx, s.DB, tenant, id, msgID); err != nil {
 		return s.mapErr("resend webhook", err)
 	}
@@ -209,6 +244,15 @@ func (s Service) Attempts(ctx context.Context, tenant, paymentID, rawEndpoint st
 			Error: a.Error, Response: a.Response, DeliveryState: a.State})
 	}
 	return out, nil
+}
+
+// resendLimited is the actor limit's RESOURCE_EXHAUSTED (RATE_LIMITED,
+// RetryInfo: REST's 429 with Retry-After), saying which limit.
+func resendLimited(id uuid.UUID, wait time.Duration) error {
+	st := status.Convert(ratelimit.Exceeded(wait)).Proto()
+	st.Message = fmt.Sprintf("resends to endpoint %s: at most %d a minute (recover sends many again at once); retry in %s",
+		id, int(time.Minute/ResendEvery), wait.Round(time.Millisecond))
+	return status.FromProto(st).Err()
 }
 
 func endpointID(s string) (uuid.UUID, error) {

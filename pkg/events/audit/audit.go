@@ -7,13 +7,13 @@ package audit
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +25,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -38,9 +39,12 @@ type Config struct {
 	// WriteStreams is how many COPY streams write a batch at once (at
 	// least 1).
 	WriteStreams int
-	// MaxDefer bounds how long a batch is held back while payments are
-	// overdue (see yield); zero never holds one back.
+	// MaxDefer bounds how long a batch's audit rows are held back while
+	// payments are overdue (see yield); zero never holds one back.
 	MaxDefer time.Duration
+	// Backlog is how late the oldest unclaimed payment must be for the
+	// engine to count as behind (default 5 s).
+	Backlog time.Duration
 	// Topics are the CDC topics read and the notification topic written
 	// (the zero value: kafka.Default).
 	Topics kafka.Topics
@@ -60,6 +64,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--write-streams must be at least 1, got %d", c.WriteStreams)
 	case c.MaxDefer < 0:
 		return fmt.Errorf("--max-defer must not be negative, got %s", c.MaxDefer)
+	case c.Backlog < 0:
+		return fmt.Errorf("--backlog must not be negative, got %s", c.Backlog)
 	}
 	return nil
 }
@@ -76,16 +82,18 @@ type Consumer struct {
 	// copyBufs hold each write stream's COPY data, reused batch after batch.
 	copyBufs [][]byte
 	maxDefer time.Duration
+	backlog  time.Duration
 	// notifications is the CloudEvents topic.
 	notifications string
 	// behind is engineBehind's last answer, taken at behindAt.
 	behind   bool
 	behindAt time.Time
 	// overdue asks whether the engine is behind (nil: store.Overdue).
-	overdue func(context.Context, store.DB) (bool, error)
+	overdue func(context.Context, store.DB, time.Duration) (bool, error)
 	m       struct {
 		audited, notified, deferred prometheus.Counter
 		lag                         prometheus.Histogram
+		holding                     prometheus.Gauge
 	}
 }
 
@@ -125,27 +133,35 @@ func New(cfg Config, schedule, auditLog *pgxpool.Pool, reg prometheus.Registerer
 	if auditLog == nil {
 		auditLog = schedule
 	}
-	c := &Consumer{db: schedule, logDB: auditLog, cl: cl, log: log, notifications: cfg.Topics.Notifications, batch: 2000, copyBufs: make([][]byte, max(1, cfg.WriteStreams)), maxDefer: cfg.MaxDefer}
+	if cfg.Backlog == 0 {
+		cfg.Backlog = 5 * time.Second
+	}
+	c := &Consumer{db: schedule, logDB: auditLog, cl: cl, log: log, notifications: cfg.Topics.Notifications, batch: 2000,
+		copyBufs: make([][]byte, max(1, cfg.WriteStreams)), maxDefer: cfg.MaxDefer, backlog: cfg.Backlog}
 	c.m.audited = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_audit_events_total", Help: "Change events consumed into audit_events (duplicates included)."})
 	c.m.notified = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_notifications_total", Help: "Notifications published (redeliveries included)."})
 	c.m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "paysched_audit_lag_seconds", Help: "Commit to audit row.",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
 	c.m.deferred = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_audit_deferred_seconds_total",
 		Help: "Time audit writes were held back while payments were overdue."})
-	reg.MustRegister(c.m.audited, c.m.notified, c.m.deferred, c.m.lag)
+	c.m.holding = prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_audit_holding_back",
+		Help: "1 while audit writes are held back behind a backlog of due payments (notifications are not)."})
+	reg.MustRegister(c.m.audited, c.m.notified, c.m.deferred, c.m.lag, c.m.holding)
 	return c, nil
 }
 
 // Close leaves the group and closes the client.
 func (c *Consumer) Close() { c.cl.Close() }
 
-// Run consumes until ctx ends. Batches flow through three stages, each
-// one goroutine, so that decoding, the database write and the Kafka round
-// trips of consecutive batches overlap: poll and decode batch N+2, write
-// the audit rows of N+1, publish the notifications of N and commit its
-// offsets. Writes and commits both keep poll order, and a batch reaches
-// the commit stage only once its rows are written; the first failure stops
-// every stage, so no offset is ever committed ahead of its audit row.
+// Run consumes until ctx ends. Batches flow through stages, each one
+// goroutine, so that decoding, publishing, the database write and the
+// Kafka round trips of consecutive batches overlap: poll and decode batch
+// N+2; publish its notifications at once (asynchronously, in poll order:
+// a notification never waits for the audit log, nor for its hold-back);
+// write the audit rows of N+1; and commit N's offsets once its rows are
+// written and its notifications acknowledged. Commits keep poll order, and
+// the first failure stops every stage, so no offset is ever committed
+// ahead of its audit row or its notification.
 func (c *Consumer) Run(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
@@ -153,13 +169,26 @@ func (c *Consumer) Run(parent context.Context) error {
 	// broker for more only once the records it holds are taken, so a
 	// catch-up then overlaps that round trip with the writes.
 	decoded := make(chan *batch, 4)
+	published := make(chan *batch, 4)
 	written := make(chan *batch, 1)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		defer close(published)
+		for b := range decoded {
+			c.publish(ctx, b)
+			select {
+			case published <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		defer close(written)
-		for b := range decoded {
+		for b := range published {
 			if err := c.yield(ctx, b); err != nil {
 				return
 			}
@@ -180,7 +209,7 @@ func (c *Consumer) Run(parent context.Context) error {
 			if ctx.Err() != nil {
 				return
 			}
-			if err := c.publish(ctx, b); err != nil {
+			if err := c.commit(ctx, b); err != nil {
 				cancel(err)
 				return
 			}
@@ -224,6 +253,11 @@ type batch struct {
 	rows     []auditRow
 	notes    []*kgo.Record
 	oldestMs int64 // the earliest commit among rows
+	// acked counts the notifications not yet acknowledged; pubErr is the
+	// first failure.
+	acked  sync.WaitGroup
+	mu     sync.Mutex
+	pubErr error
 }
 
 // auditRow is one change as audit_events stores it; byte fields alias the
@@ -292,7 +326,7 @@ func (c *Consumer) decode(recs []*kgo.Record) *batch {
 		if len(b.rows) == 1 || ar.commitMs < b.oldestMs {
 			b.oldestMs = ar.commitMs
 		}
-		if note := notification(&e); note != nil {
+		if note := noteRecord(&e); note != nil {
 			note.Topic = c.notifications
 			b.notes = append(b.notes, note)
 		}
@@ -483,14 +517,33 @@ func uuidString(u [16]byte) string {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// publish sends a written batch's notifications, then commits its offsets.
-func (c *Consumer) publish(ctx context.Context, b *batch) error {
-	if len(b.notes) > 0 {
-		if err := c.cl.ProduceSync(ctx, b.notes...).FirstErr(); err != nil {
-			return fmt.Errorf("publish notifications: %w", err)
-		}
-		c.m.notified.Add(float64(len(b.notes)))
+// publish produces a batch's notifications without waiting for their
+// acknowledgement (commit waits for it): records produced one after
+// another keep their order per partition.
+func (c *Consumer) publish(ctx context.Context, b *batch) {
+	b.acked.Add(len(b.notes))
+	for _, r := range b.notes {
+		c.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				b.mu.Lock()
+				if b.pubErr == nil {
+					b.pubErr = err
+				}
+				b.mu.Unlock()
+			}
+			b.acked.Done()
+		})
 	}
+}
+
+// commit waits for a written batch's notifications to be acknowledged,
+// then commits its offsets.
+func (c *Consumer) commit(ctx context.Context, b *batch) error {
+	b.acked.Wait()
+	if b.pubErr != nil {
+		return fmt.Errorf("publish notifications: %w", b.pubErr)
+	}
+	c.m.notified.Add(float64(len(b.notes)))
 	if err := c.cl.CommitRecords(ctx, b.recs...); err != nil {
 		return fmt.Errorf("commit offsets: %w", err)
 	}
@@ -500,10 +553,12 @@ func (c *Consumer) publish(ctx context.Context, b *batch) error {
 // Notified says which notification a change of the payments table emits:
 // its CloudEvent type and id, ok false when it emits none. Clients care
 // about a payment's creation and each terminal or cancel transition.
-// ce_id is derived from the change itself (lsn, payment, type), so a
-// redelivered change yields the same ce_id and consumers drop the
-// duplicate: exactly once in effect without Kafka transactions. The
-// operator console shows a payment's notifications with it.
+// ce_id is derived from what happened (the payment, the move, its attempt
+// and when: notification.PaymentID), never from the change's log
+// position, so a change redelivered, or read again after `cdc --resync`,
+// yields the same ce_id and consumers drop the duplicate: exactly once in
+// effect without Kafka transactions. The operator console shows a
+// payment's notifications with it.
 func Notified(e *envelope.Event) (ceType, ceID string, ok bool) {
 	after := e.After()
 	if e.Source.Table != "payments" || after == nil {
@@ -518,16 +573,16 @@ func Notified(e *envelope.Event) (ceType, ceID string, ok bool) {
 		// A snapshot (cdc --resync after a gap) of a payment that has come
 		// to rest: announce where it is; its earlier notifications may be
 		// in the gap.
-		ceType = "paysched.payment." + strings.ToLower(status)
+		ceType = notification.TypePrefix + strings.ToLower(status)
 	case e.Op == "c" || e.Op == "r":
-		ceType = "paysched.payment.created"
+		ceType = notification.Created
 	case e.Op == "u" && payment.Status(status).AtRest() && !sameString(leftStatus(e), status):
-		ceType = "paysched.payment." + strings.ToLower(status)
+		ceType = notification.TypePrefix + strings.ToLower(status)
 	default:
 		return "", "", false
 	}
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%d|%s|%s", e.Source.LSN, paymentID(e), ceType)))
-	return ceType, hex.EncodeToString(sum[:16]), true
+	attempt, _ := strconv.ParseInt(string(after.Attempt), 10, 64)
+	return ceType, notification.PaymentID(paymentID(e), ceType, attempt, after.UpdatedAt), true
 }
 
 // leftStatus is the raw status a payments update left: the before image's
@@ -548,28 +603,24 @@ func paymentID(e *envelope.Event) string {
 	return ""
 }
 
-// notification is the CloudEvent (binary mode) Notified names, as a
+// noteRecord is the CloudEvent (binary mode) Notified names, as a
 // record for the notifications topic; nil when the change emits none.
-func notification(e *envelope.Event) *kgo.Record {
+func noteRecord(e *envelope.Event) *kgo.Record {
 	typ, ceID, ok := Notified(e)
 	if !ok {
 		return nil
 	}
 	after := e.After()
-	var status string
+	var status, tenant string
 	if p := envelope.Str(after.Status); p != nil {
 		status = *p
 	}
+	if p := envelope.Str(after.Tenant); p != nil {
+		tenant = *p
+	}
 	id := paymentID(e)
-	return &kgo.Record{Topic: kafka.Default.Notifications, Key: []byte(id), Value: noteData(after, id, status), Headers: []kgo.RecordHeader{
-		{Key: "ce_specversion", Value: []byte("1.0")},
-		{Key: "ce_id", Value: []byte(ceID)},
-		{Key: "ce_type", Value: []byte(typ)},
-		{Key: "ce_source", Value: []byte("/paysched/payments")},
-		{Key: "ce_time", Value: []byte(time.UnixMilli(e.Source.TsMs).UTC().Format(time.RFC3339Nano))},
-		{Key: "ce_subject", Value: []byte(id)},
-		{Key: "content-type", Value: []byte("application/json")},
-	}}
+	return notification.Note{ID: ceID, Type: typ, Source: notification.SourcePayments, Time: time.UnixMilli(e.Source.TsMs),
+		Subject: id, Tenant: tenant, Key: []byte(id), Data: noteData(after, id, status)}.Record(kafka.Default.Notifications)
 }
 
 // sameString: raw is a JSON string equal to s.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/pkg/store/schema"
 	"github.com/paysched/paysched/test/kafkatest"
 	"github.com/paysched/paysched/test/pgtest"
@@ -222,8 +223,8 @@ func TestConsumeStream(t *testing.T) {
 }
 
 // runUntilCreationsNotified runs c until notes holds a creation
-// notification for each of n payments, checks each has its audit row
-// (a notification follows its audit row), and stops c cleanly.
+// notification for each of n payments, then until each has its audit row
+// (a notification no longer waits for its row), and stops c cleanly.
 func runUntilCreationsNotified(ctx context.Context, t *testing.T, c *Consumer, db *pgxpool.Pool, notes *kgo.Client, n int) {
 	t.Helper()
 	errc := make(chan error, 1)
@@ -235,8 +236,12 @@ func runUntilCreationsNotified(ctx context.Context, t *testing.T, c *Consumer, d
 			created[string(r.Key)] = true
 		}
 	})
-	// Counted before stopping: the notifications alone were waited for.
-	rows := count(t, db, `SELECT count(*) FROM audit_events`)
+	rows := 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if rows = count(t, db, `SELECT count(*) FROM audit_events`); rows >= n {
+			break
+		}
+	}
 	stop()
 	err := <-errc
 	if len(created) != n {
@@ -382,5 +387,53 @@ func TestAuditLogInItsOwnDatabase(t *testing.T) {
 	}
 	if n := count(t, schedule, `SELECT count(*) FROM audit_events`); n != 0 {
 		t.Fatalf("%d rows in the schedule's database, want none", n)
+	}
+}
+
+// A notification goes out as soon as its change is read: while the audit
+// log holds its rows back behind a backlog of due payments, the
+// notification is already on its topic (they waited up to --max-defer
+// behind the audit write before).
+func TestNotificationsDoNotWaitForTheAuditLog(t *testing.T) {
+	db := pgtest.NewPool(t)
+	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Notifications)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pr, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(kafka.Default.Payments))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	if err := pr.ProduceSync(ctx, change(1, paymentUUID(1), "PENDING")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Brokers: seeds, Group: "audit", MaxDefer: time.Hour}, db, nil, prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	// The engine is behind, for as long as the test runs.
+	c.overdue = func(context.Context, store.DB, time.Duration) (bool, error) { return true, nil }
+	notes, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Notifications),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notes.Close()
+	rctx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(rctx) }()
+	got := false
+	kafkatest.Drain(ctx, notes, func() bool { return got }, func(r *kgo.Record) { got = got || string(r.Key) == paymentUUID(1) })
+	rows := count(t, db, `SELECT count(*) FROM audit_events`)
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if !got {
+		t.Fatal("no notification while the audit log was held back")
+	}
+	if rows != 0 {
+		t.Fatalf("%d audit rows written while held back", rows)
 	}
 }

@@ -57,7 +57,17 @@ func refNotification(e refEnvelope) *kgo.Record {
 		return nil
 	}
 	id, _ := e.After["id"].(string)
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%d|%s|%s", e.Source.LSN, id, typ)))
+	// The id: what happened, never where it was read (the LSN).
+	key := id + "|" + typ
+	if typ != "paysched.payment.created" {
+		attempt, _ := e.After["attempt"].(float64)
+		var updated []byte
+		if v, ok := e.After["updated_at"]; ok {
+			updated, _ = json.Marshal(v)
+		}
+		key += fmt.Sprintf("|%d|%s", int64(attempt), updated)
+	}
+	sum := sha256.Sum256([]byte(key))
 	data, _ := json.Marshal(map[string]any{
 		"paymentId": id, "payer": e.After["payer"], "payee": e.After["payee"], "amount": e.After["amount_minor"],
 		"currency": e.After["currency"], "status": status, "dueAt": e.After["due_time"], "attempt": e.After["attempt"],
@@ -117,7 +127,7 @@ func agree(b []byte) string {
 			}
 		}
 	}
-	n, rn := notification(got), refNotification(ref)
+	n, rn := noteRecord(got), refNotification(ref)
 	if (n == nil) != (rn == nil) {
 		return fmt.Sprintf("notification %v, reference %v", n != nil, rn != nil)
 	}

@@ -11,13 +11,15 @@ import (
 // an answer is reused.
 const yieldCheckEvery = 500 * time.Millisecond
 
-// yield holds a batch back while the engine is behind on due payments, for
-// at most MaxDefer after the batch's oldest change committed. During a
-// due-time spike Postgres has no idle CPU: every audit row written then is
-// taken from the payments being executed. Held back, the rows are written
-// once the spike is claimed (or the bound is reached), from Kafka, where
-// they are safe meanwhile: offsets are not committed. Notifications wait
-// with them, as they follow the write.
+// yield holds a batch's audit rows back while the engine is behind on due
+// payments by a real backlog (the oldest unclaimed payment more than
+// Backlog late: a spike, not a payment a moment late), for at most
+// MaxDefer after the batch's oldest change committed. During a due-time
+// spike Postgres has no idle CPU: every audit row written then is taken
+// from the payments being executed. Held back, the rows are written once
+// the spike is claimed (or the bound is reached), from Kafka, where they
+// are safe meanwhile: offsets are not committed. Notifications never wait
+// for it: they are published as soon as their change is read.
 func (c *Consumer) yield(ctx context.Context, b *batch) error {
 	if c.maxDefer <= 0 || len(b.rows) == 0 {
 		return nil
@@ -32,15 +34,18 @@ func (c *Consumer) yield(ctx context.Context, b *batch) error {
 			return nil
 		}
 		start := time.Now()
+		c.m.holding.Set(1)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			c.m.holding.Set(0)
 			return ctx.Err()
 		case <-t.C:
 		}
 		c.m.deferred.Add(time.Since(start).Seconds())
 	}
+	c.m.holding.Set(0)
 	return nil
 }
 
@@ -56,7 +61,7 @@ func (c *Consumer) engineBehind(ctx context.Context) bool {
 	if overdue == nil {
 		overdue = store.Overdue
 	}
-	behind, err := overdue(qctx, c.db)
+	behind, err := overdue(qctx, c.db, c.backlog)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("check for overdue payments", "err", err)

@@ -97,7 +97,7 @@ func TestYieldSurvivesASlowCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	c.overdue = func(ctx context.Context, _ store.DB) (bool, error) {
+	c.overdue = func(ctx context.Context, _ store.DB, _ time.Duration) (bool, error) {
 		time.Sleep(300 * time.Millisecond)
 		return true, nil
 	}

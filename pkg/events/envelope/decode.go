@@ -46,6 +46,9 @@ type Row struct {
 	ID, PaymentID, Status, NewStatus, PrevStatus                 []byte
 	Payer, Payee, Amount, Currency, DueTime, Attempt, GatewayRef []byte
 	DeadLetterReason, FailureReason                              []byte
+	// Tenant and UpdatedAt: whose the payment is, and when the row last
+	// moved (a notification's id is made of it).
+	Tenant, UpdatedAt []byte
 }
 
 // Str is a raw value as a Go string when it is a JSON string (nil
@@ -250,6 +253,10 @@ func (s *scanner) row(r *Row) error {
 			r.DeadLetterReason = v
 		case "failure_reason":
 			r.FailureReason = v
+		case "tenant":
+			r.Tenant = v
+		case "updated_at":
+			r.UpdatedAt = v
 		}
 		return nil
 	})

@@ -3,104 +3,498 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/store"
 )
 
 // A delivery's states (webhook_deliveries.state).
 const (
-	// Waiting: to be attempted, due at next_at, or under way (leased).
+	// Waiting: to be attempted by the retry path, due at next_at, or under
+	// way (leased).
 	Waiting = "WAITING"
 	// DeliveredState: an attempt got a 2xx.
 	DeliveredState = "DELIVERED"
-	// Undelivered: its attempts are spent, or its endpoint answered 410;
-	// a recover makes it Waiting again.
+	// Undelivered: its attempts are spent, its endpoint answered 410, or
+	// its endpoint was disabled when the event came; a recover makes it
+	// Waiting again.
 	Undelivered = "UNDELIVERED"
 )
 
 // ResponseCap is how much of a response an attempt keeps.
 const ResponseCap = 4096
 
-// claimCap bounds the deliveries one claim looks at per endpoint: above
-// any endpoint's max_inflight (64), so the cap is the endpoint's room.
-const claimCap = 64
+// Deliverer delivers notifications to their tenant's endpoints. Each
+// endpoint has a lane: the attempts waiting for it, under way to it, and
+// the slots (of its max_inflight, across dispatchers) and the rate it may
+// use. A notification is attempted at once on the fast path (Submit); what
+// becomes of it at each endpoint is recorded, in batches, as one row, and
+// only then is it reported done (its Kafka offset may commit). A delivery
+// that fails, or that cannot start within Handoff (its endpoint full or
+// slowed by its rate), is recorded WAITING and left to the retry path,
+// which claims due rows (SKIP LOCKED, a lease) for the lanes with room. A
+// rate wait never holds a slot, and no wait outlives a lease.
+type Deliverer struct {
+	DB     store.DB
+	Client *http.Client
+	// Schedule is the retries' delays (default DefaultSchedule).
+	Schedule Schedule
+	// Lease is how long a claimed retry is this process's: above the
+	// client's timeout, so an attempt never outlives it.
+	Lease time.Duration
+	// Handoff is how long a delivery of the fast path may wait for its
+	// endpoint before it is handed to the retry path (default 1 s).
+	Handoff time.Duration
+	// Poll is the retry path's pause between claims (default 200 ms).
+	Poll time.Duration
+	// Connect opens a session for the cross-dispatcher slots (advisory
+	// locks); nil: this process alone counts max_inflight (a test, or a
+	// single dispatcher).
+	Connect func(context.Context) (*pgx.Conn, error)
+	// Retention is how long finished deliveries and their messages are
+	// kept (0: forever).
+	Retention time.Duration
+	// OnAttempt observes each attempt (metrics): its class, how long it
+	// took, and, when delivered, how long after the notification.
+	OnAttempt func(c Class, took, lag time.Duration)
+	// OnDisabled announces an endpoint just disabled (the
+	// paysched.webhook.endpoint_disabled event); see announce.
+	OnDisabled func(context.Context, Disabled) error
+	Log        *slog.Logger
+	Now        func() time.Time
 
-// claimSQL leases up to $1 due deliveries for $2, taking from each enabled
-// endpoint only what its room allows (max_inflight less those leased now):
-// a slow endpoint fills its own room and no other's, and the claim still
-// reaches every endpoint behind it (work is picked per endpoint, not from
-// one queue in due order, where a backlog at the head would block). The
-// leased row's next_at moves to its lease's end, so a dispatcher that dies
-// mid-attempt leaves it due again then (at least once). Its cost: one
-// probe of the due index per enabled endpoint.
-var claimSQL = `
-WITH ep AS (
-    SELECT e.id, e.max_inflight - (SELECT count(*) FROM webhook_deliveries x
-            WHERE x.endpoint_id = e.id AND x.state = '` + Waiting + `' AND x.lease_until IS NOT NULL
-              AND x.lease_until > now())::int AS room
-    FROM webhook_endpoints e WHERE e.enabled),
-cand AS (
-    SELECT c.id, ep.room, row_number() OVER (PARTITION BY ep.id ORDER BY c.next_at, c.id) AS n
-    FROM ep CROSS JOIN LATERAL (
-        SELECT d.id, d.next_at FROM webhook_deliveries d
-        WHERE d.endpoint_id = ep.id AND d.state = '` + Waiting + `' AND d.next_at <= now()
-        ORDER BY d.next_at, d.id LIMIT ` + strconv.Itoa(claimCap) + `
-        FOR UPDATE SKIP LOCKED) c
-    WHERE ep.room > 0),
-picked AS (SELECT id FROM cand WHERE n <= room ORDER BY n, id LIMIT $1)
-UPDATE webhook_deliveries d
-SET attempts = d.attempts + 1, lease_until = now() + $2::interval, next_at = now() + $2::interval
-FROM picked, webhook_endpoints e
-WHERE d.id = picked.id AND e.id = d.endpoint_id
-RETURNING d.id, d.endpoint_id, d.msg_id, d.event_type, d.body, d.attempts, d.noted_at, e.url, e.tenant,
-          CASE WHEN e.rotate_until IS NOT NULL AND e.rotate_until < now() THEN e.secrets[1:1] ELSE e.secrets END,
-          e.max_per_second, e.failing_since`
-
-// outcomeSQL records attempts and what follows each, fenced by the
-// attempt: an attempt whose lease ran out and was claimed again records
-// nothing (the newer attempt owns the delivery). One statement records a
-// batch (see recorder).
-const outcomeSQL = `
-WITH o AS (
-    SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::int[], $6::text[],
-                         $7::timestamptz[], $8::int[], $9::text[])
-        AS o(id, attempt, state, next_at, status, error, at, latency_ms, response)),
-d AS (
-    UPDATE webhook_deliveries w
-    SET state = o.state, next_at = o.next_at, lease_until = NULL, last_status = o.status, last_error = o.error,
-        done_at = CASE WHEN o.state = '` + Waiting + `' THEN NULL ELSE now() END
-    FROM o
-    WHERE w.id = o.id AND w.attempts = o.attempt AND w.state = '` + Waiting + `'
-    RETURNING w.id, w.attempts)
-INSERT INTO webhook_attempts (delivery_id, attempt, at, status, latency_ms, error, response)
-SELECT o.id, o.attempt, o.at, o.status, o.latency_ms, o.error, o.response FROM o JOIN d ON d.id = o.id AND d.attempts = o.attempt
-ON CONFLICT DO NOTHING`
-
-// outcome is an attempt to record.
-type outcome struct {
-	id        int64
-	attempt   int32
-	state     string
-	next, at  time.Time
-	status    *int32
-	err, resp *string
-	latencyMS int32
+	targets *targets
+	slots   *slotLocks
+	mu      sync.Mutex
+	lanes   map[uuid.UUID]*lane
+	out     chan result
+	rng     *rand.Rand
+	rngMu   sync.Mutex
+	kick    chan struct{} // the slot keeper has work
+	// running counts attempts under way, for the drain at shutdown.
+	running sync.WaitGroup
+	ready   chan struct{}
+	stopped atomic.Bool
+	once    sync.Once
 }
 
-// recordBatch bounds the attempts one statement records.
-const recordBatch = 512
+// message is one notification on its way to its endpoints.
+type message struct {
+	id, typ, tenant string
+	payment         *uuid.UUID
+	body            []byte
+	noted           time.Time
+	// pending counts its endpoints not yet recorded; done is called at 0.
+	pending atomic.Int32
+	done    func()
+}
+
+// job is one delivery to one endpoint: of the fast path (id 0: no row
+// yet), or a claimed retry (its row and the attempt it makes, within its
+// lease).
+type job struct {
+	m       *message
+	t       *target
+	id      int64
+	attempt int
+	leased  time.Time // a retry's lease end
+	queued  time.Time
+}
+
+// result is what becomes of a job: a row to write.
+type result struct {
+	j         *job
+	state     string
+	next      time.Time
+	at        *time.Time
+	status    *int32
+	latencyMS int32
+	err, resp *string
+}
+
+// lane is one endpoint's attempts in this process.
+type lane struct {
+	id     uuid.UUID
+	mu     sync.Mutex
+	queue  []*job
+	active int
+	// slots held (their indices, and the session they were taken on).
+	slots []int
+	gen   int
+	// the rate: tokens, refilled at the endpoint's max_per_second.
+	tokens float64
+	filled time.Time
+	timer  *time.Timer
+	// busyAt is when the lane last had work: idle slots are given back.
+	busyAt time.Time
+	// failingSince is the failure clock as this process last wrote it, at
+	// failingAt: newer than the cache's until the cache reads again.
+	failingSince *time.Time
+	failingAt    time.Time
+	// retryDue is when its retries are next due (zero: unknown, probe).
+	retryDue time.Time
+}
+
+func (d *Deliverer) defaults() { d.once.Do(d.setDefaults) }
+
+func (d *Deliverer) setDefaults() {
+	if len(d.Schedule) == 0 {
+		d.Schedule = DefaultSchedule
+	}
+	if d.Lease <= 0 {
+		d.Lease = 30 * time.Second
+	}
+	if d.Handoff <= 0 {
+		d.Handoff = time.Second
+	}
+	if d.Poll <= 0 {
+		d.Poll = 200 * time.Millisecond
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	d.targets = newTargets(d.DB)
+	if d.Connect != nil {
+		d.slots = &slotLocks{connect: d.Connect}
+	}
+	d.lanes = map[uuid.UUID]*lane{}
+	d.out = make(chan result, 8192)
+	d.rng = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	d.kick = make(chan struct{}, 1)
+	d.ready = make(chan struct{})
+}
+
+// Ready is closed once the deliverer has read its endpoints and may be
+// given notifications.
+func (d *Deliverer) Ready() <-chan struct{} {
+	d.defaults()
+	return d.ready
+}
+
+// Run delivers until ctx ends: it reads the endpoints, keeps their slots,
+// records results, claims retries, and lets old rows go. At the end,
+// what waits on the fast path is handed to the retry path, the attempts
+// under way finish (the client's timeout bounds them) and every result is
+// recorded before it returns.
+func (d *Deliverer) Run(ctx context.Context) error {
+	d.defaults()
+	for {
+		err := d.targets.refresh(ctx)
+		if err == nil {
+			break
+		}
+		d.Log.Warn("webhooks: read endpoints (retrying)", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+	close(d.ready)
+	recorded := make(chan struct{})
+	go func() { d.recorder(); close(recorded) }()
+	var wg sync.WaitGroup
+	for _, loop := range []func(context.Context){d.refresher, d.keeper, d.retries, d.janitor, d.announcer} {
+		wg.Add(1)
+		go func() { defer wg.Done(); loop(ctx) }()
+	}
+	<-ctx.Done()
+	wg.Wait()
+	d.stopped.Store(true)
+	d.handOffAll()
+	d.running.Wait()
+	close(d.out)
+	<-recorded
+	if d.slots != nil {
+		d.slots.close()
+	}
+	return nil
+}
+
+// Submit fans note out to its tenant's endpoints and attempts it; done is
+// called once its every delivery is recorded (at once when it has none).
+// It must be called after Ready and before Run ends.
+func (d *Deliverer) Submit(n notification.Note, done func()) {
+	targets := d.targets.of(n.Tenant, n.Type)
+	if len(targets) == 0 || n.Tenant == "" {
+		done()
+		return
+	}
+	m := &message{id: n.ID, typ: n.Type, tenant: n.Tenant, body: notification.Body(n.Type, n.Time, n.Data), noted: n.Time, done: done}
+	if p, err := uuid.ParseBytes(n.Key); err == nil && strings.HasPrefix(n.Type, notification.TypePrefix) {
+		m.payment = &p
+	}
+	m.pending.Store(int32(len(targets)))
+	now := d.Now()
+	for _, t := range targets {
+		j := &job{m: m, t: t, queued: now}
+		if !t.Enabled {
+			// Kept as undelivered: a recover since then brings it back
+			// (review item 4: these were lost for good).
+			msg := "the endpoint was disabled when the event came"
+			d.out <- result{j: j, state: Undelivered, next: now, err: &msg}
+			continue
+		}
+		d.enqueue(j)
+	}
+}
+
+func (d *Deliverer) lane(id uuid.UUID) *lane {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l := d.lanes[id]
+	if l == nil {
+		l = &lane{id: id, gen: -1, filled: d.Now()}
+		d.lanes[id] = l
+	}
+	return l
+}
+
+// enqueue puts j on its endpoint's lane and starts what may start.
+func (d *Deliverer) enqueue(j *job) {
+	l := d.lane(j.t.ID)
+	l.mu.Lock()
+	l.queue = append(l.queue, j)
+	l.busyAt = d.Now()
+	need := d.slots != nil && len(l.slots) < min(j.t.MaxInflight, l.active+len(l.queue))
+	l.mu.Unlock()
+	if need {
+		d.wake()
+	}
+	d.start(l)
+}
+
+func (d *Deliverer) wake() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// capacity is how many attempts l may have at once: its slots, or its
+// endpoint's max_inflight when this process counts alone.
+func (d *Deliverer) capacity(l *lane, t *target) int {
+	if d.slots == nil {
+		return t.MaxInflight
+	}
+	return min(len(l.slots), t.MaxInflight)
+}
+
+// take spends one of l's rate tokens if there is one; otherwise it says
+// when there will be.
+func (l *lane) take(t *target, now time.Time) (bool, time.Duration) {
+	if t.PerSecond <= 0 {
+		return true, 0
+	}
+	burst := max(1, t.PerSecond/10)
+	l.tokens = min(burst, l.tokens+now.Sub(l.filled).Seconds()*t.PerSecond)
+	l.filled = now
+	if l.tokens >= 1 {
+		l.tokens--
+		return true, 0
+	}
+	return false, time.Duration((1 - l.tokens) / t.PerSecond * float64(time.Second))
+}
+
+// start begins the attempts l has room, slots and rate for.
+func (d *Deliverer) start(l *lane) {
+	var go_ []*job
+	l.mu.Lock()
+	now := d.Now()
+	for len(l.queue) > 0 {
+		j := l.queue[0]
+		t := d.targets.get(l.id)
+		if t == nil {
+			t = j.t
+		}
+		if l.active >= d.capacity(l, t) {
+			break
+		}
+		ok, wait := l.take(t, now)
+		if !ok {
+			if l.timer == nil {
+				l.timer = time.AfterFunc(wait, func() {
+					l.mu.Lock()
+					l.timer = nil
+					l.mu.Unlock()
+					d.start(l)
+				})
+			}
+			break
+		}
+		l.queue = l.queue[1:]
+		l.active++
+		j.t = t
+		go_ = append(go_, j)
+	}
+	l.mu.Unlock()
+	for _, j := range go_ {
+		d.running.Add(1)
+		go func() {
+			defer d.running.Done()
+			d.attempt(j, l)
+			l.mu.Lock()
+			l.active--
+			l.busyAt = d.Now()
+			l.mu.Unlock()
+			d.start(l)
+		}()
+	}
+}
+
+// handOff records the jobs that waited past Handoff (all of them when
+// all is set) as WAITING for the retry path: the fast path's waits are
+// bounded, and a Kafka offset is never held behind a slow endpoint.
+func (d *Deliverer) handOff(l *lane, all bool) {
+	now := d.Now()
+	var out []*job
+	l.mu.Lock()
+	keep := l.queue[:0]
+	for _, j := range l.queue {
+		switch {
+		case j.id != 0 && (all || now.After(j.leased)):
+			// A claimed retry not started: its lease returns it.
+		case j.id != 0:
+			keep = append(keep, j)
+		case all || now.Sub(j.queued) >= d.Handoff:
+			out = append(out, j)
+		default:
+			keep = append(keep, j)
+		}
+	}
+	clear(l.queue[len(keep):])
+	l.queue = keep
+	if len(out) > 0 {
+		l.retryDue = now
+	}
+	l.mu.Unlock()
+	for _, j := range out {
+		msg := "waited " + now.Sub(j.queued).Round(time.Millisecond).String() + " for the endpoint's room or rate: left to the retries"
+		d.out <- result{j: j, state: Waiting, next: now, err: &msg}
+	}
+}
+
+func (d *Deliverer) handOffAll() {
+	d.mu.Lock()
+	lanes := make([]*lane, 0, len(d.lanes))
+	for _, l := range d.lanes {
+		lanes = append(lanes, l)
+	}
+	d.mu.Unlock()
+	for _, l := range lanes {
+		d.handOff(l, true)
+	}
+}
+
+// attempt makes j's attempt and hands its result to the recorder.
+func (d *Deliverer) attempt(j *job, l *lane) {
+	ctx := context.Background()
+	at := d.Now()
+	status, retryAfter, resp, aerr := d.post(ctx, j, at)
+	took := d.Now().Sub(at)
+	class := Classify(status)
+	if dialRefused(aerr) {
+		class = Blocked
+	}
+	n := max(j.attempt, 1)
+	r := result{j: j, state: Waiting, next: at, at: &at, latencyMS: int32(min(took.Milliseconds(), 1<<30)), resp: resp}
+	if aerr != nil {
+		r.err = clean(aerr.Error())
+	}
+	if status != 0 {
+		v := int32(status)
+		r.status = &v
+	}
+	switch class {
+	case Delivered:
+		r.state = DeliveredState
+	case Gone:
+		r.state = Undelivered
+	default:
+		if n >= d.Schedule.Attempts() {
+			r.state = Undelivered
+		} else {
+			d.rngMu.Lock()
+			r.next = at.Add(d.Schedule.Backoff(n, retryAfter, d.rng))
+			d.rngMu.Unlock()
+		}
+	}
+	if class != Delivered && r.err == nil {
+		r.err = clean("HTTP " + strconv.Itoa(status))
+	}
+	if d.OnAttempt != nil {
+		d.OnAttempt(class, took, d.Now().Sub(j.m.noted))
+	}
+	d.clock(ctx, j, l, class, at)
+	d.out <- r
+}
+
+// clock keeps the endpoint's failure clock: a 410 disables at once; the
+// first failure since a success starts the clock, and failing for
+// DisableAfter disables; a success stops it (a statement only when it
+// ran). The endpoint is written before the delivery is recorded, so a
+// crash between leaves the delivery to be attempted (and the endpoint
+// disabled) again, never an endpoint that said 410 still enabled with its
+// delivery closed.
+func (d *Deliverer) clock(ctx context.Context, j *job, l *lane, class Class, at time.Time) {
+	t := d.targets.get(j.t.ID)
+	if t == nil {
+		t = j.t
+	}
+	l.mu.Lock()
+	since := t.FailingSince
+	if l.failingAt.After(t.Read) {
+		since = l.failingSince
+	}
+	l.mu.Unlock()
+	switch {
+	case class == Gone:
+		d.disable(ctx, j.t, "the endpoint answered 410 Gone", at)
+	case class == Delivered:
+		if since == nil {
+			return
+		}
+		if _, err := d.DB.Exec(ctx, healedSQL, j.t.ID); err != nil {
+			d.Log.Warn("webhooks: endpoint healed", "endpoint", j.t.ID, "err", err)
+			return
+		}
+		l.mu.Lock()
+		l.failingSince, l.failingAt = nil, time.Now()
+		l.mu.Unlock()
+	default:
+		if since == nil {
+			var s time.Time
+			if err := d.DB.QueryRow(ctx, failingSQL, j.t.ID, at).Scan(&s); err != nil {
+				d.Log.Warn("webhooks: endpoint failing", "endpoint", j.t.ID, "err", err)
+				return
+			}
+			since = &s
+			l.mu.Lock()
+			l.failingSince, l.failingAt = since, time.Now()
+			l.mu.Unlock()
+		}
+		if at.Sub(*since) >= DisableAfter {
+			d.disable(ctx, j.t, "failing since "+since.UTC().Format(time.RFC3339), *since)
+		}
+	}
+}
 
 // failingSQL notes an endpoint's failure: the first since its last
 // success starts the clock that disables it.
@@ -108,351 +502,52 @@ const failingSQL = `
 UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $2)
 WHERE id = $1 RETURNING failing_since`
 
-// healedSQL: a success stops the clock (written only when it ran).
+// healedSQL: a success stops the clock.
 const healedSQL = `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`
 
-// disableSQL disables an endpoint once; its tenant and URL name it in the
-// event.
+// disableSQL disables an endpoint once: only the statement that finds it
+// enabled marks it to be announced (review item 10: every failing attempt
+// announced it again).
 const disableSQL = `
-UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2, updated_at = now()
-WHERE id = $1 AND enabled RETURNING tenant, url`
+UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2, disabled_at = now(), announce = true
+WHERE id = $1 AND enabled`
 
-// Delivery is a claimed delivery, with what its attempt needs of its
-// endpoint.
-type Delivery struct {
-	ID         int64
-	EndpointID uuid.UUID
-	MsgID      string
-	Type       string
-	Body       []byte
-	Attempt    int
-	NotedAt    time.Time
-	URL        string
-	Tenant     string
-	Secrets    []string
-	PerSecond  float64
-	// FailingSince: the endpoint's failure clock, when it runs (a success
-	// stops it).
-	FailingSince *time.Time
-}
-
-// Disabled is an endpoint just disabled, for its event.
-type Disabled struct {
-	EndpointID   uuid.UUID
-	Tenant, URL  string
-	Reason       string
-	FailingSince time.Time
-}
-
-// Worker delivers the due deliveries: it claims what its free slots and
-// each endpoint's room allow, and attempts each.
-type Worker struct {
-	DB     store.DB
-	Client *http.Client
-	// Slots is how many attempts run at once (default 64).
-	Slots int
-	// Lease is how long a claimed delivery is the worker's: above the
-	// client's timeout, so an attempt never outlives its lease.
-	Lease time.Duration
-	// Poll is the wait after a claim that found nothing (default 50 ms).
-	Poll time.Duration
-	// Schedule is the retries' delays (default DefaultSchedule).
-	Schedule Schedule
-	// OnDisabled announces an endpoint just disabled (the
-	// paysched.webhook.endpoint_disabled event). Called before the disable
-	// commits: announced at least once.
-	OnDisabled func(context.Context, Disabled) error
-	// OnAttempt observes each attempt (metrics): its class, how long it
-	// took, and, when delivered, how long after the notification.
-	OnAttempt func(c Class, took, lag time.Duration)
-	Log       *slog.Logger
-	Now       func() time.Time
-
-	mu    sync.Mutex
-	rates map[uuid.UUID]*pacer
-	rng   *rand.Rand
-	// out feeds the recorder while Run runs (nil: each attempt is
-	// recorded on its own).
-	out chan outcome
-}
-
-func (w *Worker) defaults() {
-	if w.Slots <= 0 {
-		w.Slots = 64
-	}
-	if w.Lease <= 0 {
-		w.Lease = 30 * time.Second
-	}
-	if w.Poll <= 0 {
-		w.Poll = 50 * time.Millisecond
-	}
-	if len(w.Schedule) == 0 {
-		w.Schedule = DefaultSchedule
-	}
-	if w.Now == nil {
-		w.Now = time.Now
-	}
-	if w.Log == nil {
-		w.Log = slog.New(slog.DiscardHandler)
-	}
-	w.rates = map[uuid.UUID]*pacer{}
-	w.rng = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-}
-
-// Run delivers until ctx ends; attempts under way then finish (their
-// client timeout bounds them) or are left to their lease.
-func (w *Worker) Run(ctx context.Context) error {
-	w.defaults()
-	free := make(chan struct{}, w.Slots)
-	for range w.Slots {
-		free <- struct{}{}
-	}
-	// Attempts end into the recorder, which writes them in batches: a slot
-	// is free again as soon as its answer is in, not after a commit of its
-	// own. An outcome not yet written when the process dies is attempted
-	// again after its lease (at least once, the same webhook-id).
-	w.out = make(chan outcome, 4*w.Slots)
-	// wake: the recorder wrote a batch, so slots and endpoints' room are
-	// free again; the claim does not wait out its poll for them.
-	wake := make(chan struct{}, 1)
-	recorded := make(chan struct{})
-	go func() {
-		w.recorder(context.WithoutCancel(ctx), func() {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		})
-		close(recorded)
-	}()
-	var wg sync.WaitGroup
-	defer func() {
-		wg.Wait()
-		close(w.out)
-		<-recorded
-	}()
-	for {
-		n := len(free)
-		var ds []Delivery
-		var err error
-		if n > 0 {
-			ds, err = w.Claim(ctx, n)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			w.Log.Warn("webhooks: claim", "err", err)
-		}
-		for _, d := range ds {
-			<-free
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { free <- struct{}{} }()
-				w.Attempt(context.WithoutCancel(ctx), d)
-			}()
-		}
-		if len(ds) < n || n == 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-wake:
-			case <-time.After(w.Poll):
-			}
-		}
-	}
-}
-
-// Claim leases up to n due deliveries.
-func (w *Worker) Claim(ctx context.Context, n int) ([]Delivery, error) {
-	if w.rates == nil {
-		w.defaults()
-	}
-	rows, err := w.DB.Query(ctx, claimSQL, n, w.Lease)
+// disable disables t; the announcer tells of it.
+func (d *Deliverer) disable(ctx context.Context, t *target, reason string, since time.Time) {
+	tag, err := d.DB.Exec(ctx, disableSQL, t.ID, reason)
 	if err != nil {
-		return nil, fmt.Errorf("claim deliveries: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
-		var d Delivery
-		var per float32
-		err := r.Scan(&d.ID, &d.EndpointID, &d.MsgID, &d.Type, &d.Body, &d.Attempt, &d.NotedAt, &d.URL, &d.Tenant, &d.Secrets, &per, &d.FailingSince)
-		d.PerSecond = float64(per)
-		return d, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim deliveries: %w", err)
-	}
-	return out, nil
-}
-
-// Attempt makes one attempt of d and records it.
-func (w *Worker) Attempt(ctx context.Context, d Delivery) {
-	if w.rates == nil {
-		w.defaults()
-	}
-	w.pace(ctx, d)
-	at := w.Now()
-	status, retryAfter, resp, aerr := w.post(ctx, d, at)
-	took := w.Now().Sub(at)
-	class := Classify(status)
-	if dialRefused(aerr) {
-		class = Blocked
-	}
-	state, next := Waiting, at
-	var errText *string
-	if aerr != nil {
-		s := aerr.Error()
-		errText = &s
-	}
-	switch class {
-	case Delivered:
-		state = DeliveredState
-	case Gone:
-		state = Undelivered
-	default:
-		if d.Attempt >= w.Schedule.Attempts() {
-			state = Undelivered
-		} else {
-			w.mu.Lock()
-			next = at.Add(w.Schedule.Backoff(d.Attempt, retryAfter, w.rng))
-			w.mu.Unlock()
-		}
-	}
-	if class != Delivered && errText == nil {
-		s := "HTTP " + strconv.Itoa(status)
-		errText = &s
-	}
-	var st *int
-	if status != 0 {
-		st = &status
-	}
-	if w.OnAttempt != nil {
-		w.OnAttempt(class, took, w.Now().Sub(d.NotedAt))
-	}
-	// Endpoint first: a 410 disables before the delivery is closed, so a
-	// crash between leaves the delivery to be attempted (and disabled)
-	// again, never an endpoint that said 410 still enabled with its
-	// delivery closed.
-	switch {
-	case class == Gone:
-		w.disable(ctx, d, "the endpoint answered 410 Gone", at)
-	case class == Delivered:
-		// Only a running clock is stopped: a healthy endpoint's success
-		// costs no statement here.
-		if d.FailingSince == nil {
-			break
-		}
-		if _, err := w.DB.Exec(ctx, healedSQL, d.EndpointID); err != nil {
-			w.Log.Warn("webhooks: endpoint healed", "endpoint", d.EndpointID, "err", err)
-		}
-	default:
-		// The clock is started once; while it runs, a failure only
-		// compares (the claim read it).
-		since := d.FailingSince
-		if since == nil {
-			var s time.Time
-			if err := w.DB.QueryRow(ctx, failingSQL, d.EndpointID, at).Scan(&s); err != nil {
-				w.Log.Warn("webhooks: endpoint failing", "endpoint", d.EndpointID, "err", err)
-			} else {
-				since = &s
-			}
-		}
-		if since != nil && at.Sub(*since) >= DisableAfter {
-			w.disable(ctx, d, "failing since "+since.UTC().Format(time.RFC3339), *since)
-		}
-	}
-	o := outcome{id: d.ID, attempt: int32(d.Attempt), state: state, next: next, at: at, err: errText, resp: resp,
-		latencyMS: int32(min(took.Milliseconds(), 1<<30))}
-	if st != nil {
-		v := int32(*st)
-		o.status = &v
-	}
-	if w.out != nil {
-		w.out <- o
+		d.Log.Warn("webhooks: disable endpoint", "endpoint", t.ID, "err", err)
 		return
 	}
-	w.record(ctx, []outcome{o})
-}
-
-// recorder writes the outcomes from w.out in batches (whatever came while
-// the last batch was written, up to recordBatch) until w.out is closed,
-// calling written after each.
-func (w *Worker) recorder(ctx context.Context, written func()) {
-	batch := make([]outcome, 0, recordBatch)
-	for o := range w.out {
-		batch = append(batch[:0], o)
-	more:
-		for len(batch) < recordBatch {
-			select {
-			case o, ok := <-w.out:
-				if !ok {
-					break more
-				}
-				batch = append(batch, o)
-			default:
-				break more
-			}
-		}
-		w.record(ctx, batch)
-		written()
+	if tag.RowsAffected() == 1 {
+		d.Log.Warn("webhooks: endpoint disabled", "endpoint", t.ID, "tenant", t.Tenant, "reason", reason, "failing_since", since)
 	}
 }
 
-// record writes outcomes in one statement.
-func (w *Worker) record(ctx context.Context, outs []outcome) {
-	n := len(outs)
-	ids, attempts, states := make([]int64, n), make([]int32, n), make([]string, n)
-	nexts, ats := make([]time.Time, n), make([]time.Time, n)
-	statuses, lat := make([]*int32, n), make([]int32, n)
-	errs, resps := make([]*string, n), make([]*string, n)
-	for i, o := range outs {
-		ids[i], attempts[i], states[i], nexts[i], ats[i] = o.id, o.attempt, o.state, o.next, o.at
-		statuses[i], lat[i], errs[i], resps[i] = o.status, o.latencyMS, o.err, o.resp
-	}
-	if _, err := w.DB.Exec(ctx, outcomeSQL, ids, attempts, states, nexts, statuses, errs, ats, lat, resps); err != nil {
-		// Their leases run out and they are attempted again: at least
-		// once.
-		w.Log.Warn("webhooks: record attempts", "attempts", n, "err", err)
-	}
+// clean makes s storable as Postgres text: no NUL (text refuses 0x00,
+// and with it the whole batch of results: review item 2), valid UTF-8.
+func clean(s string) *string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+	return &s
 }
 
-// disable disables d's endpoint, announcing it first.
-func (w *Worker) disable(ctx context.Context, d Delivery, reason string, since time.Time) {
-	if w.OnDisabled != nil {
-		if err := w.OnDisabled(ctx, Disabled{EndpointID: d.EndpointID, Tenant: d.Tenant, URL: d.URL, Reason: reason,
-			FailingSince: since}); err != nil {
-			w.Log.Warn("webhooks: announce disabled endpoint (it stays enabled; the next failure tries again)",
-				"endpoint", d.EndpointID, "err", err)
-			return
-		}
-	}
-	var tenant, url string
-	err := w.DB.QueryRow(ctx, disableSQL, d.EndpointID, reason).Scan(&tenant, &url)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		w.Log.Warn("webhooks: disable endpoint", "endpoint", d.EndpointID, "err", err)
-		return
-	}
-	w.Log.Warn("webhooks: endpoint disabled", "endpoint", d.EndpointID, "tenant", d.Tenant, "reason", reason)
-}
-
-// post sends d signed at `at`: the status (0: no response), a Retry-After,
+// post sends j signed at `at`: the status (0: no response), a Retry-After,
 // and the response's first ResponseCap bytes.
-func (w *Worker) post(ctx context.Context, d Delivery, at time.Time) (int, time.Duration, *string, error) {
-	sig, err := Sign(d.Secrets, d.MsgID, at.Unix(), d.Body)
+func (d *Deliverer) post(ctx context.Context, j *job, at time.Time) (int, time.Duration, *string, error) {
+	sig, err := Sign(j.t.signing(at), j.m.id, at.Unix(), j.m.body)
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.t.URL, bytes.NewReader(j.m.body))
 	if err != nil {
 		return 0, 0, nil, fmt.Errorf("request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "paysched-webhooks/1")
-	req.Header.Set(HeaderID, d.MsgID)
+	req.Header.Set(HeaderID, j.m.id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(at.Unix(), 10))
 	req.Header.Set(HeaderSignature, sig)
-	res, err := w.Client.Do(req)
+	res, err := d.Client.Do(req)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -460,46 +555,581 @@ func (w *Worker) post(ctx context.Context, d Delivery, at time.Time) (int, time.
 	b, _ := io.ReadAll(io.LimitReader(res.Body, ResponseCap))
 	// The rest is drained a little so the connection may be reused.
 	_, _ = io.CopyN(io.Discard, res.Body, 64<<10)
-	s := string(bytes.ToValidUTF8(b, []byte("?")))
 	var ra time.Duration
 	if Classify(res.StatusCode) == Throttled {
 		ra = RetryAfter(res.Header.Get("Retry-After"), at)
 	}
-	return res.StatusCode, ra, &s, nil
+	var resp *string
+	if len(b) > 0 {
+		resp = clean(string(b))
+	}
+	return res.StatusCode, ra, resp, nil
 }
 
-// pacer spaces one endpoint's attempts from this worker.
-type pacer struct {
-	mu   sync.Mutex
-	next time.Time
-}
+// recordBatch bounds the results one statement records.
+const recordBatch = 512
 
-// pace waits until d's endpoint may be sent another attempt: at most
-// PerSecond a second from this worker.
-func (w *Worker) pace(ctx context.Context, d Delivery) {
-	if d.PerSecond <= 0 {
-		return
-	}
-	w.mu.Lock()
-	p := w.rates[d.EndpointID]
-	if p == nil {
-		p = &pacer{}
-		w.rates[d.EndpointID] = p
-	}
-	w.mu.Unlock()
-	gap := time.Duration(float64(time.Second) / d.PerSecond)
-	p.mu.Lock()
-	now := w.Now()
-	at := p.next
-	if at.Before(now) {
-		at = now
-	}
-	p.next = at.Add(gap)
-	p.mu.Unlock()
-	if wait := at.Sub(now); wait > 0 {
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
+// recorder writes results in batches (whatever came while the last batch
+// was written, up to recordBatch) until d.out closes, then reports each
+// fast-path message whose every endpoint is recorded.
+func (d *Deliverer) recorder() {
+	batch := make([]result, 0, recordBatch)
+	for r := range d.out {
+		batch = append(batch[:0], r)
+	more:
+		for len(batch) < recordBatch {
+			select {
+			case r, ok := <-d.out:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		d.record(batch)
+		for _, r := range batch {
+			if r.j.id == 0 && r.j.m.pending.Add(-1) == 0 {
+				r.j.m.done()
+			}
+			if r.state == Waiting && r.next.Before(d.Now().Add(time.Hour)) {
+				l := d.lane(r.j.t.ID)
+				l.mu.Lock()
+				if l.retryDue.IsZero() || r.next.Before(l.retryDue) {
+					l.retryDue = r.next
+				}
+				l.mu.Unlock()
+			}
 		}
 	}
+}
+
+// record writes a batch; when the batch fails, each result is written
+// alone, so one bad result never fails another's record (review item 2).
+// A result that still fails is written without its texts; one that fails
+// then too is logged and, on the fast path, left out: its notification is
+// read again after a restart, the same webhook-id.
+func (d *Deliverer) record(rs []result) {
+	ctx := context.Background()
+	err := d.write(ctx, rs)
+	if err == nil {
+		return
+	}
+	if len(rs) > 1 {
+		d.Log.Warn("webhooks: record results (writing each alone)", "results", len(rs), "err", err)
+	}
+	for _, r := range rs {
+		if err := d.write(ctx, []result{r}); err == nil {
+			continue
+		}
+		bare := r
+		bare.err, bare.resp = clean("the attempt's texts could not be stored"), nil
+		if err := d.write(ctx, []result{bare}); err != nil {
+			d.Log.Error("webhooks: record a result", "msg", r.j.m.id, "endpoint", r.j.t.ID, "err", err)
+		}
+	}
+}
+
+// insertSQL records fast-path results: each message's body once, and one
+// row per delivery. A notification read again (a restart before its
+// offset committed) finds its rows and writes nothing: the key
+// (msg_id, endpoint_id) keeps what was recorded first.
+const insertSQL = `
+WITH m AS (
+    INSERT INTO webhook_messages (msg_id, event_type, tenant, payment_id, body, noted_at)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::bytea[], $6::timestamptz[])
+    ON CONFLICT (msg_id) DO NOTHING)
+INSERT INTO webhook_deliveries (endpoint_id, msg_id, noted_at, state, attempts, next_at, last_at, last_status,
+                                last_latency_ms, last_error, last_response, done_at)
+SELECT o.endpoint_id, o.msg_id, o.noted_at, o.state, o.attempts, o.next_at, o.at, o.status, o.latency_ms, o.error, o.response,
+       CASE WHEN o.state = '` + Waiting + `' THEN NULL ELSE now() END
+FROM unnest($7::uuid[], $8::text[], $9::timestamptz[], $10::text[], $11::int[], $12::timestamptz[], $13::timestamptz[],
+            $14::int[], $15::int[], $16::text[], $17::text[])
+     AS o(endpoint_id, msg_id, noted_at, state, attempts, next_at, at, status, latency_ms, error, response)
+ON CONFLICT (msg_id, endpoint_id) DO NOTHING`
+
+// updateSQL records retries, fenced by the attempt: an attempt whose lease
+// ran out and was claimed again records nothing (the newer attempt owns
+// the delivery). The attempt before it moves into webhook_attempts.
+const updateSQL = `
+WITH o AS (
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int[], $7::int[],
+                         $8::text[], $9::text[])
+        AS o(id, attempt, state, next_at, at, status, latency_ms, error, response)),
+prev AS (
+    INSERT INTO webhook_attempts (delivery_id, attempt, at, status, latency_ms, error, response)
+    SELECT w.id, w.attempts - 1, w.last_at, w.last_status, coalesce(w.last_latency_ms, 0), w.last_error, w.last_response
+    FROM webhook_deliveries w JOIN o ON o.id = w.id
+    WHERE w.attempts = o.attempt AND w.state = '` + Waiting + `' AND w.last_at IS NOT NULL AND w.attempts > 1
+    ON CONFLICT DO NOTHING)
+UPDATE webhook_deliveries w
+SET state = o.state, next_at = o.next_at, lease_until = NULL, last_at = o.at, last_status = o.status,
+    last_latency_ms = o.latency_ms, last_error = o.error, last_response = o.response,
+    done_at = CASE WHEN o.state = '` + Waiting + `' THEN NULL ELSE now() END
+FROM o
+WHERE w.id = o.id AND w.attempts = o.attempt AND w.state = '` + Waiting + `'`
+
+func (d *Deliverer) write(ctx context.Context, rs []result) error {
+	var (
+		mIDs, mTypes, mTenants []string
+		mPays                  []*uuid.UUID
+		mBodies                [][]byte
+		mNoted                 []time.Time
+		seen                   = map[string]bool{}
+		fEps                   []uuid.UUID
+		fMsgs, fStates         []string
+		fNoted, fNext          []time.Time
+		fAt                    []*time.Time
+		fAttempts, fStatus     []*int32
+		fLat                   []*int32
+		fErr, fResp            []*string
+		uIDs                   []int64
+		uAttempts, uStatus     []*int32
+		uLat                   []int32
+		uStates                []string
+		uNext                  []time.Time
+		uAt                    []*time.Time
+		uErr, uResp            []*string
+	)
+	for _, r := range rs {
+		if r.j.id != 0 {
+			a := int32(r.j.attempt)
+			uIDs, uAttempts, uStates, uNext, uAt = append(uIDs, r.j.id), append(uAttempts, &a), append(uStates, r.state), append(uNext, r.next), append(uAt, r.at)
+			uStatus, uLat, uErr, uResp = append(uStatus, r.status), append(uLat, r.latencyMS), append(uErr, r.err), append(uResp, r.resp)
+			continue
+		}
+		m := r.j.m
+		if !seen[m.id] {
+			seen[m.id] = true
+			mIDs, mTypes, mTenants, mPays, mBodies, mNoted = append(mIDs, m.id), append(mTypes, m.typ), append(mTenants, m.tenant),
+				append(mPays, m.payment), append(mBodies, m.body), append(mNoted, m.noted)
+		}
+		var attempts int32
+		var lat *int32
+		if r.at != nil {
+			attempts, lat = 1, &r.latencyMS
+		}
+		fEps, fMsgs, fNoted, fStates, fNext = append(fEps, r.j.t.ID), append(fMsgs, m.id), append(fNoted, m.noted), append(fStates, r.state), append(fNext, r.next)
+		fAttempts, fAt, fStatus, fLat, fErr, fResp = append(fAttempts, &attempts), append(fAt, r.at), append(fStatus, r.status), append(fLat, lat), append(fErr, r.err), append(fResp, r.resp)
+	}
+	b := &pgx.Batch{}
+	if len(fEps) > 0 {
+		b.Queue(insertSQL, mIDs, mTypes, mTenants, mPays, mBodies, mNoted, fEps, fMsgs, fNoted, fStates, fAttempts, fNext, fAt,
+			fStatus, fLat, fErr, fResp)
+	}
+	if len(uIDs) > 0 {
+		b.Queue(updateSQL, uIDs, uAttempts, uStates, uNext, uAt, uStatus, uLat, uErr, uResp)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {
+		return tx.SendBatch(ctx, b).Close()
+	})
+}
+
+// refresher reads the endpoints' changes every refreshEvery.
+func (d *Deliverer) refresher(ctx context.Context) {
+	t := time.NewTicker(refreshEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := d.targets.refresh(ctx); err != nil && ctx.Err() == nil {
+			d.Log.Warn("webhooks: read endpoints", "err", err)
+		}
+	}
+}
+
+// keeperEvery is how often the lanes are looked after: slots taken and
+// given back, waits past Handoff handed off.
+const keeperEvery = 50 * time.Millisecond
+
+// slotIdle is how long a lane keeps slots it does not use.
+const slotIdle = 2 * time.Second
+
+// keeper looks after the lanes: it hands off what waited past Handoff,
+// takes slots for lanes that need more, and gives back idle ones.
+func (d *Deliverer) keeper(ctx context.Context) {
+	t := time.NewTicker(keeperEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.kick:
+		}
+		d.keep(ctx)
+	}
+}
+
+func (d *Deliverer) keep(ctx context.Context) {
+	d.mu.Lock()
+	lanes := make([]*lane, 0, len(d.lanes))
+	for _, l := range d.lanes {
+		lanes = append(lanes, l)
+	}
+	d.mu.Unlock()
+	now := d.Now()
+	gen := -1
+	if d.slots != nil {
+		gen = d.slots.current()
+	}
+	var wants []want
+	for _, l := range lanes {
+		d.handOff(l, false)
+		if d.slots == nil {
+			continue
+		}
+		t := d.targets.get(l.id)
+		l.mu.Lock()
+		if l.gen != gen {
+			// The session that held them is gone, and its locks with it.
+			l.slots, l.gen = nil, gen
+		}
+		var giveBack []int
+		switch {
+		case t == nil || !t.Enabled:
+			giveBack = l.slots[max(l.active, 0):]
+		case len(l.slots) > t.MaxInflight && len(l.slots) > l.active:
+			giveBack = l.slots[max(l.active, t.MaxInflight):]
+		case len(l.queue) == 0 && l.active < len(l.slots) && now.Sub(l.busyAt) >= slotIdle:
+			giveBack = l.slots[l.active:]
+		}
+		if len(giveBack) > 0 {
+			giveBack = slices.Clone(giveBack)
+			l.slots = l.slots[:len(l.slots)-len(giveBack)]
+		}
+		var w want
+		if t != nil && t.Enabled {
+			if need := min(t.MaxInflight, l.active+len(l.queue)) - len(l.slots); need > 0 {
+				w = want{id: l.id, max: t.MaxInflight, n: need}
+				for _, s := range l.slots {
+					w.held |= 1 << uint(s)
+				}
+			}
+		}
+		lgen := l.gen
+		l.mu.Unlock()
+		if len(giveBack) > 0 {
+			if err := d.slots.release(ctx, l.id, giveBack, lgen); err != nil {
+				d.Log.Warn("webhooks: give back slots", "err", err)
+			}
+		}
+		if w.n > 0 {
+			wants = append(wants, w)
+		}
+	}
+	if len(wants) == 0 {
+		return
+	}
+	got, g, err := d.slots.acquire(ctx, wants)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.Log.Warn("webhooks: take slots", "err", err)
+		}
+		return
+	}
+	for id, ss := range got {
+		l := d.lane(id)
+		l.mu.Lock()
+		if l.gen != g {
+			l.slots, l.gen = nil, g
+		}
+		l.slots = append(l.slots, ss...)
+		l.mu.Unlock()
+		d.start(l)
+	}
+}
+
+// claimSQL leases, for each endpoint, up to its room of due retries (the
+// lanes say the rooms): work is picked per endpoint, not from one queue in
+// due order, so a backlog at one never blocks another. The leased row's
+// next_at moves to its lease's end, so a dispatcher that dies mid-attempt
+// leaves it due again then (at least once, the same webhook-id).
+const claimSQL = `
+WITH picked AS (
+    SELECT c.id FROM unnest($1::uuid[], $2::int[]) AS w(e, room)
+    CROSS JOIN LATERAL (
+        SELECT d.id FROM webhook_deliveries d
+        WHERE d.endpoint_id = w.e AND d.state = '` + Waiting + `' AND d.next_at <= now()
+        ORDER BY d.next_at, d.id LIMIT w.room
+        FOR UPDATE SKIP LOCKED) c)
+UPDATE webhook_deliveries d
+SET attempts = d.attempts + 1, lease_until = now() + $3::interval, next_at = now() + $3::interval
+FROM picked, webhook_messages m
+WHERE d.id = picked.id AND m.msg_id = d.msg_id
+RETURNING d.id, d.endpoint_id, d.attempts, m.msg_id, m.event_type, m.tenant, m.payment_id, m.body, m.noted_at`
+
+// dueSQL is each endpoint's next due retry: one probe of the due index
+// each.
+const dueSQL = `
+SELECT e, (SELECT min(d.next_at) FROM webhook_deliveries d WHERE d.endpoint_id = e AND d.state = '` + Waiting + `')
+FROM unnest($1::uuid[]) AS e`
+
+// dueEvery is how often the retry path asks every enabled endpoint when
+// its next retry is due (it learns of its own hand-offs at once).
+const dueEvery = 5 * time.Second
+
+// retries is the retry path: every Poll it claims due retries for the
+// lanes that have them and room for them.
+func (d *Deliverer) retries(ctx context.Context) {
+	t := time.NewTicker(d.Poll)
+	defer t.Stop()
+	var probed time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := d.Now()
+		if now.Sub(probed) >= dueEvery {
+			probed = now
+			if err := d.probeDue(ctx); err != nil && ctx.Err() == nil {
+				d.Log.Warn("webhooks: when are retries due", "err", err)
+			}
+		}
+		if err := d.claim(ctx, now); err != nil && ctx.Err() == nil {
+			d.Log.Warn("webhooks: claim retries", "err", err)
+		}
+	}
+}
+
+func (d *Deliverer) probeDue(ctx context.Context) error {
+	ts := d.targets.enabled()
+	if len(ts) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ID
+	}
+	rows, err := d.DB.Query(ctx, dueSQL, ids)
+	if err != nil {
+		return err
+	}
+	var id uuid.UUID
+	var due *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &due}, func() error {
+		if due != nil {
+			l := d.lane(id)
+			l.mu.Lock()
+			l.retryDue = *due
+			l.mu.Unlock()
+		}
+		return nil
+	})
+	return err
+}
+
+// claim claims the due retries of the lanes with room: room is what the
+// lane may start now (capacity, less what is under way and waiting), and
+// for a lane without slots yet, one, so that it asks for slots.
+func (d *Deliverer) claim(ctx context.Context, now time.Time) error {
+	d.mu.Lock()
+	lanes := make([]*lane, 0, len(d.lanes))
+	for _, l := range d.lanes {
+		lanes = append(lanes, l)
+	}
+	d.mu.Unlock()
+	var ids []uuid.UUID
+	var rooms []int32
+	for _, l := range lanes {
+		t := d.targets.get(l.id)
+		if t == nil || !t.Enabled {
+			continue
+		}
+		l.mu.Lock()
+		due := !l.retryDue.IsZero() && !l.retryDue.After(now)
+		room := d.capacity(l, t) - l.active - len(l.queue)
+		if d.slots != nil && len(l.slots) < t.MaxInflight && len(l.queue) == 0 {
+			room = max(room, 1)
+		}
+		if t.PerSecond > 0 {
+			room = min(room, int(max(1, t.PerSecond)))
+		}
+		l.mu.Unlock()
+		if due && room > 0 {
+			ids, rooms = append(ids, l.id), append(rooms, int32(room))
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := d.DB.Query(ctx, claimSQL, ids, rooms, d.Lease)
+	if err != nil {
+		return err
+	}
+	got := map[uuid.UUID]int{}
+	var jobs []*job
+	for rows.Next() {
+		m := &message{}
+		j := &job{m: m, queued: now, leased: now.Add(d.Lease - d.clientTimeout())}
+		var ep uuid.UUID
+		if err := rows.Scan(&j.id, &ep, &j.attempt, &m.id, &m.typ, &m.tenant, &m.payment, &m.body, &m.noted); err != nil {
+			rows.Close()
+			return err
+		}
+		if j.t = d.targets.get(ep); j.t == nil {
+			continue
+		}
+		got[ep]++
+		jobs = append(jobs, j)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		l := d.lane(id)
+		l.mu.Lock()
+		if got[id] < int(rooms[i]) {
+			// Nothing more due now: the next is known at the next probe,
+			// or when a result of this process is recorded.
+			l.retryDue = now.Add(dueEvery)
+		}
+		l.mu.Unlock()
+	}
+	for _, j := range jobs {
+		d.enqueue(j)
+	}
+	return nil
+}
+
+func (d *Deliverer) clientTimeout() time.Duration {
+	if d.Client != nil && d.Client.Timeout > 0 {
+		return d.Client.Timeout
+	}
+	return 15 * time.Second
+}
+
+// janitorEvery is how often finished rows past retention are let go.
+const janitorEvery = time.Minute
+
+// janitor deletes, past Retention, finished deliveries (their attempts
+// with them) and the messages no delivery needs any more, a bounded batch
+// at a time (review item 6: the tables grew without bound).
+func (d *Deliverer) janitor(ctx context.Context) {
+	if d.Retention <= 0 {
+		return
+	}
+	t := time.NewTicker(janitorEvery)
+	defer t.Stop()
+	for {
+		if _, err := Sweep(ctx, d.DB, d.Now().Add(-d.Retention), 5000); err != nil && ctx.Err() == nil {
+			d.Log.Warn("webhooks: retention", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep deletes finished deliveries done before cutoff and the messages
+// noted before it that no delivery refers to, up to batch of each per
+// statement, until none is left; it returns how many deliveries it
+// deleted. WAITING deliveries, and their messages, are kept whatever
+// their age.
+func Sweep(ctx context.Context, db store.DB, cutoff time.Time, batch int) (int64, error) {
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
+			SELECT id FROM webhook_deliveries WHERE state <> '`+Waiting+`' AND done_at < $1 LIMIT $2)`, cutoff, batch)
+		if err != nil {
+			return total, fmt.Errorf("delete old deliveries: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			break
+		}
+	}
+	for {
+		tag, err := db.Exec(ctx, `DELETE FROM webhook_messages WHERE msg_id IN (
+			SELECT m.msg_id FROM webhook_messages m WHERE m.noted_at < $1
+			  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.msg_id = m.msg_id) LIMIT $2)`, cutoff, batch)
+		if err != nil {
+			return total, fmt.Errorf("delete old messages: %w", err)
+		}
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// Disabled is an endpoint disabled, for its event.
+type Disabled struct {
+	EndpointID   uuid.UUID
+	Tenant, URL  string
+	Reason       string
+	FailingSince time.Time
+	DisabledAt   time.Time
+}
+
+// announceSQL takes the disablings not yet announced, one dispatcher each
+// (the row stays locked until it is marked announced).
+const announceSQL = `
+SELECT id, tenant, url, coalesce(disabled_reason, ''), coalesce(failing_since, disabled_at), disabled_at
+FROM webhook_endpoints WHERE announce AND NOT enabled AND disabled_at IS NOT NULL
+ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED`
+
+// announcer publishes each disabling once: it locks the rows to announce,
+// produces their events, and marks them announced in the same
+// transaction. A crash after the produce, before the commit, announces
+// again under the same event id (made of the endpoint and when it was
+// disabled): a duplicate the receivers drop, never a second event.
+func (d *Deliverer) announcer(ctx context.Context) {
+	if d.OnDisabled == nil {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := d.announce(ctx); err != nil && ctx.Err() == nil {
+			d.Log.Warn("webhooks: announce disabled endpoints", "err", err)
+		}
+	}
+}
+
+func (d *Deliverer) announce(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, announceSQL)
+		if err != nil {
+			return err
+		}
+		var list []Disabled
+		for rows.Next() {
+			var x Disabled
+			if err := rows.Scan(&x.EndpointID, &x.Tenant, &x.URL, &x.Reason, &x.FailingSince, &x.DisabledAt); err != nil {
+				rows.Close()
+				return err
+			}
+			list = append(list, x)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(list) == 0 {
+			return err
+		}
+		ids := make([]uuid.UUID, 0, len(list))
+		for _, x := range list {
+			if err := d.OnDisabled(ctx, x); err != nil {
+				return fmt.Errorf("announce %s: %w", x.EndpointID, err)
+			}
+			ids = append(ids, x.EndpointID)
+		}
+		_, err = tx.Exec(ctx, `UPDATE webhook_endpoints SET announce = false WHERE id = ANY($1)`, ids)
+		return err
+	})
 }

@@ -33,17 +33,25 @@ var refusedNets = []netip.Prefix{
 	netip.MustParsePrefix("2001:db8::/32"),
 }
 
-// nat64 is the well-known NAT64 prefix: its last 32 bits are an IPv4
-// address, which is what the connection reaches.
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+// nat64 are the NAT64 prefixes: the well-known one (RFC 6052) and the
+// local-use block (RFC 8215), which a network carves its own prefix from.
+// The last 32 bits are taken as the IPv4 address the connection reaches,
+// across the whole /48 too: a /96 within it is the usual deployment.
+var nat64 = []netip.Prefix{
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+}
 
 // Refused says why a connection to addr must not be made ("" when it
 // may). loopback lets a development stack deliver to a local receiver.
 func Refused(addr netip.Addr, loopback bool) string {
 	addr = addr.Unmap() // ::ffff:10.0.0.1 is 10.0.0.1
-	if nat64.Contains(addr) {
-		b := addr.As16()
-		addr = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	for _, p := range nat64 {
+		if p.Contains(addr) {
+			b := addr.As16()
+			addr = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+			break
+		}
 	}
 	switch {
 	case !addr.IsValid():

@@ -37,6 +37,16 @@ func TestRefusedAddresses(t *testing.T) {
 		{"::ffff:10.0.0.1", true},
 		{"64:ff9b::a9fe:a9fe", true}, // NAT64 of 169.254.169.254
 		{"64:ff9b::7f00:1", true},    // NAT64 of 127.0.0.1
+		{"64:ff9b::a00:1", true},     // NAT64 of 10.0.0.1
+		// The local-use NAT64 block (RFC 8215): a /96 anywhere in the
+		// /48, the IPv4 address in its last 32 bits.
+		{"64:ff9b:1::a9fe:a9fe", true},              // 169.254.169.254
+		{"64:ff9b:1::a00:1", true},                  // 10.0.0.1
+		{"64:ff9b:1::c0a8:101", true},               // 192.168.1.1
+		{"64:ff9b:1:abcd::7f00:1", true},            // 127.0.0.1
+		{"64:ff9b:1:ffff:ffff:ffff:6440:1", true},   // 100.64.0.1 (shared address space)
+		{"64:ff9b:1::808:808", false},               // 8.8.8.8
+		{"64:ff9b:1:abcd:ef01:2345:101:101", false}, // 1.1.1.1
 		{"0.0.0.0", true},
 		{"::", true},
 		{"224.0.0.1", true},
@@ -79,6 +89,8 @@ func TestCheckURL(t *testing.T) {
 		{"https://10.0.0.5/hook", false, false},
 		{"https://[::1]/hook", false, false},
 		{"https://[::ffff:169.254.169.254]/latest", false, false},
+		{"https://[64:ff9b:1::a9fe:a9fe]/latest", false, false},
+		{"https://[64:ff9b:1::808:808]/hook", false, true},
 		{"https://169.254.169.254/latest/meta-data", true, false},
 		{"https://user:pass@hooks.example.com/", false, false},
 		{"ftp://hooks.example.com/", false, false},

@@ -35,6 +35,21 @@ var ErrNotFound = errors.New("not found")
 // ErrInvalid wraps a client's mistake in an endpoint's fields.
 var ErrInvalid = errors.New("invalid endpoint")
 
+// ErrTooManyEndpoints: the tenant already has MaxEndpointsPerTenant
+// endpoints; nothing was created.
+var ErrTooManyEndpoints = errors.New("too many endpoints")
+
+// MaxEndpointsPerTenant bounds a tenant's endpoints, enabled or not: every
+// event of the tenant is fanned out to each, and each takes dispatcher
+// slots, so one tenant's hundreds would slow every tenant's deliveries.
+const MaxEndpointsPerTenant = 16
+
+// The limits of an endpoint created without its own (0 in Check).
+const (
+	defaultMaxInflight  = 4
+	defaultMaxPerSecond = 50
+)
+
 // eventType is the spec's advice for a type: full-stop separated
 // identifiers.
 var eventType = regexp.MustCompile(`^[a-zA-Z0-9_]+(\.[a-zA-Z0-9_]+)*$`)
@@ -57,10 +72,13 @@ func (e Endpoint) Check(loopback bool) error {
 		return fmt.Errorf("%w: description longer than 500 characters", ErrInvalid)
 	}
 	if e.MaxInflight < 0 || e.MaxInflight > 64 {
-		return fmt.Errorf("%w: max in flight %d: want 1 to 64", ErrInvalid, e.MaxInflight)
+		return fmt.Errorf("%w: max in flight %d: want 1 to 64 (0: %d)", ErrInvalid, e.MaxInflight, defaultMaxInflight)
 	}
-	if e.MaxPerSecond < 0 || e.MaxPerSecond > 10000 {
-		return fmt.Errorf("%w: max per second %g: want up to 10,000", ErrInvalid, e.MaxPerSecond)
+	// Under 1 a second, each attempt holds a dispatcher's slot while it
+	// waits its turn (pace): a tenant could park the slots. Written so
+	// that NaN, which every comparison fails, is refused too.
+	if e.MaxPerSecond != 0 && !(e.MaxPerSecond >= 1 && e.MaxPerSecond <= 10000) {
+		return fmt.Errorf("%w: max per second %g: want 1 to 10,000 (0: %d)", ErrInvalid, e.MaxPerSecond, defaultMaxPerSecond)
 	}
 	return nil
 }
@@ -78,26 +96,45 @@ func scanEndpoint(r pgx.CollectableRow) (Endpoint, error) {
 }
 
 // CreateEndpoint adds e (checked by the caller) with a fresh signing
-// secret, which it returns: shown once, to its tenant.
+// secret, which it returns: shown once, to its tenant. A tenant that has
+// MaxEndpointsPerTenant endpoints already gets ErrTooManyEndpoints.
 func CreateEndpoint(ctx context.Context, db store.DB, e Endpoint) (Endpoint, string, error) {
 	e.ID = uuid.New()
 	if e.MaxInflight == 0 {
-		e.MaxInflight = 4
+		e.MaxInflight = defaultMaxInflight
 	}
 	if e.MaxPerSecond == 0 {
-		e.MaxPerSecond = 50
+		e.MaxPerSecond = defaultMaxPerSecond
 	}
 	if e.EventTypes == nil {
 		e.EventTypes = []string{}
 	}
 	secret := NewSymmetricSecret()
-	rows, err := db.Query(ctx, `INSERT INTO webhook_endpoints (id, tenant, url, event_types, description, max_inflight, max_per_second, secrets)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, ARRAY[$8]) RETURNING `+endpointCols,
-		e.ID, e.Tenant, e.URL, e.EventTypes, e.Description, e.MaxInflight, e.MaxPerSecond, secret)
-	if err != nil {
-		return Endpoint{}, "", fmt.Errorf("create endpoint: %w", err)
-	}
-	out, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
+	var out Endpoint
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// Creates of one tenant take turns, so two sent at 15 endpoints
+		// cannot both count 15. The lock is a statement of its own: the
+		// count's starts after it is granted and (read committed) sees
+		// every endpoint committed before. Two tenants whose names hash
+		// alike only take turns too; an int4 key never meets the
+		// migrations' 7_202_611_30x locks.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('webhook-endpoints:' || $1))`, e.Tenant); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `INSERT INTO webhook_endpoints (id, tenant, url, event_types, description, max_inflight, max_per_second, secrets)
+			SELECT $1::uuid, $2::text, $3::text, $4::text[], $5::text, $6::integer, $7::real, ARRAY[$8::text]
+			WHERE (SELECT count(*) FROM webhook_endpoints WHERE tenant = $2) < $9
+			RETURNING `+endpointCols,
+			e.ID, e.Tenant, e.URL, e.EventTypes, e.Description, e.MaxInflight, e.MaxPerSecond, secret, MaxEndpointsPerTenant)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectExactlyOneRow(rows, scanEndpoint)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("tenant %q has %d endpoints, the most allowed: %w", e.Tenant, MaxEndpointsPerTenant, ErrTooManyEndpoints)
+		}
+		return err
+	})
 	if err != nil {
 		return Endpoint{}, "", fmt.Errorf("create endpoint: %w", err)
 	}
@@ -137,7 +174,7 @@ func GetEndpoint(ctx context.Context, db store.DB, id uuid.UUID) (Endpoint, erro
 // SetEnabled enables or disables endpoint id of tenant ("": any tenant):
 // enabling clears the failure clock and the reason it was disabled.
 func SetEnabled(ctx context.Context, db store.DB, tenant string, id uuid.UUID, enabled bool) error {
-	tag, err := db.Exec(ctx, `UPDATE webhook_endpoints SET enabled = $3, updated_at = now(),
+	tag, err := db.Exec(ctx, `UPDATE webhook_endpoints SET enabled = $3,
 		failing_since = CASE WHEN $3 THEN NULL ELSE failing_since END,
 		disabled_reason = CASE WHEN $3 THEN NULL ELSE 'disabled by its owner' END
 		WHERE id = $1 AND ($2 = '' OR tenant = $2)`, id, tenant, enabled)
@@ -237,11 +274,20 @@ type Attempt struct {
 // (payment set) or of an endpoint's (newest first, at most limit), to the
 // endpoints of tenant ("": any tenant's).
 func Attempts(ctx context.Context, db store.DB, tenant string, payment *uuid.UUID, endpoint *uuid.UUID, limit int) ([]Attempt, error) {
-	rows, err := db.Query(ctx, `SELECT a.delivery_id, d.endpoint_id, e.url, d.msg_id, d.event_type, a.attempt, a.at, a.status,
-		a.latency_ms, coalesce(a.error, ''), coalesce(a.response, ''), d.state
-		FROM webhook_deliveries d JOIN webhook_attempts a ON a.delivery_id = d.id JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		WHERE ($1::uuid IS NULL OR d.payment_id = $1) AND ($2::uuid IS NULL OR d.endpoint_id = $2) AND ($4 = '' OR e.tenant = $4)
-		ORDER BY a.at DESC LIMIT $3`, payment, endpoint, limit, tenant)
+	// A delivery's latest attempt is its own row (last_*); the earlier
+	// ones are in webhook_attempts.
+	rows, err := db.Query(ctx, `SELECT x.delivery_id, d.endpoint_id, e.url, d.msg_id, m.event_type, x.attempt, x.at, x.status,
+		x.latency_ms, x.error, x.response, d.state
+		FROM webhook_deliveries d JOIN webhook_messages m ON m.msg_id = d.msg_id JOIN webhook_endpoints e ON e.id = d.endpoint_id
+		CROSS JOIN LATERAL (
+		    SELECT d.id AS delivery_id, d.attempts AS attempt, d.last_at AS at, d.last_status AS status,
+		           coalesce(d.last_latency_ms, 0) AS latency_ms, coalesce(d.last_error, '') AS error, coalesce(d.last_response, '') AS response
+		    WHERE d.last_at IS NOT NULL
+		    UNION ALL
+		    SELECT a.delivery_id, a.attempt, a.at, a.status, a.latency_ms, coalesce(a.error, ''), coalesce(a.response, '')
+		    FROM webhook_attempts a WHERE a.delivery_id = d.id) x
+		WHERE ($1::uuid IS NULL OR m.payment_id = $1) AND ($2::uuid IS NULL OR d.endpoint_id = $2) AND ($4 = '' OR e.tenant = $4)
+		ORDER BY x.at DESC LIMIT $3`, payment, endpoint, limit, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("delivery log: %w", err)
 	}

@@ -111,3 +111,48 @@ func MoveAuditRows(ctx context.Context, from, to *pgx.Conn, batch int) (int64, e
 		lsn, tbl, key = lsns[n], tables[n], keys[n]
 	}
 }
+
+// CopyWebhookEndpoints copies the endpoints that schema version 23 kept in
+// the schedule's database (moved aside into webhooks_v1 by version 24)
+// into the webhooks' database, and returns how many it inserted. Idempotent:
+// an endpoint already there is left as it is. Deliveries are not copied:
+// what was owed then stays in webhooks_v1 for the record.
+func CopyWebhookEndpoints(ctx context.Context, from, to *pgx.Conn) (int64, error) {
+	var exists bool
+	if err := from.QueryRow(ctx, `SELECT to_regclass('webhooks_v1.webhook_endpoints') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("look for webhooks_v1.webhook_endpoints: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	rows, err := from.Query(ctx, `SELECT id, tenant, url, event_types, description, enabled, secrets, rotate_until,
+		max_inflight, greatest(max_per_second, 1), failing_since, disabled_reason, created_at
+		FROM webhooks_v1.webhook_endpoints ORDER BY id`)
+	if err != nil {
+		return 0, fmt.Errorf("read webhooks_v1.webhook_endpoints: %w", err)
+	}
+	var all [][]any
+	for rows.Next() {
+		v, err := rows.Values()
+		if err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("read webhooks_v1.webhook_endpoints: %w", err)
+		}
+		all = append(all, v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("read webhooks_v1.webhook_endpoints: %w", err)
+	}
+	var n int64
+	for _, v := range all {
+		tag, err := to.Exec(ctx, `INSERT INTO webhook_endpoints (id, tenant, url, event_types, description, enabled, secrets,
+			rotate_until, max_inflight, max_per_second, failing_since, disabled_reason, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (id) DO NOTHING`, v...)
+		if err != nil {
+			return n, fmt.Errorf("copy endpoint %v: %w", v[0], err)
+		}
+		n += tag.RowsAffected()
+	}
+	return n, nil
+}

@@ -15,15 +15,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-//go:embed sql/*.sql auditsql/*.sql
+//go:embed sql/*.sql auditsql/*.sql webhooksql/*.sql
 var files embed.FS
 
-// The two schemas: the schedule's database (sql/) and the audit log's
-// (auditsql/), each with its own record of what was applied, so that the
-// two may even share a database.
+// The three schemas: the schedule's database (sql/), the audit log's
+// (auditsql/) and the webhooks' (webhooksql/), each with its own record of
+// what was applied, so that they may even share a database.
 var (
 	scheduleSet = set{dir: "sql", table: "schema_migrations", lock: 7_202_611_300}
 	auditSet    = set{dir: "auditsql", table: "audit_schema_migrations", lock: 7_202_611_302}
+	webhookSet  = set{dir: "webhooksql", table: "webhook_schema_migrations", lock: 7_202_611_304}
 )
 
 type set struct {
@@ -46,6 +47,9 @@ func All() ([]Migration, error) { return scheduleSet.all() }
 
 // AllAudit returns the audit log database's migrations in version order.
 func AllAudit() ([]Migration, error) { return auditSet.all() }
+
+// AllWebhooks returns the webhooks database's migrations in version order.
+func AllWebhooks() ([]Migration, error) { return webhookSet.all() }
 
 func (st set) all() ([]Migration, error) {
 	entries, err := fs.ReadDir(files, st.dir)
@@ -83,6 +87,12 @@ func Up(ctx context.Context, conn *pgx.Conn) ([]string, error) { return schedule
 // UpAudit does the same for the audit log's database
 // (audit_schema_migrations).
 func UpAudit(ctx context.Context, conn *pgx.Conn) ([]string, error) { return auditSet.up(ctx, conn) }
+
+// UpWebhooks does the same for the webhooks' database
+// (webhook_schema_migrations).
+func UpWebhooks(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	return webhookSet.up(ctx, conn)
+}
 
 func (st set) up(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 	migs, err := st.all()

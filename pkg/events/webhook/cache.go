@@ -1,0 +1,178 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// target is what an attempt needs of its endpoint, as the cache last read
+// it: a snapshot, replaced whole when the endpoint changes.
+type target struct {
+	ID          uuid.UUID
+	Tenant      string
+	URL         string
+	Types       []string // empty: every type
+	Enabled     bool
+	Secrets     []string // newest first
+	RotateUntil *time.Time
+	MaxInflight int
+	PerSecond   float64
+	// FailingSince as read at Read; the lane keeps what this process
+	// wrote since.
+	FailingSince *time.Time
+	Read         time.Time
+}
+
+// wants says whether t subscribes to events of typ.
+func (t *target) wants(typ string) bool {
+	return len(t.Types) == 0 || slices.Contains(t.Types, typ)
+}
+
+// signing is the secrets that sign now: both while a rotation overlaps,
+// the newest alone after it.
+func (t *target) signing(now time.Time) []string {
+	if t.RotateUntil != nil && now.After(*t.RotateUntil) && len(t.Secrets) > 1 {
+		return t.Secrets[:1]
+	}
+	return t.Secrets
+}
+
+// targets is the endpoint cache: every endpoint, by id and by tenant, read
+// whole at start and then only what changed (updated_at, which a trigger
+// moves on every change) every refreshEvery. A new endpoint or a change
+// (a rotation, a disable) is seen within that.
+type targets struct {
+	db       store.DB
+	mu       sync.RWMutex
+	byID     map[uuid.UUID]*target
+	byTenant map[string][]*target
+	// seen is the newest updated_at read; a refresh reads from a little
+	// before it, for changes committed out of their timestamps' order.
+	seen time.Time
+}
+
+// refreshEvery is how often the cache reads what changed.
+const refreshEvery = time.Second
+
+// refreshOverlap is how far before the newest change seen a refresh reads
+// again: a transaction's updated_at is its row's clock_timestamp, and one
+// that committed after a later one is still read.
+const refreshOverlap = 10 * time.Second
+
+const targetCols = `id, tenant, url, event_types, enabled, secrets, rotate_until, max_inflight, max_per_second, failing_since, updated_at`
+
+func newTargets(db store.DB) *targets {
+	return &targets{db: db, byID: map[uuid.UUID]*target{}, byTenant: map[string][]*target{}}
+}
+
+// refresh reads the endpoints changed since the last read (all of them
+// the first time).
+func (c *targets) refresh(ctx context.Context) error {
+	c.mu.RLock()
+	since := c.seen
+	c.mu.RUnlock()
+	var rows pgx.Rows
+	var err error
+	if since.IsZero() {
+		rows, err = c.db.Query(ctx, `SELECT `+targetCols+` FROM webhook_endpoints`)
+	} else {
+		rows, err = c.db.Query(ctx, `SELECT `+targetCols+` FROM webhook_endpoints WHERE updated_at >= $1`, since.Add(-refreshOverlap))
+	}
+	if err != nil {
+		return fmt.Errorf("read endpoints: %w", err)
+	}
+	var got []*target
+	newest := since
+	read := time.Now()
+	for rows.Next() {
+		t := &target{}
+		var per float32
+		var updated time.Time
+		if err := rows.Scan(&t.ID, &t.Tenant, &t.URL, &t.Types, &t.Enabled, &t.Secrets, &t.RotateUntil, &t.MaxInflight, &per,
+			&t.FailingSince, &updated); err != nil {
+			rows.Close()
+			return fmt.Errorf("read endpoints: %w", err)
+		}
+		t.PerSecond, t.Read = float64(per), read
+		if updated.After(newest) {
+			newest = updated
+		}
+		got = append(got, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read endpoints: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range got {
+		old := c.byID[t.ID]
+		c.byID[t.ID] = t
+		list := c.byTenant[t.Tenant]
+		if i := slices.Index(list, old); old != nil && i >= 0 {
+			list = slices.Clone(list)
+			list[i] = t
+		} else {
+			list = append(slices.Clone(list), t)
+		}
+		c.byTenant[t.Tenant] = list
+	}
+	c.seen = newest
+	return nil
+}
+
+// of is tenant's endpoints subscribing to typ, enabled or not (a disabled
+// one is owed the event as undelivered).
+func (c *targets) of(tenant, typ string) []*target {
+	c.mu.RLock()
+	list := c.byTenant[tenant]
+	c.mu.RUnlock()
+	var out []*target
+	for _, t := range list {
+		if t.wants(typ) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// get is endpoint id as last read (nil: unknown).
+func (c *targets) get(id uuid.UUID) *target {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.byID[id]
+}
+
+// enabled lists the enabled endpoints.
+func (c *targets) enabled() []*target {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*target, 0, len(c.byID))
+	for _, t := range c.byID {
+		if t.Enabled {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// disabled counts the endpoints disabled.
+func (c *targets) disabled() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := 0
+	for _, t := range c.byID {
+		if !t.Enabled {
+			n++
+		}
+	}
+	return n
+}
