@@ -7,9 +7,10 @@
 # running webhook-dispatcher (a separate process) to 3 tenants of 2
 # endpoints each: one endpoint fails half its attempts with 500, one hangs
 # 20 s. SOURCE=notifications produces the N notifications onto the topic
-# directly instead (the dispatcher alone, no engine). The last line is
-# `webhooks delivered= verified= p99_ms= duplicates_per_endpoint= lost=`,
-# over the 4 healthy endpoints.
+# directly instead (the dispatcher alone, no engine, the same two a
+# payment). The last line is `webhooks delivered= verified= p99_ms=
+# duplicates_per_endpoint= lost= dispatcher_us= product_us= ...` over the 4
+# healthy endpoints; before it, the CPU account per delivery.
 set -euo pipefail
 export PAYSCHED_DEV=1
 # One core per service, as in Kubernetes (see bench-engine.sh).
@@ -23,32 +24,43 @@ set -euo pipefail
 base=${PAYSCHED_TEST_ADMIN_URL%/postgres*}
 db="$base/webhooks?sslmode=disable"
 adb="$base/webhooks_audit?sslmode=disable"
-"$ROOT/bin/migrate" --database-url "$db" --audit-database-url "$adb" >/dev/null 2>&1
+hdb="$base/webhooks_hooks?sslmode=disable"
+"$ROOT/bin/migrate" --database-url "$db" --audit-database-url "$adb" --webhooks-database-url "$hdb" >/dev/null 2>&1
 export PAYSCHED_DATABASE_URL="$db"
 logs=$(mktemp -d /tmp/paysched-bench-XXXXXX)
 pids=()
 trap "for p in \${pids[@]+\"\${pids[@]}\"}; do kill -TERM \$p 2>/dev/null || true; done; wait 2>/dev/null || true" EXIT
 "$ROOT/bin/kafka" --kafka-port 19092 --kafka-data-dir "$logs/kafka" --http-addr 127.0.0.1:19093 2>"$logs/kafka.log" & pids+=($!)
+pidlist="kafka=$!"
 sleep 1
 executed=""
 if [ "$SOURCE" = payments ]; then
   executed=--executed
   "$ROOT/bin/payments-api" --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --actor-rate 0 --max-pending 0 2>"$logs/api.log" & pids+=($!)
+  pidlist="$pidlist,payments-api=$!"
   "$ROOT/bin/gateway-sim" --ledger memory --grpc-addr 127.0.0.1:19300 --http-addr 127.0.0.1:19301 2>"$logs/gw.log" & pids+=($!)
+  pidlist="$pidlist,gateway-sim=$!"
   "$ROOT/bin/executor" --grpc-addr 127.0.0.1:19100 --http-addr 127.0.0.1:19101 --gateway-addr 127.0.0.1:19300 2>"$logs/ex1.log" & pids+=($!)
+  pidlist="$pidlist,executor-1=$!"
   "$ROOT/bin/executor" --grpc-addr 127.0.0.1:19110 --http-addr 127.0.0.1:19111 --gateway-addr 127.0.0.1:19300 2>"$logs/ex2.log" & pids+=($!)
+  pidlist="$pidlist,executor-2=$!"
   cdcdb=$("$ROOT/deploy/local/pg.sh" socket-url "$PAYSCHED_PG_DIR" "$PAYSCHED_PG_PORT" webhooks)
   "$ROOT/bin/cdc" --database-url "$cdcdb" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19400 2>"$logs/cdc.log" & pids+=($!)
+  pidlist="$pidlist,cdc=$!"
   "$ROOT/bin/audit-consumer" --audit-database-url "$adb" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19410 2>"$logs/audit.log" & pids+=($!)
+  pidlist="$pidlist,audit-consumer=$!"
   "$ROOT/bin/payctl" health --http http://127.0.0.1:19400/healthz --wait 30s >/dev/null
   for a in 127.0.0.1:19090 127.0.0.1:19100 127.0.0.1:19110; do "$ROOT/bin/payctl" --api $a health --wait 30s >/dev/null; done
   "$ROOT/bin/sweeper" --http-addr 127.0.0.1:19200 --executors 127.0.0.1:19100,127.0.0.1:19110 2>"$logs/sweeper.log" & pids+=($!)
+  pidlist="$pidlist,sweeper=$!"
 fi
-"$ROOT/bin/webhook-dispatcher" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19430 \
+"$ROOT/bin/webhook-dispatcher" --webhooks-database-url "$hdb" --kafka-brokers 127.0.0.1:19092 --http-addr 127.0.0.1:19430 \
   --allow-loopback ${DISPATCHER_FLAGS:-} 2>"$logs/dispatcher.log" & pids+=($!)
+pidlist="$pidlist,webhook-dispatcher=$!"
 "$ROOT/bin/payctl" health --http http://127.0.0.1:19430/healthz --wait 30s >/dev/null
 echo "== webhooks: $N payments ($SOURCE) at $RATE/s (logs in $logs)"
-"$ROOT/bin/paybench" --mode webhooks $executed --api-grpc 127.0.0.1:19090 --database-url "$db" --kafka-brokers 127.0.0.1:19092 \
+"$ROOT/bin/paybench" --mode webhooks $executed --api-grpc 127.0.0.1:19090 --database-url "$db" --webhooks-database-url "$hdb" \
+  --kafka-brokers 127.0.0.1:19092 --pids "$pidlist" \
   --n "$N" --rate "$RATE" --timeout 5m || {
   echo "dispatcher log (last lines):" >&2; tail -n 20 "$logs/dispatcher.log" >&2; exit 1; }
 '

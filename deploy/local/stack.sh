@@ -33,6 +33,8 @@ KAFKA_PORT=${PAYSCHED_KAFKA_PORT:-9092}
 DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
 # The audit log's own database (docs/DESIGN.md, "Where the audit log lives").
 AUDIT_DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched_audit?sslmode=disable"
+# The webhooks' own database (docs/DESIGN.md, "Where the webhooks live").
+HOOKS_DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched_webhooks?sslmode=disable"
 PG="$ROOT/deploy/local/pg.sh"
 GATEWAY=${GATEWAY:-grpc}
 MAX_REQUEST=${PAYSCHED_LOCAL_MAX_REQUEST:-5s}
@@ -109,7 +111,7 @@ up() {
   done
   echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg)"
   "$PG" start "$DATA/pg" "$PGPORT"
-  "$ROOT/bin/migrate" --database-url "$DB_URL" --audit-database-url "$AUDIT_DB_URL" >>"$LOGS/migrate.log" 2>&1 || {
+  "$ROOT/bin/migrate" --database-url "$DB_URL" --audit-database-url "$AUDIT_DB_URL" --webhooks-database-url "$HOOKS_DB_URL" >>"$LOGS/migrate.log" 2>&1 || {
     echo "migration failed; see .data/logs/migrate.log" >&2; tail -n 5 "$LOGS/migrate.log" >&2; exit 1; }
   # gateway-sim serves TLS with a certificate from a development CA made by
   # our own Go code (tools/cmd/devcerts, kept in .data/tls), and wants a
@@ -133,16 +135,16 @@ up() {
   jwt_secret=$(secret jwt-secret); cursor_secret=$(secret cursor-secret); webhook_secret=$(secret webhook-secret)
   start_service kafka --kafka-port "$KAFKA_PORT" --kafka-data-dir "$DATA/kafka"
   start_service payments-api --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR" --jwt-secret-file "$jwt_secret" \
-    --cursor-secret-file "$cursor_secret"
+    --cursor-secret-file "$cursor_secret" --webhooks-database-url "$HOOKS_DB_URL"
   start_service admin-api --http-addr "$ADMIN_HTTP_ADDR" --grpc-addr "$ADMIN_GRPC_ADDR" --jwt-secret-file "$jwt_secret" \
-    --audit-database-url "$AUDIT_DB_URL" $(gwc admin-api) ${gw[@]+"${gw[@]}"}
+    --audit-database-url "$AUDIT_DB_URL" --webhooks-database-url "$HOOKS_DB_URL" $(gwc admin-api) ${gw[@]+"${gw[@]}"}
   # cdc streams over Postgres's Unix socket where it can (see pkg/events/cdc's
   # pacedConn: cheaper for the walsender than loopback TCP).
   start_service cdc --database-url "$("$PG" socket-url "$DATA/pg" "$PGPORT" paysched)" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   start_service audit-consumer --audit-database-url "$AUDIT_DB_URL" --kafka-brokers "127.0.0.1:$KAFKA_PORT"
   # Webhooks to the tenants' endpoints; loopback allowed: make demo's
   # receiver listens on 127.0.0.1 (production refuses it).
-  start_service webhook-dispatcher --kafka-brokers "127.0.0.1:$KAFKA_PORT" --allow-loopback
+  start_service webhook-dispatcher --webhooks-database-url "$HOOKS_DB_URL" --kafka-brokers "127.0.0.1:$KAFKA_PORT" --allow-loopback
   start_service reconciler --http-addr 127.0.0.1:9420 --webhook-secret-file "$webhook_secret" $(gwc reconciler) ${gw[@]+"${gw[@]}"} ${RECONCILER_FLAGS:-}
   start_service gateway-sim --gateway-database-url "postgres://postgres@127.0.0.1:$PGPORT/paysched_gateway?sslmode=disable" \
     --webhook-url http://127.0.0.1:9420/webhooks/gateway --webhook-secret-file "$webhook_secret" \
@@ -170,6 +172,7 @@ up() {
 # Written by 'make up'. Source it: . .data/env
 export PAYSCHED_DATABASE_URL='$DB_URL'
 export PAYSCHED_AUDIT_DATABASE_URL='$AUDIT_DB_URL'
+export PAYSCHED_WEBHOOKS_DATABASE_URL='$HOOKS_DB_URL'
 export PAYSCHED_API_HTTP='http://$HTTP_ADDR'
 export PAYSCHED_API_GRPC='$GRPC_ADDR'
 export PAYSCHED_ADMIN_API_GRPC='$ADMIN_GRPC_ADDR'

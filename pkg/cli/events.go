@@ -8,12 +8,14 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/platform/config"
 )
 
@@ -68,20 +70,17 @@ func eventsCmd(g *globals) *cobra.Command {
 					return failed
 				}
 				fs.EachRecord(func(r *kgo.Record) {
-					h := map[string]string{}
-					for _, x := range r.Headers {
-						h[x.Key] = string(x.Value)
-					}
-					if (len(want) > 0 && !want[h["ce_type"]]) || seen[h["ce_id"]] {
+					n, ok := notification.Decode(r)
+					if !ok || (len(want) > 0 && !want[n.Type]) || seen[n.ID] {
 						return
 					}
-					seen[h["ce_id"]] = true
+					seen[n.ID] = true
 					if g.json {
-						fmt.Fprintf(g.out, `{"ce_id":%q,"ce_type":%q,"ce_time":%q,"ce_source":%q,"data":%s}`+"\n",
-							h["ce_id"], h["ce_type"], h["ce_time"], h["ce_source"], r.Value)
+						fmt.Fprintf(g.out, `{"ce_id":%q,"ce_type":%q,"ce_time":%q,"ce_source":%q,"ce_tenant":%q,"data":%s}`+"\n",
+							n.ID, n.Type, n.Time.UTC().Format(time.RFC3339Nano), n.Source, n.Tenant, n.Data)
 						return
 					}
-					fmt.Fprintf(g.out, "%s  %-32s %s  %s\n", h["ce_time"], h["ce_type"], r.Key, r.Value)
+					fmt.Fprintln(g.out, n)
 				})
 			}
 			return nil

@@ -1,12 +1,15 @@
 package apibench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The three parts of a benchmark's CPU account: the product (paysched's
@@ -178,4 +181,33 @@ func (a Account) String() string {
 func (a Account) Fields() string {
 	return fmt.Sprintf("product_us=%.1f standins_us=%.1f harness_us=%.1f idle_pct=%.1f steal_pct=%.1f",
 		a.Product, a.StandIns, a.Harness, 100*a.Idle, 100*a.Steal)
+}
+
+// Meter measures a span's CPU: each named process's and Postgres's (by
+// backend, labelled by the pool's pg_stat_activity), this process's and
+// the machine's, for an account.
+type Meter struct {
+	cpu  *cpuMeter
+	acct accountMeter
+}
+
+// StartMeter starts measuring pids (name → pid) and Postgres; db labels
+// Postgres's backends (nil: by process title).
+func StartMeter(ctx context.Context, db *pgxpool.Pool, pids map[string]int) *Meter {
+	var labels func() map[int]string
+	if db != nil {
+		labels = pgLabels(ctx, db)
+	}
+	return &Meter{cpu: newCPUMeter(pids, labels), acct: startAccount()}
+}
+
+// Account is the span's account over n units, with the CPU by name
+// (Postgres's parts under PGPart) in µs per unit.
+func (m *Meter) Account(n int, unit string) (Account, map[string]float64) {
+	used := m.cpu.since()
+	per := map[string]float64{}
+	for name, d := range used {
+		per[name] = float64(d.Microseconds()) / float64(max(n, 1))
+	}
+	return m.acct.finish(used, n, unit), per
 }

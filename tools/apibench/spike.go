@@ -17,6 +17,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
@@ -373,18 +374,14 @@ type noteWatch struct {
 func watchNotes(ctx context.Context, brokers []string) (*noteWatch, error) {
 	w := &noteWatch{terminal: map[string]bool{}}
 	t, err := tailTopic(ctx, brokers, kafka.Default.Notifications, nil, func(r *kgo.Record, now time.Time) {
-		for _, h := range r.Headers {
-			if h.Key == "ce_type" {
-				switch string(h.Value) {
-				case "paysched.payment.completed", "paysched.payment.failed", "paysched.payment.dead_lettered", "paysched.payment.cancelled":
-					w.mu.Lock()
-					if !w.terminal[string(r.Key)] {
-						w.terminal[string(r.Key)] = true
-						w.last = now
-					}
-					w.mu.Unlock()
-				}
+		switch string(notification.Header(r, notification.HeaderType)) {
+		case "paysched.payment.completed", "paysched.payment.failed", "paysched.payment.dead_lettered", "paysched.payment.cancelled":
+			w.mu.Lock()
+			if !w.terminal[string(r.Key)] {
+				w.terminal[string(r.Key)] = true
+				w.last = now
 			}
+			w.mu.Unlock()
 		}
 	})
 	if err != nil {

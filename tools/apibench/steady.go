@@ -19,6 +19,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
@@ -253,26 +254,24 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 		}
 		defer cdc.stop()
 		notes.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.Default.Notifications, []int32{0}, func(rec *kgo.Record, now time.Time) {
-			for _, h := range rec.Headers {
-				switch h.Key {
-				case "ce_time":
-					if at, err := time.Parse(time.RFC3339Nano, string(h.Value)); err == nil && !at.Before(t0) {
-						notes.add(float64(now.Sub(at).Microseconds())/1000, rec)
-					}
-				case "ce_type":
-					st, ok := strings.CutPrefix(string(h.Value), "paysched.payment.")
-					if !ok || st == "created" {
-						continue
-					}
-					seenMu.Lock()
-					// The change is read first but by another consumer: a
-					// note seen before its change (rare) is left out.
-					if at, ok := seen[hopKey(string(rec.Key), strings.ToUpper(st))]; ok {
-						consume = append(consume, float64(now.Sub(at).Microseconds())/1000)
-					}
-					seenMu.Unlock()
-				}
+			n, ok := notification.Decode(rec)
+			if !ok {
+				return
 			}
+			if !n.Time.Before(t0) {
+				notes.add(float64(now.Sub(n.Time).Microseconds())/1000, rec)
+			}
+			st, ok := strings.CutPrefix(n.Type, notification.TypePrefix)
+			if !ok || st == "created" {
+				return
+			}
+			seenMu.Lock()
+			// The change is read first but by another consumer: a note
+			// seen before its change (rare) is left out.
+			if at, ok := seen[hopKey(string(rec.Key), strings.ToUpper(st))]; ok {
+				consume = append(consume, float64(now.Sub(at).Microseconds())/1000)
+			}
+			seenMu.Unlock()
 		})
 		if err != nil {
 			return r, err

@@ -86,8 +86,10 @@ type run struct {
 	t0    time.Time // the first due time
 	procs []*proc
 	db    *pgxpool.Pool
-	// auditDB is the audit log's database (paysched_audit).
+	// auditDB is the audit log's database (paysched_audit), hooksDB the
+	// webhooks' (paysched_webhooks).
 	auditDB *pgxpool.Pool
+	hooksDB *pgxpool.Pool
 	gwDB    *pgxpool.Pool
 	api     payschedv1.PaymentsServiceClient
 	admin   payschedv1.AdminServiceClient
@@ -157,6 +159,8 @@ func (r *run) topology() {
 	env := []string{"PAYSCHED_DATABASE_URL=" + r.dbURL("paysched"), "PAYSCHED_DEV=1"}
 	// The audit log in its own database, as production has it.
 	auditEnv := append([]string{"PAYSCHED_AUDIT_DATABASE_URL=" + r.dbURL("paysched_audit")}, env...)
+	// The webhooks in theirs.
+	hooksEnv := append([]string{"PAYSCHED_WEBHOOKS_DATABASE_URL=" + r.dbURL("paysched_webhooks")}, env...)
 	// Every caller of gateway-sim presents its own certificate, and knows
 	// its longest request: a charge its caller left is made up to
 	// lateRecord later (gateway-sim's --late-record), so an absence counts
@@ -172,9 +176,9 @@ func (r *run) topology() {
 	r.procs = []*proc{
 		newProc(d, "kafka", "kafka", b("kafka"), env, "--kafka-port", fmt.Sprint(r.cfg.Base+92),
 			"--kafka-data-dir", filepath.Join(d, "kafka"), "--http-addr", r.addr(93)),
-		newProc(d, "payments-api", "payments-api", b("payments-api"), env, "--http-addr", r.addr(80), "--grpc-addr", r.addr(90),
+		newProc(d, "payments-api", "payments-api", b("payments-api"), hooksEnv, "--http-addr", r.addr(80), "--grpc-addr", r.addr(90),
 			"--metrics-addr", r.addr(190)),
-		newProc(d, "admin-api", "admin-api", b("admin-api"), env, append([]string{"--http-addr", r.addr(81), "--grpc-addr", r.addr(91),
+		newProc(d, "admin-api", "admin-api", b("admin-api"), hooksEnv, append([]string{"--http-addr", r.addr(81), "--grpc-addr", r.addr(91),
 			"--metrics-addr", r.addr(191)},
 			gw("admin-api")...)...),
 		newProc(d, "gateway-sim", "gateway-sim", b("gateway-sim"), env, "--grpc-addr", r.addr(300), "--http-addr", r.addr(301),
@@ -210,7 +214,7 @@ func (r *run) topology() {
 		newProc(d, "audit-consumer", "audit-consumer", b("audit-consumer"), auditEnv, "--http-addr", r.addr(410), "--kafka-brokers", kafka),
 		// The run's receivers are on loopback (development mode), and its
 		// retries are seconds apart (hookSchedule).
-		newProc(d, "webhook-dispatcher", "webhook-dispatcher", b("webhook-dispatcher"), env, "--http-addr", r.addr(dispatcherPort),
+		newProc(d, "webhook-dispatcher", "webhook-dispatcher", b("webhook-dispatcher"), hooksEnv, "--http-addr", r.addr(dispatcherPort),
 			"--kafka-brokers", kafka, "--allow-loopback", "--retry-schedule", hookSchedule, "--timeout", "5s"),
 		newProc(d, "reconciler", "reconciler", b("reconciler"), env, append([]string{"--http-addr", r.addr(420), "--metrics-addr", r.addr(421),
 			"--webhook-secret", webhookSecret, "--probe-interval", "1s", "--probe-backoff", "1s",
@@ -251,7 +255,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return r.res, err
 	}
 	migrate := exec.CommandContext(ctx, filepath.Join(cfg.Bin, "migrate"), "--dev", "--database-url", r.dbURL("paysched"),
-		"--audit-database-url", r.dbURL("paysched_audit"))
+		"--audit-database-url", r.dbURL("paysched_audit"), "--webhooks-database-url", r.dbURL("paysched_webhooks"))
 	if out, err := migrate.CombinedOutput(); err != nil {
 		return r.res, fmt.Errorf("migrate: %w: %s", err, out)
 	}
@@ -350,6 +354,9 @@ func (r *run) connect(ctx context.Context) error {
 		return err
 	}
 	if r.auditDB, err = pgxpool.New(ctx, r.dbURL("paysched_audit")); err != nil {
+		return err
+	}
+	if r.hooksDB, err = pgxpool.New(ctx, r.dbURL("paysched_webhooks")); err != nil {
 		return err
 	}
 	dial := func(a string) (*grpc.ClientConn, error) {
@@ -453,6 +460,9 @@ func (r *run) close() {
 	}
 	if r.auditDB != nil {
 		r.auditDB.Close()
+	}
+	if r.hooksDB != nil {
+		r.hooksDB.Close()
 	}
 	if r.gwDB != nil {
 		r.gwDB.Close()

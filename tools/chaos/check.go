@@ -17,6 +17,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/reconcile"
 )
@@ -35,10 +36,15 @@ func (r *run) check(ctx context.Context, w *workload, t0 time.Time) {
 
 // count runs a count query, retrying through a restarting database.
 func (r *run) count(ctx context.Context, sql string, args ...any) int {
+	return r.countIn(ctx, r.db, sql, args...)
+}
+
+// countIn is count on db.
+func (r *run) countIn(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) int {
 	var n int
 	var err error
 	for try := 0; try < 30; try++ {
-		if err = r.db.QueryRow(ctx, sql, args...).Scan(&n); err == nil {
+		if err = db.QueryRow(ctx, sql, args...).Scan(&n); err == nil {
 			return n
 		}
 		time.Sleep(time.Second)
@@ -294,15 +300,7 @@ func (r *run) checkStream(ctx context.Context) {
 	defer cancel()
 	kafka.Drain(dctx, cl, nil, func(rec *kgo.Record) {
 		if rec.Topic == kafka.Default.Notifications {
-			var id, typ string
-			for _, h := range rec.Headers {
-				switch h.Key {
-				case "ce_id":
-					id = string(h.Value)
-				case "ce_type":
-					typ = string(h.Value)
-				}
-			}
+			id, typ := string(notification.Header(rec, notification.HeaderID)), string(notification.Header(rec, notification.HeaderType))
 			k := string(rec.Key) + "|" + typ
 			if notes[k] == nil {
 				notes[k] = map[string]bool{}

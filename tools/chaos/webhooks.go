@@ -179,7 +179,7 @@ func (r *run) webhookChaos(ctx context.Context, end time.Time) {
 func (r *run) checkWebhooks(ctx context.Context, notes map[string]string) {
 	start := time.Now()
 	for {
-		open := r.count(ctx, `SELECT count(*) FROM webhook_deliveries WHERE state <> $1`, webhook.DeliveredState)
+		open := r.countIn(ctx, r.hooksDB, `SELECT count(*) FROM webhook_deliveries WHERE state <> $1`, webhook.DeliveredState)
 		if open == 0 || time.Since(start) > r.cfg.Settle {
 			if open != 0 {
 				r.logf("webhooks: %d deliveries not delivered after %s", open, r.cfg.Settle)

@@ -26,6 +26,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/cli"
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
@@ -360,12 +361,7 @@ func (d *demoRun) watchNotifications() *notifications {
 		for ctx.Err() == nil {
 			fs := cl.PollFetches(ctx)
 			fs.EachRecord(func(r *kgo.Record) {
-				var id string
-				for _, h := range r.Headers {
-					if h.Key == "ce_id" {
-						id = string(h.Value)
-					}
-				}
+				id := string(notification.Header(r, notification.HeaderID))
 				if !strings.Contains(string(r.Value), `"payer":"`+d.actor+`"`) {
 					return
 				}

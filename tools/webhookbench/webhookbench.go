@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,13 +32,20 @@ import (
 	"github.com/paysched/paysched/pkg/api/auth"
 
 	"github.com/paysched/paysched/pkg/events/kafka"
+	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/events/webhook"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/tools/apibench"
 )
 
 // Config is a run's.
 type Config struct {
-	DB      *pgxpool.Pool
+	// DB is the webhooks' database (the endpoints are made there);
+	// Schedule the schedule's (Postgres's backends are labelled from it).
+	DB, Schedule *pgxpool.Pool
+	// Pids are the processes to account for (name → pid): the product's,
+	// the stand-ins' (gateway-sim, kafka) and the harness's.
+	Pids map[string]int
 	Brokers []string
 	// N payments; each makes one notification, Rate a second.
 	N, Rate int
@@ -60,6 +68,9 @@ type Result struct {
 	Delivered, Verified, Lost int
 	P99                       time.Duration
 	DuplicatesPerEndpoint     int
+	// DispatcherUs is the dispatcher's CPU per delivery, its Postgres
+	// backends' included.
+	DispatcherUs float64
 }
 
 // receiver is one endpoint's server.
@@ -180,14 +191,12 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			fs := watch.PollFetches(wctx)
 			seen := time.Now()
 			fs.EachRecord(func(rec *kgo.Record) {
-				for _, h := range rec.Headers {
-					if h.Key == "ce_id" {
-						notedMu.Lock()
-						if _, ok := noted[string(h.Value)]; !ok {
-							noted[string(h.Value)] = seen
-						}
-						notedMu.Unlock()
+				if id := notification.Header(rec, notification.HeaderID); id != nil {
+					notedMu.Lock()
+					if _, ok := noted[string(id)]; !ok {
+						noted[string(id)] = seen
 					}
+					notedMu.Unlock()
 				}
 			})
 		}
@@ -195,9 +204,16 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	defer func() { stopWatch(); <-watched; watch.Close() }()
 	tenants := []string{"bench-a", "bench-b", "bench-c"}
 	perTenant := map[string]int{}
-	perPayment := 1
+	// Two notifications a payment, created then completed, whether the
+	// engine makes them or the run produces them: the dispatcher alone is
+	// measured at the deliveries per second of the run with the engine.
+	perPayment := 2
+	label := c.Schedule
+	if label == nil {
+		label = c.DB
+	}
+	meter := apibench.StartMeter(ctx, label, c.Pids)
 	if c.API != "" {
-		perPayment = 2 // created, then completed
 		if err := schedule(ctx, c, tenants, perTenant); err != nil {
 			return Result{}, err
 		}
@@ -278,15 +294,31 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		fmt.Fprintf(c.Out, "healthy endpoints: from the payment's change (ce_time, cdc and the audit-consumer included) p50 %.1f ms  p99 %.1f ms\n",
 			ms(changes[len(changes)/2]), ms(changes[(len(changes)*99+99)/100-1]))
 	}
-	fmt.Fprintf(c.Out, "webhooks delivered=%d verified=%d p99_ms=%.1f duplicates_per_endpoint=%d lost=%d\n",
-		res.Delivered, res.Verified, ms(res.P99), res.DuplicatesPerEndpoint, res.Lost)
+	// The account, per delivery: every notification to each of the six
+	// endpoints, however many attempts it took.
+	deliveries := c.N * perPayment * 2
+	acct, per := meter.Account(deliveries, "delivery")
+	dispatcher := per["webhook-dispatcher"]
+	for name, us := range per {
+		if strings.HasPrefix(name, apibench.PGPart+"webhook-dispatcher") {
+			dispatcher += us
+		}
+	}
+	res.DispatcherUs = dispatcher
+	fmt.Fprintf(c.Out, "cpu per delivery postgres %.1f µs, by what each process serves:\n%s", per["postgres"],
+		strings.ReplaceAll(apibench.PGParts(per), "cpu per payment", "cpu per delivery"))
+	fmt.Fprintln(c.Out, acct)
+	fmt.Fprintf(c.Out, "dispatcher with its database share: %.1f µs per delivery (%d deliveries)\n", dispatcher, deliveries)
+	fmt.Fprintf(c.Out, "webhooks delivered=%d verified=%d p99_ms=%.1f duplicates_per_endpoint=%d lost=%d dispatcher_us=%.1f %s\n",
+		res.Delivered, res.Verified, ms(res.P99), res.DuplicatesPerEndpoint, res.Lost, dispatcher, acct.Fields())
 	return res, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// produce puts c.N notifications onto the topic, c.Rate a second, a
-// third per tenant (the dispatcher alone: no engine).
+// produce puts c.N payments' notifications (created and completed) onto
+// the topic, c.Rate payments a second, a third per tenant (the dispatcher
+// alone: no engine, the same deliveries a second).
 func produce(ctx context.Context, c Config, tenants []string, perTenant map[string]int) error {
 	prod, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ProducerLinger(2*time.Millisecond))
 	if err != nil {
@@ -305,17 +337,24 @@ func produce(ctx context.Context, c Config, tenants []string, perTenant map[stri
 			tenant := tenants[produced%3]
 			perTenant[tenant]++
 			now := time.Now()
-			data := `{"amount":1250,"currency":"EUR","paymentId":"` + id + `","status":"` + string(payment.Completed) + `","tenant":"` + tenant + `"}`
-			prod.Produce(ctx, &kgo.Record{Topic: kafka.Default.Notifications, Key: []byte(id), Value: []byte(data), Headers: []kgo.RecordHeader{
-				{Key: "ce_id", Value: []byte(id)}, {Key: "ce_type", Value: []byte("paysched.payment.completed")},
-				{Key: "ce_time", Value: []byte(now.UTC().Format(time.RFC3339Nano))}, {Key: "ce_tenant", Value: []byte(tenant)}}},
-				func(_ *kgo.Record, err error) {
-					if err != nil {
-						pmu.Lock()
-						perr = err
-						pmu.Unlock()
-					}
-				})
+			// A payment's two notifications, as the engine's would be.
+			for _, st := range []payment.Status{payment.Pending, payment.Completed} {
+				typ := notification.Created
+				if st != payment.Pending {
+					typ = notification.TypePrefix + "completed"
+				}
+				data := `{"amount":1250,"currency":"EUR","paymentId":"` + id + `","status":"` + string(st) + `","tenant":"` + tenant + `"}`
+				note := notification.Note{ID: id + "-" + string(st), Type: typ, Source: notification.SourcePayments,
+					Time: now, Subject: id, Tenant: tenant, Key: []byte(id), Data: []byte(data)}
+				prod.Produce(ctx, note.Record(kafka.Default.Notifications),
+					func(_ *kgo.Record, err error) {
+						if err != nil {
+							pmu.Lock()
+							perr = err
+							pmu.Unlock()
+						}
+					})
+			}
 			produced++
 		}
 		if next := start.Add(time.Duration(produced) * time.Second / time.Duration(c.Rate)); time.Until(next) > 0 {
@@ -328,7 +367,7 @@ func produce(ctx context.Context, c Config, tenants []string, perTenant map[stri
 	if perr != nil {
 		return fmt.Errorf("produce: %w", perr)
 	}
-	fmt.Fprintf(c.Out, "produced %d notifications in %.1fs (%d/s asked)\n", produced, time.Since(start).Seconds(), c.Rate)
+	fmt.Fprintf(c.Out, "produced %d payments' notifications in %.1fs (%d/s asked)\n", produced, time.Since(start).Seconds(), c.Rate)
 	return nil
 }
 

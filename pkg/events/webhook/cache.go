@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -57,6 +56,13 @@ type targets struct {
 	// seen is the newest updated_at read; a refresh reads from a little
 	// before it, for changes committed out of their timestamps' order.
 	seen time.Time
+	// asOf is the database's clock when the cache last read: an event
+	// that happened after it may have an endpoint made since, unread.
+	asOf time.Time
+	// fresh serializes the refreshes an event asks for (upTo); synced is
+	// when the last of them ran.
+	fresh  sync.Mutex
+	synced time.Time
 }
 
 // refreshEvery is how often the cache reads what changed.
@@ -79,31 +85,41 @@ func (c *targets) refresh(ctx context.Context) error {
 	c.mu.RLock()
 	since := c.seen
 	c.mu.RUnlock()
-	var rows pgx.Rows
-	var err error
-	if since.IsZero() {
-		rows, err = c.db.Query(ctx, `SELECT `+targetCols+` FROM webhook_endpoints`)
-	} else {
-		rows, err = c.db.Query(ctx, `SELECT `+targetCols+` FROM webhook_endpoints WHERE updated_at >= $1`, since.Add(-refreshOverlap))
+	// The database's clock comes with the rows (one row of NULLs when no
+	// endpoint changed).
+	from := time.Time{}
+	if !since.IsZero() {
+		from = since.Add(-refreshOverlap)
 	}
+	rows, err := c.db.Query(ctx, `SELECT n.at, `+targetCols+` FROM (SELECT now() AS at) n
+		LEFT JOIN webhook_endpoints e ON e.updated_at >= $1`, from)
 	if err != nil {
 		return fmt.Errorf("read endpoints: %w", err)
 	}
 	var got []*target
 	newest := since
 	read := time.Now()
+	var asOf time.Time
 	for rows.Next() {
 		t := &target{}
-		var per float32
-		var updated time.Time
-		if err := rows.Scan(&t.ID, &t.Tenant, &t.URL, &t.Types, &t.Enabled, &t.Secrets, &t.RotateUntil, &t.MaxInflight, &per,
+		var per *float32
+		var updated *time.Time
+		var id *uuid.UUID
+		var tenant, url *string
+		var enabled *bool
+		var inflight *int
+		if err := rows.Scan(&asOf, &id, &tenant, &url, &t.Types, &enabled, &t.Secrets, &t.RotateUntil, &inflight, &per,
 			&t.FailingSince, &updated); err != nil {
 			rows.Close()
 			return fmt.Errorf("read endpoints: %w", err)
 		}
-		t.PerSecond, t.Read = float64(per), read
+		if id == nil {
+			continue
+		}
+		t.ID, t.Tenant, t.URL, t.Enabled, t.MaxInflight = *id, *tenant, *url, *enabled, *inflight
+		t.PerSecond, t.Read = float64(*per), read
 		if updated.After(newest) {
-			newest = updated
+			newest = *updated
 		}
 		got = append(got, t)
 	}
@@ -126,7 +142,35 @@ func (c *targets) refresh(ctx context.Context) error {
 		c.byTenant[t.Tenant] = list
 	}
 	c.seen = newest
+	if asOf.After(c.asOf) {
+		c.asOf = asOf
+	}
 	return nil
+}
+
+// upTo reads the changes first when the cache may be older than an event
+// that happened at `at` (the database's clock): an endpoint made before a
+// payment's change gets its notification, however soon after it was made.
+// Refreshes asked for together are one.
+func (c *targets) upTo(ctx context.Context, at time.Time) error {
+	c.mu.RLock()
+	ok := !at.After(c.asOf)
+	c.mu.RUnlock()
+	if ok {
+		return nil
+	}
+	c.fresh.Lock()
+	defer c.fresh.Unlock()
+	c.mu.RLock()
+	ok = !at.After(c.asOf)
+	c.mu.RUnlock()
+	// An event still ahead of a cache read a moment ago is stamped by a
+	// clock ahead of the database's: reading again at once would not help.
+	if ok || time.Since(c.synced) < 100*time.Millisecond {
+		return nil
+	}
+	c.synced = time.Now()
+	return c.refresh(ctx)
 }
 
 // of is tenant's endpoints subscribing to typ, enabled or not (a disabled

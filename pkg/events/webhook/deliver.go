@@ -74,6 +74,9 @@ type Deliverer struct {
 	// OnDisabled announces an endpoint just disabled (the
 	// paysched.webhook.endpoint_disabled event); see announce.
 	OnDisabled func(context.Context, Disabled) error
+	// OnHandOff counts deliveries handed to the retry path (waited) and
+	// attempts held (ran past Handoff).
+	OnHandOff func(waited, held int)
 	Log        *slog.Logger
 	Now        func() time.Time
 
@@ -85,6 +88,8 @@ type Deliverer struct {
 	rng     *rand.Rand
 	rngMu   sync.Mutex
 	kick    chan struct{} // the slot keeper has work
+	// retryKick: a lane with due retries has room again.
+	retryKick chan struct{}
 	// running counts attempts under way, for the drain at shutdown.
 	running sync.WaitGroup
 	ready   chan struct{}
@@ -113,12 +118,28 @@ type job struct {
 	attempt int
 	leased  time.Time // a retry's lease end
 	queued  time.Time
+	// started is when a fast-path attempt began; phase says whether it
+	// is running, held (recorded WAITING under a lease while it runs on:
+	// its notification is done, see hold) or finished.
+	started time.Time
+	phase   atomic.Int32
 }
+
+// A fast-path attempt's phases.
+const (
+	running int32 = iota
+	held
+	finished
+)
 
 // result is what becomes of a job: a row to write.
 type result struct {
-	j         *job
-	state     string
+	j     *job
+	state string
+	// late: the result of a fast-path attempt that was held (its row is
+	// there, leased): it updates the row.
+	late      bool
+	lease     *time.Time
 	next      time.Time
 	at        *time.Time
 	status    *int32
@@ -141,6 +162,8 @@ type lane struct {
 	timer  *time.Timer
 	// busyAt is when the lane last had work: idle slots are given back.
 	busyAt time.Time
+	// running are its fast-path attempts under way.
+	running map[*job]struct{}
 	// failingSince is the failure clock as this process last wrote it, at
 	// failingAt: newer than the cache's until the cache reads again.
 	failingSince *time.Time
@@ -178,6 +201,7 @@ func (d *Deliverer) setDefaults() {
 	d.out = make(chan result, 8192)
 	d.rng = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	d.kick = make(chan struct{}, 1)
+	d.retryKick = make(chan struct{}, 1)
 	d.ready = make(chan struct{})
 }
 
@@ -232,6 +256,9 @@ func (d *Deliverer) Run(ctx context.Context) error {
 // called once its every delivery is recorded (at once when it has none).
 // It must be called after Ready and before Run ends.
 func (d *Deliverer) Submit(n notification.Note, done func()) {
+	if err := d.targets.upTo(context.Background(), n.Time); err != nil {
+		d.Log.Warn("webhooks: read endpoints for an event newer than the cache", "err", err)
+	}
 	targets := d.targets.of(n.Tenant, n.Type)
 	if len(targets) == 0 || n.Tenant == "" {
 		done()
@@ -342,6 +369,13 @@ func (d *Deliverer) start(l *lane) {
 		l.queue = l.queue[1:]
 		l.active++
 		j.t = t
+		if j.id == 0 {
+			j.started = now
+			if l.running == nil {
+				l.running = map[*job]struct{}{}
+			}
+			l.running[j] = struct{}{}
+		}
 		go_ = append(go_, j)
 	}
 	l.mu.Unlock()
@@ -351,11 +385,46 @@ func (d *Deliverer) start(l *lane) {
 			defer d.running.Done()
 			d.attempt(j, l)
 			l.mu.Lock()
+			delete(l.running, j)
 			l.active--
 			l.busyAt = d.Now()
+			retries := !l.retryDue.IsZero() && !l.retryDue.After(l.busyAt)
 			l.mu.Unlock()
 			d.start(l)
+			if retries {
+				select {
+				case d.retryKick <- struct{}{}:
+				default:
+				}
+			}
 		}()
+	}
+}
+
+// hold records the fast-path attempts of l under way for longer than
+// Handoff as WAITING, leased until the attempt's timeout: its
+// notification is then done and its offset may commit, however long the
+// endpoint takes to answer (an attempt that hung held every later offset
+// of its partition, and the fetch stopped behind them). The attempt's
+// result, when it comes, updates the row; if the process dies first, the
+// lease runs out and the retry path sends it again, the same webhook-id.
+func (d *Deliverer) hold(l *lane) {
+	now := d.Now()
+	var out []*job
+	l.mu.Lock()
+	for j := range l.running {
+		if now.Sub(j.started) >= d.Handoff && j.phase.CompareAndSwap(running, held) {
+			out = append(out, j)
+		}
+	}
+	l.mu.Unlock()
+	if len(out) > 0 && d.OnHandOff != nil {
+		d.OnHandOff(0, len(out))
+	}
+	for _, j := range out {
+		until := j.started.Add(d.clientTimeout() + 5*time.Second)
+		msg := "under way since " + j.started.UTC().Format(time.RFC3339Nano)
+		d.out <- result{j: j, state: Waiting, next: until, lease: &until, err: &msg}
 	}
 }
 
@@ -385,6 +454,9 @@ func (d *Deliverer) handOff(l *lane, all bool) {
 		l.retryDue = now
 	}
 	l.mu.Unlock()
+	if len(out) > 0 && d.OnHandOff != nil {
+		d.OnHandOff(len(out), 0)
+	}
 	for _, j := range out {
 		msg := "waited " + now.Sub(j.queued).Round(time.Millisecond).String() + " for the endpoint's room or rate: left to the retries"
 		d.out <- result{j: j, state: Waiting, next: now, err: &msg}
@@ -439,6 +511,9 @@ func (d *Deliverer) attempt(j *job, l *lane) {
 	if class != Delivered && r.err == nil {
 		r.err = clean("HTTP " + strconv.Itoa(status))
 	}
+	if j.id == 0 && !j.phase.CompareAndSwap(running, finished) {
+		r.late = true // held meanwhile: its row is there
+	}
 	if d.OnAttempt != nil {
 		d.OnAttempt(class, took, d.Now().Sub(j.m.noted))
 	}
@@ -468,7 +543,11 @@ func (d *Deliverer) clock(ctx context.Context, j *job, l *lane, class Class, at 
 	case class == Gone:
 		d.disable(ctx, j.t, "the endpoint answered 410 Gone", at)
 	case class == Delivered:
-		if since == nil {
+		// A running clock is stopped once it has run a minute: an
+		// endpoint failing every other attempt does not write its
+		// endpoint row at every attempt, and a 5-day clock is a minute
+		// late at most.
+		if since == nil || at.Sub(*since) < healAfter {
 			return
 		}
 		if _, err := d.DB.Exec(ctx, healedSQL, j.t.ID); err != nil {
@@ -495,6 +574,10 @@ func (d *Deliverer) clock(ctx context.Context, j *job, l *lane, class Class, at 
 		}
 	}
 }
+
+// healAfter is how long the failure clock runs before a success stops
+// it.
+const healAfter = time.Minute
 
 // failingSQL notes an endpoint's failure: the first since its last
 // success starts the clock that disables it.
@@ -566,8 +649,9 @@ func (d *Deliverer) post(ctx context.Context, j *job, at time.Time) (int, time.D
 	return res.StatusCode, ra, resp, nil
 }
 
-// recordBatch bounds the results one statement records.
-const recordBatch = 512
+// recordBatch bounds the results one statement records: a recorder that
+// falls behind catches up in larger statements.
+const recordBatch = 4096
 
 // recorder writes results in batches (whatever came while the last batch
 // was written, up to recordBatch) until d.out closes, then reports each
@@ -590,7 +674,7 @@ func (d *Deliverer) recorder() {
 		}
 		d.record(batch)
 		for _, r := range batch {
-			if r.j.id == 0 && r.j.m.pending.Add(-1) == 0 {
+			if r.j.id == 0 && !r.late && r.j.m.pending.Add(-1) == 0 {
 				r.j.m.done()
 			}
 			if r.state == Waiting && r.next.Before(d.Now().Add(time.Hour)) {
@@ -640,14 +724,27 @@ WITH m AS (
     INSERT INTO webhook_messages (msg_id, event_type, tenant, payment_id, body, noted_at)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::bytea[], $6::timestamptz[])
     ON CONFLICT (msg_id) DO NOTHING)
-INSERT INTO webhook_deliveries (endpoint_id, msg_id, noted_at, state, attempts, next_at, last_at, last_status,
+INSERT INTO webhook_deliveries (endpoint_id, msg_id, noted_at, state, attempts, next_at, lease_until, last_at, last_status,
                                 last_latency_ms, last_error, last_response, done_at)
-SELECT o.endpoint_id, o.msg_id, o.noted_at, o.state, o.attempts, o.next_at, o.at, o.status, o.latency_ms, o.error, o.response,
-       CASE WHEN o.state = '` + Waiting + `' THEN NULL ELSE now() END
+SELECT o.endpoint_id, o.msg_id, o.noted_at, o.state, o.attempts, o.next_at, o.lease_until, o.at, o.status, o.latency_ms, o.error,
+       o.response, CASE WHEN o.state = '` + Waiting + `' THEN NULL ELSE now() END
 FROM unnest($7::uuid[], $8::text[], $9::timestamptz[], $10::text[], $11::int[], $12::timestamptz[], $13::timestamptz[],
-            $14::int[], $15::int[], $16::text[], $17::text[])
-     AS o(endpoint_id, msg_id, noted_at, state, attempts, next_at, at, status, latency_ms, error, response)
+            $14::timestamptz[], $15::int[], $16::int[], $17::text[], $18::text[])
+     AS o(endpoint_id, msg_id, noted_at, state, attempts, next_at, lease_until, at, status, latency_ms, error, response)
 ON CONFLICT (msg_id, endpoint_id) DO NOTHING`
+
+// lateSQL records the results of held fast-path attempts on the rows their
+// hold wrote, fenced as a retry's: the first attempt, still leased and
+// waiting.
+const lateSQL = `
+UPDATE webhook_deliveries w
+SET state = o.state, next_at = o.next_at, lease_until = NULL, last_at = o.at, last_status = o.status,
+    last_latency_ms = o.latency_ms, last_error = o.error, last_response = o.response,
+    done_at = CASE WHEN o.state = '` + Waiting + `' THEN NULL ELSE now() END
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int[], $7::int[], $8::text[], $9::text[])
+     AS o(endpoint_id, msg_id, state, next_at, at, status, latency_ms, error, response)
+WHERE w.msg_id = o.msg_id AND w.endpoint_id = o.endpoint_id AND w.attempts = 1 AND w.state = '` + Waiting + `'
+  AND w.lease_until IS NOT NULL`
 
 // updateSQL records retries, fenced by the attempt: an attempt whose lease
 // ran out and was claimed again records nothing (the newer attempt owns
@@ -680,7 +777,14 @@ func (d *Deliverer) write(ctx context.Context, rs []result) error {
 		fEps                   []uuid.UUID
 		fMsgs, fStates         []string
 		fNoted, fNext          []time.Time
-		fAt                    []*time.Time
+		fAt, fLease            []*time.Time
+		lEps                   []uuid.UUID
+		lMsgs, lStates         []string
+		lNext                  []time.Time
+		lAt                    []*time.Time
+		lStatus                []*int32
+		lLat                   []int32
+		lErr, lResp            []*string
 		fAttempts, fStatus     []*int32
 		fLat                   []*int32
 		fErr, fResp            []*string
@@ -700,6 +804,11 @@ func (d *Deliverer) write(ctx context.Context, rs []result) error {
 			continue
 		}
 		m := r.j.m
+		if r.late {
+			lEps, lMsgs, lStates, lNext, lAt = append(lEps, r.j.t.ID), append(lMsgs, m.id), append(lStates, r.state), append(lNext, r.next), append(lAt, r.at)
+			lStatus, lLat, lErr, lResp = append(lStatus, r.status), append(lLat, r.latencyMS), append(lErr, r.err), append(lResp, r.resp)
+			continue
+		}
 		if !seen[m.id] {
 			seen[m.id] = true
 			mIDs, mTypes, mTenants, mPays, mBodies, mNoted = append(mIDs, m.id), append(mTypes, m.typ), append(mTenants, m.tenant),
@@ -710,13 +819,20 @@ func (d *Deliverer) write(ctx context.Context, rs []result) error {
 		if r.at != nil {
 			attempts, lat = 1, &r.latencyMS
 		}
+		if r.lease != nil {
+			attempts = 1 // held: its attempt is under way
+		}
 		fEps, fMsgs, fNoted, fStates, fNext = append(fEps, r.j.t.ID), append(fMsgs, m.id), append(fNoted, m.noted), append(fStates, r.state), append(fNext, r.next)
 		fAttempts, fAt, fStatus, fLat, fErr, fResp = append(fAttempts, &attempts), append(fAt, r.at), append(fStatus, r.status), append(fLat, lat), append(fErr, r.err), append(fResp, r.resp)
+		fLease = append(fLease, r.lease)
 	}
 	b := &pgx.Batch{}
 	if len(fEps) > 0 {
-		b.Queue(insertSQL, mIDs, mTypes, mTenants, mPays, mBodies, mNoted, fEps, fMsgs, fNoted, fStates, fAttempts, fNext, fAt,
+		b.Queue(insertSQL, mIDs, mTypes, mTenants, mPays, mBodies, mNoted, fEps, fMsgs, fNoted, fStates, fAttempts, fNext, fLease, fAt,
 			fStatus, fLat, fErr, fResp)
+	}
+	if len(lEps) > 0 {
+		b.Queue(lateSQL, lEps, lMsgs, lStates, lNext, lAt, lStatus, lLat, lErr, lResp)
 	}
 	if len(uIDs) > 0 {
 		b.Queue(updateSQL, uIDs, uAttempts, uStates, uNext, uAt, uStatus, uLat, uErr, uResp)
@@ -724,9 +840,9 @@ func (d *Deliverer) write(ctx context.Context, rs []result) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	return pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {
-		return tx.SendBatch(ctx, b).Close()
-	})
+	// A batch is one implicit transaction (one Sync after its
+	// statements): the late results' updates follow their holds' inserts.
+	return d.DB.SendBatch(ctx, b).Close()
 }
 
 // refresher reads the endpoints' changes every refreshEvery.
@@ -783,6 +899,7 @@ func (d *Deliverer) keep(ctx context.Context) {
 	var wants []want
 	for _, l := range lanes {
 		d.handOff(l, false)
+		d.hold(l)
 		if d.slots == nil {
 			continue
 		}
@@ -887,6 +1004,14 @@ func (d *Deliverer) retries(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-d.retryKick:
+			// Room again on a lane with due retries: claim now, a few
+			// milliseconds after the last, not a Poll later.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 		now := d.Now()
 		if now.Sub(probed) >= dueEvery {
@@ -1041,8 +1166,10 @@ func (d *Deliverer) janitor(ctx context.Context) {
 func Sweep(ctx context.Context, db store.DB, cutoff time.Time, batch int) (int64, error) {
 	var total int64
 	for {
+		// By the notification's age (the block range index), then what
+		// is done: a delivery is done after its notification.
 		tag, err := db.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
-			SELECT id FROM webhook_deliveries WHERE state <> '`+Waiting+`' AND done_at < $1 LIMIT $2)`, cutoff, batch)
+			SELECT id FROM webhook_deliveries WHERE noted_at < $1 AND state <> '`+Waiting+`' AND done_at < $1 LIMIT $2)`, cutoff, batch)
 		if err != nil {
 			return total, fmt.Errorf("delete old deliveries: %w", err)
 		}

@@ -358,6 +358,16 @@ func TestASlowEndpointDelaysNoOther(t *testing.T) {
 		}
 		return n == 18
 	})
+	// The two hanging attempts are held (recorded, leased) within the
+	// hand-off too: every slow notification is done, none holds its
+	// offset behind an endpoint that does not answer.
+	all := make(chan struct{})
+	go func() { slowDone.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a notification to the hanging endpoint was not done while its attempt hung")
+	}
 	if m := most.Load(); m > 2 {
 		t.Fatalf("the slow endpoint had %d attempts in flight, above its max_inflight of 2", m)
 	}
@@ -685,6 +695,13 @@ func TestFailureClock(t *testing.T) {
 	if since() == nil {
 		t.Fatal("a failure did not start the clock")
 	}
+	// A success stops a clock that has run a minute (a younger one is
+	// left: an endpoint failing every other attempt does not write its row
+	// each time).
+	if _, err := db.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = now() - interval '2 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh()
 	h.submit(noteOf("acme", "paysched.payment.completed", "m2", time.Now())) // 204
 	if s := since(); s != nil {
 		t.Fatalf("a success left the clock running since %s", s)
@@ -730,5 +747,19 @@ func TestRetentionLetsOldRowsGo(t *testing.T) {
 	var msgs int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM webhook_messages`).Scan(&msgs); err != nil || msgs != 2 {
 		t.Fatalf("%d messages, %v: the one still owed must stay", msgs, err)
+	}
+}
+
+// An endpoint made a moment before a payment's change receives its
+// notification: an event newer than the endpoint cache makes it read the
+// changes first (the cache's own refresh is a second apart).
+func TestAnEndpointMadeJustBeforeAnEventReceivesIt(t *testing.T) {
+	db, _ := newDB(t)
+	h := start(t, db, nil)
+	var got atomic.Int32
+	ep, _ := endpoint(t, db, "acme", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { got.Add(1) }), 4)
+	h.submit(noteOf("acme", "paysched.payment.completed", "m1", time.Now()))
+	if d := deliveriesOf(t, db, ep.ID)["m1"]; d.state != DeliveredState || got.Load() != 1 {
+		t.Fatalf("the event after the endpoint was made: %+v, received %d", d, got.Load())
 	}
 }

@@ -75,6 +75,7 @@ type Dispatcher struct {
 		attempts *prometheus.CounterVec
 		lag      prometheus.Histogram
 		read     prometheus.Counter
+		handOffs *prometheus.CounterVec
 	}
 	// offsets tracks what may commit, per partition.
 	mu      sync.Mutex
@@ -135,9 +136,23 @@ func New(cfg Config, db store.DB, reg prometheus.Registerer, log *slog.Logger) (
 		}
 		return float64(x.deliverer.targets.disabled())
 	})
-	reg.MustRegister(x.m.attempts, x.m.lag, x.m.read, disabled)
+	x.m.handOffs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_webhook_handoffs_total",
+		Help: "Deliveries the fast path left to the retries: waited (their endpoint's room or rate) or held (an attempt under way past the hand-off)."}, []string{"why"})
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "paysched_webhook_pending_notifications",
+		Help: "Notifications read and not yet recorded (their offsets wait)."}, func() float64 {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		return float64(x.pending)
+	})
+	recording := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "paysched_webhook_results_waiting",
+		Help: "Attempt results waiting to be recorded."}, func() float64 { return float64(len(x.deliverer.out)) })
+	reg.MustRegister(x.m.attempts, x.m.lag, x.m.read, x.m.handOffs, disabled, pending, recording)
 	x.deliverer = &Deliverer{DB: db, Client: cfg.Egress.Client(), Schedule: cfg.Schedule, Lease: cfg.Egress.Timeout + 15*time.Second,
 		Connect: cfg.Connect, Retention: cfg.Retention, Log: log, OnDisabled: x.announce,
+		OnHandOff: func(waited, held int) {
+			x.m.handOffs.WithLabelValues("waited").Add(float64(waited))
+			x.m.handOffs.WithLabelValues("held").Add(float64(held))
+		},
 		OnAttempt: func(c Class, _, lag time.Duration) {
 			x.m.attempts.WithLabelValues(string(c)).Inc()
 			if c == Delivered {

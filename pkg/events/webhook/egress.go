@@ -112,8 +112,11 @@ func (e Egress) Client() *http.Client {
 		}
 	}
 	tr := &http.Transport{
-		DialContext:           d.DialContext,
-		MaxIdleConnsPerHost:   4,
+		DialContext: d.DialContext,
+		// At least an endpoint's largest max_inflight: fewer, and most
+		// attempts to a busy endpoint opened a connection of their own.
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: e.Timeout,

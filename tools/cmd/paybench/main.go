@@ -40,6 +40,7 @@ func main() {
 	lead := fs.Duration("lead", 0, "spike: due time from now (default: measured: this machine's create rate on a sample, N at half of it, plus 5 s)")
 	dbURL := fs.String("database-url", "", "spike: the schedule's database, to measure")
 	auditURL := fs.String("audit-database-url", "", "spike: the audit log's database (empty: --database-url)")
+	hooksURL := fs.String("webhooks-database-url", "", "webhooks: the webhooks' database (empty: --database-url)")
 	pids := fs.String("pids", "", "spike: name=pid,... of the processes whose peak RSS and CPU to report (the run fails if one exits)")
 	logs := fs.String("logs", "", "spike: name=path,... of their logs, quoted when one exits")
 	timeout := fs.Duration("timeout", 15*time.Minute, "spike: give up after this")
@@ -76,7 +77,7 @@ func main() {
 		if *executed {
 			api = *grpcAddr
 		}
-		os.Exit(webhooksRun(*dbURL, *kafkaBrokers, api, *n, *rate, *timeout))
+		os.Exit(webhooksRun(*dbURL, *hooksURL, *kafkaBrokers, api, *pids, *n, *rate, *timeout))
 	}
 	if *mode == "spike" {
 		os.Exit(spike(cfg, *n, *lead, *dbURL, *auditURL, *pids, *logs, *timeout, *kafkaBrokers))
@@ -226,12 +227,7 @@ func steady(cfg apibench.Config, rate int, d time.Duration, dbURL, gwAddr, broke
 	if brokers != "" {
 		seeds = strings.Split(brokers, ",")
 	}
-	procs := map[string]int{}
-	for name, v := range namedList(pids) {
-		if p, err := strconv.Atoi(v); err == nil {
-			procs[name] = p
-		}
-	}
+	procs := parsePids(pids)
 	cfg.BatchSize = 1000
 	r, err := apibench.Steady(context.Background(), apibench.SteadyConfig{Config: cfg, Rate: rate, Duration: d, DatabaseURL: dbURL,
 		GatewayAddr: gwAddr, KafkaBrokers: seeds, Pids: procs, Logs: namedList(logs), Timeout: timeout},
@@ -262,4 +258,15 @@ func fairRun(cfg apibench.Config, secret []byte, n, small, perSmall, later int, 
 	fmt.Printf("fairrun executed_per_s=%.0f small_lateness_p99_s=%.2f big_drain_s=%.1f weight2_share=%.2f tenant_first_max_s=%.2f completed=%d other=%d\n",
 		r.ExecutedPerS, r.SmallLatP99, r.BigDrainS, r.WeightedShare, r.TenantFirstMaxS, r.Completed, r.Others)
 	return 0
+}
+
+// parsePids reads --pids (name=pid,...).
+func parsePids(pids string) map[string]int {
+	procs := map[string]int{}
+	for name, v := range namedList(pids) {
+		if p, err := strconv.Atoi(v); err == nil {
+			procs[name] = p
+		}
+	}
+	return procs
 }

@@ -15,7 +15,7 @@ import (
 // webhooksRun is make bench-webhooks: the last line is
 // `webhooks delivered= verified= p99_ms= duplicates_per_endpoint= lost=`.
 // api, when set, is payments-api: the payments are scheduled and executed.
-func webhooksRun(dbURL, brokers, api string, n, rate int, timeout time.Duration) int {
+func webhooksRun(dbURL, hooksURL, brokers, api, pids string, n, rate int, timeout time.Duration) int {
 	ctx := context.Background()
 	if brokers == "" {
 		fmt.Fprintln(os.Stderr, "paybench: webhooks needs --kafka-brokers")
@@ -27,8 +27,16 @@ func webhooksRun(dbURL, brokers, api string, n, rate int, timeout time.Duration)
 		return 1
 	}
 	defer db.Close()
-	res, err := webhookbench.Run(ctx, webhookbench.Config{DB: db, Brokers: strings.Split(brokers, ","), N: n, Rate: rate,
-		Hang: 20 * time.Second, Timeout: timeout, Out: os.Stdout, API: api})
+	hooks := db
+	if hooksURL != "" && hooksURL != dbURL {
+		if hooks, err = pgxpool.New(ctx, hooksURL); err != nil {
+			fmt.Fprintln(os.Stderr, "paybench:", err)
+			return 1
+		}
+		defer hooks.Close()
+	}
+	res, err := webhookbench.Run(ctx, webhookbench.Config{DB: hooks, Schedule: db, Pids: parsePids(pids), Brokers: strings.Split(brokers, ","),
+		N: n, Rate: rate, Hang: 20 * time.Second, Timeout: timeout, Out: os.Stdout, API: api})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "paybench:", err)
 		return 1
