@@ -45,7 +45,7 @@ type Config struct {
 	DB, Schedule *pgxpool.Pool
 	// Pids are the processes to account for (name → pid): the product's,
 	// the stand-ins' (gateway-sim, kafka) and the harness's.
-	Pids map[string]int
+	Pids    map[string]int
 	Brokers []string
 	// N payments; each makes one notification, Rate a second.
 	N, Rate int

@@ -77,8 +77,8 @@ type Deliverer struct {
 	// OnHandOff counts deliveries handed to the retry path (waited) and
 	// attempts held (ran past Handoff).
 	OnHandOff func(waited, held int)
-	Log        *slog.Logger
-	Now        func() time.Time
+	Log       *slog.Logger
+	Now       func() time.Time
 
 	targets *targets
 	slots   *slotLocks
