@@ -490,3 +490,45 @@ func TestClaimsAcrossMidnightByTheClock(t *testing.T) {
 		})
 	}
 }
+
+// A settle reads only the partitions a claim can reach (those due by a
+// day from now), not the year of partitions ahead: ~370 index probes a
+// tenant made one settle cost 60 ms at a steady 1,000 payments a second.
+// Counted by the statistics of the settle's own transaction.
+func TestASettleReadsOnlyThePartitionsAClaimReaches(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ctx := context.Background()
+	p := newPayment(uuid.NewString(), time.Now().Add(time.Minute), 100)
+	p.Tenant = "acme"
+	if _, err := store.NewStore(db).Create(ctx, as("alice", p)); err != nil {
+		t.Fatal(err)
+	}
+	// In the queue, as a walk would have folded its wakeup.
+	if _, err := db.Exec(ctx, `INSERT INTO tenant_queue (tenant, next_at) VALUES ('acme', now()) ON CONFLICT DO NOTHING`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	c := &store.Claimer{DB: tx, Owner: "s"}
+	if err := c.SettleTenants(ctx, []string{"acme"}); err != nil {
+		t.Fatal(err)
+	}
+	var touched, all int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE coalesce(idx_scan, 0) + coalesce(seq_scan, 0) > 0), count(*)
+		FROM pg_stat_xact_user_tables WHERE relname LIKE 'payments\_p%'`).Scan(&touched, &all); err != nil {
+		t.Fatal(err)
+	}
+	if all < 300 || touched == 0 || touched > 4 {
+		t.Fatalf("a settle read %d of %d partitions, want at most 4 (yesterday, today, tomorrow, and the day after near midnight)", touched, all)
+	}
+	var next time.Time
+	if err := tx.QueryRow(ctx, `SELECT next_at FROM tenant_queue WHERE tenant = 'acme'`).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if d := next.Sub(p.DueAt); d < -time.Second || d > time.Second {
+		t.Fatalf("next_at %s, want the payment's due time %s", next, p.DueAt)
+	}
+}
