@@ -58,9 +58,13 @@ fi
   --allow-loopback ${DISPATCHER_FLAGS:-} 2>"$logs/dispatcher.log" & pids+=($!)
 pidlist="$pidlist,webhook-dispatcher=$!"
 "$ROOT/bin/payctl" health --http http://127.0.0.1:19430/healthz --wait 30s >/dev/null
+if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then psql -q "$hdb" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
 echo "== webhooks: $N payments ($SOURCE) at $RATE/s (logs in $logs)"
 "$ROOT/bin/paybench" --mode webhooks $executed --api-grpc 127.0.0.1:19090 --database-url "$db" --webhooks-database-url "$hdb" \
   --kafka-brokers 127.0.0.1:19092 --pids "$pidlist" \
   --n "$N" --rate "$RATE" --timeout 5m || {
   echo "dispatcher log (last lines):" >&2; tail -n 20 "$logs/dispatcher.log" >&2; exit 1; }
+if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then
+  psql "$hdb" -c "SELECT calls, rows, round(total_exec_time::numeric) AS ms, round((total_exec_time/greatest(rows,1))::numeric*1000,1) AS us_per_row, left(regexp_replace(query, chr(10)||chr(124)||chr(32)||chr(43), chr(32), chr(103)), 90) AS q FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 12"
+fi
 '
