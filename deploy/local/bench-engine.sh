@@ -23,6 +23,9 @@ export GOMAXPROCS=${GOMAXPROCS:-1}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export N=${N:-200000} RUNS=${RUNS:-3} CDC=${CDC:-} LEAD=${LEAD:-} ROOT
 export PAYSCHED_PG_DURABLE=1
+# The audit log on a cluster of its own (the events'), as the local stack
+# and production keep it; AUDIT_APART=0 keeps it in the schedule's database.
+if [ "${CDC:-}" = 1 ] && [ "${AUDIT_APART:-1}" != 0 ]; then export PAYSCHED_PG_EVENTS=1; fi
 # No statement statistics unless asked (PAYSCHED_PG_STATS=1): they cost.
 export PAYSCHED_PG_STATS=${PAYSCHED_PG_STATS:-0}
 exec "$ROOT/deploy/local/with-pg.sh" bash -c '
@@ -36,7 +39,8 @@ for run in $(seq 1 "$RUNS"); do
   db="$base/spike_$run?sslmode=disable"
   # The audit log in its own database (AUDIT_APART=0: in the schedule database,
   # as before event path v2, for comparison).
-  adb="$base/spike_${run}_audit?sslmode=disable"
+  ebase=${PAYSCHED_EVENTS_ADMIN_URL:-$PAYSCHED_TEST_ADMIN_URL}
+  adb="${ebase%/postgres*}/spike_${run}_audit?sslmode=disable"
   [ "${AUDIT_APART:-1}" = 0 ] && adb=$db
   "$ROOT/bin/migrate" --database-url "$db" --audit-database-url "$adb" >/dev/null 2>&1
   export PAYSCHED_DATABASE_URL="$db"
@@ -110,5 +114,6 @@ for run in $(seq 1 "$RUNS"); do
   # A clean start for the next run: no autovacuum of the tables of this one
   # competing with it.
   psql -q "${PAYSCHED_TEST_ADMIN_URL}" -c "DROP DATABASE spike_$run WITH (FORCE)" -c "DROP DATABASE IF EXISTS spike_${run}_audit WITH (FORCE)" -c CHECKPOINT
+  [ -z "${PAYSCHED_EVENTS_ADMIN_URL:-}" ] || psql -q "$PAYSCHED_EVENTS_ADMIN_URL" -c "DROP DATABASE IF EXISTS spike_${run}_audit WITH (FORCE)" -c CHECKPOINT
 done
 '

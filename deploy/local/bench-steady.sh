@@ -24,6 +24,9 @@ export GOMAXPROCS=${GOMAXPROCS:-1}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export RATE=${RATE:-1000} STEADY_FOR=${STEADY_FOR:-120s} CDC=${CDC:-1} AUDIT=${AUDIT:-1} ROOT
 export PAYSCHED_PG_DURABLE=1
+# The audit log on a cluster of its own (the events'), as the local stack
+# and production keep it; AUDIT_APART=0 keeps it in the schedule's database.
+if [ "${CDC:-1}" = 1 ] && [ "${AUDIT_APART:-1}" != 0 ]; then export PAYSCHED_PG_EVENTS=1; fi
 # No statement statistics unless asked (PAYSCHED_PG_STATS=1): they cost.
 export PAYSCHED_PG_STATS=${PAYSCHED_PG_STATS:-0}
 exec "$ROOT/deploy/local/with-pg.sh" bash -c '
@@ -36,7 +39,8 @@ trap stop_all EXIT
 db="$base/steady?sslmode=disable"
 # The audit log in its own database (AUDIT_APART=0: in the schedule database, as
 # before event path v2, for comparison).
-adb="$base/steady_audit?sslmode=disable"
+ebase=${PAYSCHED_EVENTS_ADMIN_URL:-$PAYSCHED_TEST_ADMIN_URL}
+adb="${ebase%/postgres*}/steady_audit?sslmode=disable"
 [ "${AUDIT_APART:-1}" = 0 ] && adb=$db
 "$ROOT/bin/migrate" --database-url "$db" --audit-database-url "$adb" >/dev/null 2>&1
 export PAYSCHED_DATABASE_URL="$db"

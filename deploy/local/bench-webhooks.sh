@@ -19,12 +19,16 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export N=${N:-100000} RATE=${RATE:-1000} SOURCE=${SOURCE:-payments} ROOT
 export PAYSCHED_PG_DURABLE=1
 export PAYSCHED_PG_STATS=${PAYSCHED_PG_STATS:-0}
+# The audit log and the webhooks on the events' cluster, as in the local
+# stack and production.
+export PAYSCHED_PG_EVENTS=1
 exec "$ROOT/deploy/local/with-pg.sh" bash -c '
 set -euo pipefail
 base=${PAYSCHED_TEST_ADMIN_URL%/postgres*}
 db="$base/webhooks?sslmode=disable"
-adb="$base/webhooks_audit?sslmode=disable"
-hdb="$base/webhooks_hooks?sslmode=disable"
+ebase=${PAYSCHED_EVENTS_ADMIN_URL%/postgres*}
+adb="$ebase/webhooks_audit?sslmode=disable"
+hdb="$ebase/webhooks_hooks?sslmode=disable"
 "$ROOT/bin/migrate" --database-url "$db" --audit-database-url "$adb" --webhooks-database-url "$hdb" >/dev/null 2>&1
 export PAYSCHED_DATABASE_URL="$db"
 logs=$(mktemp -d /tmp/paysched-bench-XXXXXX)

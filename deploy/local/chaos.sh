@@ -14,6 +14,9 @@ export GOMAXPROCS=${GOMAXPROCS:-1}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export ROOT SHORT=${SHORT:-} KEEP=${KEEP:-} CHAOS_FLAGS=${CHAOS_FLAGS:-}
 export PAYSCHED_PG_DURABLE=1
+# The audit log and the webhooks on a cluster of their own, as in the
+# local stack and production.
+export PAYSCHED_PG_EVENTS=1
 # No statement statistics unless asked (PAYSCHED_PG_STATS=1): they cost.
 export PAYSCHED_PG_STATS=${PAYSCHED_PG_STATS:-0}
 exec "$ROOT/deploy/local/with-pg.sh" bash -c '
@@ -23,7 +26,7 @@ flags=()
 if [ "$SHORT" = 1 ]; then flags=(--payments 2000 --spread 45s --lead 10s --settle 2m); fi
 set +e
 "$ROOT/bin/chaos" --bin "$ROOT/bin" --dir "$run" --pg-script "$ROOT/deploy/local/pg.sh" \
-  --pg-dir "$PAYSCHED_PG_DIR" --pg-port "$PAYSCHED_PG_PORT" "${flags[@]}" $CHAOS_FLAGS
+  --pg-dir "$PAYSCHED_PG_DIR" --pg-port "$PAYSCHED_PG_PORT" --events-pg-port "$PAYSCHED_EVENTS_PG_PORT" "${flags[@]}" $CHAOS_FLAGS
 rc=$?
 set -e
 if [ $rc -ne 0 ]; then

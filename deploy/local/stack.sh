@@ -25,6 +25,10 @@ DATA="$ROOT/.data"
 RUN="$DATA/run"
 LOGS="$DATA/logs"
 PGPORT=${PAYSCHED_PG_PORT:-55432}
+# The events' cluster: the audit log and the webhooks, apart from the
+# schedule's cluster, whose CDC walsender reads every WAL record of its own
+# cluster (docs/DESIGN.md, "Where the audit log lives").
+EVENTS_PGPORT=${PAYSCHED_EVENTS_PG_PORT:-55433}
 HTTP_ADDR=${PAYSCHED_HTTP_ADDR:-127.0.0.1:8080}
 GRPC_ADDR=${PAYSCHED_GRPC_ADDR:-127.0.0.1:9090}
 ADMIN_HTTP_ADDR=${PAYSCHED_ADMIN_HTTP_ADDR:-127.0.0.1:8081}
@@ -32,9 +36,9 @@ ADMIN_GRPC_ADDR=${PAYSCHED_ADMIN_GRPC_ADDR:-127.0.0.1:9091}
 KAFKA_PORT=${PAYSCHED_KAFKA_PORT:-9092}
 DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched?sslmode=disable"
 # The audit log's own database (docs/DESIGN.md, "Where the audit log lives").
-AUDIT_DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched_audit?sslmode=disable"
+AUDIT_DB_URL="postgres://postgres@127.0.0.1:$EVENTS_PGPORT/paysched_audit?sslmode=disable"
 # The webhooks' own database (docs/DESIGN.md, "Where the webhooks live").
-HOOKS_DB_URL="postgres://postgres@127.0.0.1:$PGPORT/paysched_webhooks?sslmode=disable"
+HOOKS_DB_URL="postgres://postgres@127.0.0.1:$EVENTS_PGPORT/paysched_webhooks?sslmode=disable"
 PG="$ROOT/deploy/local/pg.sh"
 GATEWAY=${GATEWAY:-grpc}
 MAX_REQUEST=${PAYSCHED_LOCAL_MAX_REQUEST:-5s}
@@ -109,8 +113,9 @@ up() {
   for b in migrate payments-api admin-api payctl gateway-sim executor sweeper reaper kafka cdc audit-consumer webhook-dispatcher reconciler devcerts; do
     [ -x "$ROOT/bin/$b" ] || { echo "bin/$b is missing: run 'make build'" >&2; exit 1; }
   done
-  echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg)"
+  echo "postgres: 127.0.0.1:$PGPORT (data under .data/pg), events (audit log, webhooks) 127.0.0.1:$EVENTS_PGPORT (.data/pg-events)"
   "$PG" start "$DATA/pg" "$PGPORT"
+  "$PG" start "$DATA/pg-events" "$EVENTS_PGPORT"
   "$ROOT/bin/migrate" --database-url "$DB_URL" --audit-database-url "$AUDIT_DB_URL" --webhooks-database-url "$HOOKS_DB_URL" >>"$LOGS/migrate.log" 2>&1 || {
     echo "migration failed; see .data/logs/migrate.log" >&2; tail -n 5 "$LOGS/migrate.log" >&2; exit 1; }
   # gateway-sim serves TLS with a certificate from a development CA made by
@@ -236,7 +241,8 @@ down() {
     rm -f "$f"
   done
   "$PG" stop "$DATA/pg"
-  echo "stopped postgres (data kept in .data/pg)"
+  "$PG" stop "$DATA/pg-events"
+  echo "stopped postgres (data kept in .data/pg and .data/pg-events)"
 }
 
 logs() {

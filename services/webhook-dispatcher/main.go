@@ -29,7 +29,7 @@ import (
 func main() {
 	fs := flag.NewFlagSet("webhook-dispatcher", flag.ExitOnError)
 	mode := config.RegisterMode(fs)
-	dbURL := fs.String("webhooks-database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL of the webhooks' database (migrate --webhooks-database-url; role paysched_webhooks)")
+	dbURL := fs.String("webhooks-database-url", "postgres://postgres@127.0.0.1:55433/paysched_webhooks?sslmode=disable", "Postgres URL of the webhooks' database (migrate --webhooks-database-url; role paysched_webhooks)")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	kafkaSec := kafkaauth.Register(fs)
 	group := fs.String("group", webhook.Group, "consumer group")

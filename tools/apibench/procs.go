@@ -48,7 +48,7 @@ const PGPart = "postgres/"
 const BenchPG = "bench/postgres"
 
 // postgresProcs is the CPU time of each postgres process of the
-// benchmark's cluster (every one on the machine without
+// benchmark's clusters (every one on the machine without
 // PAYSCHED_PG_POSTMASTER), by pid.
 func postgresProcs() map[int]time.Duration {
 	out := map[int]time.Duration{}
@@ -56,7 +56,7 @@ func postgresProcs() map[int]time.Duration {
 	if err != nil {
 		return out
 	}
-	pm := postmaster()
+	pms := postmasters()
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -66,7 +66,7 @@ func postgresProcs() map[int]time.Duration {
 		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
 			continue
 		}
-		if pm != 0 && pid != pm && parent(pid) != pm {
+		if len(pms) > 0 && !pms[pid] && !pms[parent(pid)] {
 			continue // another cluster's (a test run beside the benchmark)
 		}
 		if t, ok := cpuTime(pid); ok {
@@ -76,12 +76,18 @@ func postgresProcs() map[int]time.Duration {
 	return out
 }
 
-// postmaster is the benchmark cluster's postmaster pid, from
-// PAYSCHED_PG_POSTMASTER (deploy/local/with-pg.sh sets it; 0: count every
+// postmasters are the benchmark's clusters' postmaster pids, from
+// PAYSCHED_PG_POSTMASTER (deploy/local/with-pg.sh sets it, a comma list
+// when the events' cluster runs beside the schedule's; empty: count every
 // postgres process on the machine).
-func postmaster() int {
-	pm, _ := strconv.Atoi(os.Getenv("PAYSCHED_PG_POSTMASTER"))
-	return pm
+func postmasters() map[int]bool {
+	out := map[int]bool{}
+	for _, f := range strings.Split(os.Getenv("PAYSCHED_PG_POSTMASTER"), ",") {
+		if pm, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && pm > 0 {
+			out[pm] = true
+		}
+	}
+	return out
 }
 
 // parent is a process's parent pid (0 when it is gone).

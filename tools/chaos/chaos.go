@@ -37,6 +37,9 @@ type Config struct {
 	PGScript string // deploy/local/pg.sh
 	PGDir    string // the cluster's directory for pg.sh
 	PGPort   int
+	// EventsPGPort is the events' cluster (the audit log and the
+	// webhooks, apart from the schedule's: 0, the same cluster).
+	EventsPGPort int
 	Base     int // ports: Base+80.. (see ports)
 	// Payments fall due evenly over Spread, starting Lead from now.
 	Payments     int
@@ -114,7 +117,11 @@ type run struct {
 func (r *run) addr(off int) string { return fmt.Sprintf("127.0.0.1:%d", r.cfg.Base+off) }
 
 func (r *run) dbURL(name string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", r.cfg.PGPort, name)
+	port := r.cfg.PGPort
+	if (name == "paysched_audit" || name == "paysched_webhooks") && r.cfg.EventsPGPort != 0 {
+		port = r.cfg.EventsPGPort
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, name)
 }
 
 // cdcURL is the cluster's Unix socket when there is one, as in the local

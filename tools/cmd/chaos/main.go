@@ -26,6 +26,7 @@ func main() {
 	fs.StringVar(&cfg.PGScript, "pg-script", "deploy/local/pg.sh", "pg.sh, to restart Postgres")
 	fs.StringVar(&cfg.PGDir, "pg-dir", "", "the cluster's directory (pg.sh start DIR PORT)")
 	fs.IntVar(&cfg.PGPort, "pg-port", 0, "the cluster's port")
+	fs.IntVar(&cfg.EventsPGPort, "events-pg-port", 0, "the events' cluster's port (the audit log and the webhooks; 0: the same cluster)")
 	fs.IntVar(&cfg.Base, "base-port", 21000, "service ports are offsets from it")
 	fs.IntVar(&cfg.Payments, "payments", 20000, "payments to schedule")
 	fs.DurationVar(&cfg.Spread, "spread", 2*time.Minute, "they fall due evenly over this")
