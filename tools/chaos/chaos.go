@@ -40,7 +40,7 @@ type Config struct {
 	// EventsPGPort is the events' cluster (the audit log and the
 	// webhooks, apart from the schedule's: 0, the same cluster).
 	EventsPGPort int
-	Base     int // ports: Base+80.. (see ports)
+	Base         int // ports: Base+80.. (see ports)
 	// Payments fall due evenly over Spread, starting Lead from now.
 	Payments     int
 	Spread, Lead time.Duration
