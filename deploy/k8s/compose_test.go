@@ -1,7 +1,9 @@
 package k8s_test
 
 import (
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -102,6 +104,86 @@ func TestComposeHasNoPublishedSecrets(t *testing.T) {
 		}
 		if s.Build == nil && !strings.Contains(s.Image, "@sha256:") {
 			t.Errorf("%s: image %s is not pinned by digest", name, s.Image)
+		}
+	}
+}
+
+// composeDBs is where each database URL flag must point in compose: the
+// schedule on the postgres service, the audit log and the webhooks on
+// postgres-events (issue 42: cdc's walsender then reads only the
+// schedule's WAL).
+var composeDBs = map[string]struct{ host, database string }{
+	"database-url":          {"postgres:5432", "paysched"},
+	"audit-database-url":    {"postgres-events:5432", "paysched_audit"},
+	"webhooks-database-url": {"postgres-events:5432", "paysched_webhooks"},
+}
+
+// TestComposeEventsDatabases: compose runs the events' databases on a
+// Postgres service of their own, without logical WAL; every paysched
+// process sets each of its database URL flags to the service and database
+// composeDBs names, and no database URL it has no flag for (the
+// webhook-dispatcher is never given the schedule's); the migration waits
+// for both servers.
+func TestComposeEventsDatabases(t *testing.T) {
+	b, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services map[string]struct {
+			Image       string            `yaml:"image"`
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+			DependsOn   map[string]struct {
+				Condition string `yaml:"condition"`
+			} `yaml:"depends_on"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	schedule, events := doc.Services["postgres"], doc.Services["postgres-events"]
+	if events.Image == "" {
+		t.Fatal("no postgres-events service")
+	}
+	if !slices.Contains(schedule.Command, "wal_level=logical") {
+		t.Error("postgres runs without wal_level=logical: cdc cannot stream")
+	}
+	if slices.Contains(events.Command, "wal_level=logical") {
+		t.Error("postgres-events writes logical WAL, which nothing decodes")
+	}
+	for name, s := range doc.Services {
+		if s.Image != "paysched:dev" {
+			continue // Postgres, Kafka, gateway-sim (its own database)
+		}
+		fl := flags(t, s.Command[0])
+		for k, v := range s.Environment {
+			if !strings.HasSuffix(k, "DATABASE_URL") {
+				continue
+			}
+			flag := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(k, "PAYSCHED_")), "_", "-")
+			if !fl[flag] {
+				t.Errorf("%s is given %s=%s, a database it has no flag for", name, k, v)
+			}
+		}
+		for flag, want := range composeDBs {
+			if !fl[flag] {
+				continue
+			}
+			k := config.EnvName(flag)
+			u, err := url.Parse(s.Environment[k])
+			if err != nil || s.Environment[k] == "" {
+				t.Errorf("%s: %s is not set (%v): want %s on %s", name, k, err, want.database, want.host)
+				continue
+			}
+			if u.Host != want.host || u.Path != "/"+want.database {
+				t.Errorf("%s: %s = %s, want %s on %s", name, k, s.Environment[k], want.database, want.host)
+			}
+		}
+	}
+	for _, pg := range []string{"postgres", "postgres-events"} {
+		if doc.Services["migrate"].DependsOn[pg].Condition != "service_healthy" {
+			t.Errorf("migrate does not wait for %s to be healthy", pg)
 		}
 	}
 }

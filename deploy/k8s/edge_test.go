@@ -12,18 +12,19 @@ import (
 
 // egressWant is where each workload may open connections, by kind of
 // destination (see destinations). payments-api, the internet's door,
-// reaches the database and nothing that moves money; the webhook-dispatcher
-// alone reaches the tenants' endpoints (443 outside the cluster), and no
-// gateway.
+// reaches the databases and nothing that moves money; the
+// webhook-dispatcher alone reaches the tenants' endpoints (443 outside the
+// cluster), and no gateway, nor the schedule's Postgres ("postgres"): only
+// the events' cluster ("postgres-events", the audit log and the webhooks).
 var egressWant = map[string][]string{
-	"payments-api":       {"dns", "otel", "postgres"},
-	"admin-api":          {"dns", "gateway", "otel", "postgres"},
+	"payments-api":       {"dns", "otel", "postgres", "postgres-events"},
+	"admin-api":          {"dns", "gateway", "otel", "postgres", "postgres-events"},
 	"sweeper":            {"dns", "executor", "otel", "postgres"},
 	"executor":           {"dns", "gateway", "otel", "postgres"},
 	"reaper":             {"dns", "otel", "postgres"},
 	"cdc":                {"dns", "kafka", "otel", "postgres"},
-	"audit-consumer":     {"dns", "kafka", "otel", "postgres"},
-	"webhook-dispatcher": {"dns", "kafka", "otel", "postgres", "webhooks"},
+	"audit-consumer":     {"dns", "kafka", "otel", "postgres", "postgres-events"},
+	"webhook-dispatcher": {"dns", "kafka", "otel", "postgres-events", "webhooks"},
 	"reconciler":         {"dns", "gateway", "otel", "postgres"},
 }
 
@@ -64,8 +65,10 @@ func destinations(t *testing.T, docs []obj, labels any) []string {
 					default:
 						set[str(np, "metadata", "name")+": unclassified peer outside the cluster"] = true
 					}
-				case pods["cnpg.io/cluster"] != nil:
+				case pods["cnpg.io/cluster"] == schedulePG:
 					set["postgres"] = true
+				case pods["cnpg.io/cluster"] == eventsPG:
+					set["postgres-events"] = true
 				case pods["strimzi.io/cluster"] != nil:
 					set["kafka"] = true
 				case pods["app.kubernetes.io/name"] == "executor":
@@ -165,7 +168,7 @@ func TestEgressIsDeniedByDefault(t *testing.T) {
 				}
 			}
 			job := named(docs, "Job", "paysched-migrate")
-			if got := destinations(t, docs, get(job, "spec", "template", "metadata", "labels")); !slices.Equal(got, []string{"dns", "otel", "postgres"}) {
+			if got := destinations(t, docs, get(job, "spec", "template", "metadata", "labels")); !slices.Equal(got, []string{"dns", "otel", "postgres", "postgres-events"}) {
 				t.Errorf("the migration may reach %v", got)
 			}
 		})

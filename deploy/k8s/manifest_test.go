@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -285,10 +286,12 @@ func flags(t *testing.T, name string) map[string]bool {
 	return out
 }
 
-// Secrets the manifests expect to exist without rendering them: the one
-// CloudNativePG creates and the one prod creates out of band.
+// Secrets the manifests expect to exist without rendering them: those
+// CloudNativePG creates (the owner's of each cluster) and those prod creates
+// out of band.
 var externalSecrets = map[string][]string{
 	"paysched-pg-app":        {"uri", "username", "password", "host", "port", "dbname"},
+	"paysched-pg-events-app": {"uri", "username", "password", "host", "port", "dbname"},
 	"paysched-pg-api":        {"username", "password"},
 	"paysched-pg-admin":      {"username", "password"},
 	"paysched-pg-sweeper":    {"username", "password"},
@@ -583,98 +586,268 @@ func checkMigrateJob(t *testing.T, docs []obj) {
 	t.Error("no Job runs /usr/local/bin/migrate")
 }
 
-func checkPostgres(t *testing.T, docs []obj) {
-	var clusters []obj
-	for _, c := range byKind(docs, "Cluster") {
-		if strings.HasPrefix(str(c, "apiVersion"), "postgresql.cnpg.io/") {
-			clusters = append(clusters, c)
+// The CloudNativePG clusters: the schedule's, which cdc streams from, and
+// the events' (the audit log and the webhooks), apart so that their writes
+// never pass through cdc's walsender, which reads every WAL record of its
+// cluster (issue 42).
+const (
+	schedulePG = "paysched-pg"
+	eventsPG   = "paysched-pg-events"
+)
+
+// dbTarget is where a database URL must point: a cluster (its primary's
+// Service <cluster>-rw, its CA <cluster>-ca) and a database on it.
+type dbTarget struct{ cluster, database string }
+
+var (
+	scheduleDB = dbTarget{schedulePG, "paysched"}
+	auditDB    = dbTarget{eventsPG, "paysched_audit"}
+	webhooksDB = dbTarget{eventsPG, "paysched_webhooks"}
+)
+
+// dbURLs is every database URL each workload sets and where it must point:
+// exactly these (another *DATABASE_URL fails, and so does a missing one).
+// TestDatabaseURLsAreTheFlags keeps it to the processes' flags.
+var dbURLs = map[string]map[string]dbTarget{
+	"payments-api":       {"PAYSCHED_DATABASE_URL": scheduleDB, "PAYSCHED_WEBHOOKS_DATABASE_URL": webhooksDB},
+	"admin-api":          {"PAYSCHED_DATABASE_URL": scheduleDB, "PAYSCHED_AUDIT_DATABASE_URL": auditDB, "PAYSCHED_WEBHOOKS_DATABASE_URL": webhooksDB},
+	"sweeper":            {"PAYSCHED_DATABASE_URL": scheduleDB},
+	"executor":           {"PAYSCHED_DATABASE_URL": scheduleDB},
+	"reaper":             {"PAYSCHED_DATABASE_URL": scheduleDB},
+	"reconciler":         {"PAYSCHED_DATABASE_URL": scheduleDB},
+	"cdc":                {"PAYSCHED_DATABASE_URL": scheduleDB},
+	"audit-consumer":     {"PAYSCHED_DATABASE_URL": scheduleDB, "PAYSCHED_AUDIT_DATABASE_URL": auditDB},
+	"webhook-dispatcher": {"PAYSCHED_WEBHOOKS_DATABASE_URL": webhooksDB},
+	"migrate":            {"PAYSCHED_DATABASE_URL": scheduleDB, "PAYSCHED_AUDIT_DATABASE_URL": auditDB, "PAYSCHED_WEBHOOKS_DATABASE_URL": webhooksDB},
+}
+
+// otherDBClients are workloads outside dbURLs that reach a cluster:
+// gateway-sim (dev only) keeps its own database, paysched_gateway, on the
+// schedule's cluster as its owner.
+var otherDBClients = map[string]string{"gateway-sim": schedulePG}
+
+// usesCluster reports whether workload name connects to cluster.
+func usesCluster(name, cluster string) bool {
+	for _, target := range dbURLs[name] {
+		if target.cluster == cluster {
+			return true
 		}
 	}
-	if len(clusters) != 1 {
-		t.Fatalf("%d CloudNativePG Clusters, want 1", len(clusters))
-	}
-	c := clusters[0]
-	if got := str(c, "spec", "postgresql", "parameters", "wal_level"); got != "logical" {
-		t.Errorf("wal_level = %q, want logical (cdc reads a pgoutput slot)", got)
-	}
-	if name := str(c, "metadata", "name"); name+"-app" != "paysched-pg-app" {
-		t.Errorf("Cluster %s creates %s-app, the services read paysched-pg-app", name, name)
-	}
-	roles := map[string]any{}
-	for _, r := range list(c, "spec", "managed", "roles") {
-		roles[str(r, "name")] = r
-	}
-	owner := str(c, "spec", "bootstrap", "initdb", "owner")
-	if get(roles[owner], "replication") == true {
-		t.Errorf("the schema owner %s has REPLICATION: only cdc's user may", owner)
-	}
-	for svc, group := range dbGroups {
-		login := "svc_" + strings.TrimPrefix(group, "paysched_")
-		g, u := roles[group], roles[login]
-		if g == nil || get(g, "login") != false {
-			t.Errorf("%s: group role %s is not a managed NOLOGIN role", svc, group)
-		}
-		if u == nil || get(u, "login") != true || !slices.Contains(list(u, "inRoles"), any(group)) {
-			t.Errorf("%s: no managed LOGIN role %s in %s", svc, login, group)
+	return otherDBClients[name] == cluster
+}
+
+// TestDatabaseURLsAreTheFlags: every database URL flag a process has is in
+// dbURLs, and every URL there is a flag, so a process that gains a
+// database gains its place in the manifests' checks.
+func TestDatabaseURLsAreTheFlags(t *testing.T) {
+	for svc, urls := range dbURLs {
+		fl := flags(t, svc)
+		if fl == nil {
+			t.Errorf("%s: no services/%s/main.go", svc, svc)
 			continue
 		}
-		if got, want := str(u, "passwordSecret", "name"), dbSecret(svc); got != want {
-			t.Errorf("%s: role %s's password is Secret %q, the service reads %q", svc, login, got, want)
+		for f := range fl {
+			if strings.HasSuffix(f, "database-url") {
+				if _, ok := urls[config.EnvName(f)]; !ok {
+					t.Errorf("%s has --%s, which dbURLs does not place", svc, f)
+				}
+			}
 		}
-		if rep := get(u, "replication") == true; rep != (svc == "cdc") {
-			t.Errorf("%s: role %s replication = %v, want %v (only cdc streams)", svc, login, rep, svc == "cdc")
+		for env := range urls {
+			found := false
+			for f := range fl {
+				found = found || config.EnvName(f) == env
+			}
+			if !found {
+				t.Errorf("dbURLs gives %s %s, which is no flag of it", svc, env)
+			}
 		}
 	}
 }
 
-// dbGroups is each service's group role (pkg/store/schema/sql/0010_roles.sql).
+// pgClusters are the rendered CloudNativePG Clusters by name.
+func pgClusters(docs []obj) map[string]obj {
+	out := map[string]obj{}
+	for _, c := range byKind(docs, "Cluster") {
+		if strings.HasPrefix(str(c, "apiVersion"), "postgresql.cnpg.io/") {
+			out[str(c, "metadata", "name")] = c
+		}
+	}
+	return out
+}
+
+func checkPostgres(t *testing.T, docs []obj) {
+	clusters := pgClusters(docs)
+	if got := slices.Sorted(maps.Keys(clusters)); !slices.Equal(got, []string{schedulePG, eventsPG}) {
+		t.Fatalf("CloudNativePG Clusters %v, want %s and %s", got, schedulePG, eventsPG)
+	}
+	// Which databases exist on which cluster: the initdb one, and each
+	// Database object's (owned by the cluster's owner). The migrate Job runs
+	// with --create-database off, so every database a URL names must be one.
+	databases := map[dbTarget]bool{}
+	for name, c := range clusters {
+		databases[dbTarget{name, str(c, "spec", "bootstrap", "initdb", "database")}] = true
+	}
+	for _, d := range byKind(docs, "Database") {
+		cluster, name := str(d, "spec", "cluster", "name"), str(d, "spec", "name")
+		c := clusters[cluster]
+		if c == nil {
+			t.Errorf("Database %s is on %q, no rendered Cluster", str(d, "metadata", "name"), cluster)
+			continue
+		}
+		if owner := str(c, "spec", "bootstrap", "initdb", "owner"); str(d, "spec", "owner") != owner {
+			t.Errorf("Database %s is owned by %q, want the cluster's owner %s (the migrate Job's login)", str(d, "metadata", "name"), str(d, "spec", "owner"), owner)
+		}
+		databases[dbTarget{cluster, name}] = true
+	}
+	for svc, urls := range dbURLs {
+		for env, target := range urls {
+			if !databases[target] {
+				t.Errorf("%s's %s names %s on %s, which neither initdb nor a Database object makes", svc, env, target.database, target.cluster)
+			}
+		}
+	}
+
+	for name, c := range clusters {
+		if image := str(c, "spec", "imageName"); !digestRef.MatchString(image) {
+			t.Errorf("%s: imageName %s is not pinned by digest", name, image)
+		}
+		walLevel := str(c, "spec", "postgresql", "parameters", "wal_level")
+		switch name {
+		case schedulePG:
+			if walLevel != "logical" {
+				t.Errorf("%s: wal_level = %q, want logical (cdc reads a pgoutput slot)", name, walLevel)
+			}
+		case eventsPG:
+			// Nothing decodes it; CloudNativePG's default would be logical.
+			if walLevel != "replica" {
+				t.Errorf("%s: wal_level = %q, want replica (no logical decoding here)", name, walLevel)
+			}
+			if get(c, "spec", "replicationSlots", "highAvailability", "synchronizeLogicalDecoding") == true ||
+				str(c, "spec", "postgresql", "parameters", "sync_replication_slots") == "on" {
+				t.Errorf("%s synchronizes logical slots, but holds none", name)
+			}
+		}
+		roles := map[string]any{}
+		for _, r := range list(c, "spec", "managed", "roles") {
+			if str(r, "ensure") != "absent" {
+				roles[str(r, "name")] = r
+			}
+		}
+		// The owner: CloudNativePG gives its login to <cluster>-app, which
+		// the migrate Job reads (checkDatabase).
+		owner := str(c, "spec", "bootstrap", "initdb", "owner")
+		if owner == "" || get(roles[owner], "login") != true {
+			t.Errorf("%s: the owner %q is not a managed LOGIN role", name, owner)
+		}
+		if get(roles[owner], "replication") == true {
+			t.Errorf("%s: the schema owner %s has REPLICATION: only cdc's user may", name, owner)
+		}
+		// Each service that uses the cluster logs in as its own user, in its
+		// group; no other user may log in.
+		logins := map[string]bool{owner: true}
+		for svc, group := range dbGroups {
+			if !usesCluster(svc, name) {
+				continue
+			}
+			login := "svc_" + strings.TrimPrefix(group, "paysched_")
+			logins[login] = true
+			g, u := roles[group], roles[login]
+			if g == nil || get(g, "login") != false {
+				t.Errorf("%s on %s: group role %s is not a managed NOLOGIN role", svc, name, group)
+			}
+			if u == nil || get(u, "login") != true || !slices.Contains(list(u, "inRoles"), any(group)) {
+				t.Errorf("%s on %s: no managed LOGIN role %s in %s", svc, name, login, group)
+				continue
+			}
+			if got, want := str(u, "passwordSecret", "name"), dbSecret(svc, name); got != want {
+				t.Errorf("%s on %s: role %s's password is Secret %q, the service reads %q", svc, name, login, got, want)
+			}
+			if rep := get(u, "replication") == true; rep != (svc == "cdc") {
+				t.Errorf("%s on %s: role %s replication = %v, want %v (only cdc streams)", svc, name, login, rep, svc == "cdc")
+			}
+		}
+		for rn, r := range roles {
+			if get(r, "login") == true && !logins[rn] {
+				t.Errorf("%s: LOGIN role %s belongs to no process that uses this cluster", name, rn)
+			}
+		}
+	}
+}
+
+// dbGroups is each service's group role (pkg/store/schema/sql/0010_roles.sql;
+// the same names on the events' cluster: auditsql/, webhooksql/).
 var dbGroups = map[string]string{
 	"payments-api": "paysched_api", "admin-api": "paysched_admin", "sweeper": "paysched_sweeper", "executor": "paysched_executor",
 	"reaper": "paysched_reaper", "reconciler": "paysched_reconciler", "audit-consumer": "paysched_audit",
 	"cdc": "paysched_cdc", "webhook-dispatcher": "paysched_webhooks",
 }
 
-// dbSecret is the Secret of the database user svc logs in as: its own, or
-// the schema owner's for the migrations.
-func dbSecret(svc string) string {
+// dbSecret is the Secret of the database user svc logs in as on cluster:
+// its own, the same on every cluster (one password per service), or for
+// the migrations the cluster owner's, which CloudNativePG puts in
+// <cluster>-app.
+func dbSecret(svc, cluster string) string {
 	if svc == "migrate" {
-		return "paysched-pg-app"
+		return cluster + "-app"
 	}
 	return "paysched-pg-" + strings.TrimPrefix(dbGroups[svc], "paysched_")
 }
 
-// checkDatabase checks that container c of svc logs in as its own database
-// user and verifies the server against the cluster's CA (verify-full).
+// checkDatabase checks that container c of svc sets exactly its database
+// URLs (dbURLs), each on its cluster's primary and database, as the user
+// of the Secret it must use there (defined before the URL, or Kubernetes
+// leaves $(VAR) unexpanded), verifying the server against that cluster's
+// CA (verify-full).
 func checkDatabase(t *testing.T, svc string, podSpec, c any) {
-	if _, ok := dbGroups[svc]; !ok && svc != "migrate" {
+	urls, ok := dbURLs[svc]
+	if !ok {
 		return // gateway-sim: its own database
 	}
 	env := map[string]any{}
-	for _, e := range list(c, "env") {
+	at := map[string]int{}
+	for i, e := range list(c, "env") {
 		env[str(e, "name")] = e
+		at[str(e, "name")] = i
 	}
-	want := dbSecret(svc)
-	for name, key := range map[string]string{"DB_USER": "username", "DB_PASSWORD": "password"} {
-		if str(env[name], "valueFrom", "secretKeyRef", "name") != want || str(env[name], "valueFrom", "secretKeyRef", "key") != key {
-			t.Errorf("%s: %s must come from Secret %s, key %s", svc, name, want, key)
+	for name := range env {
+		if _, ok := urls[name]; strings.HasSuffix(name, "DATABASE_URL") && !ok {
+			t.Errorf("%s: sets %s, a database it has no business with (dbURLs)", svc, name)
 		}
 	}
-	raw := str(env["PAYSCHED_DATABASE_URL"], "value")
-	u, err := url.Parse(raw)
-	var pass string
-	if err == nil {
-		pass, _ = u.User.Password()
-	}
-	if err != nil || u.User.Username() != "$(DB_USER)" || pass != "$(DB_PASSWORD)" || u.Host != "paysched-pg-rw:5432" {
-		t.Errorf("%s: PAYSCHED_DATABASE_URL = %q, want postgres://$(DB_USER):$(DB_PASSWORD)@paysched-pg-rw:5432/...", svc, raw)
-		return
-	}
-	q := u.Query()
-	if q.Get("sslmode") != "verify-full" {
-		t.Errorf("%s: database sslmode = %q, want verify-full", svc, q.Get("sslmode"))
-	}
-	if sec, key := mountedSecret(podSpec, c, q.Get("sslrootcert")); sec != "paysched-pg-ca" || key != "ca.crt" {
-		t.Errorf("%s: sslrootcert %q is not the CloudNativePG CA (Secret paysched-pg-ca, key ca.crt) mounted as a file", svc, q.Get("sslrootcert"))
+	for name, want := range urls {
+		raw := str(env[name], "value")
+		if raw == "" {
+			t.Errorf("%s: %s is not set: want %s on %s", svc, name, want.database, want.cluster)
+			continue
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Errorf("%s: %s = %q: %v", svc, name, raw, err)
+			continue
+		}
+		pass, _ := u.User.Password()
+		secret := dbSecret(svc, want.cluster)
+		for _, ref := range []struct{ placeholder, key string }{{u.User.Username(), "username"}, {pass, "password"}} {
+			v, ok := strings.CutPrefix(ref.placeholder, "$(")
+			v, ok2 := strings.CutSuffix(v, ")")
+			e := env[v]
+			if !ok || !ok2 || str(e, "valueFrom", "secretKeyRef", "name") != secret || str(e, "valueFrom", "secretKeyRef", "key") != ref.key {
+				t.Errorf("%s: %s's %s %q must be $(VAR) of a variable from Secret %s, key %s", svc, name, ref.key, ref.placeholder, secret, ref.key)
+			} else if at[v] > at[name] {
+				t.Errorf("%s: %s is defined after %s, which then keeps $(%s) unexpanded", svc, v, name, v)
+			}
+		}
+		if u.Host != want.cluster+"-rw:5432" || u.Path != "/"+want.database {
+			t.Errorf("%s: %s = %q, want postgres://...@%s-rw:5432/%s", svc, name, raw, want.cluster, want.database)
+		}
+		q := u.Query()
+		if q.Get("sslmode") != "verify-full" {
+			t.Errorf("%s: %s sslmode = %q, want verify-full", svc, name, q.Get("sslmode"))
+		}
+		if sec, key := mountedSecret(podSpec, c, q.Get("sslrootcert")); sec != want.cluster+"-ca" || key != "ca.crt" {
+			t.Errorf("%s: %s sslrootcert %q is not %s's CA (Secret %s-ca, key ca.crt) mounted as a file", svc, name, q.Get("sslrootcert"), want.cluster, want.cluster)
+		}
 	}
 }
 
@@ -988,6 +1161,91 @@ func checkNetworkPolicies(t *testing.T, docs []obj) {
 	}
 	if !hook {
 		t.Error("the gateway's webhook (through the ingress controller) cannot reach the reconciler")
+	}
+	checkPostgresIngress(t, docs)
+}
+
+// checkPostgresIngress: each Postgres cluster's instances admit on 5432
+// exactly the workloads that connect to it (dbURLs, otherDBClients), and
+// on 5432 and 8000 (the instance manager) their own instances and the
+// CloudNativePG operator's namespace; no other peer, nor the other
+// cluster's instances, nor anything on 8000 else.
+func checkPostgresIngress(t *testing.T, docs []obj) {
+	workloads := map[string]any{} // app.kubernetes.io/name -> pod labels
+	for _, kind := range []string{"Deployment", "Job"} {
+		for _, d := range byKind(docs, kind) {
+			labels := get(d, "spec", "template", "metadata", "labels")
+			workloads[str(labels, "app.kubernetes.io/name")] = labels
+		}
+	}
+	clusters := pgClusters(docs)
+	for name := range clusters {
+		instance := map[string]any{"cnpg.io/cluster": name, "cnpg.io/podRole": "instance"}
+		reached := map[string]map[int]bool{} // peer -> ports
+		reach := func(peer string, ports []int) {
+			if reached[peer] == nil {
+				reached[peer] = map[int]bool{}
+			}
+			for _, p := range ports {
+				reached[peer][p] = true
+			}
+		}
+		for _, r := range ingressRules(docs, instance) {
+			var ports []int
+			for _, p := range list(r, "ports") {
+				if n, ok := num(p, "port"); ok && (n == 5432 || n == 8000) {
+					ports = append(ports, n)
+				}
+			}
+			if len(list(r, "ports")) == 0 {
+				ports = []int{5432, 8000}
+			}
+			if len(ports) == 0 {
+				continue // Prometheus' scrape of the metrics port
+			}
+			for _, peer := range list(r, "from") {
+				pods, _ := get(peer, "podSelector", "matchLabels").(map[string]any)
+				switch {
+				case get(peer, "ipBlock") != nil:
+					t.Errorf("%s: port %v is open to an ipBlock", name, ports)
+				case get(peer, "namespaceSelector") != nil:
+					if ns := str(peer, "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name"); ns != "cnpg-system" || get(peer, "podSelector") != nil {
+						t.Errorf("%s: port %v is open to %v", name, ports, peer)
+					}
+					reach("operator", ports)
+				case len(pods) == 0:
+					t.Errorf("%s: port %v is open to every pod of the namespace", name, ports)
+				default:
+					for other := range clusters {
+						if selects(get(peer, "podSelector"), map[string]any{"cnpg.io/cluster": other, "cnpg.io/podRole": "instance"}) {
+							if other != name {
+								t.Errorf("%s admits %s's instances on %v", name, other, ports)
+							} else {
+								reach("instances", ports)
+							}
+						}
+					}
+					for w, labels := range workloads {
+						if selects(get(peer, "podSelector"), labels) {
+							reach(w, ports)
+						}
+					}
+				}
+			}
+		}
+		for _, peer := range []string{"instances", "operator"} {
+			if !reached[peer][5432] || !reached[peer][8000] {
+				t.Errorf("%s: its %s do not reach 5432 and 8000 (replication, the instance manager)", name, peer)
+			}
+		}
+		for w := range workloads {
+			if got, want := reached[w][5432], usesCluster(w, name); got != want {
+				t.Errorf("%s: %s reaches its 5432: %v; connects to it: %v", name, w, got, want)
+			}
+			if reached[w][8000] {
+				t.Errorf("%s: %s reaches the instance manager (8000)", name, w)
+			}
+		}
 	}
 }
 

@@ -54,15 +54,33 @@ func TestProductionModeInProd(t *testing.T) {
 			if _, ok := env["PAYSCHED_ALLOW_LOOPBACK"]; ok {
 				t.Errorf("%s sets PAYSCHED_ALLOW_LOOPBACK (development only)", name)
 			}
-			if !strings.Contains(env["PAYSCHED_DATABASE_URL"], "sslmode=verify-full") {
-				t.Errorf("%s: the database URL does not verify the server", name)
+			urls := 0
+			for k, v := range env {
+				if strings.HasSuffix(k, "DATABASE_URL") {
+					urls++
+					if !strings.Contains(v, "sslmode=verify-full") {
+						t.Errorf("%s: %s does not verify the server", name, k)
+					}
+				}
+			}
+			if urls == 0 {
+				t.Errorf("%s sets no database URL", name)
+			}
+			// The audit log and the webhooks live on their own cluster, whose
+			// WAL cdc's walsender never reads (issue 42).
+			for _, k := range []string{"PAYSCHED_AUDIT_DATABASE_URL", "PAYSCHED_WEBHOOKS_DATABASE_URL"} {
+				if u, ok := env[k]; ok && (u == env["PAYSCHED_DATABASE_URL"] || strings.Contains(u, "@"+schedulePG+"-rw:")) {
+					t.Errorf("%s: %s %q is on the schedule's cluster", name, k, u)
+				}
 			}
 			// What each service's production checks ask for (services/*/main.go).
 			var want []string
 			secret := map[string]bool{}
 			switch name {
 			case "payments-api":
-				want = []string{"PAYSCHED_JWT_JWKS_FILE", "PAYSCHED_CURSOR_SECRET"}
+				// Schema 24 moved the schedule's webhook tables aside: an empty
+				// webhooks URL would find none.
+				want = []string{"PAYSCHED_JWT_JWKS_FILE", "PAYSCHED_CURSOR_SECRET", "PAYSCHED_WEBHOOKS_DATABASE_URL"}
 				secret["PAYSCHED_CURSOR_SECRET"] = true
 				if env["PAYSCHED_JWT_SECRET"] != "" || fromSecret["PAYSCHED_JWT_SECRET"] {
 					t.Error("payments-api accepts HS256 in production")
@@ -74,7 +92,8 @@ func TestProductionModeInProd(t *testing.T) {
 					}
 				}
 			case "admin-api":
-				want = []string{"PAYSCHED_JWT_JWKS_FILE", "PAYSCHED_GATEWAY_CA_FILE", "PAYSCHED_GATEWAY_CERT_FILE", "PAYSCHED_GATEWAY_KEY_FILE"}
+				want = []string{"PAYSCHED_JWT_JWKS_FILE", "PAYSCHED_GATEWAY_CA_FILE", "PAYSCHED_GATEWAY_CERT_FILE", "PAYSCHED_GATEWAY_KEY_FILE",
+					"PAYSCHED_WEBHOOKS_DATABASE_URL", "PAYSCHED_AUDIT_DATABASE_URL"}
 				if env["PAYSCHED_JWT_SECRET"] != "" || fromSecret["PAYSCHED_JWT_SECRET"] {
 					t.Error("admin-api accepts HS256 in production")
 				}
@@ -95,7 +114,11 @@ func TestProductionModeInProd(t *testing.T) {
 					t.Errorf("audit-consumer: the audit log's database %q is not its own, or not verified", u)
 				}
 			case "webhook-dispatcher":
-				want = []string{"PAYSCHED_KAFKA_CA_FILE", "PAYSCHED_KAFKA_SASL_MECHANISM", "PAYSCHED_KAFKA_USERNAME", "PAYSCHED_KAFKA_PASSWORD_FILE"}
+				want = []string{"PAYSCHED_KAFKA_CA_FILE", "PAYSCHED_KAFKA_SASL_MECHANISM", "PAYSCHED_KAFKA_USERNAME", "PAYSCHED_KAFKA_PASSWORD_FILE",
+					"PAYSCHED_WEBHOOKS_DATABASE_URL"}
+				if _, ok := env["PAYSCHED_DATABASE_URL"]; ok {
+					t.Error("webhook-dispatcher is given the schedule's database, which it no longer uses")
+				}
 			}
 			for _, k := range want {
 				if secret[k] {

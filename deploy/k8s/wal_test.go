@@ -1,6 +1,8 @@
 package k8s_test
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,38 +27,51 @@ func bytesOf(t *testing.T, s string) float64 {
 	return 0
 }
 
-// pgCluster is the rendered CloudNativePG Cluster.
+// pgCluster is the rendered CloudNativePG Cluster of the schedule, the one
+// cdc streams from.
 func pgCluster(t *testing.T, docs []obj) obj {
 	t.Helper()
-	for _, c := range byKind(docs, "Cluster") {
-		if strings.HasPrefix(str(c, "apiVersion"), "postgresql.cnpg.io/") {
-			return c
-		}
+	c := pgClusters(docs)[schedulePG]
+	if c == nil {
+		t.Fatalf("no CloudNativePG Cluster %s", schedulePG)
 	}
-	t.Fatal("no CloudNativePG Cluster")
-	return nil
+	return c
 }
 
-// TestSlotCannotFillTheWALVolume: max_slot_wal_keep_size leaves a quarter
-// of the volume that holds WAL for everything else, so a stuck slot is
-// invalidated (and alerted on) before the disk fills and stops the primary.
+// eachPGCluster runs f on every rendered CloudNativePG Cluster (the
+// schedule's and the events'), in a subtest named after it.
+func eachPGCluster(t *testing.T, docs []obj, f func(t *testing.T, cluster obj)) {
+	t.Helper()
+	clusters := pgClusters(docs)
+	if len(clusters) == 0 {
+		t.Fatal("no CloudNativePG Cluster")
+	}
+	for _, name := range slices.Sorted(maps.Keys(clusters)) {
+		t.Run(name, func(t *testing.T) { f(t, clusters[name]) })
+	}
+}
+
+// TestSlotCannotFillTheWALVolume: on every cluster, max_slot_wal_keep_size
+// leaves a quarter of the volume that holds WAL for everything else, so a
+// stuck slot (cdc's, or a lost standby's) is invalidated (and alerted on)
+// before the disk fills and stops the primary.
 func TestSlotCannotFillTheWALVolume(t *testing.T) {
 	for _, overlay := range []string{"dev", "prod"} {
 		t.Run(overlay, func(t *testing.T) {
-			docs := render(t, overlay)
-			cluster := pgCluster(t, docs)
-			keep := str(cluster, "spec", "postgresql", "parameters", "max_slot_wal_keep_size")
-			if keep == "" || keep == "-1" {
-				t.Fatal("max_slot_wal_keep_size is unset: a stuck slot keeps WAL until the disk is full")
-			}
-			// WAL sits on walStorage when there is one, else with the data.
-			vol := str(cluster, "spec", "walStorage", "size")
-			if vol == "" {
-				vol = str(cluster, "spec", "storage", "size")
-			}
-			if k, v := bytesOf(t, keep), bytesOf(t, vol); k > 0.75*v {
-				t.Errorf("max_slot_wal_keep_size %s is more than 75%% of the WAL volume %s", keep, vol)
-			}
+			eachPGCluster(t, render(t, overlay), func(t *testing.T, cluster obj) {
+				keep := str(cluster, "spec", "postgresql", "parameters", "max_slot_wal_keep_size")
+				if keep == "" || keep == "-1" {
+					t.Fatal("max_slot_wal_keep_size is unset: a stuck slot keeps WAL until the disk is full")
+				}
+				// WAL sits on walStorage when there is one, else with the data.
+				vol := str(cluster, "spec", "walStorage", "size")
+				if vol == "" {
+					vol = str(cluster, "spec", "storage", "size")
+				}
+				if k, v := bytesOf(t, keep), bytesOf(t, vol); k > 0.75*v {
+					t.Errorf("max_slot_wal_keep_size %s is more than 75%% of the WAL volume %s", keep, vol)
+				}
+			})
 		})
 	}
 }
@@ -119,36 +134,40 @@ func TestFailoverSlots(t *testing.T) {
 	}
 }
 
-// TestAcknowledgedWritesAreReplicated: with standbys (prod), every commit
-// waits for at least one of them (synchronous replication, data
-// durability required, synchronous_commit not weakened), so a failover
-// keeps every create, cancel and outcome already answered; a single
-// instance (dev) has none to wait for and must not be told to.
+// TestAcknowledgedWritesAreReplicated: on every cluster with standbys
+// (prod), every commit waits for at least one of them (synchronous
+// replication, data durability required, synchronous_commit not weakened),
+// so a failover keeps every create, cancel and outcome already answered,
+// and every endpoint created and delivery recorded; a single instance
+// (dev) has none to wait for and must not be told to.
 func TestAcknowledgedWritesAreReplicated(t *testing.T) {
 	for _, overlay := range []string{"dev", "prod"} {
 		t.Run(overlay, func(t *testing.T) {
-			cluster := pgCluster(t, render(t, overlay))
-			instances, _ := num(cluster, "spec", "instances")
-			sync, _ := get(cluster, "spec", "postgresql", "synchronous").(map[string]any)
-			if instances < 2 {
-				if sync != nil {
-					t.Fatalf("%v instance(s) with synchronous replication %v: every write would wait forever", instances, sync)
-				}
-				return
-			}
-			if sync == nil {
-				t.Fatal("no synchronous replication: a failover can lose acknowledged writes")
-			}
-			number, _ := num(sync, "number")
-			if m := sync["method"]; (m != "any" && m != "first") || number < 1 || number > instances-1 {
-				t.Errorf("synchronous %v: want method any or first, number between 1 and %v", sync, instances-1)
-			}
-			if sync["dataDurability"] != "required" {
-				t.Errorf("dataDurability %v: with 'preferred' the primary commits alone when no standby answers", sync["dataDurability"])
-			}
-			if v := str(cluster, "spec", "postgresql", "parameters", "synchronous_commit"); v == "off" || v == "local" {
-				t.Errorf("synchronous_commit = %s does not wait for the standby", v)
-			}
+			eachPGCluster(t, render(t, overlay), checkReplicated)
 		})
+	}
+}
+
+func checkReplicated(t *testing.T, cluster obj) {
+	instances, _ := num(cluster, "spec", "instances")
+	sync, _ := get(cluster, "spec", "postgresql", "synchronous").(map[string]any)
+	if instances < 2 {
+		if sync != nil {
+			t.Fatalf("%v instance(s) with synchronous replication %v: every write would wait forever", instances, sync)
+		}
+		return
+	}
+	if sync == nil {
+		t.Fatal("no synchronous replication: a failover can lose acknowledged writes")
+	}
+	number, _ := num(sync, "number")
+	if m := sync["method"]; (m != "any" && m != "first") || number < 1 || number > instances-1 {
+		t.Errorf("synchronous %v: want method any or first, number between 1 and %v", sync, instances-1)
+	}
+	if sync["dataDurability"] != "required" {
+		t.Errorf("dataDurability %v: with 'preferred' the primary commits alone when no standby answers", sync["dataDurability"])
+	}
+	if v := str(cluster, "spec", "postgresql", "parameters", "synchronous_commit"); v == "off" || v == "local" {
+		t.Errorf("synchronous_commit = %s does not wait for the standby", v)
 	}
 }
