@@ -122,7 +122,7 @@ func (r *run) setupWebhooks(ctx context.Context) error {
 			if err := ep.Check(true); err != nil {
 				return fmt.Errorf("webhook endpoint: %w", err)
 			}
-			_, secret, err := webhook.CreateEndpoint(ctx, r.db, ep)
+			_, secret, err := webhook.CreateEndpoint(ctx, r.hooksDB, ep)
 			if err != nil {
 				return fmt.Errorf("webhook endpoint of %s: %w", t, err)
 			}

@@ -256,10 +256,21 @@ func (d *Deliverer) Run(ctx context.Context) error {
 // called once its every delivery is recorded (at once when it has none).
 // It must be called after Ready and before Run ends.
 func (d *Deliverer) Submit(n notification.Note, done func()) {
+	d.SubmitKnown(n, done, nil)
+}
+
+// SubmitKnown is Submit for a notification whose deliveries to the
+// endpoints in recorded exist already (Recorded): those are not attempted
+// again (a notification read again after a restart or a rebalance, or
+// after its offsets were lost).
+func (d *Deliverer) SubmitKnown(n notification.Note, done func(), recorded map[uuid.UUID]bool) {
 	if err := d.targets.upTo(context.Background(), n.Time); err != nil {
 		d.Log.Warn("webhooks: read endpoints for an event newer than the cache", "err", err)
 	}
 	targets := d.targets.of(n.Tenant, n.Type)
+	if len(recorded) > 0 {
+		targets = slices.DeleteFunc(slices.Clone(targets), func(t *target) bool { return recorded[t.ID] })
+	}
 	if len(targets) == 0 || n.Tenant == "" {
 		done()
 		return
@@ -281,6 +292,30 @@ func (d *Deliverer) Submit(n notification.Note, done func()) {
 		}
 		d.enqueue(j)
 	}
+}
+
+// Recorded says which of the notifications ids already have deliveries,
+// and to which endpoints: one probe of the (msg_id, endpoint_id) key
+// each.
+func (d *Deliverer) Recorded(ctx context.Context, ids []string) (map[string]map[uuid.UUID]bool, error) {
+	rows, err := d.DB.Query(ctx, `SELECT msg_id, endpoint_id FROM webhook_deliveries WHERE msg_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("deliveries recorded: %w", err)
+	}
+	out := map[string]map[uuid.UUID]bool{}
+	var id string
+	var ep uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id, &ep}, func() error {
+		if out[id] == nil {
+			out[id] = map[uuid.UUID]bool{}
+		}
+		out[id][ep] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deliveries recorded: %w", err)
+	}
+	return out, nil
 }
 
 func (d *Deliverer) lane(id uuid.UUID) *lane {
@@ -697,6 +732,15 @@ func (d *Deliverer) recorder() {
 func (d *Deliverer) record(rs []result) {
 	ctx := context.Background()
 	err := d.write(ctx, rs)
+	// The database away (a restart, a failover): wait for it, never
+	// report a notification done whose deliveries are not recorded (its
+	// offset would commit, and a failed one's retry be lost). The results
+	// wait meanwhile, and so, behind them, the attempts and the fetch.
+	for wait := 100 * time.Millisecond; err != nil && store.Transient(err); wait = min(2*wait, 5*time.Second) {
+		d.Log.Warn("webhooks: record results (the database is away; trying again)", "results", len(rs), "err", err, "in", wait)
+		time.Sleep(wait)
+		err = d.write(ctx, rs)
+	}
 	if err == nil {
 		return
 	}

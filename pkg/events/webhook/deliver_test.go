@@ -763,3 +763,28 @@ func TestAnEndpointMadeJustBeforeAnEventReceivesIt(t *testing.T) {
 		t.Fatalf("the event after the endpoint was made: %+v, received %d", d, got.Load())
 	}
 }
+
+// A notification read again (a restart, a rebalance, offsets a broker
+// lost) whose deliveries are recorded is not sent again: the dispatcher
+// asks which are before it submits a poll's notifications.
+func TestANotificationReadAgainIsNotSentAgain(t *testing.T) {
+	db, _ := newDB(t)
+	var got atomic.Int32
+	ep, _ := endpoint(t, db, "acme", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { got.Add(1) }), 4)
+	h := start(t, db, nil)
+	n := noteOf("acme", "paysched.payment.completed", "m1", time.Now())
+	h.submit(n)
+	known, err := h.d.Recorded(context.Background(), []string{"m1", "m2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !known["m1"][ep.ID] || len(known["m2"]) != 0 {
+		t.Fatalf("recorded: %v", known)
+	}
+	done := make(chan struct{})
+	h.d.SubmitKnown(n, func() { close(done) }, known["m1"])
+	<-done
+	if got.Load() != 1 {
+		t.Fatalf("received %d times", got.Load())
+	}
+}

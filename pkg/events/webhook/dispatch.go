@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -213,14 +214,31 @@ func (x *Dispatcher) read(ctx context.Context) {
 		})
 		recs := fs.Records()
 		x.m.read.Add(float64(len(recs)))
-		for _, r := range recs {
-			tr := x.track(r)
+		notes := make([]notification.Note, len(recs))
+		ids := make([]string, 0, len(recs))
+		for i, r := range recs {
 			n, ok := notification.Decode(r)
-			if !ok || !json.Valid(n.Data) {
+			if ok && json.Valid(n.Data) {
+				notes[i] = n
+				ids = append(ids, n.ID)
+			}
+		}
+		// What a restart, a rebalance or offsets lost (a broker's) make
+		// read again is recorded already: it is not sent again.
+		var known map[string]map[uuid.UUID]bool
+		if len(ids) > 0 {
+			var err error
+			if known, err = x.deliverer.Recorded(ctx, ids); err != nil && ctx.Err() == nil {
+				x.log.Warn("webhooks: which notifications are recorded (attempting them all)", "err", err)
+			}
+		}
+		for i, r := range recs {
+			tr := x.track(r)
+			if notes[i].ID == "" {
 				x.done(tr)
 				continue
 			}
-			x.deliverer.Submit(n, func() { x.done(tr) })
+			x.deliverer.SubmitKnown(notes[i], func() { x.done(tr) }, known[notes[i].ID])
 		}
 	}
 }
