@@ -72,10 +72,12 @@ type demoRun struct {
 	// auditDB holds the audit log (db when they share a database).
 	auditDB *pgxpool.Pool
 	api     payschedv1.PaymentsServiceClient
-	admin   payschedv1.AdminServiceClient
-	gw      gatewayv1.GatewayServiceClient
-	gwAdm   gatewayv1.GatewayAdminServiceClient
-	ctx     context.Context
+	// conn is payments-api's connection (the tenant's webhook endpoint).
+	conn  *grpc.ClientConn
+	admin payschedv1.AdminServiceClient
+	gw    gatewayv1.GatewayServiceClient
+	gwAdm gatewayv1.GatewayAdminServiceClient
+	ctx   context.Context
 	// adminCtx carries the admin token (the reconciliation run).
 	adminCtx context.Context
 	from     time.Time // first due time
@@ -123,6 +125,7 @@ func Run(o Options) error {
 	}
 	defer gc.Close()
 	d.api, d.admin = payschedv1.NewPaymentsServiceClient(cc), payschedv1.NewAdminServiceClient(ac)
+	d.conn = cc
 	d.gw, d.gwAdm = gatewayv1.NewGatewayServiceClient(gc), gatewayv1.NewGatewayAdminServiceClient(gc)
 	d.ctx = metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
 	if d.db, err = pgxpool.New(context.Background(), o.DatabaseURL); err != nil {

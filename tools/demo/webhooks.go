@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/cli"
 	"github.com/paysched/paysched/pkg/events/webhook"
 )
 
@@ -32,17 +33,14 @@ func (d *demoRun) receiveWebhooks() *hooks {
 		h.err = err
 		return h
 	}
-	ep := webhook.Endpoint{Tenant: d.actor, URL: fmt.Sprintf("http://%s/paysched", ln.Addr()),
-		Description: "make demo's receiver", MaxInflight: 16, MaxPerSecond: 10000}
-	var secret string
-	if err := ep.Check(true); err == nil {
-		_, secret, err = webhook.CreateEndpoint(context.Background(), d.db, ep)
-		if err != nil {
-			h.err = err
-		}
-	} else {
-		h.err = err
+	// The run's tenant registers its own endpoint on the payers' API, as a
+	// tenant would (its token names it).
+	resp, err := payschedv1.NewWebhooksServiceClient(d.conn).CreateEndpoint(d.ctx, &payschedv1.CreateEndpointRequest{
+		Url: fmt.Sprintf("http://%s/paysched", ln.Addr()), Description: "make demo's receiver", MaxInflight: 16, MaxPerSecond: 10000})
+	if err != nil {
+		h.err = fmt.Errorf("create endpoint: %w", cli.RPCError(err))
 	}
+	secret := resp.GetSecret()
 	if h.err != nil {
 		ln.Close()
 		return h
