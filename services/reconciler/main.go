@@ -92,7 +92,10 @@ func main() {
 				return err
 			}
 		}
-		pool, err := svc.Pool(ctx, *dbURL, 8)
+		// Custom plans: a webhook's move names one payment's due time, and
+		// a cached generic plan locked and probed every daily partition at
+		// every gateway webhook (four backends busy through make demo).
+		pool, err := svc.Pool(ctx, *dbURL, 8, svc.CustomPlans)
 		if err != nil {
 			return err
 		}
