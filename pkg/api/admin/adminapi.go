@@ -1,4 +1,4 @@
-// Package adminapi implements paysched.v1.AdminService: dead letters
+// Package admin implements paysched.v1.AdminService: dead letters
 // (list, re-drive, resolve) and reconciliation runs (list, trigger). Every
 // call requires the admin claim; every action goes through a fenced
 // transition that records who, when, what and the previous status.

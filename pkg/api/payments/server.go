@@ -1,4 +1,4 @@
-// Package paymentsapi implements paysched.v1.PaymentsService: the public
+// Package payments implements paysched.v1.PaymentsService: the public
 // scheduling API. REST reaches the same handlers through grpc-gateway.
 package payments
 

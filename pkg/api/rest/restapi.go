@@ -1,4 +1,4 @@
-// Package restapi is the REST face of the API: grpc-gateway over the same
+// Package rest is the REST face of the API: grpc-gateway over the same
 // gRPC handlers, plus what HTTP needs on top: bearer authentication, body
 // limits and strict JSON checks that report every bad field, status codes
 // (201 on create), and the health, metrics and OpenAPI endpoints (the
