@@ -201,7 +201,7 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 			s.cutShort = true
 			break
 		}
-		got, more, err := s.round(ctx, c, limit-len(out), &wrapped, drained, skip)
+		got, more, err := s.round(ctx, c, limit-len(out), limit, &wrapped, drained, skip)
 		out = append(out, got...)
 		if err != nil {
 			s.taken(out)
@@ -223,10 +223,11 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 	return out, nil
 }
 
-// round walks one window from the cursor, shares limit rows among its
-// tenants, claims them and settles the tenants found short. more says
+// round walks one window from the cursor, shares limit rows (of the
+// claim's claimLimit) among its tenants, claims them and settles the
+// tenants found short. more says
 // another window may have rows for what is left.
-func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrapped *bool, drained map[string]bool,
+func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit, claimLimit int, wrapped *bool, drained map[string]bool,
 	skipSettling bool) (_ []store.Claimed, more bool, _ error) {
 	start := s.cursor
 	w, err := c.DueTenants(ctx, start, s.cfg.Walk)
@@ -270,7 +271,7 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrap
 	if err := s.countOthers(ctx, c, w.Due); err != nil {
 		return nil, false, err
 	}
-	shares, last := s.share(w.Due, limit, whole)
+	shares, last, ran := s.share(w.Due, limit, whole)
 	if !whole && !w.Complete {
 		// The next window starts after the last tenant this one reached.
 		s.cursor = w.CursorAt(last)
@@ -329,6 +330,23 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit int, wrap
 		}
 	}
 	s.settle.add(s.db, short)
+	if ran && !whole && len(shares) > 0 && (last > 0 || limit < claimLimit) {
+		// The round's rows ran out at the last tenant reached, and it took
+		// all it was given: it has more, and its turn was cut short (by the
+		// rows before it in this window, or by what earlier windows of the
+		// claim took). The next window starts at it, not past it; before,
+		// a tenant that fell at the end of a claim's rows was given what
+		// was left (a row, say) and then waited a whole cycle. Never when
+		// it was the first of a full round: the cursor always moves on by
+		// a tenant, so every due tenant is still reached.
+		if sh := shares[len(shares)-1]; got[sh.Tenant] == sh.Quota {
+			if last > 0 {
+				s.cursor = w.CursorAt(last - 1)
+			} else {
+				s.cursor = start
+			}
+		}
+	}
 	switch {
 	case len(out) >= limit:
 		return out, false, nil
@@ -370,8 +388,9 @@ func (s *Scheduler) prune(window []string) {
 // between rounds, from a rotating start, and what is left goes to the
 // tenants with room as spare. A window of a longer cycle is shared in walk
 // order, each tenant at least one row while rows are left: last is the
-// index of the last tenant reached, where the cursor goes on from.
-func (s *Scheduler) share(due []string, limit int, whole bool) (shares []store.Share, last int) {
+// index of the last tenant reached, where the cursor goes on from, and ran
+// says the round's rows ran out at it.
+func (s *Scheduler) share(due []string, limit int, whole bool) (shares []store.Share, last int, ran bool) {
 	s.mu.Lock()
 	room := make([]int, len(due))
 	for i, t := range due {
@@ -402,8 +421,12 @@ func (s *Scheduler) share(due []string, limit int, whole bool) (shares []store.S
 			q := min(room[i], left, max(1, limit*s.Limits(t).Weight/sumW))
 			left -= q
 			shares = append(shares, store.Share{Tenant: t, Quota: q})
+			if left == 0 {
+				last, ran = i, true
+				break
+			}
 		}
-		return shares, last
+		return shares, last, ran
 	}
 	// From a rotating start: the shares' order is the order their rows
 	// come back in, and so the order the executor starts them within the
@@ -437,7 +460,7 @@ func (s *Scheduler) share(due []string, limit int, whole bool) (shares []store.S
 	for _, backlogOnly := range []bool{true, false} {
 		left = s.spare(due, room, shares, left, backlogOnly)
 	}
-	return shares, len(due) - 1
+	return shares, len(due) - 1, false
 }
 
 // spare hands left rows to the due tenants with room, by weight (only

@@ -711,3 +711,34 @@ func TestASettlingTenantsNewRowIsClaimed(t *testing.T) {
 		t.Fatalf("the new row of a tenant awaiting its settle: claimed %d, %v", len(got), err)
 	}
 }
+
+// Past one window, a tenant at which the claim's rows ran out (it took
+// what it was given, and has more) starts the next claim's window: it is
+// not passed by for a whole cycle for the part it was not given. Here
+// (windows of 2, claims of 5) c is given the 1 row a and b left; before,
+// the cursor went past it and d took the whole second claim.
+func TestTheCursorStaysOnATenantCutShort(t *testing.T) {
+	db := pgtest.NewPool(t)
+	for i, tn := range []string{"a", "b", "c", "d"} {
+		seed(t, db, tn, 20, time.Duration(4-i)*time.Second)
+	}
+	sch, c := newScheduler(t, db, fair.Config{Walk: 2})
+	total := map[string]int{}
+	for k := range 2 {
+		got, err := sch.Claim(context.Background(), c, 5)
+		if err != nil || len(got) != 5 {
+			t.Fatalf("claim %d: %d rows, %v", k+1, len(got), err)
+		}
+		if k == 0 {
+			if n := count(got); n["a"] != 2 || n["b"] != 2 || n["c"] != 1 {
+				t.Fatalf("first claim %v: want a 2, b 2 and c 1 (cut short)", n)
+			}
+		}
+		for tn, n := range count(got) {
+			total[tn] += n
+		}
+	}
+	if total["c"] < 3 || total["d"] > 2 {
+		t.Fatalf("two claims %v: c, cut short at the end of the first, must start the second (c 3, d 2)", total)
+	}
+}
