@@ -60,6 +60,7 @@ lint: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./...
 	.tools/buf lint
+	go test -count=1 ./test/layout/
 
 FUZZTIME ?= 60s
 fuzz:

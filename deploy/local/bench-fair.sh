@@ -10,8 +10,12 @@
 #   later     today's, beside 1,000,000 PENDING rows due two hours on
 #   caps      today's, with 3 sweepers and --tenant-max-inflight 4000
 #   latency   today's, with gateway-sim's latency 5-30 ms
-# CASES picks some (default all); RUNS rounds of everything (default 1);
-# medians. The last line is the today case's, in its old format.
+# CASES picks some (default all); RUNS rounds of everything (default 1):
+# each round runs a case fair and unfair back to back, the order
+# alternating (fair first in odd rounds), so a round is a pair sharing the
+# machine's drift; the drain ratio printed is the median of the pairs'
+# ratios (fair/unfair), the other figures medians of the runs. The last
+# line is the today case's, in its old format.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 N=${N:-200000}
@@ -42,8 +46,11 @@ for r in $(seq 1 "$RUNS"); do
   echo "== round $r of $RUNS: make bench's spike with --unfair (what fair claims cost one tenant)"
   RUNS=1 N=$N SWEEPER_FLAGS="--unfair ${SWEEPER_FLAGS:-}" "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/baseunfair-$r"
   for c in $CASES; do
-    run "$c" fair "$r"
-    run "$c" unfair "$r"
+    if [ $((r % 2)) = 1 ]; then
+      run "$c" fair "$r"; run "$c" unfair "$r"
+    else
+      run "$c" unfair "$r"; run "$c" fair "$r"
+    fi
   done
 done
 med() { for f in "$tmp"/$1-*; do grep "^$2 " "$f" | field "$3"; done | median; }
@@ -59,7 +66,14 @@ for c in $CASES; do
   fw=$(med "$c-fair" fairrun weight2_share)
   ud=$(med "$c-unfair" fairrun big_drain_s)
   ul=$(med "$c-unfair" fairrun small_lateness_p99_s)
-  echo "fair case=$c executed_per_s=$fx small_lateness_p99_s=$fl big_drain_s=$fd unfair_big_drain_s=$ud drain_ratio=$(awk -v a="$fd" -v b="$ud" 'BEGIN {printf "%.2f", a/b}') tenant_first_max_s=$ff weight2_share=$fw unfair_small_lateness_p99_s=$ul"
+  # Each round's pair: its fair drain over its unfair drain.
+  ratios=$(for r in $(seq 1 "$RUNS"); do
+    a=$(grep "^fairrun " "$tmp/$c-fair-$r" | field big_drain_s)
+    b=$(grep "^fairrun " "$tmp/$c-unfair-$r" | field big_drain_s)
+    awk -v a="$a" -v b="$b" 'BEGIN {if (a != "" && b > 0) printf "%.3f\n", a/b}'
+  done)
+  echo "fair case=$c pair drain ratios (fair/unfair): $(echo $ratios)"
+  echo "fair case=$c executed_per_s=$fx small_lateness_p99_s=$fl big_drain_s=$fd unfair_big_drain_s=$ud drain_ratio=$(echo "$ratios" | median) pairs=$RUNS tenant_first_max_s=$ff weight2_share=$fw unfair_small_lateness_p99_s=$ul"
 done
 case " $CASES " in
   *" today "*)

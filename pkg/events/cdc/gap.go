@@ -27,6 +27,7 @@ type GapError struct {
 	LSN         pglogrepl.LSN
 }
 
+// Error says which slot broke off, since when, and how to resume.
 func (e *GapError) Error() string {
 	return fmt.Sprintf("replication slot %s: %s; cdc last confirmed %s at %s, and the changes after it would be lost: "+
 		"start cdc once with --resync to recreate the slot and emit snapshot events (op r) for the rows changed since then",
