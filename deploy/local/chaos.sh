@@ -2,7 +2,8 @@
 # `make chaos`: a private durable Postgres (with-pg.sh; the run restarts it
 # once through pg.sh), then bin/chaos drives the full topology under fire
 # and checks the invariants. SHORT=1 is the CI variant (2,000 payments over
-# 45 s). Extra flags for bin/chaos go in CHAOS_FLAGS; KEEP=1 keeps the logs
+# 45 s). RESYNC=1 adds a lost replication slot (cdc stopped, its slot
+# dropped, cdc back with --resync). Extra flags for bin/chaos go in CHAOS_FLAGS; KEEP=1 keeps the logs
 # (a failed run always keeps them, and prints each violation with the rows
 # involved).
 set -euo pipefail
@@ -12,7 +13,7 @@ set -euo pipefail
 # schedulers spun against each other (the spike ran ~8% slower).
 export GOMAXPROCS=${GOMAXPROCS:-1}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-export ROOT SHORT=${SHORT:-} KEEP=${KEEP:-} CHAOS_FLAGS=${CHAOS_FLAGS:-}
+export ROOT SHORT=${SHORT:-} KEEP=${KEEP:-} CHAOS_FLAGS=${CHAOS_FLAGS:-} RESYNC=${RESYNC:-}
 export PAYSCHED_PG_DURABLE=1
 # The audit log and the webhooks on a cluster of their own, as in the
 # local stack and production.
@@ -24,6 +25,7 @@ set -euo pipefail
 run=$(mktemp -d /tmp/paysched-chaos-XXXXXX)
 flags=()
 if [ "$SHORT" = 1 ]; then flags=(--payments 2000 --spread 45s --lead 10s --settle 2m); fi
+if [ "$RESYNC" = 1 ]; then flags+=(--resync); fi
 set +e
 "$ROOT/bin/chaos" --bin "$ROOT/bin" --dir "$run" --pg-script "$ROOT/deploy/local/pg.sh" \
   --pg-dir "$PAYSCHED_PG_DIR" --pg-port "$PAYSCHED_PG_PORT" --events-pg-port "$PAYSCHED_EVENTS_PG_PORT" "${flags[@]}" $CHAOS_FLAGS

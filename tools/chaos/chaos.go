@@ -48,6 +48,11 @@ type Config struct {
 	KillMin, KillMax time.Duration
 	// Settle bounds the wait, after the chaos, for every payment to end.
 	Settle time.Duration
+	// Resync adds a lost replication slot to the chaos: cdc is stopped,
+	// its slot dropped (a failover that did not carry it), and cdc comes
+	// back with --resync, emitting snapshot events for the rows changed
+	// since its last confirmed position.
+	Resync bool
 	Out    io.Writer
 }
 
@@ -112,6 +117,11 @@ type run struct {
 	// read back from Kafka (ce_id -> payment id).
 	hooks    []*receiver
 	notified map[string]string
+	// resynced: the run lost cdc's slot and resynced (Config.Resync): the
+	// changes in the gap reach Kafka as the rows' snapshots, not one by
+	// one, and the stream's checks take a snapshot event as the row's
+	// state at that point.
+	resynced bool
 }
 
 func (r *run) addr(off int) string { return fmt.Sprintf("127.0.0.1:%d", r.cfg.Base+off) }
@@ -504,6 +514,12 @@ func (r *run) disrupt(ctx context.Context, t0, end time.Time) {
 		{t0.Add(span * 2 / 5), r.restartPostgres},
 		{t0.Add(span * 3 / 5), r.restartKafka},
 	}
+	if r.cfg.Resync {
+		special = append(special, struct {
+			at time.Time
+			do func()
+		}{t0.Add(span * 7 / 10), r.resyncCDC})
+	}
 	var victims []*proc
 	for _, p := range r.procs {
 		if p.tier != "kafka" {
@@ -644,6 +660,43 @@ func (r *run) restartKafka() {
 	r.res.Kills++
 	r.mu.Unlock()
 	r.event("kafka restart (data kept)")
+}
+
+// resyncCDC loses cdc's replication slot, as a failover that did not
+// carry it would: cdc is stopped, the slot dropped, and cdc refuses to
+// stream from the new one unless started with --resync, which it now is
+// for the rest of the run (a no-op while the slot continues).
+func (r *run) resyncCDC() {
+	p := r.proc("cdc")
+	p.signal(syscall.SIGTERM, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The walsender of the stopped cdc may outlive it by a moment: an
+	// active slot cannot be dropped.
+	var err error
+	for ctx.Err() == nil {
+		var dropped int
+		err = r.db.QueryRow(ctx, `SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots
+			WHERE slot_name = 'paysched_cdc' AND NOT active`).Scan(&dropped)
+		if err == nil && dropped == 1 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		r.violation("resync: drop cdc's slot: %v", err)
+	}
+	p.mu.Lock()
+	p.args = append(p.args[:len(p.args):len(p.args)], "--resync")
+	p.mu.Unlock()
+	if err := p.start(); err != nil {
+		r.violation("restart cdc with --resync: %v", err)
+	}
+	r.mu.Lock()
+	r.res.Kills++
+	r.resynced = true
+	r.mu.Unlock()
+	r.event("cdc's slot lost: cdc stopped, its slot dropped, restarted with --resync")
 }
 
 // errStop ends a retry loop for good.

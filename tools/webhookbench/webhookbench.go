@@ -300,7 +300,13 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	acct, per := meter.Account(deliveries, "delivery")
 	dispatcher := per["webhook-dispatcher"]
 	for name, us := range per {
-		if strings.HasPrefix(name, apibench.PGPart+"webhook-dispatcher") {
+		// Its connections, named by application_name on the schedule's
+		// cluster; on the events' cluster the meter names backends by
+		// database, and the webhooks' database (bench-webhooks.sh's
+		// webhooks_hooks) serves the dispatcher alone once the endpoints
+		// are registered.
+		if strings.HasPrefix(name, apibench.PGPart+"webhook-dispatcher") ||
+			strings.HasPrefix(name, apibench.PGPart+"db ") && strings.HasSuffix(name, "_hooks") {
 			dispatcher += us
 		}
 	}

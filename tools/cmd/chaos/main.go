@@ -34,6 +34,7 @@ func main() {
 	fs.DurationVar(&cfg.KillMin, "kill-min", 3*time.Second, "shortest pause between kills")
 	fs.DurationVar(&cfg.KillMax, "kill-max", 10*time.Second, "longest pause between kills")
 	fs.DurationVar(&cfg.Settle, "settle", 3*time.Minute, "longest wait for every payment to end after the chaos")
+	fs.BoolVar(&cfg.Resync, "resync", false, "lose cdc's replication slot once (stop cdc, drop the slot) and bring cdc back with --resync")
 	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(2)

@@ -1,0 +1,11 @@
+-- The webhooks' database, version 2: a delivery no longer checks its
+-- endpoint by foreign key. The check locked the endpoint's row (FOR KEY
+-- SHARE) from every delivery inserted, so every recorder batch of every
+-- dispatcher took a lock on the same few rows: shared among concurrent
+-- transactions, that is a multixact per batch, and an endpoint's own
+-- updates (the failure clock) waited on them. Endpoints are never deleted
+-- (disabled instead: no role may DELETE them), and a delivery is only
+-- ever written for an endpoint read from the table, so the key guarded
+-- nothing the grants do not. A delivery's message keeps its key: it is
+-- one row per notification, locked by the statement that inserts it.
+ALTER TABLE webhook_deliveries DROP CONSTRAINT IF EXISTS webhook_deliveries_endpoint_id_fkey;
