@@ -76,6 +76,7 @@ type Dispatcher struct {
 		attempts *prometheus.CounterVec
 		lag      prometheus.Histogram
 		read     prometheus.Counter
+		recheck  prometheus.Counter
 		handOffs *prometheus.CounterVec
 	}
 	// offsets tracks what may commit, per partition.
@@ -83,6 +84,14 @@ type Dispatcher struct {
 	parts   map[int32]*partition
 	pending int
 	room    chan struct{}
+	// A partition assigned (at start, after a rebalance or the broker's
+	// restart) is read again from its committed offset, and a previous
+	// owner may have recorded records past it: fresh marks it until its
+	// first fetch, whose high watermark bounds what any previous owner
+	// can have read; records below recheck[p] are looked up (Recorded)
+	// before they are attempted, the ones above are new and are not.
+	fresh   map[int32]bool
+	recheck map[int32]int64
 }
 
 // partition is one partition's records read and not yet committed, in
@@ -114,12 +123,21 @@ func New(cfg Config, db store.DB, reg prometheus.Registerer, log *slog.Logger) (
 		kgo.FetchMaxBytes(8 << 20),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	}
+	x := &Dispatcher{topic: cfg.Topics.Notifications, log: log, parts: map[int32]*partition{},
+		maxPending: cfg.MaxPending, room: make(chan struct{}, 1), fresh: map[int32]bool{}, recheck: map[int32]int64{}}
+	// Called before the assigned partitions' fetches begin.
+	opts = append(opts, kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		for _, p := range assigned[x.topic] {
+			x.fresh[p] = true
+		}
+	}))
 	cl, err := kgo.NewClient(append(opts, cfg.KafkaOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	x := &Dispatcher{cl: cl, topic: cfg.Topics.Notifications, log: log, parts: map[int32]*partition{},
-		maxPending: cfg.MaxPending, room: make(chan struct{}, 1)}
+	x.cl = cl
 	if x.maxPending == 0 {
 		x.maxPending = 20000
 	}
@@ -130,6 +148,8 @@ func New(cfg Config, db store.DB, reg prometheus.Registerer, log *slog.Logger) (
 		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 3600}})
 	x.m.read = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_webhook_notifications_total",
 		Help: "Notifications read (redeliveries included)."})
+	x.m.recheck = prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_webhook_notifications_rechecked_total",
+		Help: "Notifications looked up before their attempts, read again after an assignment (a restart, a rebalance) below the offset a previous owner may have reached."})
 	disabled := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "paysched_webhook_endpoints_disabled",
 		Help: "Endpoints disabled (410 Gone, or failing for 5 days), as this dispatcher's cache holds them."}, func() float64 {
 		if x.deliverer.targets == nil {
@@ -147,7 +167,7 @@ func New(cfg Config, db store.DB, reg prometheus.Registerer, log *slog.Logger) (
 	})
 	recording := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "paysched_webhook_results_waiting",
 		Help: "Attempt results waiting to be recorded."}, func() float64 { return float64(len(x.deliverer.out)) })
-	reg.MustRegister(x.m.attempts, x.m.lag, x.m.read, x.m.handOffs, disabled, pending, recording)
+	reg.MustRegister(x.m.attempts, x.m.lag, x.m.read, x.m.recheck, x.m.handOffs, disabled, pending, recording)
 	x.deliverer = &Deliverer{DB: db, Client: cfg.Egress.Client(), Schedule: cfg.Schedule, Lease: cfg.Egress.Timeout + 15*time.Second,
 		Connect: cfg.Connect, Retention: cfg.Retention, Log: log, OnDisabled: x.announce,
 		OnHandOff: func(waited, held int) {
@@ -214,19 +234,35 @@ func (x *Dispatcher) read(ctx context.Context) {
 		})
 		recs := fs.Records()
 		x.m.read.Add(float64(len(recs)))
+		x.mu.Lock()
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if x.fresh[p.Partition] && p.Err == nil {
+				delete(x.fresh, p.Partition)
+				x.recheck[p.Partition] = p.HighWatermark
+			}
+		})
 		notes := make([]notification.Note, len(recs))
 		ids := make([]string, 0, len(recs))
 		for i, r := range recs {
 			n, ok := notification.Decode(r)
 			if ok && json.Valid(n.Data) {
 				notes[i] = n
-				ids = append(ids, n.ID)
+				// Below the high watermark its partition had when it was
+				// assigned, a record may have been read and recorded by a
+				// previous owner (or this process's previous life); past it,
+				// nobody can have: only the former are looked up. A
+				// partition whose first fetch failed is looked up whole.
+				if r.Offset < x.recheck[r.Partition] || x.fresh[r.Partition] {
+					ids = append(ids, n.ID)
+				}
 			}
 		}
+		x.mu.Unlock()
 		// What a restart, a rebalance or offsets lost (a broker's) make
 		// read again is recorded already: it is not sent again.
 		var known map[string]map[uuid.UUID]bool
 		if len(ids) > 0 {
+			x.m.recheck.Add(float64(len(ids)))
 			var err error
 			if known, err = x.deliverer.Recorded(ctx, ids); err != nil && ctx.Err() == nil {
 				x.log.Warn("webhooks: which notifications are recorded (attempting them all)", "err", err)
