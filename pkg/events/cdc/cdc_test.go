@@ -438,33 +438,53 @@ func TestSlotGapIsRefusedThenResynced(t *testing.T) {
 	if err := newConn(false).Setup(ctx); !errors.Is(err, cdc.ErrGap) {
 		t.Fatalf("recreated slot: %v, want a gap", err)
 	}
-	// --resync: the lost payment comes as a snapshot event.
-	if err := newConn(true).Setup(ctx); err != nil {
+	// --resync: the lost payment comes as a snapshot event, as it was at
+	// the new slot's position; a change made after the slot was made and
+	// before the resync read the rows (the hook) comes once, in the stream
+	// after it. Read at a later snapshot, the row came as already
+	// cancelled, and its cancel came again after it.
+	rc := newConn(true)
+	cdc.SetBeforeResync(rc, func(ctx context.Context) {
+		if _, err := db.Exec(ctx, `UPDATE payments SET status = 'CANCELLED', updated_at = now() WHERE id = $1`, lost.ID); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := rc.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := newConn(false).Setup(ctx); err != nil {
-		t.Fatalf("after the resync the slot agrees with cdc_state: %v", err)
-	}
+	rctx, stop = context.WithCancel(ctx)
+	go func() { done <- rc.Run(rctx) }()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Payments),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	found := false
+	var seen []envelope.Full
 	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer dcancel()
-	kafkatest.Drain(dctx, cl, func() bool { return found }, func(r *kgo.Record) {
+	kafkatest.Drain(dctx, cl, func() bool { return len(seen) >= 2 }, func(r *kgo.Record) {
 		f, err := envelope.DecodeFull(r.Value)
-		if err == nil && f.Op == "r" && f.After["id"] == lost.ID.String() {
-			if !bytes.Contains(r.Value, []byte(`"snapshot":"true"`)) {
-				t.Errorf("snapshot event without snapshot=true: %s", r.Value)
-			}
-			found = true
+		if err != nil || f.After["id"] != lost.ID.String() {
+			return
 		}
+		if f.Op == "r" && !bytes.Contains(r.Value, []byte(`"snapshot":"true"`)) {
+			t.Errorf("snapshot event without snapshot=true: %s", r.Value)
+		}
+		seen = append(seen, f)
 	})
-	if !found {
-		t.Fatal("the payment created in the gap never came as a snapshot event")
+	stop()
+	<-done
+	if len(seen) != 2 || seen[0].Op != "r" || seen[0].After["status"] != "PENDING" || seen[1].Op != "u" ||
+		seen[1].After["status"] != "CANCELLED" || seen[1].Source.LSN <= seen[0].Source.LSN {
+		var got []string
+		for _, f := range seen {
+			got = append(got, fmt.Sprintf("%s %v @%d", f.Op, f.After["status"], f.Source.LSN))
+		}
+		t.Fatalf("the payment made in the gap: %v, want its snapshot (r PENDING) then its cancel (u CANCELLED) after it", got)
+	}
+	if err := newConn(false).Setup(ctx); err != nil {
+		t.Fatalf("after the resync the slot agrees with cdc_state: %v", err)
 	}
 }
 

@@ -104,6 +104,9 @@ type Connector struct {
 	before, after []envelope.Datum
 	// ann derives announced attempts' events (nil: PublishAttempts).
 	ann *announcer
+	// beforeResync runs between a resync's slot and its read (tests: a
+	// change there must reach consumers once, in the stream).
+	beforeResync func(context.Context)
 	m   struct {
 		events  prometheus.Counter
 		slotLag prometheus.Gauge
@@ -244,12 +247,19 @@ func (c *Connector) Setup(ctx context.Context) error {
 		}
 		return nil
 	}
-	at, err := c.createSlot(ctx, failover)
+	// A resync reads the rows at the slot's own snapshot: every change
+	// before its consistent point is in the snapshot events, every change
+	// after it in the stream, none in both and none in neither.
+	at, snapshot, release, err := c.createSlot(ctx, failover, gap != nil)
 	if err != nil {
 		return err
 	}
 	if gap != nil {
-		n, err := c.resync(ctx, rec.at, at, rec.lsn)
+		if c.beforeResync != nil {
+			c.beforeResync(ctx)
+		}
+		n, err := c.resync(ctx, rec.at, at, rec.lsn, snapshot)
+		release()
 		if err != nil {
 			return err
 		}

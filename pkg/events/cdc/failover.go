@@ -27,9 +27,16 @@ var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // option list and FAILOVER where the server has failover slots, else the
 // older form every supported server accepts. Neither exports a snapshot:
 // cdc streams from the slot's start and reads no snapshot.
-func createSlotSQL(slot string, failover bool) string {
+func createSlotSQL(slot string, failover, export bool) string {
 	if failover {
-		return "CREATE_REPLICATION_SLOT " + slot + " LOGICAL pgoutput (SNAPSHOT 'nothing', FAILOVER true)"
+		snap := "nothing"
+		if export {
+			snap = "export"
+		}
+		return "CREATE_REPLICATION_SLOT " + slot + " LOGICAL pgoutput (SNAPSHOT '" + snap + "', FAILOVER true)"
+	}
+	if export {
+		return "CREATE_REPLICATION_SLOT " + slot + " LOGICAL pgoutput EXPORT_SNAPSHOT"
 	}
 	return "CREATE_REPLICATION_SLOT " + slot + " LOGICAL pgoutput NOEXPORT_SNAPSHOT"
 }
@@ -58,23 +65,34 @@ func (c *Connector) failoverSlots(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// createSlot makes the slot and returns its consistent point.
-func (c *Connector) createSlot(ctx context.Context, failover bool) (pglogrepl.LSN, error) {
+// createSlot makes the slot and returns its consistent point. With export,
+// it also returns the snapshot the slot was made at (the database as of
+// that point, every later change in the slot) and release, which ends it:
+// it is valid while the replication connection stays idle, so release is
+// called once the snapshot has been read. Without export, release is a
+// no-op and the snapshot "".
+func (c *Connector) createSlot(ctx context.Context, failover, export bool) (at pglogrepl.LSN, snapshot string, release func(), err error) {
 	conn, err := c.replConn(ctx)
 	if err != nil {
-		return 0, err
+		return 0, "", nil, err
 	}
-	defer conn.Close(ctx)
-	made, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, createSlotSQL(c.cfg.Slot, failover)))
+	release = func() { _ = conn.Close(context.WithoutCancel(ctx)) }
+	made, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, createSlotSQL(c.cfg.Slot, failover, export)))
 	if err != nil {
-		return 0, fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
+		release()
+		return 0, "", nil, fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
 	}
-	at, err := pglogrepl.ParseLSN(made.ConsistentPoint)
+	at, err = pglogrepl.ParseLSN(made.ConsistentPoint)
 	if err != nil {
-		return 0, fmt.Errorf("create slot %s: consistent point %q: %w", c.cfg.Slot, made.ConsistentPoint, err)
+		release()
+		return 0, "", nil, fmt.Errorf("create slot %s: consistent point %q: %w", c.cfg.Slot, made.ConsistentPoint, err)
 	}
 	c.log.Info("created replication slot", "slot", c.cfg.Slot, "lsn", made.ConsistentPoint, "failover", failover)
-	return at, nil
+	if !export {
+		release()
+		return at, "", func() {}, nil
+	}
+	return at, made.SnapshotName, release, nil
 }
 
 // ensureFailover turns failover on for an existing slot that lacks it.

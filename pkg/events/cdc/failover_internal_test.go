@@ -8,14 +8,17 @@ import "testing"
 // could break out of a replication command is refused.
 func TestSlotCommands(t *testing.T) {
 	for _, tc := range []struct {
-		failover bool
-		want     string
+		failover, export bool
+		want             string
 	}{
-		{true, "CREATE_REPLICATION_SLOT paysched_cdc LOGICAL pgoutput (SNAPSHOT 'nothing', FAILOVER true)"},
-		{false, "CREATE_REPLICATION_SLOT paysched_cdc LOGICAL pgoutput NOEXPORT_SNAPSHOT"},
+		{true, false, "CREATE_REPLICATION_SLOT paysched_cdc LOGICAL pgoutput (SNAPSHOT 'nothing', FAILOVER true)"},
+		{false, false, "CREATE_REPLICATION_SLOT paysched_cdc LOGICAL pgoutput NOEXPORT_SNAPSHOT"},
+		// A resync reads the rows at the slot's exported snapshot.
+		{true, true, "CREATE_REPLICATION_SLOT paysched_cdc LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)"},
+		{false, true, "CREATE_REPLICATION_SLOT paysched_cdc LOGICAL pgoutput EXPORT_SNAPSHOT"},
 	} {
-		if got := createSlotSQL("paysched_cdc", tc.failover); got != tc.want {
-			t.Errorf("failover=%v: %q, want %q", tc.failover, got, tc.want)
+		if got := createSlotSQL("paysched_cdc", tc.failover, tc.export); got != tc.want {
+			t.Errorf("failover=%v export=%v: %q, want %q", tc.failover, tc.export, got, tc.want)
 		}
 	}
 	if got, want := alterSlotFailoverSQL("paysched_cdc"), "ALTER_REPLICATION_SLOT paysched_cdc (FAILOVER true)"; got != want {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -118,17 +119,29 @@ var resyncTables = []struct{ table, changed string }{
 }
 
 // resync emits a snapshot event (op r, source.snapshot "true") for every
-// row changed since the last confirmed time (less resyncMargin), at the new
-// slot's position lsn, and waits until Kafka has them all: consumers close
+// row changed since the last confirmed time (less resyncMargin), as of the
+// new slot's snapshot (exported when it was made: the rows as they were at
+// its position lsn), and waits until Kafka has them all: consumers close
 // the gap from them (the audit log records them; notifications follow the
-// rows' current status).
-func (c *Connector) resync(ctx context.Context, since time.Time, lsn, last pglogrepl.LSN) (int, error) {
+// rows' status). Read at a later snapshot, a row changed after lsn came
+// twice, in its snapshot and again in the stream after it, out of order.
+func (c *Connector) resync(ctx context.Context, since time.Time, lsn, last pglogrepl.LSN, snapshot string) (int, error) {
 	from := since.Add(-resyncMargin)
+	tx, err := c.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return 0, fmt.Errorf("resync: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if snapshot != "" {
+		if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+strings.ReplaceAll(snapshot, "'", "''")+`'`); err != nil {
+			return 0, fmt.Errorf("resync: the slot's snapshot %s: %w", snapshot, err)
+		}
+	}
 	n := 0
 	for _, t := range resyncTables {
 		// Simple protocol: every value comes back as text, the form
 		// pgoutput sends and the encoder reads.
-		rows, err := c.db.Query(ctx, `SELECT * FROM `+quoteIdent(t.table)+` WHERE `+t.changed+` >= $1`, pgx.QueryExecModeSimpleProtocol, from)
+		rows, err := tx.Query(ctx, `SELECT * FROM `+quoteIdent(t.table)+` WHERE `+t.changed+` >= $1`, pgx.QueryExecModeSimpleProtocol, from)
 		if err != nil {
 			return n, fmt.Errorf("resync %s: %w", t.table, err)
 		}
