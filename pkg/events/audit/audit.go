@@ -620,7 +620,8 @@ func noteRecord(e *envelope.Event) *kgo.Record {
 	}
 	id := paymentID(e)
 	return notification.Note{ID: ceID, Type: typ, Source: notification.SourcePayments, Time: time.UnixMilli(e.Source.TsMs),
-		Subject: id, Tenant: tenant, Key: []byte(id), Data: noteData(after, id, status)}.Record(kafka.Default.Notifications)
+		Subject: id, Tenant: tenant, Key: []byte(id), Data: noteData(after, id, status),
+		Replay: e.Op == "r"}.Record(kafka.Default.Notifications)
 }
 
 // sameString: raw is a JSON string equal to s.

@@ -107,7 +107,7 @@ type Connector struct {
 	// beforeResync runs between a resync's slot and its read (tests: a
 	// change there must reach consumers once, in the stream).
 	beforeResync func(context.Context)
-	m   struct {
+	m            struct {
 		events  prometheus.Counter
 		slotLag prometheus.Gauge
 		lag     prometheus.Histogram

@@ -28,7 +28,11 @@ const (
 	HeaderSubject     = "ce_subject"
 	// HeaderTenant is the tenant the event belongs to (an extension
 	// attribute): whose webhook endpoints receive it.
-	HeaderTenant      = "ce_tenant"
+	HeaderTenant = "ce_tenant"
+	// HeaderReplay marks a notification published again from a snapshot
+	// (cdc --resync), "true": its receivers may have it already (an
+	// extension attribute; absent on the first publication).
+	HeaderReplay      = "ce_replay"
 	HeaderContentType = "content-type"
 )
 
@@ -59,6 +63,10 @@ type Note struct {
 	Key []byte
 	// Data is the event's JSON data.
 	Data []byte
+	// Replay says the notification is published again from a snapshot
+	// (HeaderReplay): the webhook-dispatcher asks whether it delivered it
+	// before it attempts it.
+	Replay bool
 }
 
 // Record is n as a record of topic.
@@ -73,6 +81,9 @@ func (n Note) Record(topic string) *kgo.Record {
 	}
 	if n.Tenant != "" {
 		h = append(h, kgo.RecordHeader{Key: HeaderTenant, Value: []byte(n.Tenant)})
+	}
+	if n.Replay {
+		h = append(h, kgo.RecordHeader{Key: HeaderReplay, Value: []byte("true")})
 	}
 	h = append(h, kgo.RecordHeader{Key: HeaderContentType, Value: []byte("application/json")})
 	return &kgo.Record{Topic: topic, Key: n.Key, Value: n.Data, Headers: h}
@@ -98,6 +109,8 @@ func Decode(r *kgo.Record) (Note, bool) {
 			n.Subject = string(h.Value)
 		case HeaderTenant:
 			n.Tenant = string(h.Value)
+		case HeaderReplay:
+			n.Replay = string(h.Value) == "true"
 		}
 	}
 	if n.ID == "" || n.Type == "" {

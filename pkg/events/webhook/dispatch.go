@@ -250,9 +250,11 @@ func (x *Dispatcher) read(ctx context.Context) {
 				// Below the high watermark its partition had when it was
 				// assigned, a record may have been read and recorded by a
 				// previous owner (or this process's previous life); past it,
-				// nobody can have: only the former are looked up. A
-				// partition whose first fetch failed is looked up whole.
-				if r.Offset < x.recheck[r.Partition] || x.fresh[r.Partition] {
+				// nobody can have, unless the notification itself is
+				// published again (a resync's snapshot): only those are
+				// looked up. A partition whose first fetch failed is looked
+				// up whole.
+				if r.Offset < x.recheck[r.Partition] || x.fresh[r.Partition] || n.Replay {
 					ids = append(ids, n.ID)
 				}
 			}
