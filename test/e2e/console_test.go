@@ -414,11 +414,12 @@ func TestConsoleHoldsInABrowser(t *testing.T) {
 		chromedp.WaitVisible(`button[name="decision"][value="approve"]`), chromedp.Click(`button[name="decision"][value="approve"]`)); err != nil {
 		t.Fatalf("bob approves: %v", err)
 	}
-	// The click's page load may not have come yet: read the page again
-	// until the approval shows, or a deadline.
+	// The click's form post may not have landed yet: read the page again,
+	// in alice's tab, until the approval shows, or a deadline. Never in
+	// bob's: a navigation there could cancel the post of his click
+	// before it was sent (under load, the approval then never came).
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-		// A navigation may abort while the click's own load lands: try again.
-		got, err = text(bob, "#weight", chromedp.Navigate(base+"/console/tenants/erin"), chromedp.WaitVisible("#tenant"))
+		got, err = text(alice, "#weight", chromedp.Navigate(base+"/console/tenants/erin"), chromedp.WaitVisible("#tenant"))
 		if err == nil && strings.HasPrefix(got, "3 ") {
 			break
 		}
