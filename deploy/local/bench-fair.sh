@@ -41,10 +41,12 @@ run() {
     SWEEPER_FLAGS="$sw ${SWEEPER_FLAGS:-}" "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/$c-$mode-$r"
 }
 for r in $(seq 1 "$RUNS"); do
+  if [ "${BASELINE:-1}" = 1 ]; then # BASELINE=0: the cases only
   echo "== round $r of $RUNS: make bench's spike (one tenant, $N)"
   RUNS=1 N=$N "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/base-$r"
   echo "== round $r of $RUNS: make bench's spike with --unfair (what fair claims cost one tenant)"
   RUNS=1 N=$N SWEEPER_FLAGS="--unfair ${SWEEPER_FLAGS:-}" "$ROOT/deploy/local/bench-engine.sh" | tee "$tmp/baseunfair-$r"
+  fi
   for c in $CASES; do
     if [ $((r % 2)) = 1 ]; then
       run "$c" fair "$r"; run "$c" unfair "$r"
