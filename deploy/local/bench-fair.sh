@@ -56,10 +56,12 @@ for r in $(seq 1 "$RUNS"); do
   done
 done
 med() { for f in "$tmp"/$1-*; do grep "^$2 " "$f" | field "$3"; done | median; }
-base=$(med base bench executed_per_s)
-baseu=$(med baseunfair bench executed_per_s)
-echo "baseline (make bench) executed_per_s=$base"
-echo "make bench --unfair executed_per_s=$baseu (one tenant: fair/unfair=$(awk -v a="$base" -v b="$baseu" 'BEGIN {printf "%.1f%%", 100*a/b}'))"
+if [ "${BASELINE:-1}" = 1 ]; then
+  base=$(med base bench executed_per_s)
+  baseu=$(med baseunfair bench executed_per_s)
+  echo "baseline (make bench) executed_per_s=$base"
+  echo "make bench --unfair executed_per_s=$baseu (one tenant: fair/unfair=$(awk -v a="$base" -v b="$baseu" 'BEGIN {printf "%.1f%%", 100*a/b}'))"
+fi
 for c in $CASES; do
   fx=$(med "$c-fair" fairrun executed_per_s)
   fl=$(med "$c-fair" fairrun small_lateness_p99_s)
