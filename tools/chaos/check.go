@@ -329,6 +329,18 @@ func (r *run) checkStream(ctx context.Context) {
 	resynced := r.resynced
 	r.mu.Unlock()
 	lost, snapshots := 0, 0
+	var broken []string // a few of the chains found broken, for the post-mortem
+	brokenAt := func(k string, byLSN map[int64]envelope.Full, lsns []int64, why string) {
+		if len(broken) >= 5 {
+			return
+		}
+		var chain []string
+		for _, l := range lsns {
+			e := byLSN[l]
+			chain = append(chain, fmt.Sprintf("%s@%d %v/%v prev %v", e.Op, l, e.After["status"], e.After["attempt"], e.After["prev_status"]))
+		}
+		broken = append(broken, fmt.Sprintf("%s (%s): %s", k, why, strings.Join(chain, ", ")))
+	}
 	// payment|type -> the distinct transitions (a redelivery, or a resync's
 	// snapshot of a move already captured, is the same transition: the same
 	// attempt and time, which the notification's id is made of).
@@ -352,6 +364,7 @@ func (r *run) checkStream(ctx context.Context) {
 			snapshots++ // made in the gap: its snapshot is its first event
 		default:
 			lost++ // its creation never arrived
+			brokenAt(k.topic+"|"+k.key, byLSN, lsns, "no creation")
 		}
 		for i := 1; i < len(lsns); i++ {
 			prev, cur := byLSN[lsns[i-1]], byLSN[lsns[i]]
@@ -363,11 +376,13 @@ func (r *run) checkStream(ctx context.Context) {
 				snapshots++
 			case !follows(prev, cur):
 				lost++ // a change between them is missing
+				brokenAt(k.topic+"|"+k.key, byLSN, lsns, fmt.Sprintf("gap before %d", lsns[i]))
 			}
 		}
 		last := byLSN[lsns[len(lsns)-1]]
 		if want, ok := now[k.topic+"|"+k.key]; !ok || !sameRow(last.After, want) {
 			lost++ // the row changed after its last event
+			brokenAt(k.topic+"|"+k.key, byLSN, lsns, fmt.Sprintf("now %v", want))
 		}
 		delete(now, k.topic+"|"+k.key)
 		if k.topic == kafka.Default.Payments {
@@ -395,7 +410,7 @@ func (r *run) checkStream(ctx context.Context) {
 	lost += len(now) // rows with no event at all
 	r.res.LostEvents = lost
 	if lost > 0 {
-		r.violation("%d row changes missing from Kafka (%d rows never seen)", lost, len(now))
+		r.violation("%d row changes missing from Kafka (%d rows never seen); e.g. %s", lost, len(now), strings.Join(broken, "; "))
 	}
 	wrong := 0
 	for k, n := range transitions {
