@@ -11,7 +11,6 @@ import (
 	"flag"
 	"log/slog"
 
-	"github.com/paysched/paysched/pkg/api/adminserver"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/server"
@@ -19,6 +18,7 @@ import (
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/svc"
+	"github.com/paysched/paysched/services/admin-api/adminserver"
 )
 
 func main() {

@@ -16,11 +16,11 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
-	"github.com/paysched/paysched/pkg/api/adminserver"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/rest"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/services/admin-api/adminserver"
 	"github.com/paysched/paysched/tools/gatewaysim"
 )
 

@@ -1,7 +1,7 @@
 // Package server assembles payments-api (the payers' PaymentsService over
 // gRPC and REST) with its Postgres pool, gRPC server and REST gateway, and
 // runs it until the context ends; and it holds the plumbing admin-api
-// (pkg/api/adminserver) shares: listeners, the pool and token verifier,
+// (services/admin-api/adminserver) shares: listeners, the pool and token verifier,
 // the readiness check, the UTF-8 codec. Nothing of the admin side is
 // imported here: payments-api holds no gateway access and no admin power,
 // and its binary does not even carry the code.

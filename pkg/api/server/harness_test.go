@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/paysched/paysched/pkg/api/adminserver"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/services/admin-api/adminserver"
 	"github.com/paysched/paysched/test/pgtest"
 )
 
@@ -59,7 +59,7 @@ func start(t testing.TB, opts ...func(*server.Config)) *env {
 	})
 }
 
-// startAdmin runs an admin-api (pkg/api/adminserver) in-process on free
+// startAdmin runs an admin-api (services/admin-api/adminserver) in-process on free
 // ports over a fresh database; opts adjust the test configuration.
 func startAdmin(t testing.TB, opts ...func(*adminserver.Config)) *env {
 	t.Helper()

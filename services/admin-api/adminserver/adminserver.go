@@ -3,7 +3,9 @@
 // reconciliation runs, and the operator console. It lives apart from
 // pkg/api/server (payments-api's) so that the internet-facing binary links
 // none of it: no gateway client, console, admin service or reconciler
-// (test/layout's TestPaymentsAPILinksNoAdminSide).
+// (test/layout's TestPaymentsAPILinksNoAdminSide); and beside admin-api's
+// main, above the console it imports, so that pkg/api stays plumbing that
+// links no console.
 package adminserver
 
 import (

@@ -22,7 +22,6 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
-	"github.com/paysched/paysched/pkg/api/adminserver"
 	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
@@ -30,6 +29,7 @@ import (
 	"github.com/paysched/paysched/pkg/console"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/services/admin-api/adminserver"
 	"github.com/paysched/paysched/test/pgtest"
 )
 

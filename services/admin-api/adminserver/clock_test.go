@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
-	"github.com/paysched/paysched/pkg/api/adminserver"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/gateway/dial"
+	"github.com/paysched/paysched/services/admin-api/adminserver"
 	"github.com/paysched/paysched/test/pgtest"
 )
 
