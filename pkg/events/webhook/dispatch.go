@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -234,13 +235,22 @@ func (x *Dispatcher) read(ctx context.Context) {
 		})
 		recs := fs.Records()
 		x.m.read.Add(float64(len(recs)))
+		// Each fetched partition's look-up bound, read under the lock once
+		// per poll; the records are decoded outside it (done() takes it
+		// from every delivery).
+		below := map[int32]int64{}
 		x.mu.Lock()
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if x.fresh[p.Partition] && p.Err == nil {
 				delete(x.fresh, p.Partition)
 				x.recheck[p.Partition] = p.HighWatermark
 			}
+			below[p.Partition] = x.recheck[p.Partition]
+			if x.fresh[p.Partition] {
+				below[p.Partition] = math.MaxInt64
+			}
 		})
+		x.mu.Unlock()
 		notes := make([]notification.Note, len(recs))
 		ids := make([]string, 0, len(recs))
 		for i, r := range recs {
@@ -254,12 +264,11 @@ func (x *Dispatcher) read(ctx context.Context) {
 				// published again (a resync's snapshot): only those are
 				// looked up. A partition whose first fetch failed is looked
 				// up whole.
-				if r.Offset < x.recheck[r.Partition] || x.fresh[r.Partition] || n.Replay {
+				if r.Offset < below[r.Partition] || n.Replay {
 					ids = append(ids, n.ID)
 				}
 			}
 		}
-		x.mu.Unlock()
 		// What a restart, a rebalance or offsets lost (a broker's) make
 		// read again is recorded already: it is not sent again.
 		var known map[string]map[uuid.UUID]bool
