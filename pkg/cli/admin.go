@@ -145,6 +145,11 @@ func moveCmd(g *globals, use, short, noteHelp string,
 			if err != nil {
 				return RPCError(err)
 			}
+			if r, ok := resp.(interface {
+				GetRequest() *payschedv1.OperatorRequest
+			}); ok && r.GetRequest() != nil {
+				return g.printRequest(r.GetRequest())
+			}
 			return g.printPayments(resp, p)
 		},
 	}

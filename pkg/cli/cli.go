@@ -88,7 +88,7 @@ func New() *cobra.Command {
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "per-call timeout")
 	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), eventsCmd(g),
-		deadLettersCmd(g), redriveCmd(g), resolveCmd(g), abandonCmd(g), holdCmd(g), releaseCmd(g), rescheduleCmd(g), runNowCmd(g), reconcileCmd(g), runsCmd(g), tenantsCmd(g), webhooksCmd(g))
+		deadLettersCmd(g), redriveCmd(g), resolveCmd(g), abandonCmd(g), holdCmd(g), releaseCmd(g), rescheduleCmd(g), runNowCmd(g), reconcileCmd(g), runsCmd(g), tenantsCmd(g), webhooksCmd(g), requestsCmd(g))
 	return root
 }
 

@@ -55,10 +55,11 @@ func tenantsCmd(g *globals) *cobra.Command {
 	}
 	list.Flags().Int32Var(&size, "page-size", 500, "page size")
 	var weight, maxInflight int32
+	var note string
 	var maxRate float64
 	set := &cobra.Command{
 		Use:   "set TENANT",
-		Short: "Set a tenant's weight and caps (0: the sweepers' default)",
+		Short: "Ask to set a tenant's weight and caps (0: the sweepers' default): a second admin approves it (payctl requests approve)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.dialAs(true, g.timeout)
@@ -67,13 +68,15 @@ func tenantsCmd(g *globals) *cobra.Command {
 			}
 			defer c.close()
 			resp, err := c.admin.SetTenantLimits(c.ctx, &payschedv1.SetTenantLimitsRequest{Tenant: args[0],
-				Limits: &payschedv1.TenantLimits{Weight: weight, MaxInflight: maxInflight, MaxRate: maxRate}})
+				Limits: &payschedv1.TenantLimits{Weight: weight, MaxInflight: maxInflight, MaxRate: maxRate}, Note: note})
 			if err != nil {
 				return RPCError(err)
 			}
-			return printJSON(g.out, resp.GetTenant())
+			// A limit change always waits for a second admin.
+			return g.printRequest(resp.GetRequest())
 		},
 	}
+	set.Flags().StringVar(&note, "note", "", "why, for the approver and the record")
 	set.Flags().Int32Var(&weight, "weight", 1, "share of each claim round relative to other tenants' (1..1000)")
 	set.Flags().Int32Var(&maxInflight, "max-inflight", 0, "payments in flight for it across sweepers (0: the sweepers' --tenant-max-inflight)")
 	set.Flags().Float64Var(&maxRate, "max-rate", 0, "claims per second across sweepers (0: the sweepers' --tenant-max-rate)")

@@ -21,10 +21,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/paysched/paysched/pkg/api/approval"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -41,19 +41,7 @@ const Prefix = "/console"
 // answers apierr.ReasonChangedSinceRequest: the approver approved that
 // dead letter, not what it became since.
 type Actions interface {
-	Redrive(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
-	Resolve(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
-	Cancel(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
-	// Hold, Release and CancelOpen act on a PENDING (Hold, CancelOpen from
-	// PENDING) or HELD (Release, CancelOpen from HELD) payment, only while
-	// it is still so at attempt; otherwise they answer CHANGED_SINCE_REQUEST.
-	Hold(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
-	Release(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
-	CancelOpen(ctx context.Context, operator string, id uuid.UUID, from payment.Status, attempt int32, note string) error
-	// Reschedule and RunNow change when a PENDING payment runs (never
-	// before its due time), only while it is still PENDING at attempt.
-	Reschedule(ctx context.Context, operator string, id uuid.UUID, attempt int32, runAt time.Time, note string) error
-	RunNow(ctx context.Context, operator string, id uuid.UUID, attempt int32, note string) error
+	approval.Actor
 	// Reconcile starts a reconciliation run of day; it shows in
 	// reconciliation_runs while it runs.
 	Reconcile(ctx context.Context, operator string, day time.Time) error
@@ -70,20 +58,12 @@ type Config struct {
 	SessionTTL time.Duration
 	// OIDC, if set, is the production login.
 	OIDC *OIDCConfig
-	// ApprovalAmount (minor units of the payment's currency): a single
-	// action on a payment of at least this amount, or one taking the
-	// operator's running total in that currency over ApprovalWindow to it,
-	// waits for a second operator (default 100000). ApprovalAmounts
-	// overrides it per currency: amounts are only ever compared within
-	// one currency.
-	ApprovalAmount  int64
-	ApprovalAmounts map[string]int64
-	// ApprovalWindow (default 1 h) and ApprovalCount (default 10): an
-	// operator's single actions that ran without approval in the window
-	// are counted, and past the count the next one waits for a second
-	// operator, as does one past the running total in its currency.
-	ApprovalWindow time.Duration
-	ApprovalCount  int
+	// Requests are the operators' requests the console makes and shows
+	// (admin-api's, whose runner applies them). Nil: its own, under
+	// Policy.
+	Requests *approval.Requests
+	// Policy is the four-eyes policy of its own requests (zero: strict).
+	Policy approval.Policy
 	// Admit, if set, is the limiter the REST API's calls go through (per
 	// operator identity): every action the console takes (a POST) goes
 	// through it too, refused 429 past the rate, as the API refuses.
@@ -105,15 +85,6 @@ func (c *Config) Validate() error {
 		return errors.New("console: production needs an OIDC login (--console-oidc-issuer ...) or no console (--console=false)")
 	case c.SessionTTL < 0 || c.SessionTTL > 24*time.Hour:
 		return fmt.Errorf("console: session TTL must be between 0 and 24h, got %s", c.SessionTTL)
-	case c.ApprovalAmount < 0:
-		return fmt.Errorf("console: approval amount must not be negative, got %d", c.ApprovalAmount)
-	case c.ApprovalWindow < 0 || c.ApprovalCount < 0:
-		return fmt.Errorf("console: approval window and count must not be negative, got %s and %d", c.ApprovalWindow, c.ApprovalCount)
-	}
-	for cur, a := range c.ApprovalAmounts {
-		if !payment.Known(cur) || a < 0 {
-			return fmt.Errorf("console: approval amount %s=%d: want an ISO 4217 code and a non-negative amount", cur, a)
-		}
 	}
 	if c.OIDC != nil {
 		if err := c.OIDC.validate(); err != nil {
@@ -128,11 +99,13 @@ type Console struct {
 	cfg     Config
 	db      *pgxpool.Pool
 	actions Actions
-	log     *slog.Logger
-	tmpl    map[string]*template.Template
-	cache   *cache
-	oidc    *oidcLogin
-	mux     *http.ServeMux
+	// requests are the operators' requests (package approval).
+	requests *approval.Requests
+	log      *slog.Logger
+	tmpl     map[string]*template.Template
+	cache    *cache
+	oidc     *oidcLogin
+	mux      *http.ServeMux
 	// now is the clock (tests move it).
 	now func() time.Time
 }
@@ -142,23 +115,22 @@ func New(ctx context.Context, cfg Config, db *pgxpool.Pool, actions Actions, log
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = 8 * time.Hour
 	}
-	if cfg.ApprovalAmount == 0 {
-		cfg.ApprovalAmount = 100000
-	}
-	if cfg.ApprovalWindow == 0 {
-		cfg.ApprovalWindow = time.Hour
-	}
-	if cfg.ApprovalCount == 0 {
-		cfg.ApprovalCount = 10
-	}
 	if cfg.Process == "" {
 		cfg.Process = "admin-api"
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, db: db, actions: actions, log: log, now: time.Now}
+	c := &Console{cfg: cfg, db: db, actions: actions, log: log, now: time.Now, requests: cfg.Requests}
 	var err error
+	if c.requests == nil {
+		if cfg.Policy.Window == 0 {
+			cfg.Policy = approval.Strict()
+		}
+		if c.requests, err = approval.New(db, cfg.Policy, log); err != nil {
+			return nil, err
+		}
+	}
 	if c.tmpl, err = parseTemplates(); err != nil {
 		return nil, err
 	}
@@ -189,11 +161,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mux.ServeHTTP(w, r)
 }
 
-// Run keeps the caches fresh and runs approved bulk requests until ctx
-// ends.
+// Run keeps the caches fresh until ctx ends (admin-api's runner applies
+// the requests).
 func (c *Console) Run(ctx context.Context) error {
-	go c.cache.run(ctx)
-	c.runRequests(ctx)
+	c.cache.run(ctx)
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/pgtest"
@@ -291,7 +292,7 @@ func TestCSRFRefusal(t *testing.T) {
 // can the database be told otherwise); a second admin can, and then it
 // runs with both names in every audit note.
 func TestFourEyes(t *testing.T) {
-	h := newHarness(t, Config{ApprovalAmount: 10000})
+	h := newHarness(t, Config{Policy: relaxed(10000)})
 	ids := h.schedule(3, time.Now().Add(-time.Minute), 500)
 	h.deadLetter(ids)
 	ada, bea := h.as("ada", Admin), h.as("bea", Admin)
@@ -306,7 +307,7 @@ func TestFourEyes(t *testing.T) {
 	rid := requestID(t, h.post(ada, "/console/requests", url.Values{"action": {"REDRIVE"}, "reason": {"psp back"}, "scope": {"all"}, "count": {"3"}}))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.c.runRequests(ctx)
+	go h.runRequests(ctx)
 	if r := h.requestState(rid); r.State != "AWAITING_APPROVAL" || len(r.IDs) != 3 {
 		t.Fatalf("request %+v", r)
 	}
@@ -335,7 +336,7 @@ func TestFourEyes(t *testing.T) {
 		t.Fatalf("calls %v", calls)
 	}
 	for _, c := range calls {
-		if !strings.HasPrefix(c, "REDRIVE ada ") || !strings.Contains(c, "requested by ada, approved by bea") {
+		if !strings.HasPrefix(c, "REDRIVE console:ada ") || !strings.Contains(c, "requested by ada, approved by bea") {
 			t.Fatalf("call %q: want ada's action with both names", c)
 		}
 	}
@@ -347,7 +348,7 @@ func TestFourEyes(t *testing.T) {
 // One payment above the approval amount waits for a second operator;
 // one below runs at once; a refusal is shown with its reason.
 func TestApprovalAmountAndRefusals(t *testing.T) {
-	h := newHarness(t, Config{ApprovalAmount: 10000})
+	h := newHarness(t, Config{Policy: relaxed(10000)})
 	small := h.schedule(1, time.Now().Add(-time.Minute), 500)
 	big := h.schedule(1, time.Now().Add(-time.Minute), 50000)
 	h.deadLetter(append(small, big...))
@@ -355,7 +356,7 @@ func TestApprovalAmountAndRefusals(t *testing.T) {
 	otto := h.as("otto", Operator)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.c.runRequests(ctx)
+	go h.runRequests(ctx)
 	act := url.Values{"action": {"RESOLVE"}, "reason": {"customer paid by wire"}}
 	bigID := requestID(t, h.post(otto, "/console/payments/"+big[0].String()+"/action", act))
 	smallID := requestID(t, h.post(otto, "/console/payments/"+small[0].String()+"/action", act))
@@ -498,4 +499,22 @@ func TestDevLoginAndHeaders(t *testing.T) {
 	if _, err := New(context.Background(), Config{SessionKey: []byte(strings.Repeat("k", 32))}, h.db, h.acts, quiet); err == nil {
 		t.Fatal("a production console without OIDC started")
 	}
+}
+
+// relaxed is a policy that lets one operator take any action alone on
+// one payment below amount (development's): the tests of the console's
+// thresholds and runs.
+func relaxed(amount int64) approval.Policy {
+	p := approval.Strict()
+	p.Amount = amount
+	for a := range approval.Actions {
+		p.Single[a] = true
+	}
+	return p
+}
+
+// runRequests applies requests until ctx ends, as admin-api's runner
+// does.
+func (h *harness) runRequests(ctx context.Context) {
+	h.c.requests.Run(ctx, "test", h.c.actions)
 }

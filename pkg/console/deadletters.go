@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paysched/paysched/pkg/api/approval"
+
 	"github.com/google/uuid"
 
 	"github.com/paysched/paysched/pkg/payment"
@@ -169,18 +171,18 @@ func (c *Console) readBulk(ctx context.Context, w http.ResponseWriter, r *http.R
 func (c *Console) confirm(w http.ResponseWriter, r *http.Request, v *view, status int, b bulk) {
 	v.Title = "Confirm"
 	v.Data = map[string]any{"Action": b.action, "ActionName": actionName(b.action), "Reason": b.reason, "RunAt": b.runAt, "Sel": b.sel,
-		"Filter": b.filter, "Form": r.PostForm, "NeedsApproval": c.needsApproval(b.sel, c.runningFor(r, v))}
+		"Filter": b.filter, "Form": r.PostForm, "NeedsApproval": c.needsApproval(b.action, b.sel, c.runningFor(r, v))}
 	c.render(w, status, "confirm.html", v)
 }
 
 // runningFor is the session's running totals for the confirm page; a
 // failure to read them says "needs approval" rather than nothing.
-func (c *Console) runningFor(r *http.Request, v *view) running {
+func (c *Console) runningFor(r *http.Request, v *view) approval.Running {
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	rn, err := runningOf(ctx, c.db, v.Session.Operator, c.cfg.ApprovalWindow)
+	rn, err := c.requests.RunningOf(ctx, v.Session.Operator)
 	if err != nil {
-		return running{Count: c.cfg.ApprovalCount}
+		return approval.Running{Count: 1 << 30}
 	}
 	return rn
 }

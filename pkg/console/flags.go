@@ -5,29 +5,22 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
-	"time"
 
-	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/config"
 )
 
 // Flags are the console's command-line flags (admin-api).
 type Flags struct {
-	on              bool
-	sessionKey      *config.Secret
-	issuer          string
-	clientID        string
-	clientSecret    *config.Secret
-	redirectURL     string
-	rolesClaim      string
-	nameClaim       string
-	scopes          string
-	approvalAmount  int64
-	approvalAmounts string
-	approvalWindow  time.Duration
-	approvalCount   int
+	on           bool
+	sessionKey   *config.Secret
+	issuer       string
+	clientID     string
+	clientSecret *config.Secret
+	redirectURL  string
+	rolesClaim   string
+	nameClaim    string
+	scopes       string
 }
 
 // RegisterFlags adds the console's flags to fs.
@@ -42,10 +35,6 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.rolesClaim, "console-roles-claim", "roles", "ID token claim holding console roles (viewer, operator, admin; a string or a list)")
 	fs.StringVar(&f.nameClaim, "console-name-claim", "preferred_username", "ID token claim naming the operator in the audit log (then email, then sub)")
 	fs.StringVar(&f.scopes, "console-oidc-scopes", "", "comma-separated scopes asked beside openid, profile and email (e.g. groups)")
-	fs.Int64Var(&f.approvalAmount, "console-approval-amount", 100000, "minor units of the payment's currency: an action on one payment of at least this amount, or one taking the operator's running total in that currency to it, waits for a second operator's approval (more than one payment always does)")
-	fs.StringVar(&f.approvalAmounts, "console-approval-amounts", "", "per-currency approval amounts overriding --console-approval-amount, in each currency's minor units: EUR=100000,JPY=15000000")
-	fs.DurationVar(&f.approvalWindow, "console-approval-window", time.Hour, "window of an operator's running totals: their single actions that ran without approval in it are counted and totalled per currency")
-	fs.IntVar(&f.approvalCount, "console-approval-count", 10, "single actions an operator may run without approval per --console-approval-window; the next waits for a second operator")
 	return f
 }
 
@@ -70,15 +59,7 @@ func (f *Flags) Config(mode *config.Mode) (*Config, error) {
 			return nil, err
 		}
 	}
-	amounts, err := parseAmounts(f.approvalAmounts)
-	if err != nil {
-		return nil, err
-	}
-	cfg := &Config{Dev: mode.Dev, SessionKey: []byte(key), ApprovalAmount: f.approvalAmount, ApprovalAmounts: amounts,
-		ApprovalWindow: f.approvalWindow, ApprovalCount: f.approvalCount, Process: hostname()}
-	if f.approvalWindow <= 0 || f.approvalCount <= 0 {
-		return nil, fmt.Errorf("--console-approval-window and --console-approval-count must be positive, got %s and %d", f.approvalWindow, f.approvalCount)
-	}
+	cfg := &Config{Dev: mode.Dev, SessionKey: []byte(key), Process: hostname()}
 	if len(cfg.SessionKey) < 32 {
 		return nil, fmt.Errorf("%s must be at least 32 bytes", f.sessionKey.Flag())
 	}
@@ -96,24 +77,6 @@ func (f *Flags) Config(mode *config.Mode) (*Config, error) {
 		}
 	}
 	return cfg, cfg.Validate()
-}
-
-// parseAmounts reads --console-approval-amounts: CUR=minor,...
-func parseAmounts(s string) (map[string]int64, error) {
-	out := map[string]int64{}
-	for _, kv := range strings.Split(s, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		cur, amt, ok := strings.Cut(kv, "=")
-		n, err := strconv.ParseInt(strings.TrimSpace(amt), 10, 64)
-		cur = strings.ToUpper(strings.TrimSpace(cur))
-		if !ok || err != nil || n < 0 || !payment.Known(cur) {
-			return nil, fmt.Errorf("--console-approval-amounts: %q is not CUR=minor units (an ISO 4217 code and a non-negative amount)", kv)
-		}
-		out[cur] = n
-	}
-	return out, nil
 }
 
 func hostname() string {

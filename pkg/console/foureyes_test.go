@@ -126,7 +126,7 @@ func (h *harness) scheduleIn(currency string, n int, amount int64) []uuid.UUID {
 // to a second operator past the threshold. One currency's total is never
 // added to another's.
 func TestSplitActionsGoToApproval(t *testing.T) {
-	h := newHarness(t, Config{ApprovalAmount: 10000})
+	h := newHarness(t, Config{Policy: relaxed(10000)})
 	otto := h.as("otto", Operator)
 	act := func(l login, id uuid.UUID) string {
 		t.Helper()
@@ -156,7 +156,7 @@ func TestSplitActionsGoToApproval(t *testing.T) {
 // counted one after another: no more run without approval than the count
 // allows.
 func TestSplitActionsRace(t *testing.T) {
-	h := newHarness(t, Config{ApprovalAmount: 1 << 40})
+	h := newHarness(t, Config{Policy: relaxed(1 << 40)})
 	otto := h.as("otto", Operator)
 	ids := h.scheduleIn("EUR", 20, 10)
 	var wg sync.WaitGroup

@@ -30,7 +30,7 @@ func (absentProber) Cancel(context.Context, gateway.Payment, string) gateway.Res
 func newAdminHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	h := newHarness(t, cfg)
-	h.c.actions = admin.ConsoleActions{S: admin.New(h.db, nil, absentProber{}, quiet)}
+	h.c.actions = admin.NewConsoleActions(admin.New(h.db, nil, absentProber{}, quiet))
 	return h
 }
 
@@ -43,7 +43,7 @@ func newAdminHarness(t *testing.T, cfg Config) *harness {
 func TestBulkActionSkipsPaymentsChangedSinceTheRequest(t *testing.T) {
 	for _, action := range []string{"CANCEL", "REDRIVE", "RESOLVE"} {
 		t.Run(action, func(t *testing.T) {
-			h := newAdminHarness(t, Config{ApprovalAmount: 1 << 40})
+			h := newAdminHarness(t, Config{Policy: relaxed(1 << 40)})
 			ids := h.schedule(4, time.Now().Add(-time.Minute), 500)
 			h.deadLetter(ids)
 			ada, bea := h.as("ada", Admin), h.as("bea", Admin)
@@ -68,7 +68,7 @@ func TestBulkActionSkipsPaymentsChangedSinceTheRequest(t *testing.T) {
 			}
 			rctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			go h.c.runRequests(rctx)
+			go h.runRequests(rctx)
 			deadline := time.Now().Add(60 * time.Second)
 			for h.requestState(rid).State != "DONE" {
 				if time.Now().After(deadline) {
@@ -115,7 +115,7 @@ func (h *harness) runUntilDone(rid int64) *Request {
 	h.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.c.runRequests(ctx)
+	go h.runRequests(ctx)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		r := h.requestState(rid)
@@ -134,7 +134,7 @@ func (h *harness) runUntilDone(rid int64) *Request {
 // payment claimed (and retried) since the request is skipped, not held;
 // the held ones are released the same way, and only HELD ones are.
 func TestHoldAndReleaseArePinnedAndApproved(t *testing.T) {
-	h := newAdminHarness(t, Config{ApprovalAmount: 1 << 40})
+	h := newAdminHarness(t, Config{Policy: relaxed(1 << 40)})
 	ctx := context.Background()
 	ids := h.schedule(3, time.Now().Add(time.Hour), 500)
 	ada, bea := h.as("ada", Admin), h.as("bea", Admin)
@@ -191,7 +191,7 @@ func TestHoldAndReleaseArePinnedAndApproved(t *testing.T) {
 // moves of payctl (admin:ops) and of the console (admin:console:…) in one
 // list, newest first, filtered by actor and action.
 func TestActionsPageListsEveryOperatorsMoves(t *testing.T) {
-	h := newAdminHarness(t, Config{ApprovalAmount: 1 << 40})
+	h := newAdminHarness(t, Config{Policy: relaxed(1 << 40)})
 	ctx := context.Background()
 	ids := h.schedule(2, time.Now().Add(time.Hour), 500)
 	for i, actor := range []string{"admin:ops", "admin:console:ada"} {
@@ -225,7 +225,7 @@ func TestActionsPageListsEveryOperatorsMoves(t *testing.T) {
 // time; a payment claimed since is skipped; a run-now of one brings it
 // back; a reschedule without a time, or into the past, is refused.
 func TestRescheduleAndRunNowArePinnedAndApproved(t *testing.T) {
-	h := newAdminHarness(t, Config{ApprovalAmount: 1 << 40})
+	h := newAdminHarness(t, Config{Policy: relaxed(1 << 40)})
 	ctx := context.Background()
 	due := time.Now().Add(time.Second)
 	ids := h.schedule(3, due, 500)

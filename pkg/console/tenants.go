@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/events/webhook"
 	"github.com/paysched/paysched/pkg/store"
@@ -162,21 +163,14 @@ func (c *Console) requestLimits(w http.ResponseWriter, r *http.Request, v *view)
 	ctx, cancel := c.ctx(r)
 	defer cancel()
 	who := v.Session.who()
-	if _, err := c.db.Exec(ctx, `INSERT INTO tenant_limit_requests (tenant, weight, max_inflight, max_rate, reason, requested_by, requested_name)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, tenant, weight, inflight, rate, reason, who.Operator, who.Name); err != nil {
+	if _, err := c.requests.RequestLimits(ctx, store.TenantLimits{Tenant: tenant, Weight: weight, MaxInflight: inflight, MaxRate: rate},
+		reason, approval.Identity(who)); err != nil {
 		c.dbFail(w, r, v, "request limits", err)
 		return
 	}
 	c.log.Info("console: tenant limits requested", "tenant", tenant, "weight", weight, "operator", who.Name, "identity", who.Operator)
 	http.Redirect(w, r, Prefix+"/tenants/"+url.PathEscape(tenant), http.StatusSeeOther)
 }
-
-// decideLimitsSQL approves or rejects a waiting request, never the
-// requester's own (compared by identity; a CHECK holds it too).
-const decideLimitsSQL = `
-UPDATE tenant_limit_requests SET state = $2, decided_by = $3, decided_name = $4, decided_at = now()
-WHERE id = $1 AND tenant = $5 AND state = 'AWAITING_APPROVAL' AND requested_by <> $3
-RETURNING weight, max_inflight, max_rate, requested_name`
 
 // decideLimits applies (or rejects) a request, the limits written in the
 // same transaction as the decision.
@@ -187,12 +181,11 @@ func (c *Console) decideLimits(w http.ResponseWriter, r *http.Request, v *view) 
 		c.fail(w, r, v, http.StatusBadRequest, "That is not a request.")
 		return
 	}
-	state := ""
+	var approve bool
 	switch r.PostForm.Get("decision") {
 	case "approve":
-		state = "APPLIED"
+		approve = true
 	case "reject":
-		state = "REJECTED"
 	default:
 		c.fail(w, r, v, http.StatusBadRequest, "Approve or reject.")
 		return
@@ -200,20 +193,8 @@ func (c *Console) decideLimits(w http.ResponseWriter, r *http.Request, v *view) 
 	ctx, cancel := c.ctx(r)
 	defer cancel()
 	by := v.Session.who()
-	err = pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
-		var l store.TenantLimits
-		var requester string
-		if err := tx.QueryRow(ctx, decideLimitsSQL, id, state, by.Operator, by.Name, tenant).Scan(&l.Weight, &l.MaxInflight,
-			&l.MaxRate, &requester); err != nil {
-			return err
-		}
-		if state != "APPLIED" {
-			return nil
-		}
-		l.Tenant, l.UpdatedBy = tenant, "admin:console:"+requester+", approved by "+by.Name
-		return store.SetTenantLimits(ctx, tx, l)
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
+	err = c.requests.DecideLimits(ctx, id, tenant, approve, approval.Identity(by))
+	if errors.Is(err, approval.ErrNotFound) || errors.Is(err, approval.ErrOwnRequest) || errors.Is(err, approval.ErrNotAwaiting) {
 		c.fail(w, r, v, http.StatusConflict, "Not decided: it is not awaiting approval, or it is your own request: a second operator must decide.")
 		return
 	}
@@ -221,6 +202,6 @@ func (c *Console) decideLimits(w http.ResponseWriter, r *http.Request, v *view) 
 		c.dbFail(w, r, v, "decide limits", err)
 		return
 	}
-	c.log.Info("console: tenant limits decided", "tenant", tenant, "request", id, "state", state, "operator", by.Name, "identity", by.Operator)
+	c.log.Info("console: tenant limits decided", "tenant", tenant, "request", id, "approved", approve, "operator", by.Name, "identity", by.Operator)
 	http.Redirect(w, r, Prefix+"/tenants/"+url.PathEscape(tenant), http.StatusSeeOther)
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,6 +51,9 @@ type Move struct {
 	// Who and why, for payment_actions.
 	Actor, Action, Reason string
 	RunID                 int64
+	// Request is the operator's request the move applies (0: none). The
+	// database refuses the admin role's moves without one (0026).
+	Request int64
 }
 
 // ErrNotMoved: the payment does not exist or is not in a status the move
@@ -142,8 +146,10 @@ func Apply(ctx context.Context, db DB, m Move) (payment.Status, error) {
 		fence = m.Attempt
 	}
 	var prev payment.Status
-	err = db.QueryRow(ctx, moveSQL, m.ID, from, m.To, m.Amount, m.Currency, m.GatewayRef, m.Redrive,
-		m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due, fence, string(m.FailReason), m.By == payment.Webhook).Scan(&prev)
+	err = underRequest(ctx, db, m.Request, func(db DB) error {
+		return db.QueryRow(ctx, moveSQL, m.ID, from, m.To, m.Amount, m.Currency, m.GatewayRef, m.Redrive,
+			m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due, fence, string(m.FailReason), m.By == payment.Webhook).Scan(&prev)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotMoved
 	}
@@ -196,6 +202,8 @@ type Reschedule struct {
 	RunAt time.Time
 	// Who and why, for payment_actions.
 	Actor, Action, Reason string
+	// Request is the operator's request it applies (see Move.Request).
+	Request int64
 }
 
 // rescheduleSQL moves a payment's run_at.
@@ -247,7 +255,9 @@ func ApplyReschedule(ctx context.Context, db DB, r Reschedule) (payment.Status, 
 		at = &r.RunAt
 	}
 	var st payment.Status
-	err = db.QueryRow(ctx, rescheduleSQL, r.ID, due, from, r.Attempt, at, r.Actor, r.Action, r.Reason).Scan(&st)
+	err = underRequest(ctx, db, r.Request, func(db DB) error {
+		return db.QueryRow(ctx, rescheduleSQL, r.ID, due, from, r.Attempt, at, r.Actor, r.Action, r.Reason).Scan(&st)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotMoved
 	}
@@ -255,4 +265,25 @@ func ApplyReschedule(ctx context.Context, db DB, r Reschedule) (payment.Status, 
 		return "", fmt.Errorf("reschedule payment %s: %w", r.ID, err)
 	}
 	return st, nil
+}
+
+// underRequest runs f, naming request to the database first when it is
+// set: in a transaction of its own, whose setting (paysched.request, local
+// to it) the admin role's guard reads (0026).
+func underRequest(ctx context.Context, db DB, request int64, f func(DB) error) error {
+	if request == 0 {
+		return f(db)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("apply request %d: %w", request, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.Exec(ctx, `SELECT set_config('paysched.request', $1, true)`, strconv.FormatInt(request, 10)); err != nil {
+		return fmt.Errorf("apply request %d: %w", request, err)
+	}
+	if err := f(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }

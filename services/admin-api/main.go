@@ -9,8 +9,10 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/server"
@@ -34,6 +36,7 @@ func main() {
 	opRate := fs.Float64("actor-rate", 20, "requests per second allowed to one operator (per instance); 0 disables the limit")
 	opBurst := fs.Int("actor-burst", 40, "requests one operator may send at once after being idle")
 	cons := console.RegisterFlags(fs)
+	four := approval.RegisterFlags(fs)
 	hooksURL := fs.String("webhooks-database-url", "", "the webhooks' database (migrate --webhooks-database-url): endpoints, deliveries and their log; empty: the tables are in --database-url")
 	auditURL := fs.String("audit-database-url", "", "the audit log's database (the console shows a payment's history from it); empty: not shown")
 	svc.Main("admin-api", fs, func(ctx context.Context, log *slog.Logger) error {
@@ -60,6 +63,13 @@ func main() {
 				return err
 			}
 		}
+		policy, err := four.Policy(mode.Dev)
+		if err != nil {
+			return err
+		}
+		if policy.Relaxed() {
+			log.Warn("four eyes relaxed (--approval-single): one admin may move money alone; development only", "single", fmt.Sprint(policy.Single))
+		}
 		consoleCfg, err := cons.Config(mode)
 		if err != nil {
 			return err
@@ -70,7 +80,7 @@ func main() {
 		cfg := adminserver.Config{
 			DatabaseURL: *dbURL, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
 			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: mode.Dev, LoopbackWebhooks: mode.Dev,
-			Console: consoleCfg, AuditDatabaseURL: *auditURL, WebhooksDatabaseURL: *hooksURL,
+			Console: consoleCfg, AuditDatabaseURL: *auditURL, WebhooksDatabaseURL: *hooksURL, Approval: policy,
 		}
 		if err := cfg.Validate(); err != nil {
 			return err

@@ -9,6 +9,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/engine/pacing"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
@@ -136,10 +139,19 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 			return err
 		}},
 		{"paysched_admin", "tenant limits, tenants", func(db *pgxpool.Pool) error {
-			if err := store.SetTenantLimits(ctx, db, store.TenantLimits{Tenant: "alice", Weight: 2, UpdatedBy: "admin:ops"}); err != nil {
+			// Requested by one identity, applied by another's approval.
+			reqs, err := approval.New(db, approval.Strict(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
 				return err
 			}
-			_, _, err := store.ListTenants(ctx, db, "", 10)
+			id, err := reqs.RequestLimits(ctx, store.TenantLimits{Tenant: "alice", Weight: 2}, "test", approval.Identity{Operator: "idp#ada", Name: "ada"})
+			if err != nil {
+				return err
+			}
+			if err := reqs.DecideLimits(ctx, id, "alice", true, approval.Identity{Operator: "idp#bea", Name: "bea"}); err != nil {
+				return err
+			}
+			_, _, err = store.ListTenants(ctx, db, "", 10)
 			return err
 		}},
 		{"paysched_sweeper", "fair claim: walk, limits, shares, settle, tenant rate buckets", func(db *pgxpool.Pool) error {
@@ -278,8 +290,15 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 				Currency: "USD", DueAt: due, CreatedAt: time.Now(), IdempotencyKey: "op-cancel"}}); err != nil {
 				return err
 			}
+			// Through a running request a second operator approved (0026).
+			var req int64
+			if err := e.admin.QueryRow(ctx, `INSERT INTO console_requests (action, ids, attempts, reason, requested_by, requested_name, needs_approval,
+				state, decided_by, decided_name, decided_at, runner, heartbeat_at) VALUES ('CANCEL_PENDING', ARRAY[$1::uuid], ARRAY[0], 'test',
+				'a', 'ada', true, 'RUNNING', 'b', 'bea', now(), 'r', now()) RETURNING id`, pid).Scan(&req); err != nil {
+				return err
+			}
 			if _, err := store.Apply(ctx, db, store.Move{ID: pid, By: payment.Operator, To: payment.Cancelled,
-				Actor: "admin:ops", Action: "CANCEL", Reason: "test"}); err != nil {
+				Actor: "admin:ops", Action: "CANCEL", Reason: "test", Request: req}); err != nil {
 				return err
 			}
 			return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -723,13 +742,6 @@ func probeFirstIsClearedOnlyByTheExecutorsMove(t *testing.T, e *env) {
 		{"paysched_executor", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', probe_first = false, lease_until = NULL, lease_owner = NULL WHERE id = '%s'`, maybe[payment.Processing])},
 		{"paysched_sweeper", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', probe_first = true, lease_until = NULL, lease_owner = NULL WHERE id = '%s'`, fresh[payment.Processing])},
 		{"paysched_reaper", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', probe_first = true, lease_until = NULL, lease_owner = NULL WHERE id = '%s'`, fresh[payment.Processing])},
-		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'CANCELLED' WHERE id = '%s'`, maybe[payment.Pending])},
-		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'PENDING', probe_first = true, run_at = now() WHERE id = '%s'`, fresh[payment.DeadLettered])},
-		// An operator's hold, and a release that keeps probe_first as it
-		// was (a hold is entered from PENDING: it adds no doubt).
-		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'HELD' WHERE id = '%s'`, maybe[payment.Pending])},
-		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'PENDING' WHERE id = '%s'`, fresh[payment.Held])},
-		{"paysched_admin", fmt.Sprintf(`UPDATE payments SET status = 'PENDING' WHERE id = '%s'`, maybe[payment.Held])},
 	} {
 		t.Run("allowed/"+c.role+"/"+c.stmt, func(t *testing.T) {
 			tx, err := e.pools[c.role].Begin(ctx)

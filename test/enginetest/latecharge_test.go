@@ -78,7 +78,7 @@ func TestOperatorMovesWaitOutTheLongestRequest(t *testing.T) {
 	id := c.schedule(1, "bob", time.Now())[0]
 	deadLetter(t, c, id)
 	leaveCharge(t, c, id)
-	adm := admin.New(c.db, nil, c.charger(), quiet)
+	adm := oneAdmin(admin.New(c.db, nil, c.charger(), quiet), c.db)
 	actx := auth.WithPrincipal(context.Background(), auth.Principal{Actor: "ops", Admin: true})
 	_, err := adm.ResolvePayment(actx, &payschedv1.ResolvePaymentRequest{PaymentId: id.String(), Note: "give up"})
 	if status.Code(err) != codes.Unavailable || reasonOf(err) != "ABSENCE_TOO_SOON" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,6 +16,7 @@ import (
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/admin"
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
 )
 
@@ -48,7 +50,7 @@ func TestRedriveOfAChargedDeadLetterIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadLetter(t, c, id)
-	adm := admin.New(c.db, nil, c.charger(), quiet)
+	adm := oneAdmin(admin.New(c.db, nil, c.charger(), quiet), c.db)
 	actx := auth.WithPrincipal(ctx, auth.Principal{Actor: "ops", Admin: true})
 	_, err = adm.RedrivePayment(actx, &payschedv1.RedrivePaymentRequest{PaymentId: id.String(), Note: "retry"})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), ch.GetCharge().GetChargeId()) {
@@ -75,7 +77,7 @@ func TestRedrivenUnchargedDeadLetterIsChargedOnce(t *testing.T) {
 	id := c.schedule(1, "bob", time.Now())[0]
 	ctx := context.Background()
 	deadLetter(t, c, id)
-	adm := admin.New(c.db, nil, c.charger(), quiet)
+	adm := oneAdmin(admin.New(c.db, nil, c.charger(), quiet), c.db)
 	actx := auth.WithPrincipal(ctx, auth.Principal{Actor: "ops", Admin: true})
 	if _, err := adm.RedrivePayment(actx, &payschedv1.RedrivePaymentRequest{PaymentId: id.String(), Note: "retry"}); err != nil {
 		t.Fatal(err)
@@ -118,7 +120,7 @@ func TestResolveNeedsAProvenAbsence(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadLetter(t, c, id)
-	adm := admin.New(c.db, nil, c.charger(), quiet)
+	adm := oneAdmin(admin.New(c.db, nil, c.charger(), quiet), c.db)
 	actx := auth.WithPrincipal(ctx, auth.Principal{Actor: "ops", Admin: true})
 	_, err := adm.ResolvePayment(actx, &payschedv1.ResolvePaymentRequest{PaymentId: id.String(), Note: "give up"})
 	if status.Code(err) != codes.Unavailable || reasonOf(err) != "ABSENCE_UNPROVEN" {
@@ -140,7 +142,7 @@ func TestResolveNeedsAProvenAbsence(t *testing.T) {
 func TestOperatorCancel(t *testing.T) {
 	c := newCluster(t, opts{noSweeper: true})
 	ctx := context.Background()
-	adm := admin.New(c.db, nil, c.charger(), quiet)
+	adm := oneAdmin(admin.New(c.db, nil, c.charger(), quiet), c.db)
 	actx := auth.WithPrincipal(ctx, auth.Principal{Actor: "ops", Admin: true})
 	ids := c.schedule(3, "bob", time.Now())
 	waiting, charged, never := ids[0], ids[1], ids[2]
@@ -186,4 +188,20 @@ func TestOperatorCancel(t *testing.T) {
 	if r := c.report(); r.GetSucceeded() != 1 {
 		t.Fatalf("report %v", r)
 	}
+}
+
+// oneAdmin lets one admin take every action alone (development's loosest
+// policy): these tests are about what the gateway lets a move do, not who
+// may make it (pkg/api/admin's foureyes_test.go).
+func oneAdmin(srv *admin.Server, db *pgxpool.Pool) *admin.Server {
+	p := approval.Strict()
+	p.Count, p.Amount = 1<<30, 1<<50
+	for a := range approval.Actions {
+		p.Single[a] = true
+	}
+	var err error
+	if srv.Requests, err = approval.New(db, p, quiet); err != nil {
+		panic(err)
+	}
+	return srv
 }

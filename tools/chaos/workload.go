@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +53,9 @@ type workload struct {
 	// one actor pays for all).
 	ctx   func(c context.Context, i int) context.Context
 	admin func(context.Context) context.Context
+	// approver is a second admin's: it approves the first's requests.
+	approver  func(context.Context) context.Context
+	approvals int // requests the second admin approved
 
 	ids  []string // paymentId by index
 	dues []time.Time
@@ -80,13 +84,62 @@ func newWorkload(r *run) *workload {
 		toks[t], _ = auth.MintFor([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAudience, w.actor, t, false, 50*time.Minute)
 	}
 	adm, _ := auth.Mint([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAdminAudience, "chaos-ops", true, 50*time.Minute)
+	// A second admin approves what the first asks (four eyes: the
+	// default policy lets one admin only hold).
+	second, _ := auth.Mint([]byte(auth.DevSecret), auth.DefaultIssuer, auth.DefaultAdminAudience, "chaos-approver", true, 50*time.Minute)
 	w.ctx = func(c context.Context, i int) context.Context {
 		return metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+toks[tenantOf(i)])
 	}
 	w.admin = func(c context.Context) context.Context {
 		return metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+adm)
 	}
+	w.approver = func(c context.Context) context.Context {
+		return metadata.AppendToOutgoingContext(c, "authorization", "Bearer "+second)
+	}
 	return w
+}
+
+// approved has the second admin approve the request an action answered
+// (none: it was done at once, or refused) and answers its outcome as the
+// action's: nil when the payment moved, the refusal otherwise (an action
+// the gateway refused is FAILED_PRECONDITION, one a claim beat ABORTED,
+// one whose gateway could not answer UNAVAILABLE, as the API answers them
+// when it acts at once).
+func (w *workload) approved(c context.Context, r *payschedv1.OperatorRequest, err error) error {
+	if err != nil || r == nil {
+		return err
+	}
+	resp, err := w.r.admin.ApproveOperatorRequest(w.approver(c), &payschedv1.ApproveOperatorRequestRequest{Name: r.GetName()})
+	if err != nil {
+		return err
+	}
+	got := resp.GetRequest()
+	for got.GetState() != "DONE" {
+		// The background runner took it first: wait for it.
+		select {
+		case <-c.Done():
+			return status.Error(codes.DeadlineExceeded, "request "+got.GetName()+" still "+got.GetState())
+		case <-time.After(100 * time.Millisecond):
+		}
+		g, err := w.r.admin.GetOperatorRequest(w.approver(c), &payschedv1.GetOperatorRequestRequest{Name: got.GetName()})
+		if err != nil {
+			return err
+		}
+		got = g.GetRequest()
+	}
+	w.mu.Lock()
+	w.approvals++
+	w.mu.Unlock()
+	msg := strings.Join(got.GetErrors(), "; ")
+	switch {
+	case got.GetDone() == 1:
+		return nil
+	case got.GetSkipped() == 1:
+		return status.Error(codes.Aborted, msg)
+	case strings.Contains(msg, "Unavailable:"):
+		return status.Error(codes.Unavailable, msg)
+	}
+	return status.Error(codes.FailedPrecondition, msg)
 }
 
 // transient: the API (or its database) was down; the same request again
@@ -295,8 +348,9 @@ func (w *workload) redrives(ctx context.Context, end time.Time) {
 		}
 		for _, d := range resp.GetDeadLetters() {
 			c, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := w.r.admin.RedrivePayment(w.admin(c), &payschedv1.RedrivePaymentRequest{
+			resp, err := w.r.admin.RedrivePayment(w.admin(c), &payschedv1.RedrivePaymentRequest{
 				PaymentId: d.GetPayment().GetPaymentId(), Note: "chaos: re-drive during the run"})
+			err = w.approved(c, resp.GetRequest(), err)
 			cancel()
 			w.mu.Lock()
 			switch {
@@ -353,7 +407,11 @@ func (w *workload) holds(ctx context.Context, end time.Time) {
 			time.Sleep(time.Second)
 		}
 	}
-	w.r.logf("holds during the run: %d held and released, %d missed (claimed first)", w.held, w.holdMiss)
+	w.mu.Lock()
+	approvals := w.approvals
+	w.mu.Unlock()
+	w.r.logf("holds during the run: %d held and released, %d missed (claimed first); %d requests approved by a second admin so far",
+		w.held, w.holdMiss, approvals)
 }
 
 // reschedules pushes every 89th payment (from the 45th; never one the
@@ -373,9 +431,9 @@ func (w *workload) reschedules(ctx context.Context, end time.Time) {
 		}
 		id, due := w.ids[i], w.dues[i]
 		err := retry(ctx, end, func(c context.Context) error {
-			_, err := w.r.admin.ReschedulePayment(w.admin(c), &payschedv1.ReschedulePaymentRequest{PaymentId: id,
+			resp, err := w.r.admin.ReschedulePayment(w.admin(c), &payschedv1.ReschedulePaymentRequest{PaymentId: id,
 				RunAt: timestamppb.New(due.Add(5 * time.Second)), Note: "chaos: reschedule during the run"})
-			return err
+			return w.approved(c, resp.GetRequest(), err)
 		})
 		w.mu.Lock()
 		if err == nil {
@@ -392,8 +450,8 @@ func (w *workload) reschedules(ctx context.Context, end time.Time) {
 			defer wg.Done()
 			time.Sleep(time.Until(due.Add(500 * time.Millisecond)))
 			err := retry(ctx, end.Add(30*time.Second), func(c context.Context) error {
-				_, err := w.r.admin.RunPaymentNow(w.admin(c), &payschedv1.RunPaymentNowRequest{PaymentId: id, Note: "chaos: run now"})
-				return err
+				resp, err := w.r.admin.RunPaymentNow(w.admin(c), &payschedv1.RunPaymentNowRequest{PaymentId: id, Note: "chaos: run now"})
+				return w.approved(c, resp.GetRequest(), err)
 			})
 			if err == nil {
 				w.mu.Lock()
@@ -411,8 +469,8 @@ func (w *workload) release(ctx context.Context, ids []string, until time.Time) [
 	var left []string
 	for _, id := range ids {
 		err := retry(ctx, until, func(c context.Context) error {
-			_, err := w.r.admin.ReleasePayment(w.admin(c), &payschedv1.ReleasePaymentRequest{PaymentId: id, Note: "chaos: release"})
-			return err
+			resp, err := w.r.admin.ReleasePayment(w.admin(c), &payschedv1.ReleasePaymentRequest{PaymentId: id, Note: "chaos: release"})
+			return w.approved(c, resp.GetRequest(), err)
 		})
 		if err != nil && status.Code(err) != codes.FailedPrecondition {
 			left = append(left, id)

@@ -22,6 +22,692 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// OperatorRequest is an operator's action as a request: a move of
+// payments (name "moves/<id>") or a change of a tenant's limits
+// ("limits/<id>"). What the policy lets one admin do is applied at once;
+// the rest waits for a second admin's approval, pinned to the payments as
+// they were (status and attempt), and expires unrun.
+type OperatorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "moves/<id>" or "limits/<id>".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// REDRIVE, RESOLVE, CANCEL, HOLD, RELEASE, CANCEL_PENDING, CANCEL_HELD,
+	// RESCHEDULE, RUN_NOW, or SET_LIMITS.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// AWAITING_APPROVAL, APPROVED, QUEUED (one admin may take it alone),
+	// RUNNING, DONE, REJECTED, EXPIRED; a limit change: AWAITING_APPROVAL,
+	// APPLIED, REJECTED, EXPIRED.
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// The payments it acts on (the first 100), and the attempt each was
+	// pinned at: one changed since is skipped, not acted on.
+	PaymentIds []string `protobuf:"bytes,4,rep,name=payment_ids,json=paymentIds,proto3" json:"payment_ids,omitempty"`
+	// The pinned attempts, beside payment_ids.
+	Attempts []int32 `protobuf:"varint,5,rep,packed,name=attempts,proto3" json:"attempts,omitempty"`
+	// How many payments in all.
+	PaymentCount int32 `protobuf:"varint,6,opt,name=payment_count,json=paymentCount,proto3" json:"payment_count,omitempty"`
+	// The total in each currency (never added across currencies).
+	Amounts []*CurrencyAmount `protobuf:"bytes,7,rep,name=amounts,proto3" json:"amounts,omitempty"`
+	// A RESCHEDULE's new run time.
+	RunAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	// A SET_LIMITS request's tenant and limits.
+	Tenant string `protobuf:"bytes,9,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The limits to set.
+	Limits *TenantLimits `protobuf:"bytes,10,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Why.
+	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who asked: the identity compared (issuer and subject) and the name
+	// shown.
+	RequestedBy string `protobuf:"bytes,12,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// The requester's name as shown.
+	RequestedName string `protobuf:"bytes,13,opt,name=requested_name,json=requestedName,proto3" json:"requested_name,omitempty"`
+	// When it was asked.
+	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	// Whether a second admin must approve it.
+	NeedsApproval bool `protobuf:"varint,15,opt,name=needs_approval,json=needsApproval,proto3" json:"needs_approval,omitempty"`
+	// Who decided, as requested_by.
+	DecidedBy string `protobuf:"bytes,16,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// The decider's name as shown.
+	DecidedName string `protobuf:"bytes,17,opt,name=decided_name,json=decidedName,proto3" json:"decided_name,omitempty"`
+	// When it was decided.
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// Undecided or unrun by then, it does nothing.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Payments moved, refused, and skipped as changed since the request.
+	Done int32 `protobuf:"varint,20,opt,name=done,proto3" json:"done,omitempty"`
+	// Refused (the gateway's answer, or a check).
+	Failed int32 `protobuf:"varint,21,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Changed since the request: not acted on.
+	Skipped int32 `protobuf:"varint,22,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// The last refusals and skips, "<payment id>: <why>".
+	Errors []string `protobuf:"bytes,23,rep,name=errors,proto3" json:"errors,omitempty"`
+	// Where it was made: console or api.
+	Via           string `protobuf:"bytes,24,opt,name=via,proto3" json:"via,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperatorRequest) Reset() {
+	*x = OperatorRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperatorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperatorRequest) ProtoMessage() {}
+
+func (x *OperatorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperatorRequest.ProtoReflect.Descriptor instead.
+func (*OperatorRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *OperatorRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetPaymentIds() []string {
+	if x != nil {
+		return x.PaymentIds
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetAttempts() []int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetPaymentCount() int32 {
+	if x != nil {
+		return x.PaymentCount
+	}
+	return 0
+}
+
+func (x *OperatorRequest) GetAmounts() []*CurrencyAmount {
+	if x != nil {
+		return x.Amounts
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetRunAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunAt
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetLimits() *TenantLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetRequestedName() string {
+	if x != nil {
+		return x.RequestedName
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetNeedsApproval() bool {
+	if x != nil {
+		return x.NeedsApproval
+	}
+	return false
+}
+
+func (x *OperatorRequest) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetDecidedName() string {
+	if x != nil {
+		return x.DecidedName
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetDone() int32 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *OperatorRequest) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *OperatorRequest) GetSkipped() int32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *OperatorRequest) GetErrors() []string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
+// CurrencyAmount is a total in one currency.
+type CurrencyAmount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ISO 4217 code.
+	Currency string `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
+	// In the currency's minor units.
+	Total         int64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CurrencyAmount) Reset() {
+	*x = CurrencyAmount{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CurrencyAmount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CurrencyAmount) ProtoMessage() {}
+
+func (x *CurrencyAmount) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CurrencyAmount.ProtoReflect.Descriptor instead.
+func (*CurrencyAmount) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CurrencyAmount) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *CurrencyAmount) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+// ListOperatorRequestsRequest filters the list.
+type ListOperatorRequestsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only requests in this state (empty: all listed).
+	State         string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperatorRequestsRequest) Reset() {
+	*x = ListOperatorRequestsRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperatorRequestsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperatorRequestsRequest) ProtoMessage() {}
+
+func (x *ListOperatorRequestsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperatorRequestsRequest.ProtoReflect.Descriptor instead.
+func (*ListOperatorRequestsRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListOperatorRequestsRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+// ListOperatorRequestsResponse is the list: moves, then limit changes.
+type ListOperatorRequestsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Open first, oldest first; then the latest closed.
+	Requests      []*OperatorRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperatorRequestsResponse) Reset() {
+	*x = ListOperatorRequestsResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperatorRequestsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperatorRequestsResponse) ProtoMessage() {}
+
+func (x *ListOperatorRequestsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperatorRequestsResponse.ProtoReflect.Descriptor instead.
+func (*ListOperatorRequestsResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListOperatorRequestsResponse) GetRequests() []*OperatorRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// GetOperatorRequestRequest names a request.
+type GetOperatorRequestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "moves/<id>" or "limits/<id>".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOperatorRequestRequest) Reset() {
+	*x = GetOperatorRequestRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOperatorRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOperatorRequestRequest) ProtoMessage() {}
+
+func (x *GetOperatorRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOperatorRequestRequest.ProtoReflect.Descriptor instead.
+func (*GetOperatorRequestRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetOperatorRequestRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetOperatorRequestResponse carries it.
+type GetOperatorRequestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request.
+	Request       *OperatorRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOperatorRequestResponse) Reset() {
+	*x = GetOperatorRequestResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOperatorRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOperatorRequestResponse) ProtoMessage() {}
+
+func (x *GetOperatorRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOperatorRequestResponse.ProtoReflect.Descriptor instead.
+func (*GetOperatorRequestResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetOperatorRequestResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// ApproveOperatorRequestRequest names the request to approve.
+type ApproveOperatorRequestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "moves/<id>" or "limits/<id>".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveOperatorRequestRequest) Reset() {
+	*x = ApproveOperatorRequestRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveOperatorRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveOperatorRequestRequest) ProtoMessage() {}
+
+func (x *ApproveOperatorRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveOperatorRequestRequest.ProtoReflect.Descriptor instead.
+func (*ApproveOperatorRequestRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ApproveOperatorRequestRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ApproveOperatorRequestResponse carries the request after the approval
+// (DONE or APPLIED when it was applied at once).
+type ApproveOperatorRequestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request.
+	Request       *OperatorRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveOperatorRequestResponse) Reset() {
+	*x = ApproveOperatorRequestResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveOperatorRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveOperatorRequestResponse) ProtoMessage() {}
+
+func (x *ApproveOperatorRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveOperatorRequestResponse.ProtoReflect.Descriptor instead.
+func (*ApproveOperatorRequestResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ApproveOperatorRequestResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// RejectOperatorRequestRequest names the request to reject.
+type RejectOperatorRequestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "moves/<id>" or "limits/<id>".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectOperatorRequestRequest) Reset() {
+	*x = RejectOperatorRequestRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectOperatorRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectOperatorRequestRequest) ProtoMessage() {}
+
+func (x *RejectOperatorRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectOperatorRequestRequest.ProtoReflect.Descriptor instead.
+func (*RejectOperatorRequestRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RejectOperatorRequestRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// RejectOperatorRequestResponse carries the request, REJECTED.
+type RejectOperatorRequestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request.
+	Request       *OperatorRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectOperatorRequestResponse) Reset() {
+	*x = RejectOperatorRequestResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectOperatorRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectOperatorRequestResponse) ProtoMessage() {}
+
+func (x *RejectOperatorRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectOperatorRequestResponse.ProtoReflect.Descriptor instead.
+func (*RejectOperatorRequestResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RejectOperatorRequestResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 // CreateWebhookEndpointRequest describes the endpoint.
 type CreateWebhookEndpointRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -43,7 +729,7 @@ type CreateWebhookEndpointRequest struct {
 
 func (x *CreateWebhookEndpointRequest) Reset() {
 	*x = CreateWebhookEndpointRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	mi := &file_paysched_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +741,7 @@ func (x *CreateWebhookEndpointRequest) String() string {
 func (*CreateWebhookEndpointRequest) ProtoMessage() {}
 
 func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	mi := &file_paysched_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +754,7 @@ func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateWebhookEndpointRequest) GetTenant() string {
@@ -126,7 +812,7 @@ type CreateWebhookEndpointResponse struct {
 
 func (x *CreateWebhookEndpointResponse) Reset() {
 	*x = CreateWebhookEndpointResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	mi := &file_paysched_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -138,7 +824,7 @@ func (x *CreateWebhookEndpointResponse) String() string {
 func (*CreateWebhookEndpointResponse) ProtoMessage() {}
 
 func (x *CreateWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	mi := &file_paysched_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -151,7 +837,7 @@ func (x *CreateWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookEndpointResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateWebhookEndpointResponse) GetEndpoint() *WebhookEndpoint {
@@ -179,7 +865,7 @@ type ListWebhookEndpointsRequest struct {
 
 func (x *ListWebhookEndpointsRequest) Reset() {
 	*x = ListWebhookEndpointsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	mi := &file_paysched_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +877,7 @@ func (x *ListWebhookEndpointsRequest) String() string {
 func (*ListWebhookEndpointsRequest) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	mi := &file_paysched_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +890,7 @@ func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListWebhookEndpointsRequest) GetTenant() string {
@@ -225,7 +911,7 @@ type ListWebhookEndpointsResponse struct {
 
 func (x *ListWebhookEndpointsResponse) Reset() {
 	*x = ListWebhookEndpointsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	mi := &file_paysched_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -237,7 +923,7 @@ func (x *ListWebhookEndpointsResponse) String() string {
 func (*ListWebhookEndpointsResponse) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	mi := &file_paysched_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -250,7 +936,7 @@ func (x *ListWebhookEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListWebhookEndpointsResponse) GetEndpoints() []*WebhookEndpoint {
@@ -273,7 +959,7 @@ type SetWebhookEndpointEnabledRequest struct {
 
 func (x *SetWebhookEndpointEnabledRequest) Reset() {
 	*x = SetWebhookEndpointEnabledRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	mi := &file_paysched_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +971,7 @@ func (x *SetWebhookEndpointEnabledRequest) String() string {
 func (*SetWebhookEndpointEnabledRequest) ProtoMessage() {}
 
 func (x *SetWebhookEndpointEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	mi := &file_paysched_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +984,7 @@ func (x *SetWebhookEndpointEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebhookEndpointEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetWebhookEndpointEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetWebhookEndpointEnabledRequest) GetEndpointId() string {
@@ -324,7 +1010,7 @@ type SetWebhookEndpointEnabledResponse struct {
 
 func (x *SetWebhookEndpointEnabledResponse) Reset() {
 	*x = SetWebhookEndpointEnabledResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	mi := &file_paysched_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +1022,7 @@ func (x *SetWebhookEndpointEnabledResponse) String() string {
 func (*SetWebhookEndpointEnabledResponse) ProtoMessage() {}
 
 func (x *SetWebhookEndpointEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	mi := &file_paysched_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +1035,7 @@ func (x *SetWebhookEndpointEnabledResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use SetWebhookEndpointEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetWebhookEndpointEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 // RotateWebhookSecretRequest names the endpoint and the overlap.
@@ -365,7 +1051,7 @@ type RotateWebhookSecretRequest struct {
 
 func (x *RotateWebhookSecretRequest) Reset() {
 	*x = RotateWebhookSecretRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[6]
+	mi := &file_paysched_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +1063,7 @@ func (x *RotateWebhookSecretRequest) String() string {
 func (*RotateWebhookSecretRequest) ProtoMessage() {}
 
 func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[6]
+	mi := &file_paysched_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +1076,7 @@ func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RotateWebhookSecretRequest) GetEndpointId() string {
@@ -418,7 +1104,7 @@ type RotateWebhookSecretResponse struct {
 
 func (x *RotateWebhookSecretResponse) Reset() {
 	*x = RotateWebhookSecretResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	mi := &file_paysched_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +1116,7 @@ func (x *RotateWebhookSecretResponse) String() string {
 func (*RotateWebhookSecretResponse) ProtoMessage() {}
 
 func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	mi := &file_paysched_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +1129,7 @@ func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretResponse.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RotateWebhookSecretResponse) GetSecret() string {
@@ -466,7 +1152,7 @@ type ResendWebhookRequest struct {
 
 func (x *ResendWebhookRequest) Reset() {
 	*x = ResendWebhookRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	mi := &file_paysched_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +1164,7 @@ func (x *ResendWebhookRequest) String() string {
 func (*ResendWebhookRequest) ProtoMessage() {}
 
 func (x *ResendWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	mi := &file_paysched_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +1177,7 @@ func (x *ResendWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendWebhookRequest.ProtoReflect.Descriptor instead.
 func (*ResendWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResendWebhookRequest) GetEndpointId() string {
@@ -517,7 +1203,7 @@ type ResendWebhookResponse struct {
 
 func (x *ResendWebhookResponse) Reset() {
 	*x = ResendWebhookResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +1215,7 @@ func (x *ResendWebhookResponse) String() string {
 func (*ResendWebhookResponse) ProtoMessage() {}
 
 func (x *ResendWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +1228,7 @@ func (x *ResendWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendWebhookResponse.ProtoReflect.Descriptor instead.
 func (*ResendWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 // RecoverWebhooksRequest names the endpoint and the window.
@@ -560,7 +1246,7 @@ type RecoverWebhooksRequest struct {
 
 func (x *RecoverWebhooksRequest) Reset() {
 	*x = RecoverWebhooksRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[10]
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +1258,7 @@ func (x *RecoverWebhooksRequest) String() string {
 func (*RecoverWebhooksRequest) ProtoMessage() {}
 
 func (x *RecoverWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[10]
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +1271,7 @@ func (x *RecoverWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*RecoverWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RecoverWebhooksRequest) GetEndpointId() string {
@@ -620,7 +1306,7 @@ type RecoverWebhooksResponse struct {
 
 func (x *RecoverWebhooksResponse) Reset() {
 	*x = RecoverWebhooksResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[11]
+	mi := &file_paysched_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +1318,7 @@ func (x *RecoverWebhooksResponse) String() string {
 func (*RecoverWebhooksResponse) ProtoMessage() {}
 
 func (x *RecoverWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[11]
+	mi := &file_paysched_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +1331,7 @@ func (x *RecoverWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*RecoverWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RecoverWebhooksResponse) GetRecovered() int64 {
@@ -670,7 +1356,7 @@ type ListWebhookAttemptsRequest struct {
 
 func (x *ListWebhookAttemptsRequest) Reset() {
 	*x = ListWebhookAttemptsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[12]
+	mi := &file_paysched_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +1368,7 @@ func (x *ListWebhookAttemptsRequest) String() string {
 func (*ListWebhookAttemptsRequest) ProtoMessage() {}
 
 func (x *ListWebhookAttemptsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[12]
+	mi := &file_paysched_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +1381,7 @@ func (x *ListWebhookAttemptsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookAttemptsRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookAttemptsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListWebhookAttemptsRequest) GetPaymentId() string {
@@ -730,7 +1416,7 @@ type ListWebhookAttemptsResponse struct {
 
 func (x *ListWebhookAttemptsResponse) Reset() {
 	*x = ListWebhookAttemptsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[13]
+	mi := &file_paysched_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +1428,7 @@ func (x *ListWebhookAttemptsResponse) String() string {
 func (*ListWebhookAttemptsResponse) ProtoMessage() {}
 
 func (x *ListWebhookAttemptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[13]
+	mi := &file_paysched_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +1441,7 @@ func (x *ListWebhookAttemptsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookAttemptsResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookAttemptsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListWebhookAttemptsResponse) GetAttempts() []*WebhookAttempt {
@@ -783,7 +1469,7 @@ type TenantLimits struct {
 
 func (x *TenantLimits) Reset() {
 	*x = TenantLimits{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[14]
+	mi := &file_paysched_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +1481,7 @@ func (x *TenantLimits) String() string {
 func (*TenantLimits) ProtoMessage() {}
 
 func (x *TenantLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[14]
+	mi := &file_paysched_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +1494,7 @@ func (x *TenantLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLimits.ProtoReflect.Descriptor instead.
 func (*TenantLimits) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TenantLimits) GetWeight() int32 {
@@ -854,7 +1540,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[15]
+	mi := &file_paysched_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +1552,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[15]
+	mi := &file_paysched_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1565,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Tenant) GetTenant() string {
@@ -937,7 +1623,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[16]
+	mi := &file_paysched_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1635,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[16]
+	mi := &file_paysched_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1648,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListTenantsRequest) GetPageSize() int32 {
@@ -992,7 +1678,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[17]
+	mi := &file_paysched_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1690,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[17]
+	mi := &file_paysched_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1703,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -1040,14 +1726,17 @@ type SetTenantLimitsRequest struct {
 	// The tenant (as payments carry it).
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// The limits.
-	Limits        *TenantLimits `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *TenantLimits `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Why, for the approver and the record (optional, at most 500
+	// characters).
+	Note          string `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetTenantLimitsRequest) Reset() {
 	*x = SetTenantLimitsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[18]
+	mi := &file_paysched_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1748,7 @@ func (x *SetTenantLimitsRequest) String() string {
 func (*SetTenantLimitsRequest) ProtoMessage() {}
 
 func (x *SetTenantLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[18]
+	mi := &file_paysched_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1761,7 @@ func (x *SetTenantLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantLimitsRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetTenantLimitsRequest) GetTenant() string {
@@ -1089,18 +1778,30 @@ func (x *SetTenantLimitsRequest) GetLimits() *TenantLimits {
 	return nil
 }
 
-// SetTenantLimitsResponse echoes what was stored.
+func (x *SetTenantLimitsRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// SetTenantLimitsResponse is the request for a second admin's approval:
+// a limit change always takes two.
 type SetTenantLimitsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The tenant, with its limits.
-	Tenant        *Tenant `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Unset: nothing changes until the request is approved.
+	Tenant *Tenant `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Set when the policy needs a second admin's approval: nothing changed
+	// yet (the other fields are unset); approve it with
+	// ApproveOperatorRequest.
+	Request       *OperatorRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetTenantLimitsResponse) Reset() {
 	*x = SetTenantLimitsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	mi := &file_paysched_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1813,7 @@ func (x *SetTenantLimitsResponse) String() string {
 func (*SetTenantLimitsResponse) ProtoMessage() {}
 
 func (x *SetTenantLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	mi := &file_paysched_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,12 +1826,19 @@ func (x *SetTenantLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantLimitsResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetTenantLimitsResponse) GetTenant() *Tenant {
 	if x != nil {
 		return x.Tenant
+	}
+	return nil
+}
+
+func (x *SetTenantLimitsResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
 	}
 	return nil
 }
@@ -1150,7 +1858,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	mi := &file_paysched_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1870,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	mi := &file_paysched_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1883,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeadLetter) GetPayment() *ScheduledPayment {
@@ -1212,7 +1920,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[21]
+	mi := &file_paysched_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1932,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[21]
+	mi := &file_paysched_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1945,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -1267,7 +1975,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[22]
+	mi := &file_paysched_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1987,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[22]
+	mi := &file_paysched_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +2000,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1322,7 +2030,7 @@ type RedrivePaymentRequest struct {
 
 func (x *RedrivePaymentRequest) Reset() {
 	*x = RedrivePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[23]
+	mi := &file_paysched_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +2042,7 @@ func (x *RedrivePaymentRequest) String() string {
 func (*RedrivePaymentRequest) ProtoMessage() {}
 
 func (x *RedrivePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[23]
+	mi := &file_paysched_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +2055,7 @@ func (x *RedrivePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePaymentRequest.ProtoReflect.Descriptor instead.
 func (*RedrivePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RedrivePaymentRequest) GetPaymentId() string {
@@ -1371,13 +2079,17 @@ type RedrivePaymentResponse struct {
 	Payment *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
 	// The status it left (DEAD_LETTERED).
 	PreviousStatus PaymentStatus `protobuf:"varint,2,opt,name=previous_status,json=previousStatus,proto3,enum=paysched.v1.PaymentStatus" json:"previous_status,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set when the policy needs a second admin's approval: nothing moved
+	// yet (the other fields are unset); approve it with
+	// ApproveOperatorRequest.
+	Request       *OperatorRequest `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedrivePaymentResponse) Reset() {
 	*x = RedrivePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[24]
+	mi := &file_paysched_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +2101,7 @@ func (x *RedrivePaymentResponse) String() string {
 func (*RedrivePaymentResponse) ProtoMessage() {}
 
 func (x *RedrivePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[24]
+	mi := &file_paysched_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +2114,7 @@ func (x *RedrivePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePaymentResponse.ProtoReflect.Descriptor instead.
 func (*RedrivePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RedrivePaymentResponse) GetPayment() *ScheduledPayment {
@@ -1419,6 +2131,13 @@ func (x *RedrivePaymentResponse) GetPreviousStatus() PaymentStatus {
 	return PaymentStatus_STATUS_UNSPECIFIED
 }
 
+func (x *RedrivePaymentResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 // ResolvePaymentRequest names a dead letter.
 type ResolvePaymentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1432,7 +2151,7 @@ type ResolvePaymentRequest struct {
 
 func (x *ResolvePaymentRequest) Reset() {
 	*x = ResolvePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[25]
+	mi := &file_paysched_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +2163,7 @@ func (x *ResolvePaymentRequest) String() string {
 func (*ResolvePaymentRequest) ProtoMessage() {}
 
 func (x *ResolvePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[25]
+	mi := &file_paysched_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +2176,7 @@ func (x *ResolvePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvePaymentRequest.ProtoReflect.Descriptor instead.
 func (*ResolvePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResolvePaymentRequest) GetPaymentId() string {
@@ -1481,13 +2200,17 @@ type ResolvePaymentResponse struct {
 	Payment *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
 	// The status it left (DEAD_LETTERED).
 	PreviousStatus PaymentStatus `protobuf:"varint,2,opt,name=previous_status,json=previousStatus,proto3,enum=paysched.v1.PaymentStatus" json:"previous_status,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set when the policy needs a second admin's approval: nothing moved
+	// yet (the other fields are unset); approve it with
+	// ApproveOperatorRequest.
+	Request       *OperatorRequest `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResolvePaymentResponse) Reset() {
 	*x = ResolvePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[26]
+	mi := &file_paysched_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +2222,7 @@ func (x *ResolvePaymentResponse) String() string {
 func (*ResolvePaymentResponse) ProtoMessage() {}
 
 func (x *ResolvePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[26]
+	mi := &file_paysched_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +2235,7 @@ func (x *ResolvePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvePaymentResponse.ProtoReflect.Descriptor instead.
 func (*ResolvePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResolvePaymentResponse) GetPayment() *ScheduledPayment {
@@ -1529,6 +2252,13 @@ func (x *ResolvePaymentResponse) GetPreviousStatus() PaymentStatus {
 	return PaymentStatus_STATUS_UNSPECIFIED
 }
 
+func (x *ResolvePaymentResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 // CancelPaymentRequest names the payment to cancel.
 type CancelPaymentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1542,7 +2272,7 @@ type CancelPaymentRequest struct {
 
 func (x *CancelPaymentRequest) Reset() {
 	*x = CancelPaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[27]
+	mi := &file_paysched_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +2284,7 @@ func (x *CancelPaymentRequest) String() string {
 func (*CancelPaymentRequest) ProtoMessage() {}
 
 func (x *CancelPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[27]
+	mi := &file_paysched_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +2297,7 @@ func (x *CancelPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CancelPaymentRequest) GetPaymentId() string {
@@ -1593,13 +2323,17 @@ type CancelPaymentResponse struct {
 	PreviousStatus PaymentStatus `protobuf:"varint,2,opt,name=previous_status,json=previousStatus,proto3,enum=paysched.v1.PaymentStatus" json:"previous_status,omitempty"`
 	// The gateway's charge cancelled on the way, if there was one.
 	CancelledChargeId string `protobuf:"bytes,3,opt,name=cancelled_charge_id,json=cancelledChargeId,proto3" json:"cancelled_charge_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set when the policy needs a second admin's approval: nothing moved
+	// yet (the other fields are unset); approve it with
+	// ApproveOperatorRequest.
+	Request       *OperatorRequest `protobuf:"bytes,4,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CancelPaymentResponse) Reset() {
 	*x = CancelPaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[28]
+	mi := &file_paysched_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +2345,7 @@ func (x *CancelPaymentResponse) String() string {
 func (*CancelPaymentResponse) ProtoMessage() {}
 
 func (x *CancelPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[28]
+	mi := &file_paysched_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +2358,7 @@ func (x *CancelPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelPaymentResponse) GetPayment() *ScheduledPayment {
@@ -1648,6 +2382,13 @@ func (x *CancelPaymentResponse) GetCancelledChargeId() string {
 	return ""
 }
 
+func (x *CancelPaymentResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 // HoldPaymentRequest names a PENDING payment to hold.
 type HoldPaymentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1661,7 +2402,7 @@ type HoldPaymentRequest struct {
 
 func (x *HoldPaymentRequest) Reset() {
 	*x = HoldPaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[29]
+	mi := &file_paysched_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +2414,7 @@ func (x *HoldPaymentRequest) String() string {
 func (*HoldPaymentRequest) ProtoMessage() {}
 
 func (x *HoldPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[29]
+	mi := &file_paysched_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +2427,7 @@ func (x *HoldPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldPaymentRequest.ProtoReflect.Descriptor instead.
 func (*HoldPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HoldPaymentRequest) GetPaymentId() string {
@@ -1707,14 +2448,18 @@ func (x *HoldPaymentRequest) GetNote() string {
 type HoldPaymentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Now HELD.
-	Payment       *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	Payment *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	// Set when the policy needs a second admin's approval: nothing moved
+	// yet (the other fields are unset); approve it with
+	// ApproveOperatorRequest.
+	Request       *OperatorRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HoldPaymentResponse) Reset() {
 	*x = HoldPaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[30]
+	mi := &file_paysched_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +2471,7 @@ func (x *HoldPaymentResponse) String() string {
 func (*HoldPaymentResponse) ProtoMessage() {}
 
 func (x *HoldPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[30]
+	mi := &file_paysched_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,12 +2484,19 @@ func (x *HoldPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldPaymentResponse.ProtoReflect.Descriptor instead.
 func (*HoldPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HoldPaymentResponse) GetPayment() *ScheduledPayment {
 	if x != nil {
 		return x.Payment
+	}
+	return nil
+}
+
+func (x *HoldPaymentResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
 	}
 	return nil
 }
@@ -1762,7 +2514,7 @@ type ReleasePaymentRequest struct {
 
 func (x *ReleasePaymentRequest) Reset() {
 	*x = ReleasePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[31]
+	mi := &file_paysched_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +2526,7 @@ func (x *ReleasePaymentRequest) String() string {
 func (*ReleasePaymentRequest) ProtoMessage() {}
 
 func (x *ReleasePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[31]
+	mi := &file_paysched_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +2539,7 @@ func (x *ReleasePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasePaymentRequest.ProtoReflect.Descriptor instead.
 func (*ReleasePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReleasePaymentRequest) GetPaymentId() string {
@@ -1808,14 +2560,18 @@ func (x *ReleasePaymentRequest) GetNote() string {
 type ReleasePaymentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PENDING again.
-	Payment       *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	Payment *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	// Set when the policy needs a second admin's approval: nothing moved
+	// yet (the other fields are unset); approve it with
+	// ApproveOperatorRequest.
+	Request       *OperatorRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleasePaymentResponse) Reset() {
 	*x = ReleasePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[32]
+	mi := &file_paysched_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +2583,7 @@ func (x *ReleasePaymentResponse) String() string {
 func (*ReleasePaymentResponse) ProtoMessage() {}
 
 func (x *ReleasePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[32]
+	mi := &file_paysched_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,12 +2596,19 @@ func (x *ReleasePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasePaymentResponse.ProtoReflect.Descriptor instead.
 func (*ReleasePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReleasePaymentResponse) GetPayment() *ScheduledPayment {
 	if x != nil {
 		return x.Payment
+	}
+	return nil
+}
+
+func (x *ReleasePaymentResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
 	}
 	return nil
 }
@@ -1867,7 +2630,7 @@ type ReschedulePaymentRequest struct {
 
 func (x *ReschedulePaymentRequest) Reset() {
 	*x = ReschedulePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[33]
+	mi := &file_paysched_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2642,7 @@ func (x *ReschedulePaymentRequest) String() string {
 func (*ReschedulePaymentRequest) ProtoMessage() {}
 
 func (x *ReschedulePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[33]
+	mi := &file_paysched_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2655,7 @@ func (x *ReschedulePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentRequest.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReschedulePaymentRequest) GetPaymentId() string {
@@ -1920,14 +2683,18 @@ func (x *ReschedulePaymentRequest) GetNote() string {
 type ReschedulePaymentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Its run_at is the new time; its status as it was.
-	Payment       *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	Payment *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	// Set when the policy needs a second admin's approval: nothing moved
+	// yet (the other fields are unset); approve it with
+	// ApproveOperatorRequest.
+	Request       *OperatorRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReschedulePaymentResponse) Reset() {
 	*x = ReschedulePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[34]
+	mi := &file_paysched_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2706,7 @@ func (x *ReschedulePaymentResponse) String() string {
 func (*ReschedulePaymentResponse) ProtoMessage() {}
 
 func (x *ReschedulePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[34]
+	mi := &file_paysched_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,12 +2719,19 @@ func (x *ReschedulePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentResponse.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReschedulePaymentResponse) GetPayment() *ScheduledPayment {
 	if x != nil {
 		return x.Payment
+	}
+	return nil
+}
+
+func (x *ReschedulePaymentResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
 	}
 	return nil
 }
@@ -1975,7 +2749,7 @@ type RunPaymentNowRequest struct {
 
 func (x *RunPaymentNowRequest) Reset() {
 	*x = RunPaymentNowRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[35]
+	mi := &file_paysched_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2761,7 @@ func (x *RunPaymentNowRequest) String() string {
 func (*RunPaymentNowRequest) ProtoMessage() {}
 
 func (x *RunPaymentNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[35]
+	mi := &file_paysched_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2774,7 @@ func (x *RunPaymentNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentNowRequest.ProtoReflect.Descriptor instead.
 func (*RunPaymentNowRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RunPaymentNowRequest) GetPaymentId() string {
@@ -2021,14 +2795,18 @@ func (x *RunPaymentNowRequest) GetNote() string {
 type RunPaymentNowResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PENDING, due now.
-	Payment       *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	Payment *ScheduledPayment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	// Set when the policy needs a second admin's approval: nothing moved
+	// yet (the other fields are unset); approve it with
+	// ApproveOperatorRequest.
+	Request       *OperatorRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunPaymentNowResponse) Reset() {
 	*x = RunPaymentNowResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[36]
+	mi := &file_paysched_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2818,7 @@ func (x *RunPaymentNowResponse) String() string {
 func (*RunPaymentNowResponse) ProtoMessage() {}
 
 func (x *RunPaymentNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[36]
+	mi := &file_paysched_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,12 +2831,19 @@ func (x *RunPaymentNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentNowResponse.ProtoReflect.Descriptor instead.
 func (*RunPaymentNowResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RunPaymentNowResponse) GetPayment() *ScheduledPayment {
 	if x != nil {
 		return x.Payment
+	}
+	return nil
+}
+
+func (x *RunPaymentNowResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
 	}
 	return nil
 }
@@ -2084,7 +2869,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[37]
+	mi := &file_paysched_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2881,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[37]
+	mi := &file_paysched_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2894,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReconciliationItem) GetKind() string {
@@ -2187,7 +2972,7 @@ type ReconciliationRun struct {
 
 func (x *ReconciliationRun) Reset() {
 	*x = ReconciliationRun{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[38]
+	mi := &file_paysched_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2984,7 @@ func (x *ReconciliationRun) String() string {
 func (*ReconciliationRun) ProtoMessage() {}
 
 func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[38]
+	mi := &file_paysched_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2997,7 @@ func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationRun.ProtoReflect.Descriptor instead.
 func (*ReconciliationRun) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReconciliationRun) GetRunId() int64 {
@@ -2314,7 +3099,7 @@ type ListReconciliationRunsRequest struct {
 
 func (x *ListReconciliationRunsRequest) Reset() {
 	*x = ListReconciliationRunsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[39]
+	mi := &file_paysched_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +3111,7 @@ func (x *ListReconciliationRunsRequest) String() string {
 func (*ListReconciliationRunsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[39]
+	mi := &file_paysched_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +3124,7 @@ func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListReconciliationRunsRequest) GetDay() string {
@@ -2376,7 +3161,7 @@ type ListReconciliationRunsResponse struct {
 
 func (x *ListReconciliationRunsResponse) Reset() {
 	*x = ListReconciliationRunsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[40]
+	mi := &file_paysched_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +3173,7 @@ func (x *ListReconciliationRunsResponse) String() string {
 func (*ListReconciliationRunsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[40]
+	mi := &file_paysched_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +3186,7 @@ func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListReconciliationRunsResponse) GetRuns() []*ReconciliationRun {
@@ -2429,7 +3214,7 @@ type TriggerReconciliationRunRequest struct {
 
 func (x *TriggerReconciliationRunRequest) Reset() {
 	*x = TriggerReconciliationRunRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[41]
+	mi := &file_paysched_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +3226,7 @@ func (x *TriggerReconciliationRunRequest) String() string {
 func (*TriggerReconciliationRunRequest) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[41]
+	mi := &file_paysched_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +3239,7 @@ func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunRequest.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TriggerReconciliationRunRequest) GetDay() string {
@@ -2475,7 +3260,7 @@ type TriggerReconciliationRunResponse struct {
 
 func (x *TriggerReconciliationRunResponse) Reset() {
 	*x = TriggerReconciliationRunResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[42]
+	mi := &file_paysched_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +3272,7 @@ func (x *TriggerReconciliationRunResponse) String() string {
 func (*TriggerReconciliationRunResponse) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[42]
+	mi := &file_paysched_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +3285,7 @@ func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunResponse.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TriggerReconciliationRunResponse) GetRun() *ReconciliationRun {
@@ -2514,7 +3299,56 @@ var File_paysched_v1_admin_proto protoreflect.FileDescriptor
 
 const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17paysched/v1/admin.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1apaysched/v1/payments.proto\"\xd4\x01\n" +
+	"\x17paysched/v1/admin.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1apaysched/v1/payments.proto\"\xda\x06\n" +
+	"\x0fOperatorRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1f\n" +
+	"\vpayment_ids\x18\x04 \x03(\tR\n" +
+	"paymentIds\x12\x1a\n" +
+	"\battempts\x18\x05 \x03(\x05R\battempts\x12#\n" +
+	"\rpayment_count\x18\x06 \x01(\x05R\fpaymentCount\x125\n" +
+	"\aamounts\x18\a \x03(\v2\x1b.paysched.v1.CurrencyAmountR\aamounts\x121\n" +
+	"\x06run_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x16\n" +
+	"\x06tenant\x18\t \x01(\tR\x06tenant\x121\n" +
+	"\x06limits\x18\n" +
+	" \x01(\v2\x19.paysched.v1.TenantLimitsR\x06limits\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12!\n" +
+	"\frequested_by\x18\f \x01(\tR\vrequestedBy\x12%\n" +
+	"\x0erequested_name\x18\r \x01(\tR\rrequestedName\x12=\n" +
+	"\frequested_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x12%\n" +
+	"\x0eneeds_approval\x18\x0f \x01(\bR\rneedsApproval\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x10 \x01(\tR\tdecidedBy\x12!\n" +
+	"\fdecided_name\x18\x11 \x01(\tR\vdecidedName\x129\n" +
+	"\n" +
+	"decided_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x12\n" +
+	"\x04done\x18\x14 \x01(\x05R\x04done\x12\x16\n" +
+	"\x06failed\x18\x15 \x01(\x05R\x06failed\x12\x18\n" +
+	"\askipped\x18\x16 \x01(\x05R\askipped\x12\x16\n" +
+	"\x06errors\x18\x17 \x03(\tR\x06errors\x12\x10\n" +
+	"\x03via\x18\x18 \x01(\tR\x03via\"B\n" +
+	"\x0eCurrencyAmount\x12\x1a\n" +
+	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\"3\n" +
+	"\x1bListOperatorRequestsRequest\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\"X\n" +
+	"\x1cListOperatorRequestsResponse\x128\n" +
+	"\brequests\x18\x01 \x03(\v2\x1c.paysched.v1.OperatorRequestR\brequests\"/\n" +
+	"\x19GetOperatorRequestRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"T\n" +
+	"\x1aGetOperatorRequestResponse\x126\n" +
+	"\arequest\x18\x01 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"3\n" +
+	"\x1dApproveOperatorRequestRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"X\n" +
+	"\x1eApproveOperatorRequestResponse\x126\n" +
+	"\arequest\x18\x01 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"2\n" +
+	"\x1cRejectOperatorRequestRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"W\n" +
+	"\x1dRejectOperatorRequestResponse\x126\n" +
+	"\arequest\x18\x01 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"\xd4\x01\n" +
 	"\x1cCreateWebhookEndpointRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1f\n" +
@@ -2579,12 +3413,14 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x13ListTenantsResponse\x12-\n" +
 	"\atenants\x18\x01 \x03(\v2\x13.paysched.v1.TenantR\atenants\x12\x1d\n" +
 	"\n" +
-	"next_after\x18\x02 \x01(\tR\tnextAfter\"c\n" +
+	"next_after\x18\x02 \x01(\tR\tnextAfter\"w\n" +
 	"\x16SetTenantLimitsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x121\n" +
-	"\x06limits\x18\x02 \x01(\v2\x19.paysched.v1.TenantLimitsR\x06limits\"F\n" +
+	"\x06limits\x18\x02 \x01(\v2\x19.paysched.v1.TenantLimitsR\x06limits\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"~\n" +
 	"\x17SetTenantLimitsResponse\x12+\n" +
-	"\x06tenant\x18\x01 \x01(\v2\x13.paysched.v1.TenantR\x06tenant\"u\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x13.paysched.v1.TenantR\x06tenant\x126\n" +
+	"\arequest\x18\x02 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"u\n" +
 	"\n" +
 	"DeadLetter\x127\n" +
 	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x12\x16\n" +
@@ -2600,50 +3436,57 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x15RedrivePaymentRequest\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
-	"\x04note\x18\x02 \x01(\tR\x04note\"\x96\x01\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"\xce\x01\n" +
 	"\x16RedrivePaymentResponse\x127\n" +
 	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x12C\n" +
-	"\x0fprevious_status\x18\x02 \x01(\x0e2\x1a.paysched.v1.PaymentStatusR\x0epreviousStatus\"J\n" +
+	"\x0fprevious_status\x18\x02 \x01(\x0e2\x1a.paysched.v1.PaymentStatusR\x0epreviousStatus\x126\n" +
+	"\arequest\x18\x03 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"J\n" +
 	"\x15ResolvePaymentRequest\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
-	"\x04note\x18\x02 \x01(\tR\x04note\"\x96\x01\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"\xce\x01\n" +
 	"\x16ResolvePaymentResponse\x127\n" +
 	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x12C\n" +
-	"\x0fprevious_status\x18\x02 \x01(\x0e2\x1a.paysched.v1.PaymentStatusR\x0epreviousStatus\"I\n" +
+	"\x0fprevious_status\x18\x02 \x01(\x0e2\x1a.paysched.v1.PaymentStatusR\x0epreviousStatus\x126\n" +
+	"\arequest\x18\x03 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"I\n" +
 	"\x14CancelPaymentRequest\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
-	"\x04note\x18\x02 \x01(\tR\x04note\"\xc5\x01\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"\xfd\x01\n" +
 	"\x15CancelPaymentResponse\x127\n" +
 	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x12C\n" +
 	"\x0fprevious_status\x18\x02 \x01(\x0e2\x1a.paysched.v1.PaymentStatusR\x0epreviousStatus\x12.\n" +
-	"\x13cancelled_charge_id\x18\x03 \x01(\tR\x11cancelledChargeId\"G\n" +
+	"\x13cancelled_charge_id\x18\x03 \x01(\tR\x11cancelledChargeId\x126\n" +
+	"\arequest\x18\x04 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"G\n" +
 	"\x12HoldPaymentRequest\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
-	"\x04note\x18\x02 \x01(\tR\x04note\"N\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"\x86\x01\n" +
 	"\x13HoldPaymentResponse\x127\n" +
-	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\"J\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x126\n" +
+	"\arequest\x18\x02 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"J\n" +
 	"\x15ReleasePaymentRequest\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
-	"\x04note\x18\x02 \x01(\tR\x04note\"Q\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"\x89\x01\n" +
 	"\x16ReleasePaymentResponse\x127\n" +
-	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\"\x80\x01\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x126\n" +
+	"\arequest\x18\x02 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"\x80\x01\n" +
 	"\x18ReschedulePaymentRequest\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x121\n" +
 	"\x06run_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x12\n" +
-	"\x04note\x18\x03 \x01(\tR\x04note\"T\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"\x8c\x01\n" +
 	"\x19ReschedulePaymentResponse\x127\n" +
-	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\"I\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x126\n" +
+	"\arequest\x18\x02 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"I\n" +
 	"\x14RunPaymentNowRequest\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x12\n" +
-	"\x04note\x18\x02 \x01(\tR\x04note\"P\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"\x88\x01\n" +
 	"\x15RunPaymentNowResponse\x127\n" +
-	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\"\xb8\x01\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.paysched.v1.ScheduledPaymentR\apayment\x126\n" +
+	"\arequest\x18\x02 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"\xb8\x01\n" +
 	"\x12ReconciliationItem\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1a\n" +
 	"\bseverity\x18\x02 \x01(\tR\bseverity\x12\x1d\n" +
@@ -2682,7 +3525,7 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x1fTriggerReconciliationRunRequest\x12\x10\n" +
 	"\x03day\x18\x01 \x01(\tR\x03day\"T\n" +
 	" TriggerReconciliationRunResponse\x120\n" +
-	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\xe2\x0e\n" +
+	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\x99\x12\n" +
 	"\fAdminService\x12\\\n" +
 	"\x0fListDeadLetters\x12#.paysched.v1.ListDeadLettersRequest\x1a$.paysched.v1.ListDeadLettersResponse\x12Y\n" +
 	"\x0eRedrivePayment\x12\".paysched.v1.RedrivePaymentRequest\x1a#.paysched.v1.RedrivePaymentResponse\x12Y\n" +
@@ -2702,7 +3545,11 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x13RotateWebhookSecret\x12'.paysched.v1.RotateWebhookSecretRequest\x1a(.paysched.v1.RotateWebhookSecretResponse\x12V\n" +
 	"\rResendWebhook\x12!.paysched.v1.ResendWebhookRequest\x1a\".paysched.v1.ResendWebhookResponse\x12\\\n" +
 	"\x0fRecoverWebhooks\x12#.paysched.v1.RecoverWebhooksRequest\x1a$.paysched.v1.RecoverWebhooksResponse\x12h\n" +
-	"\x13ListWebhookAttempts\x12'.paysched.v1.ListWebhookAttemptsRequest\x1a(.paysched.v1.ListWebhookAttemptsResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
+	"\x13ListWebhookAttempts\x12'.paysched.v1.ListWebhookAttemptsRequest\x1a(.paysched.v1.ListWebhookAttemptsResponse\x12k\n" +
+	"\x14ListOperatorRequests\x12(.paysched.v1.ListOperatorRequestsRequest\x1a).paysched.v1.ListOperatorRequestsResponse\x12e\n" +
+	"\x12GetOperatorRequest\x12&.paysched.v1.GetOperatorRequestRequest\x1a'.paysched.v1.GetOperatorRequestResponse\x12q\n" +
+	"\x16ApproveOperatorRequest\x12*.paysched.v1.ApproveOperatorRequestRequest\x1a+.paysched.v1.ApproveOperatorRequestResponse\x12n\n" +
+	"\x15RejectOperatorRequest\x12).paysched.v1.RejectOperatorRequestRequest\x1a*.paysched.v1.RejectOperatorRequestResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
 
 var (
 	file_paysched_v1_admin_proto_rawDescOnce sync.Once
@@ -2716,128 +3563,164 @@ func file_paysched_v1_admin_proto_rawDescGZIP() []byte {
 	return file_paysched_v1_admin_proto_rawDescData
 }
 
-var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_paysched_v1_admin_proto_goTypes = []any{
-	(*CreateWebhookEndpointRequest)(nil),      // 0: paysched.v1.CreateWebhookEndpointRequest
-	(*CreateWebhookEndpointResponse)(nil),     // 1: paysched.v1.CreateWebhookEndpointResponse
-	(*ListWebhookEndpointsRequest)(nil),       // 2: paysched.v1.ListWebhookEndpointsRequest
-	(*ListWebhookEndpointsResponse)(nil),      // 3: paysched.v1.ListWebhookEndpointsResponse
-	(*SetWebhookEndpointEnabledRequest)(nil),  // 4: paysched.v1.SetWebhookEndpointEnabledRequest
-	(*SetWebhookEndpointEnabledResponse)(nil), // 5: paysched.v1.SetWebhookEndpointEnabledResponse
-	(*RotateWebhookSecretRequest)(nil),        // 6: paysched.v1.RotateWebhookSecretRequest
-	(*RotateWebhookSecretResponse)(nil),       // 7: paysched.v1.RotateWebhookSecretResponse
-	(*ResendWebhookRequest)(nil),              // 8: paysched.v1.ResendWebhookRequest
-	(*ResendWebhookResponse)(nil),             // 9: paysched.v1.ResendWebhookResponse
-	(*RecoverWebhooksRequest)(nil),            // 10: paysched.v1.RecoverWebhooksRequest
-	(*RecoverWebhooksResponse)(nil),           // 11: paysched.v1.RecoverWebhooksResponse
-	(*ListWebhookAttemptsRequest)(nil),        // 12: paysched.v1.ListWebhookAttemptsRequest
-	(*ListWebhookAttemptsResponse)(nil),       // 13: paysched.v1.ListWebhookAttemptsResponse
-	(*TenantLimits)(nil),                      // 14: paysched.v1.TenantLimits
-	(*Tenant)(nil),                            // 15: paysched.v1.Tenant
-	(*ListTenantsRequest)(nil),                // 16: paysched.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),               // 17: paysched.v1.ListTenantsResponse
-	(*SetTenantLimitsRequest)(nil),            // 18: paysched.v1.SetTenantLimitsRequest
-	(*SetTenantLimitsResponse)(nil),           // 19: paysched.v1.SetTenantLimitsResponse
-	(*DeadLetter)(nil),                        // 20: paysched.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),            // 21: paysched.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),           // 22: paysched.v1.ListDeadLettersResponse
-	(*RedrivePaymentRequest)(nil),             // 23: paysched.v1.RedrivePaymentRequest
-	(*RedrivePaymentResponse)(nil),            // 24: paysched.v1.RedrivePaymentResponse
-	(*ResolvePaymentRequest)(nil),             // 25: paysched.v1.ResolvePaymentRequest
-	(*ResolvePaymentResponse)(nil),            // 26: paysched.v1.ResolvePaymentResponse
-	(*CancelPaymentRequest)(nil),              // 27: paysched.v1.CancelPaymentRequest
-	(*CancelPaymentResponse)(nil),             // 28: paysched.v1.CancelPaymentResponse
-	(*HoldPaymentRequest)(nil),                // 29: paysched.v1.HoldPaymentRequest
-	(*HoldPaymentResponse)(nil),               // 30: paysched.v1.HoldPaymentResponse
-	(*ReleasePaymentRequest)(nil),             // 31: paysched.v1.ReleasePaymentRequest
-	(*ReleasePaymentResponse)(nil),            // 32: paysched.v1.ReleasePaymentResponse
-	(*ReschedulePaymentRequest)(nil),          // 33: paysched.v1.ReschedulePaymentRequest
-	(*ReschedulePaymentResponse)(nil),         // 34: paysched.v1.ReschedulePaymentResponse
-	(*RunPaymentNowRequest)(nil),              // 35: paysched.v1.RunPaymentNowRequest
-	(*RunPaymentNowResponse)(nil),             // 36: paysched.v1.RunPaymentNowResponse
-	(*ReconciliationItem)(nil),                // 37: paysched.v1.ReconciliationItem
-	(*ReconciliationRun)(nil),                 // 38: paysched.v1.ReconciliationRun
-	(*ListReconciliationRunsRequest)(nil),     // 39: paysched.v1.ListReconciliationRunsRequest
-	(*ListReconciliationRunsResponse)(nil),    // 40: paysched.v1.ListReconciliationRunsResponse
-	(*TriggerReconciliationRunRequest)(nil),   // 41: paysched.v1.TriggerReconciliationRunRequest
-	(*TriggerReconciliationRunResponse)(nil),  // 42: paysched.v1.TriggerReconciliationRunResponse
-	(*WebhookEndpoint)(nil),                   // 43: paysched.v1.WebhookEndpoint
-	(*timestamppb.Timestamp)(nil),             // 44: google.protobuf.Timestamp
-	(*WebhookAttempt)(nil),                    // 45: paysched.v1.WebhookAttempt
-	(*ScheduledPayment)(nil),                  // 46: paysched.v1.ScheduledPayment
-	(PaymentStatus)(0),                        // 47: paysched.v1.PaymentStatus
+	(*OperatorRequest)(nil),                   // 0: paysched.v1.OperatorRequest
+	(*CurrencyAmount)(nil),                    // 1: paysched.v1.CurrencyAmount
+	(*ListOperatorRequestsRequest)(nil),       // 2: paysched.v1.ListOperatorRequestsRequest
+	(*ListOperatorRequestsResponse)(nil),      // 3: paysched.v1.ListOperatorRequestsResponse
+	(*GetOperatorRequestRequest)(nil),         // 4: paysched.v1.GetOperatorRequestRequest
+	(*GetOperatorRequestResponse)(nil),        // 5: paysched.v1.GetOperatorRequestResponse
+	(*ApproveOperatorRequestRequest)(nil),     // 6: paysched.v1.ApproveOperatorRequestRequest
+	(*ApproveOperatorRequestResponse)(nil),    // 7: paysched.v1.ApproveOperatorRequestResponse
+	(*RejectOperatorRequestRequest)(nil),      // 8: paysched.v1.RejectOperatorRequestRequest
+	(*RejectOperatorRequestResponse)(nil),     // 9: paysched.v1.RejectOperatorRequestResponse
+	(*CreateWebhookEndpointRequest)(nil),      // 10: paysched.v1.CreateWebhookEndpointRequest
+	(*CreateWebhookEndpointResponse)(nil),     // 11: paysched.v1.CreateWebhookEndpointResponse
+	(*ListWebhookEndpointsRequest)(nil),       // 12: paysched.v1.ListWebhookEndpointsRequest
+	(*ListWebhookEndpointsResponse)(nil),      // 13: paysched.v1.ListWebhookEndpointsResponse
+	(*SetWebhookEndpointEnabledRequest)(nil),  // 14: paysched.v1.SetWebhookEndpointEnabledRequest
+	(*SetWebhookEndpointEnabledResponse)(nil), // 15: paysched.v1.SetWebhookEndpointEnabledResponse
+	(*RotateWebhookSecretRequest)(nil),        // 16: paysched.v1.RotateWebhookSecretRequest
+	(*RotateWebhookSecretResponse)(nil),       // 17: paysched.v1.RotateWebhookSecretResponse
+	(*ResendWebhookRequest)(nil),              // 18: paysched.v1.ResendWebhookRequest
+	(*ResendWebhookResponse)(nil),             // 19: paysched.v1.ResendWebhookResponse
+	(*RecoverWebhooksRequest)(nil),            // 20: paysched.v1.RecoverWebhooksRequest
+	(*RecoverWebhooksResponse)(nil),           // 21: paysched.v1.RecoverWebhooksResponse
+	(*ListWebhookAttemptsRequest)(nil),        // 22: paysched.v1.ListWebhookAttemptsRequest
+	(*ListWebhookAttemptsResponse)(nil),       // 23: paysched.v1.ListWebhookAttemptsResponse
+	(*TenantLimits)(nil),                      // 24: paysched.v1.TenantLimits
+	(*Tenant)(nil),                            // 25: paysched.v1.Tenant
+	(*ListTenantsRequest)(nil),                // 26: paysched.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 27: paysched.v1.ListTenantsResponse
+	(*SetTenantLimitsRequest)(nil),            // 28: paysched.v1.SetTenantLimitsRequest
+	(*SetTenantLimitsResponse)(nil),           // 29: paysched.v1.SetTenantLimitsResponse
+	(*DeadLetter)(nil),                        // 30: paysched.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),            // 31: paysched.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),           // 32: paysched.v1.ListDeadLettersResponse
+	(*RedrivePaymentRequest)(nil),             // 33: paysched.v1.RedrivePaymentRequest
+	(*RedrivePaymentResponse)(nil),            // 34: paysched.v1.RedrivePaymentResponse
+	(*ResolvePaymentRequest)(nil),             // 35: paysched.v1.ResolvePaymentRequest
+	(*ResolvePaymentResponse)(nil),            // 36: paysched.v1.ResolvePaymentResponse
+	(*CancelPaymentRequest)(nil),              // 37: paysched.v1.CancelPaymentRequest
+	(*CancelPaymentResponse)(nil),             // 38: paysched.v1.CancelPaymentResponse
+	(*HoldPaymentRequest)(nil),                // 39: paysched.v1.HoldPaymentRequest
+	(*HoldPaymentResponse)(nil),               // 40: paysched.v1.HoldPaymentResponse
+	(*ReleasePaymentRequest)(nil),             // 41: paysched.v1.ReleasePaymentRequest
+	(*ReleasePaymentResponse)(nil),            // 42: paysched.v1.ReleasePaymentResponse
+	(*ReschedulePaymentRequest)(nil),          // 43: paysched.v1.ReschedulePaymentRequest
+	(*ReschedulePaymentResponse)(nil),         // 44: paysched.v1.ReschedulePaymentResponse
+	(*RunPaymentNowRequest)(nil),              // 45: paysched.v1.RunPaymentNowRequest
+	(*RunPaymentNowResponse)(nil),             // 46: paysched.v1.RunPaymentNowResponse
+	(*ReconciliationItem)(nil),                // 47: paysched.v1.ReconciliationItem
+	(*ReconciliationRun)(nil),                 // 48: paysched.v1.ReconciliationRun
+	(*ListReconciliationRunsRequest)(nil),     // 49: paysched.v1.ListReconciliationRunsRequest
+	(*ListReconciliationRunsResponse)(nil),    // 50: paysched.v1.ListReconciliationRunsResponse
+	(*TriggerReconciliationRunRequest)(nil),   // 51: paysched.v1.TriggerReconciliationRunRequest
+	(*TriggerReconciliationRunResponse)(nil),  // 52: paysched.v1.TriggerReconciliationRunResponse
+	(*timestamppb.Timestamp)(nil),             // 53: google.protobuf.Timestamp
+	(*WebhookEndpoint)(nil),                   // 54: paysched.v1.WebhookEndpoint
+	(*WebhookAttempt)(nil),                    // 55: paysched.v1.WebhookAttempt
+	(*ScheduledPayment)(nil),                  // 56: paysched.v1.ScheduledPayment
+	(PaymentStatus)(0),                        // 57: paysched.v1.PaymentStatus
 }
 var file_paysched_v1_admin_proto_depIdxs = []int32{
-	43, // 0: paysched.v1.CreateWebhookEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
-	43, // 1: paysched.v1.ListWebhookEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
-	44, // 2: paysched.v1.RecoverWebhooksRequest.since:type_name -> google.protobuf.Timestamp
-	44, // 3: paysched.v1.RecoverWebhooksRequest.until:type_name -> google.protobuf.Timestamp
-	45, // 4: paysched.v1.ListWebhookAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
-	14, // 5: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
-	15, // 6: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
-	14, // 7: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
-	15, // 8: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
-	46, // 9: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
-	20, // 10: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
-	46, // 11: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	47, // 12: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	46, // 13: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	47, // 14: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	46, // 15: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	47, // 16: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	46, // 17: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	46, // 18: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	44, // 19: paysched.v1.ReschedulePaymentRequest.run_at:type_name -> google.protobuf.Timestamp
-	46, // 20: paysched.v1.ReschedulePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	46, // 21: paysched.v1.RunPaymentNowResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	44, // 22: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
-	44, // 23: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
-	37, // 24: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
-	38, // 25: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
-	38, // 26: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
-	21, // 27: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
-	23, // 28: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
-	25, // 29: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
-	27, // 30: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
-	29, // 31: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
-	31, // 32: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
-	33, // 33: paysched.v1.AdminService.ReschedulePayment:input_type -> paysched.v1.ReschedulePaymentRequest
-	35, // 34: paysched.v1.AdminService.RunPaymentNow:input_type -> paysched.v1.RunPaymentNowRequest
-	39, // 35: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
-	41, // 36: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
-	16, // 37: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
-	18, // 38: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
-	0,  // 39: paysched.v1.AdminService.CreateWebhookEndpoint:input_type -> paysched.v1.CreateWebhookEndpointRequest
-	2,  // 40: paysched.v1.AdminService.ListWebhookEndpoints:input_type -> paysched.v1.ListWebhookEndpointsRequest
-	4,  // 41: paysched.v1.AdminService.SetWebhookEndpointEnabled:input_type -> paysched.v1.SetWebhookEndpointEnabledRequest
-	6,  // 42: paysched.v1.AdminService.RotateWebhookSecret:input_type -> paysched.v1.RotateWebhookSecretRequest
-	8,  // 43: paysched.v1.AdminService.ResendWebhook:input_type -> paysched.v1.ResendWebhookRequest
-	10, // 44: paysched.v1.AdminService.RecoverWebhooks:input_type -> paysched.v1.RecoverWebhooksRequest
-	12, // 45: paysched.v1.AdminService.ListWebhookAttempts:input_type -> paysched.v1.ListWebhookAttemptsRequest
-	22, // 46: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
-	24, // 47: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
-	26, // 48: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
-	28, // 49: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
-	30, // 50: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
-	32, // 51: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
-	34, // 52: paysched.v1.AdminService.ReschedulePayment:output_type -> paysched.v1.ReschedulePaymentResponse
-	36, // 53: paysched.v1.AdminService.RunPaymentNow:output_type -> paysched.v1.RunPaymentNowResponse
-	40, // 54: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
-	42, // 55: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
-	17, // 56: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
-	19, // 57: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
-	1,  // 58: paysched.v1.AdminService.CreateWebhookEndpoint:output_type -> paysched.v1.CreateWebhookEndpointResponse
-	3,  // 59: paysched.v1.AdminService.ListWebhookEndpoints:output_type -> paysched.v1.ListWebhookEndpointsResponse
-	5,  // 60: paysched.v1.AdminService.SetWebhookEndpointEnabled:output_type -> paysched.v1.SetWebhookEndpointEnabledResponse
-	7,  // 61: paysched.v1.AdminService.RotateWebhookSecret:output_type -> paysched.v1.RotateWebhookSecretResponse
-	9,  // 62: paysched.v1.AdminService.ResendWebhook:output_type -> paysched.v1.ResendWebhookResponse
-	11, // 63: paysched.v1.AdminService.RecoverWebhooks:output_type -> paysched.v1.RecoverWebhooksResponse
-	13, // 64: paysched.v1.AdminService.ListWebhookAttempts:output_type -> paysched.v1.ListWebhookAttemptsResponse
-	46, // [46:65] is the sub-list for method output_type
-	27, // [27:46] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	1,  // 0: paysched.v1.OperatorRequest.amounts:type_name -> paysched.v1.CurrencyAmount
+	53, // 1: paysched.v1.OperatorRequest.run_at:type_name -> google.protobuf.Timestamp
+	24, // 2: paysched.v1.OperatorRequest.limits:type_name -> paysched.v1.TenantLimits
+	53, // 3: paysched.v1.OperatorRequest.requested_at:type_name -> google.protobuf.Timestamp
+	53, // 4: paysched.v1.OperatorRequest.decided_at:type_name -> google.protobuf.Timestamp
+	53, // 5: paysched.v1.OperatorRequest.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 6: paysched.v1.ListOperatorRequestsResponse.requests:type_name -> paysched.v1.OperatorRequest
+	0,  // 7: paysched.v1.GetOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
+	0,  // 8: paysched.v1.ApproveOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
+	0,  // 9: paysched.v1.RejectOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
+	54, // 10: paysched.v1.CreateWebhookEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
+	54, // 11: paysched.v1.ListWebhookEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
+	53, // 12: paysched.v1.RecoverWebhooksRequest.since:type_name -> google.protobuf.Timestamp
+	53, // 13: paysched.v1.RecoverWebhooksRequest.until:type_name -> google.protobuf.Timestamp
+	55, // 14: paysched.v1.ListWebhookAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
+	24, // 15: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
+	25, // 16: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
+	24, // 17: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
+	25, // 18: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
+	0,  // 19: paysched.v1.SetTenantLimitsResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 20: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
+	30, // 21: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
+	56, // 22: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	57, // 23: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	0,  // 24: paysched.v1.RedrivePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 25: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	57, // 26: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	0,  // 27: paysched.v1.ResolvePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 28: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	57, // 29: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	0,  // 30: paysched.v1.CancelPaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 31: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	0,  // 32: paysched.v1.HoldPaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 33: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	0,  // 34: paysched.v1.ReleasePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	53, // 35: paysched.v1.ReschedulePaymentRequest.run_at:type_name -> google.protobuf.Timestamp
+	56, // 36: paysched.v1.ReschedulePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	0,  // 37: paysched.v1.ReschedulePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 38: paysched.v1.RunPaymentNowResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	0,  // 39: paysched.v1.RunPaymentNowResponse.request:type_name -> paysched.v1.OperatorRequest
+	53, // 40: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
+	53, // 41: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
+	47, // 42: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
+	48, // 43: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
+	48, // 44: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
+	31, // 45: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
+	33, // 46: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
+	35, // 47: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
+	37, // 48: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
+	39, // 49: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
+	41, // 50: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
+	43, // 51: paysched.v1.AdminService.ReschedulePayment:input_type -> paysched.v1.ReschedulePaymentRequest
+	45, // 52: paysched.v1.AdminService.RunPaymentNow:input_type -> paysched.v1.RunPaymentNowRequest
+	49, // 53: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
+	51, // 54: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
+	26, // 55: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
+	28, // 56: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
+	10, // 57: paysched.v1.AdminService.CreateWebhookEndpoint:input_type -> paysched.v1.CreateWebhookEndpointRequest
+	12, // 58: paysched.v1.AdminService.ListWebhookEndpoints:input_type -> paysched.v1.ListWebhookEndpointsRequest
+	14, // 59: paysched.v1.AdminService.SetWebhookEndpointEnabled:input_type -> paysched.v1.SetWebhookEndpointEnabledRequest
+	16, // 60: paysched.v1.AdminService.RotateWebhookSecret:input_type -> paysched.v1.RotateWebhookSecretRequest
+	18, // 61: paysched.v1.AdminService.ResendWebhook:input_type -> paysched.v1.ResendWebhookRequest
+	20, // 62: paysched.v1.AdminService.RecoverWebhooks:input_type -> paysched.v1.RecoverWebhooksRequest
+	22, // 63: paysched.v1.AdminService.ListWebhookAttempts:input_type -> paysched.v1.ListWebhookAttemptsRequest
+	2,  // 64: paysched.v1.AdminService.ListOperatorRequests:input_type -> paysched.v1.ListOperatorRequestsRequest
+	4,  // 65: paysched.v1.AdminService.GetOperatorRequest:input_type -> paysched.v1.GetOperatorRequestRequest
+	6,  // 66: paysched.v1.AdminService.ApproveOperatorRequest:input_type -> paysched.v1.ApproveOperatorRequestRequest
+	8,  // 67: paysched.v1.AdminService.RejectOperatorRequest:input_type -> paysched.v1.RejectOperatorRequestRequest
+	32, // 68: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
+	34, // 69: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
+	36, // 70: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
+	38, // 71: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
+	40, // 72: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
+	42, // 73: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
+	44, // 74: paysched.v1.AdminService.ReschedulePayment:output_type -> paysched.v1.ReschedulePaymentResponse
+	46, // 75: paysched.v1.AdminService.RunPaymentNow:output_type -> paysched.v1.RunPaymentNowResponse
+	50, // 76: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
+	52, // 77: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
+	27, // 78: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
+	29, // 79: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
+	11, // 80: paysched.v1.AdminService.CreateWebhookEndpoint:output_type -> paysched.v1.CreateWebhookEndpointResponse
+	13, // 81: paysched.v1.AdminService.ListWebhookEndpoints:output_type -> paysched.v1.ListWebhookEndpointsResponse
+	15, // 82: paysched.v1.AdminService.SetWebhookEndpointEnabled:output_type -> paysched.v1.SetWebhookEndpointEnabledResponse
+	17, // 83: paysched.v1.AdminService.RotateWebhookSecret:output_type -> paysched.v1.RotateWebhookSecretResponse
+	19, // 84: paysched.v1.AdminService.ResendWebhook:output_type -> paysched.v1.ResendWebhookResponse
+	21, // 85: paysched.v1.AdminService.RecoverWebhooks:output_type -> paysched.v1.RecoverWebhooksResponse
+	23, // 86: paysched.v1.AdminService.ListWebhookAttempts:output_type -> paysched.v1.ListWebhookAttemptsResponse
+	3,  // 87: paysched.v1.AdminService.ListOperatorRequests:output_type -> paysched.v1.ListOperatorRequestsResponse
+	5,  // 88: paysched.v1.AdminService.GetOperatorRequest:output_type -> paysched.v1.GetOperatorRequestResponse
+	7,  // 89: paysched.v1.AdminService.ApproveOperatorRequest:output_type -> paysched.v1.ApproveOperatorRequestResponse
+	9,  // 90: paysched.v1.AdminService.RejectOperatorRequest:output_type -> paysched.v1.RejectOperatorRequestResponse
+	68, // [68:91] is the sub-list for method output_type
+	45, // [45:68] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_admin_proto_init() }
@@ -2852,7 +3735,7 @@ func file_paysched_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_v1_admin_proto_rawDesc), len(file_paysched_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,10 @@ const (
 	AdminService_ResendWebhook_FullMethodName             = "/paysched.v1.AdminService/ResendWebhook"
 	AdminService_RecoverWebhooks_FullMethodName           = "/paysched.v1.AdminService/RecoverWebhooks"
 	AdminService_ListWebhookAttempts_FullMethodName       = "/paysched.v1.AdminService/ListWebhookAttempts"
+	AdminService_ListOperatorRequests_FullMethodName      = "/paysched.v1.AdminService/ListOperatorRequests"
+	AdminService_GetOperatorRequest_FullMethodName        = "/paysched.v1.AdminService/GetOperatorRequest"
+	AdminService_ApproveOperatorRequest_FullMethodName    = "/paysched.v1.AdminService/ApproveOperatorRequest"
+	AdminService_RejectOperatorRequest_FullMethodName     = "/paysched.v1.AdminService/RejectOperatorRequest"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -109,6 +113,21 @@ type AdminServiceClient interface {
 	// ListWebhookAttempts is the delivery log of a payment or an endpoint,
 	// newest first.
 	ListWebhookAttempts(ctx context.Context, in *ListWebhookAttemptsRequest, opts ...grpc.CallOption) (*ListWebhookAttemptsResponse, error)
+	// ListOperatorRequests lists operators' requests: those open (awaiting
+	// approval, approved, queued or running), oldest first, then the latest
+	// closed ones.
+	ListOperatorRequests(ctx context.Context, in *ListOperatorRequestsRequest, opts ...grpc.CallOption) (*ListOperatorRequestsResponse, error)
+	// GetOperatorRequest shows one request.
+	GetOperatorRequest(ctx context.Context, in *GetOperatorRequestRequest, opts ...grpc.CallOption) (*GetOperatorRequestResponse, error)
+	// ApproveOperatorRequest approves a request awaiting approval, as a
+	// second admin: never its requester (compared by issuer and subject,
+	// never by name: PERMISSION_DENIED OWN_REQUEST). A request on one
+	// payment, or a limit change, is applied before the answer; a larger
+	// one runs in the background (its state shows RUNNING, then DONE).
+	ApproveOperatorRequest(ctx context.Context, in *ApproveOperatorRequestRequest, opts ...grpc.CallOption) (*ApproveOperatorRequestResponse, error)
+	// RejectOperatorRequest rejects a request awaiting approval (not one's
+	// own): it does nothing.
+	RejectOperatorRequest(ctx context.Context, in *RejectOperatorRequestRequest, opts ...grpc.CallOption) (*RejectOperatorRequestResponse, error)
 }
 
 type adminServiceClient struct {
@@ -309,6 +328,46 @@ func (c *adminServiceClient) ListWebhookAttempts(ctx context.Context, in *ListWe
 	return out, nil
 }
 
+func (c *adminServiceClient) ListOperatorRequests(ctx context.Context, in *ListOperatorRequestsRequest, opts ...grpc.CallOption) (*ListOperatorRequestsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperatorRequestsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListOperatorRequests_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetOperatorRequest(ctx context.Context, in *GetOperatorRequestRequest, opts ...grpc.CallOption) (*GetOperatorRequestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetOperatorRequestResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetOperatorRequest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ApproveOperatorRequest(ctx context.Context, in *ApproveOperatorRequestRequest, opts ...grpc.CallOption) (*ApproveOperatorRequestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveOperatorRequestResponse)
+	err := c.cc.Invoke(ctx, AdminService_ApproveOperatorRequest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RejectOperatorRequest(ctx context.Context, in *RejectOperatorRequestRequest, opts ...grpc.CallOption) (*RejectOperatorRequestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RejectOperatorRequestResponse)
+	err := c.cc.Invoke(ctx, AdminService_RejectOperatorRequest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -378,6 +437,21 @@ type AdminServiceServer interface {
 	// ListWebhookAttempts is the delivery log of a payment or an endpoint,
 	// newest first.
 	ListWebhookAttempts(context.Context, *ListWebhookAttemptsRequest) (*ListWebhookAttemptsResponse, error)
+	// ListOperatorRequests lists operators' requests: those open (awaiting
+	// approval, approved, queued or running), oldest first, then the latest
+	// closed ones.
+	ListOperatorRequests(context.Context, *ListOperatorRequestsRequest) (*ListOperatorRequestsResponse, error)
+	// GetOperatorRequest shows one request.
+	GetOperatorRequest(context.Context, *GetOperatorRequestRequest) (*GetOperatorRequestResponse, error)
+	// ApproveOperatorRequest approves a request awaiting approval, as a
+	// second admin: never its requester (compared by issuer and subject,
+	// never by name: PERMISSION_DENIED OWN_REQUEST). A request on one
+	// payment, or a limit change, is applied before the answer; a larger
+	// one runs in the background (its state shows RUNNING, then DONE).
+	ApproveOperatorRequest(context.Context, *ApproveOperatorRequestRequest) (*ApproveOperatorRequestResponse, error)
+	// RejectOperatorRequest rejects a request awaiting approval (not one's
+	// own): it does nothing.
+	RejectOperatorRequest(context.Context, *RejectOperatorRequestRequest) (*RejectOperatorRequestResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -444,6 +518,18 @@ func (UnimplementedAdminServiceServer) RecoverWebhooks(context.Context, *Recover
 }
 func (UnimplementedAdminServiceServer) ListWebhookAttempts(context.Context, *ListWebhookAttemptsRequest) (*ListWebhookAttemptsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWebhookAttempts not implemented")
+}
+func (UnimplementedAdminServiceServer) ListOperatorRequests(context.Context, *ListOperatorRequestsRequest) (*ListOperatorRequestsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOperatorRequests not implemented")
+}
+func (UnimplementedAdminServiceServer) GetOperatorRequest(context.Context, *GetOperatorRequestRequest) (*GetOperatorRequestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOperatorRequest not implemented")
+}
+func (UnimplementedAdminServiceServer) ApproveOperatorRequest(context.Context, *ApproveOperatorRequestRequest) (*ApproveOperatorRequestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveOperatorRequest not implemented")
+}
+func (UnimplementedAdminServiceServer) RejectOperatorRequest(context.Context, *RejectOperatorRequestRequest) (*RejectOperatorRequestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RejectOperatorRequest not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -808,6 +894,78 @@ func _AdminService_ListWebhookAttempts_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListOperatorRequests_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperatorRequestsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListOperatorRequests(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListOperatorRequests_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListOperatorRequests(ctx, req.(*ListOperatorRequestsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetOperatorRequest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOperatorRequestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetOperatorRequest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetOperatorRequest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetOperatorRequest(ctx, req.(*GetOperatorRequestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ApproveOperatorRequest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveOperatorRequestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ApproveOperatorRequest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ApproveOperatorRequest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ApproveOperatorRequest(ctx, req.(*ApproveOperatorRequestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RejectOperatorRequest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RejectOperatorRequestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RejectOperatorRequest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RejectOperatorRequest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RejectOperatorRequest(ctx, req.(*RejectOperatorRequestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -890,6 +1048,22 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWebhookAttempts",
 			Handler:    _AdminService_ListWebhookAttempts_Handler,
+		},
+		{
+			MethodName: "ListOperatorRequests",
+			Handler:    _AdminService_ListOperatorRequests_Handler,
+		},
+		{
+			MethodName: "GetOperatorRequest",
+			Handler:    _AdminService_GetOperatorRequest_Handler,
+		},
+		{
+			MethodName: "ApproveOperatorRequest",
+			Handler:    _AdminService_ApproveOperatorRequest_Handler,
+		},
+		{
+			MethodName: "RejectOperatorRequest",
+			Handler:    _AdminService_RejectOperatorRequest_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

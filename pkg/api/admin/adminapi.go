@@ -22,6 +22,7 @@ import (
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/gateway"
@@ -43,6 +44,12 @@ type Server struct {
 	LoopbackWebhooks bool
 	// HooksDB is the webhooks' database (nil: the schedule's).
 	HooksDB store.DB
+	// Requests are the operators' requests every guarded method goes
+	// through (New: the strict policy).
+	Requests *approval.Requests
+	// Process names this replica as the runner of the requests it applies
+	// at once.
+	Process string
 }
 
 // Prober asks the gateway whether it holds a charge for a payment, and
@@ -56,7 +63,11 @@ type Prober interface {
 // configured): triggering a run, re-driving and resolving then answer
 // FAILED_PRECONDITION, for each must ask the gateway first.
 func New(db *pgxpool.Pool, runner *reconcile.Runner, prober Prober, log *slog.Logger) *Server {
-	return &Server{db: db, store: store.NewStore(db), runner: runner, prober: prober, log: log}
+	reqs, err := approval.New(db, approval.Strict(), log)
+	if err != nil {
+		panic(err) // the strict policy is valid (TestStrictPolicyIsValid)
+	}
+	return &Server{db: db, store: store.NewStore(db), runner: runner, prober: prober, log: log, Requests: reqs, Process: "admin-api"}
 }
 
 // admin returns the calling operator, or the error to answer.
@@ -159,6 +170,8 @@ func checkNote(note string, required bool) error {
 // Only a claim changes the attempt, and a payment comes back to a status
 // it left only through a claim, so (status, attempt) says it is unchanged.
 type pinned struct {
+	// status "": any the action may leave (a reschedule pins the attempt
+	// only: a payment held and released since is the same payment).
 	status payment.Status
 	// attempt < 0: any (a request made before attempts were pinned).
 	attempt int32
@@ -166,7 +179,7 @@ type pinned struct {
 
 // holds reports whether p is still as pinned.
 func (pin *pinned) holds(p *payment.Payment) bool {
-	return p.Status == pin.status && (pin.attempt < 0 || p.Attempt == pin.attempt)
+	return (pin.status == "" || p.Status == pin.status) && (pin.attempt < 0 || p.Attempt == pin.attempt)
 }
 
 func changedSince(pin *pinned, p *payment.Payment) error {
@@ -217,6 +230,7 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 		return nil, 0, err
 	}
 	m.ID, m.By, m.Actor, m.Reason, m.Fenced, m.Attempt = id, payment.Operator, "admin:"+who, note, true, p.Attempt
+	m.Request = approval.RequestOf(ctx)
 	prev, err := store.Apply(ctx, s.db, m)
 	if errors.Is(err, store.ErrNotMoved) {
 		now, gerr := s.store.GetAny(ctx, id)
@@ -322,7 +336,11 @@ func unproven(r gateway.Result) error {
 
 // RedrivePayment implements AdminService.
 func (s *Server) RedrivePayment(ctx context.Context, req *payschedv1.RedrivePaymentRequest) (*payschedv1.RedrivePaymentResponse, error) {
-	return s.redrive(ctx, req, nil)
+	a, err := s.guard(ctx, ask{action: "REDRIVE", paymentID: req.GetPaymentId(), note: req.GetNote()})
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.RedrivePaymentResponse{Payment: a.payment, PreviousStatus: a.prev, Request: a.request}, nil
 }
 
 func (s *Server) redrive(ctx context.Context, req *payschedv1.RedrivePaymentRequest, pin *pinned) (*payschedv1.RedrivePaymentResponse, error) {
@@ -336,7 +354,11 @@ func (s *Server) redrive(ctx context.Context, req *payschedv1.RedrivePaymentRequ
 
 // ResolvePayment implements AdminService.
 func (s *Server) ResolvePayment(ctx context.Context, req *payschedv1.ResolvePaymentRequest) (*payschedv1.ResolvePaymentResponse, error) {
-	return s.resolve(ctx, req, nil)
+	a, err := s.guard(ctx, ask{action: "RESOLVE", paymentID: req.GetPaymentId(), note: req.GetNote(), noteRequired: true})
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.ResolvePaymentResponse{Payment: a.payment, PreviousStatus: a.prev, Request: a.request}, nil
 }
 
 func (s *Server) resolve(ctx context.Context, req *payschedv1.ResolvePaymentRequest, pin *pinned) (*payschedv1.ResolvePaymentResponse, error) {
@@ -356,7 +378,11 @@ func (s *Server) resolve(ctx context.Context, req *payschedv1.ResolvePaymentRequ
 // succeeded one refuses. A PENDING payment is fenced on the attempt read
 // before asking, so a claim in between makes the move miss.
 func (s *Server) CancelPayment(ctx context.Context, req *payschedv1.CancelPaymentRequest) (*payschedv1.CancelPaymentResponse, error) {
-	return s.cancel(ctx, req, nil)
+	a, err := s.guard(ctx, ask{action: "CANCEL", paymentID: req.GetPaymentId(), note: req.GetNote(), noteRequired: true})
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.CancelPaymentResponse{Payment: a.payment, PreviousStatus: a.prev, CancelledChargeId: a.cancelled, Request: a.request}, nil
 }
 
 func (s *Server) cancel(ctx context.Context, req *payschedv1.CancelPaymentRequest, pin *pinned) (*payschedv1.CancelPaymentResponse, error) {
@@ -372,6 +398,7 @@ func (s *Server) cancel(ctx context.Context, req *payschedv1.CancelPaymentReques
 				switch {
 				case r.Outcome == payment.Declined:
 					cancelled = r.Ref
+					noteCancelled(ctx, r.Ref)
 					return nil
 				case !r.Found:
 					return apierr.New(codes.Unavailable, "GATEWAY_CANCEL_FAILED", "the gateway did not cancel the charge: "+r.Error,
@@ -394,21 +421,21 @@ func (s *Server) cancel(ctx context.Context, req *payschedv1.CancelPaymentReques
 // payment is being executed: MOVED_MEANWHILE). Nothing is asked of the
 // gateway: a hold moves no money, and the payment keeps probe_first.
 func (s *Server) HoldPayment(ctx context.Context, req *payschedv1.HoldPaymentRequest) (*payschedv1.HoldPaymentResponse, error) {
-	p, err := s.hold(ctx, req.GetPaymentId(), req.GetNote(), true, payment.Pending, payment.Held, "HOLD", nil)
+	a, err := s.guard(ctx, ask{action: "HOLD", paymentID: req.GetPaymentId(), note: req.GetNote(), noteRequired: true})
 	if err != nil {
 		return nil, err
 	}
-	return &payschedv1.HoldPaymentResponse{Payment: p}, nil
+	return &payschedv1.HoldPaymentResponse{Payment: a.payment, Request: a.request}, nil
 }
 
 // ReleasePayment implements AdminService: a HELD payment goes back to
 // PENDING, its run time as it was (due at once if that has passed).
 func (s *Server) ReleasePayment(ctx context.Context, req *payschedv1.ReleasePaymentRequest) (*payschedv1.ReleasePaymentResponse, error) {
-	p, err := s.hold(ctx, req.GetPaymentId(), req.GetNote(), false, payment.Held, payment.Pending, "RELEASE", nil)
+	a, err := s.guard(ctx, ask{action: "RELEASE", paymentID: req.GetPaymentId(), note: req.GetNote()})
 	if err != nil {
 		return nil, err
 	}
-	return &payschedv1.ReleasePaymentResponse{Payment: p}, nil
+	return &payschedv1.ReleasePaymentResponse{Payment: a.payment, Request: a.request}, nil
 }
 
 // hold makes an operator's hold or release: from one status to another,
@@ -442,7 +469,7 @@ func (s *Server) hold(ctx context.Context, paymentID, note string, noteRequired 
 			"only a "+string(from)+" payment can be moved so; this one is "+string(p.Status), map[string]string{"status": string(p.Status)})
 	}
 	m := store.Move{ID: id, By: payment.Operator, To: to, From: from, Fenced: true, Attempt: p.Attempt,
-		Actor: "admin:" + who, Action: action, Reason: note}
+		Actor: "admin:" + who, Action: action, Reason: note, Request: approval.RequestOf(ctx)}
 	if _, err := store.Apply(ctx, s.db, m); errors.Is(err, store.ErrNotMoved) {
 		now, gerr := s.store.GetAny(ctx, id)
 		if gerr != nil {

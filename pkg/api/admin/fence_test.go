@@ -55,6 +55,7 @@ func TestOperatorCancelOfANeverClaimedPaymentIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := admin.New(db, nil, claimingProber{db: db, id: id, t: t}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	relax(srv, db)
 	actx := auth.WithPrincipal(ctx, auth.Principal{Actor: "ops", Admin: true})
 	_, err := srv.CancelPayment(actx, &payschedv1.CancelPaymentRequest{PaymentId: id.String(), Note: "customer asked"})
 	if status.Code(err) != codes.Aborted {

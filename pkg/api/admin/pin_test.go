@@ -92,7 +92,7 @@ func TestConsoleActionsActOnlyOnThePinnedDeadLetter(t *testing.T) {
 				if c.while != "" {
 					during = func() { exec(t, db, c.while, id) }
 				}
-				a := admin.ConsoleActions{S: admin.New(db, nil, hookProber{during: during}, quiet)}
+				a := admin.NewConsoleActions(admin.New(db, nil, hookProber{during: during}, quiet))
 				err := do(a, id, c.pin)
 				var n int
 				if qerr := db.QueryRow(ctx, `SELECT count(*) FROM payment_actions WHERE payment_id = $1`, id).Scan(&n); qerr != nil {

@@ -11,6 +11,7 @@ import (
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
@@ -28,21 +29,22 @@ func (s *Server) ReschedulePayment(ctx context.Context, req *payschedv1.Reschedu
 	if !req.GetRunAt().IsValid() {
 		return nil, invalid("runAt", "is required: when the payment should run (RFC 3339)")
 	}
-	p, err := s.reschedule(ctx, req.GetPaymentId(), req.GetRunAt().AsTime(), req.GetNote(), "RESCHEDULE", nil)
+	a, err := s.guard(ctx, ask{action: "RESCHEDULE", paymentID: req.GetPaymentId(), note: req.GetNote(), noteRequired: true,
+		runAt: req.GetRunAt().AsTime()})
 	if err != nil {
 		return nil, err
 	}
-	return &payschedv1.ReschedulePaymentResponse{Payment: p}, nil
+	return &payschedv1.ReschedulePaymentResponse{Payment: a.payment, Request: a.request}, nil
 }
 
 // RunPaymentNow implements AdminService: a PENDING payment waiting past
 // its due time is due at once.
 func (s *Server) RunPaymentNow(ctx context.Context, req *payschedv1.RunPaymentNowRequest) (*payschedv1.RunPaymentNowResponse, error) {
-	p, err := s.reschedule(ctx, req.GetPaymentId(), time.Time{}, req.GetNote(), "RUN_NOW", nil)
+	a, err := s.guard(ctx, ask{action: "RUN_NOW", paymentID: req.GetPaymentId(), note: req.GetNote(), noteRequired: true})
 	if err != nil {
 		return nil, err
 	}
-	return &payschedv1.RunPaymentNowResponse{Payment: p}, nil
+	return &payschedv1.RunPaymentNowResponse{Payment: a.payment, Request: a.request}, nil
 }
 
 // reschedule sets when a payment runs (runAt zero: now, a run-now, for
@@ -100,8 +102,9 @@ func (s *Server) reschedule(ctx context.Context, paymentID string, runAt time.Ti
 	case !runAt.IsZero() && runAt.Before(p.DueAt):
 		return nil, invalid("runAt", "must not be before the payment's due time, "+p.DueAt.Format(time.RFC3339))
 	}
-	r := store.Reschedule{ID: id, From: from, Attempt: p.Attempt, RunAt: runAt, Actor: "admin:" + who, Action: action, Reason: note}
-	if pin != nil {
+	r := store.Reschedule{ID: id, From: from, Attempt: p.Attempt, RunAt: runAt, Actor: "admin:" + who, Action: action, Reason: note,
+		Request: approval.RequestOf(ctx)}
+	if pin != nil && pin.status != "" {
 		r.From = []payment.Status{pin.status}
 	}
 	if _, err := store.ApplyReschedule(ctx, s.db, r); errors.Is(err, store.ErrNotMoved) {

@@ -38,7 +38,7 @@ func (s *Server) ListTenants(ctx context.Context, req *payschedv1.ListTenantsReq
 
 // SetTenantLimits implements AdminService.
 func (s *Server) SetTenantLimits(ctx context.Context, req *payschedv1.SetTenantLimitsRequest) (*payschedv1.SetTenantLimitsResponse, error) {
-	who, err := admin(ctx)
+	who, err := identity(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (s *Server) SetTenantLimits(ctx context.Context, req *payschedv1.SetTenantL
 		return nil, err
 	}
 	l := req.GetLimits()
-	set := store.TenantLimits{Tenant: req.GetTenant(), Weight: int(l.GetWeight()), UpdatedBy: "admin:" + who}
+	set := store.TenantLimits{Tenant: req.GetTenant(), Weight: int(l.GetWeight()), UpdatedBy: "admin:" + who.Name}
 	switch {
 	case l.GetWeight() == 0:
 		set.Weight = 1
@@ -66,10 +66,24 @@ func (s *Server) SetTenantLimits(ctx context.Context, req *payschedv1.SetTenantL
 	case r > 0:
 		set.MaxRate = &r
 	}
-	if err := store.SetTenantLimits(ctx, s.db, set); err != nil {
-		return nil, s.internal("set tenant limits", err)
+	if err := checkNote(req.GetNote(), false); err != nil {
+		return nil, err
 	}
-	return &payschedv1.SetTenantLimitsResponse{Tenant: tenantToProto(store.TenantState{Tenant: set.Tenant, Limits: &set})}, nil
+	reason := strings.TrimSpace(req.GetNote())
+	if reason == "" {
+		reason = "(no note)"
+	}
+	// A limit change always takes a second admin (a tenant's caps bound how
+	// fast its money moves): the approval applies it.
+	id, err := s.Requests.RequestLimits(ctx, set, reason, who)
+	if err != nil {
+		return nil, s.internal("request tenant limits", err)
+	}
+	l2, err := s.Requests.GetLimits(ctx, id)
+	if err != nil {
+		return nil, s.internal("read limit request", err)
+	}
+	return &payschedv1.SetTenantLimitsResponse{Request: limitToProto(l2)}, nil
 }
 
 // checkTenant refuses a name no payment can carry.

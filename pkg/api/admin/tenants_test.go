@@ -53,8 +53,23 @@ func TestSetTenantLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := resp.GetTenant().GetLimits(); l.GetWeight() != 3 || l.GetMaxInflight() != 50 || l.GetMaxRate() != 12.5 || resp.GetTenant().GetLimitsSetBy() != "admin:ops" {
-		t.Fatalf("stored %v", resp.GetTenant())
+	// A limit change always takes a second admin: nothing is stored until
+	// one approves it (never the requester, whatever name it shows).
+	r := resp.GetRequest()
+	if l := r.GetLimits(); resp.GetTenant() != nil || r.GetState() != "AWAITING_APPROVAL" || l.GetWeight() != 3 || l.GetMaxInflight() != 50 || l.GetMaxRate() != 12.5 {
+		t.Fatalf("answered %v", resp)
+	}
+	if ls, err := store.LoadTenantLimits(ctx, db); err != nil || len(ls) != 0 {
+		t.Fatalf("stored before approval: %+v %v", ls, err)
+	}
+	renamed := auth.WithPrincipal(ctx, auth.Principal{Actor: "ops", Name: "Someone Else", Admin: true})
+	if _, err := srv.ApproveOperatorRequest(renamed, &payschedv1.ApproveOperatorRequestRequest{Name: r.GetName()}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("the requester's own approval: %v, want PERMISSION_DENIED", err)
+	}
+	bea := auth.WithPrincipal(ctx, auth.Principal{Actor: "bea", Admin: true})
+	got, err := srv.ApproveOperatorRequest(bea, &payschedv1.ApproveOperatorRequestRequest{Name: r.GetName()})
+	if err != nil || got.GetRequest().GetState() != "APPLIED" || got.GetRequest().GetDecidedBy() != "token:#bea" {
+		t.Fatalf("approve: %v %v", got, err)
 	}
 	ls, err := store.LoadTenantLimits(ctx, db)
 	if err != nil || len(ls) != 1 || ls[0].Weight != 3 || *ls[0].MaxInflight != 50 || *ls[0].MaxRate != 12.5 {

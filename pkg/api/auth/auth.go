@@ -52,6 +52,12 @@ func HS256Secret(mode *config.Mode, s *config.Secret, jwksFile string) (string, 
 type Principal struct {
 	// Actor is the token's subject; it is the payer of every payment it creates.
 	Actor string
+	// Issuer is the token's issuer (iss; empty when it names none): with
+	// Actor, the identity four eyes compare.
+	Issuer string
+	// Name is the token's name claim, shown beside an admin's actions and
+	// never compared (empty: none).
+	Name string
 	// Admin opens the admin API.
 	Admin bool
 	// Tenant is whom the actor's payments are scheduled for, as the
@@ -92,6 +98,8 @@ type Claims struct {
 	// a client to its tenant.
 	AuthorizedParty string `json:"azp,omitempty"`
 	ClientID        string `json:"client_id,omitempty"`
+	// Name is who the subject is, as shown (OIDC's name claim).
+	Name string `json:"name,omitempty"`
 }
 
 // Config says which tokens to accept.
@@ -257,7 +265,10 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 		return Principal{}, fmt.Errorf("%w: token's tenant claim is not a printable name of at most 256 bytes", ErrUnauthenticated)
 	}
 	tenant, named := v.tenantOf(&c)
-	p := Principal{Actor: c.Subject, Admin: c.Admin && v.adminAud != "", Tenant: tenant, TenantNamed: named}
+	p := Principal{Actor: c.Subject, Issuer: c.Issuer, Admin: c.Admin && v.adminAud != "", Tenant: tenant, TenantNamed: named}
+	if printable(c.Name) && len(c.Name) <= 256 {
+		p.Name = c.Name
+	}
 	// Cached only until exp (minus the leeway nothing): nbf and iat were
 	// checked now and only move into the past.
 	v.mu.Lock()

@@ -150,19 +150,39 @@ func TestAdminDeadLetterActionsAreAudited(t *testing.T) {
 	e := startAdmin(t, gw)
 	a := e.deadLetter("alice", "RETRIES_EXHAUSTED")
 	b := e.deadLetter("carol", "AMBIGUOUS_UNRESOLVED")
-	ops := adminToken(t, "ops-jane")
+	ops, joe := adminToken(t, "ops-jane"), adminToken(t, "ops-joe")
+	// approved checks that an action answered a request awaiting a second
+	// admin (nothing moved: the payment is still dead-lettered), that
+	// jane cannot approve it herself, and has joe approve it over REST.
+	approved := func(what string, got resp, id uuid.UUID) {
+		t.Helper()
+		req, _ := got.json(t)["request"].(map[string]any)
+		if got.code != 200 || req["state"] != "AWAITING_APPROVAL" || req["requestedBy"] != "token:paysched-local#ops-jane" {
+			t.Fatalf("%s: %d %s, want a request awaiting approval", what, got.code, got.body)
+		}
+		if n := e.count(`SELECT count(*) FROM payments WHERE id = $1 AND status = 'DEAD_LETTERED'`, id); n != 1 {
+			t.Fatalf("%s by one admin moved the payment", what)
+		}
+		name, _ := req["name"].(string)
+		if own := e.do("POST", "/v1/admin/requests/"+name+":approve", ops, nil, `{}`); own.code != 403 || own.reason(t) != "OWN_REQUEST" {
+			t.Fatalf("%s approved by its requester: %d %s", what, own.code, own.body)
+		}
+		ok := e.do("POST", "/v1/admin/requests/"+name+":approve", joe, nil, `{}`)
+		r, _ := ok.json(t)["request"].(map[string]any)
+		if ok.code != 200 || r["state"] != "DONE" || r["done"] != float64(1) || r["decidedBy"] != "token:paysched-local#ops-joe" {
+			t.Fatalf("%s approved by a second admin: %d %s", what, ok.code, ok.body)
+		}
+	}
 	defer func() {
 		// Cancel (an operator's): needs a note; then CANCELLED, audited.
 		c := e.deadLetter("dave", "LEASE_TOO_SHORT")
 		if got := e.do("POST", "/v1/admin/scheduled-payments/"+c.String()+":cancel", ops, nil, `{}`); got.code != 400 {
 			t.Fatalf("cancel without a note: %d", got.code)
 		}
-		got := e.do("POST", "/v1/admin/scheduled-payments/"+c.String()+":cancel", ops, nil, `{"note":"customer asked"}`)
-		if got.code != 200 || got.json(t)["previousStatus"] != "DEAD_LETTERED" || got.json(t)["payment"].(map[string]any)["status"] != "CANCELLED" {
-			t.Fatalf("cancel: %d %s", got.code, got.body)
-		}
+		approved("cancel", e.do("POST", "/v1/admin/scheduled-payments/"+c.String()+":cancel", ops, nil, `{"note":"customer asked"}`), c)
 		if n := e.count(`SELECT count(*) FROM payment_actions WHERE payment_id = $1 AND actor = 'admin:ops-jane' AND action = 'CANCEL'
-			AND prev_status = 'DEAD_LETTERED' AND new_status = 'CANCELLED' AND reason = 'customer asked'`, c); n != 1 {
+			AND prev_status = 'DEAD_LETTERED' AND new_status = 'CANCELLED'
+			AND reason LIKE 'customer asked (request #% via api, requested by ops-jane, approved by ops-joe)'`, c); n != 1 {
 			t.Fatal("the cancel is not audited")
 		}
 		if got := e.do("POST", "/v1/admin/scheduled-payments/"+c.String()+":cancel", ops, nil, `{"note":"again"}`); got.code != 400 || got.reason(t) != "NOT_AT_REST" {
@@ -200,10 +220,7 @@ func TestAdminDeadLetterActionsAreAudited(t *testing.T) {
 	}
 
 	// Re-drive: PENDING, due now, fresh budget, same key.
-	got = e.do("POST", "/v1/admin/scheduled-payments/"+a.String()+":redrive", ops, nil, `{"note":"gateway fixed"}`)
-	if got.code != 200 || got.json(t)["previousStatus"] != "DEAD_LETTERED" {
-		t.Fatalf("redrive: %d %s", got.code, got.body)
-	}
+	approved("redrive", e.do("POST", "/v1/admin/scheduled-payments/"+a.String()+":redrive", ops, nil, `{"note":"gateway fixed"}`), a)
 	if n := e.count(`SELECT count(*) FROM payments WHERE id = $1 AND status = 'PENDING' AND retries = 0 AND run_at <= now() AND dead_letter_reason IS NULL`, a); n != 1 {
 		t.Fatal("re-drive did not reset the payment")
 	}
@@ -211,9 +228,7 @@ func TestAdminDeadLetterActionsAreAudited(t *testing.T) {
 	if got := e.do("POST", "/v1/admin/scheduled-payments/"+b.String()+":resolve", ops, nil, `{}`); got.code != 400 {
 		t.Fatalf("resolve without a note: %d", got.code)
 	}
-	if got := e.do("POST", "/v1/admin/scheduled-payments/"+b.String()+":resolve", ops, nil, `{"note":"refunded by hand"}`); got.code != 200 {
-		t.Fatalf("resolve: %d %s", got.code, got.body)
-	}
+	approved("resolve", e.do("POST", "/v1/admin/scheduled-payments/"+b.String()+":resolve", ops, nil, `{"note":"refunded by hand"}`), b)
 	// Neither can be moved again: they are no longer dead letters.
 	for _, id := range []uuid.UUID{a, b} {
 		got := e.do("POST", "/v1/admin/scheduled-payments/"+id.String()+":redrive", ops, nil, `{}`)
@@ -240,8 +255,8 @@ func TestAdminDeadLetterActionsAreAudited(t *testing.T) {
 	}
 	// The audit trail: who, when, what, the previous status and why.
 	if n := e.count(`SELECT count(*) FROM payment_actions WHERE actor = 'admin:ops-jane' AND at > now() - interval '1 minute' AND (
-		(payment_id = $1 AND action = 'REDRIVE' AND prev_status = 'DEAD_LETTERED' AND new_status = 'PENDING' AND reason = 'gateway fixed') OR
-		(payment_id = $2 AND action = 'RESOLVE' AND prev_status = 'DEAD_LETTERED' AND new_status = 'FAILED' AND reason = 'refunded by hand'))`, a, b); n != 2 {
+		(payment_id = $1 AND action = 'REDRIVE' AND prev_status = 'DEAD_LETTERED' AND new_status = 'PENDING' AND reason LIKE 'gateway fixed (request #%') OR
+		(payment_id = $2 AND action = 'RESOLVE' AND prev_status = 'DEAD_LETTERED' AND new_status = 'FAILED' AND reason LIKE 'refunded by hand (request #%'))`, a, b); n != 2 {
 		t.Fatalf("audited actions = %d, want 2", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,6 +25,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/admin"
 	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/rest"
@@ -62,6 +64,9 @@ type Config struct {
 	// WebhooksDatabaseURL is the webhooks' database (empty: the tables
 	// are in the schedule's).
 	WebhooksDatabaseURL string
+	// Approval is the four-eyes policy of every operator's request, from
+	// the API and the console alike (zero: approval.Strict).
+	Approval approval.Policy
 }
 
 // Validate reports the first configuration error.
@@ -93,10 +98,13 @@ type Server struct {
 	log   *slog.Logger
 	// reflection: gRPC server reflection is served (development).
 	reflection bool
-	// console, when served, runs its caches and bulk requests beside.
+	// console, when served, runs its caches beside.
 	console *console.Console
-	audit   *pgxpool.Pool
-	hooks   *pgxpool.Pool
+	// requests are the operators' requests; their runner runs beside.
+	requests *approval.Requests
+	adm      *admin.Server
+	audit    *pgxpool.Pool
+	hooks    *pgxpool.Pool
 }
 
 // New builds admin-api: AdminService over gRPC and REST (/v1/admin/...,
@@ -142,6 +150,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	adm := admin.New(pool, runner, prober, log)
 	adm.LoopbackWebhooks = cfg.LoopbackWebhooks
+	if cfg.Approval.Window == 0 {
+		cfg.Approval = approval.Strict()
+	}
+	if adm.Requests, err = approval.New(pool, cfg.Approval, log); err != nil {
+		pool.Close()
+		if gw != nil {
+			gw.Close()
+		}
+		return nil, err
+	}
+	adm.Process = hostname()
 	var hooks *pgxpool.Pool
 	if cfg.WebhooksDatabaseURL != "" {
 		if hooks, err = svc.Pool(ctx, cfg.WebhooksDatabaseURL, 4, svc.CustomPlans); err != nil {
@@ -166,7 +185,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
-	srv := &Server{pool: pool, hooks: hooks, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log, reflection: cfg.Reflection}
+	srv := &Server{pool: pool, hooks: hooks, gw: gw, grpc: gs, http: h, ready: ready, reg: reg, log: log, reflection: cfg.Reflection,
+		requests: adm.Requests, adm: adm}
 	if cfg.Console != nil {
 		// The console's actions go through the limiter the API's calls
 		// do, per operator.
@@ -195,7 +215,8 @@ func (s *Server) serveConsole(ctx context.Context, cfg Config, adm *admin.Server
 	if s.hooks != nil {
 		ccfg.HooksDB = s.hooks
 	}
-	c, err := console.New(ctx, ccfg, s.pool, admin.ConsoleActions{S: adm}, s.log)
+	ccfg.Requests = adm.Requests
+	c, err := console.New(ctx, ccfg, s.pool, admin.NewConsoleActions(adm), s.log)
 	if err != nil {
 		return err
 	}
@@ -212,9 +233,15 @@ func (s *Server) serveConsole(ctx context.Context, cfg Config, adm *admin.Server
 // l.Internal /metrics and /healthz.
 func (s *Server) Serve(ctx context.Context, l server.Listeners) error {
 	defer s.close()
-	var upkeep func(ctx context.Context) error
-	if s.console != nil {
-		upkeep = s.console.Run
+	// The requests' runner applies what was approved (or queued), from
+	// the console and the API alike, whether or not the console is
+	// served.
+	upkeep := func(ctx context.Context) error {
+		if s.console != nil {
+			go func() { _ = s.console.Run(ctx) }()
+		}
+		s.requests.Run(ctx, s.adm.Process, admin.RequestActions{S: s.adm})
+		return nil
 	}
 	return svc.Server{Name: "admin-api", Log: s.log, Registry: s.reg, GRPC: s.grpc, GRPCListener: l.GRPC,
 		Reflection: s.reflection, HTTP: s.http, HTTPListener: l.HTTP, InternalListener: l.Internal, Ready: s.ready,
@@ -237,4 +264,13 @@ func (s *Server) close() {
 		s.hooks.Close()
 	}
 	s.pool.Close()
+}
+
+// hostname names this replica as a runner of requests.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "admin-api"
+	}
+	return "admin-api@" + h
 }

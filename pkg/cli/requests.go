@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+)
+
+// requestsCmd is four eyes from the terminal: the operators' requests,
+// the same the console shows, listed, shown, approved and rejected.
+func requestsCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "requests",
+		Short: "Operators' requests awaiting a second admin: list, show, approve, reject (admin)",
+	}
+	var state string
+	list := &cobra.Command{
+		Use:   "list [--state STATE]",
+		Short: "List requests: the open ones, oldest first, then the latest closed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cn, err := g.dialAs(true, g.timeout)
+			if err != nil {
+				return err
+			}
+			defer cn.close()
+			resp, err := cn.admin.ListOperatorRequests(cn.ctx, &payschedv1.ListOperatorRequestsRequest{State: strings.ToUpper(state)})
+			if err != nil {
+				return RPCError(err)
+			}
+			if g.json {
+				return printJSON(g.out, resp)
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tACTION\tSTATE\tPAYMENTS\tAMOUNTS\tREQUESTED BY\tDECIDED BY\tEXPIRES AT\tREASON")
+			for _, r := range resp.GetRequests() {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.GetName(), r.GetAction(), r.GetState(), what(r), amounts(r),
+					r.GetRequestedName(), r.GetDecidedName(), expiresAt(r), clipNote(r.GetReason()))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().StringVar(&state, "state", "", "only requests in this state (AWAITING_APPROVAL, APPROVED, QUEUED, RUNNING, DONE, REJECTED, EXPIRED, APPLIED)")
+	show := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show one request (moves/<id> or limits/<id>)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cn, err := g.dialAs(true, g.timeout)
+			if err != nil {
+				return err
+			}
+			defer cn.close()
+			resp, err := cn.admin.GetOperatorRequest(cn.ctx, &payschedv1.GetOperatorRequestRequest{Name: args[0]})
+			if err != nil {
+				return RPCError(err)
+			}
+			return printJSON(g.out, resp.GetRequest())
+		},
+	}
+	decide := func(use string, approve bool) *cobra.Command {
+		short := "Reject a request awaiting approval (never one's own): it does nothing"
+		if approve {
+			short = "Approve a request awaiting approval, as a second admin (never one's own): a request on one payment, or a limit change, is applied at once"
+		}
+		return &cobra.Command{
+			Use:   use + " NAME",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				cn, err := g.dialAs(true, g.timeout)
+				if err != nil {
+					return err
+				}
+				defer cn.close()
+				var r *payschedv1.OperatorRequest
+				if approve {
+					resp, err := cn.admin.ApproveOperatorRequest(cn.ctx, &payschedv1.ApproveOperatorRequestRequest{Name: args[0]})
+					if err != nil {
+						return RPCError(err)
+					}
+					r = resp.GetRequest()
+				} else {
+					resp, err := cn.admin.RejectOperatorRequest(cn.ctx, &payschedv1.RejectOperatorRequestRequest{Name: args[0]})
+					if err != nil {
+						return RPCError(err)
+					}
+					r = resp.GetRequest()
+				}
+				return printJSON(g.out, r)
+			},
+		}
+	}
+	c.AddCommand(list, show, decide("approve", true), decide("reject", false))
+	return c
+}
+
+// printRequest says that an action waits for a second admin, and how to
+// approve it.
+func (g *globals) printRequest(r *payschedv1.OperatorRequest) error {
+	if g.json {
+		return printJSON(g.out, r)
+	}
+	fmt.Fprintf(g.out, "request %s (%s on %s) awaits a second admin's approval: nothing moved yet\n", r.GetName(), r.GetAction(), what(r))
+	fmt.Fprintf(g.out, "  approve it as another admin: payctl --actor <another admin> requests approve %s\n", r.GetName())
+	return nil
+}
+
+func what(r *payschedv1.OperatorRequest) string {
+	switch {
+	case r.GetTenant() != "":
+		l := r.GetLimits()
+		return fmt.Sprintf("tenant %s (weight %d, max in flight %d, max rate %g)", r.GetTenant(), l.GetWeight(), l.GetMaxInflight(), l.GetMaxRate())
+	case r.GetPaymentCount() == 1 && len(r.GetPaymentIds()) == 1:
+		return r.GetPaymentIds()[0]
+	}
+	return fmt.Sprintf("%d payments", r.GetPaymentCount())
+}
+
+func amounts(r *payschedv1.OperatorRequest) string {
+	var out []string
+	for _, a := range r.GetAmounts() {
+		out = append(out, fmt.Sprintf("%d %s", a.GetTotal(), a.GetCurrency()))
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ", ")
+}
+
+func expiresAt(r *payschedv1.OperatorRequest) string {
+	if !r.GetExpiresAt().IsValid() {
+		return "-"
+	}
+	return ts(r.GetExpiresAt())
+}
+
+func clipNote(s string) string {
+	if len([]rune(s)) > 40 {
+		return string([]rune(s)[:39]) + "…"
+	}
+	return s
+}
