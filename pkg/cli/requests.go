@@ -47,7 +47,7 @@ func requestsCmd(g *globals) *cobra.Command {
 	list.Flags().StringVar(&state, "state", "", "only requests in this state (AWAITING_APPROVAL, APPROVED, QUEUED, RUNNING, DONE, REJECTED, EXPIRED, APPLIED)")
 	show := &cobra.Command{
 		Use:   "show NAME",
-		Short: "Show one request (moves/<id> or limits/<id>)",
+		Short: "Show one request (moves/<id>, limits/<id> or endpoints/<id>)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cn, err := g.dialAs(true, g.timeout)
@@ -112,6 +112,8 @@ func (g *globals) printRequest(r *payschedv1.OperatorRequest) error {
 
 func what(r *payschedv1.OperatorRequest) string {
 	switch {
+	case r.GetEndpointId() != "":
+		return "endpoint " + r.GetEndpointId()
 	case r.GetTenant() != "":
 		l := r.GetLimits()
 		return fmt.Sprintf("tenant %s (weight %d, max in flight %d, max rate %g)", r.GetTenant(), l.GetWeight(), l.GetMaxInflight(), l.GetMaxRate())

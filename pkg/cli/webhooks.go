@@ -101,7 +101,7 @@ func webhooksCmd(g *globals) *cobra.Command {
 	var overlap time.Duration
 	rotate := &cobra.Command{
 		Use:   "rotate ENDPOINT",
-		Short: "Give an endpoint a new secret (printed once); the old one signs beside it for --overlap",
+		Short: "Ask for an endpoint's new secret: a second admin's approval makes it (printed once to them); the old one signs beside it for --overlap",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return run(func(c *conn) error {
@@ -109,6 +109,10 @@ func webhooksCmd(g *globals) *cobra.Command {
 					OverlapSeconds: int64(overlap / time.Second)})
 				if err != nil {
 					return RPCError(err)
+				}
+				if resp.GetRequest() != nil {
+					// A second admin's approval answers the new secret.
+					return g.printRequest(resp.GetRequest())
 				}
 				return printJSON(g.out, resp)
 			})
@@ -148,6 +152,9 @@ func webhooksCmd(g *globals) *cobra.Command {
 				resp, err := c.admin.RecoverWebhooks(c.ctx, req)
 				if err != nil {
 					return RPCError(err)
+				}
+				if resp.GetRequest() != nil {
+					return g.printRequest(resp.GetRequest())
 				}
 				return printJSON(g.out, resp)
 			})

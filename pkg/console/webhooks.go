@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/events/webhook"
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -101,6 +102,9 @@ func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) 
 	if n, err := strconv.Atoi(r.URL.Query().Get("recovered")); err == nil && n >= 0 {
 		data["Recovered"] = strconv.Itoa(n)
 	}
+	if n, err := strconv.ParseInt(r.URL.Query().Get("requested"), 10, 64); err == nil && n > 0 {
+		data["Requested"] = "endpoints/" + strconv.FormatInt(n, 10)
+	}
 	if m := r.URL.Query().Get("resent"); msgID.MatchString(m) {
 		data["Resent"] = m
 	}
@@ -162,6 +166,11 @@ func (c *Console) recoverWebhooks(w http.ResponseWriter, r *http.Request, v *vie
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
+	if !c.requests.Policy().Single[approval.Recover] {
+		// This deployment's policy wants a second admin for it.
+		c.requestRecover(w, r, v, id, since, until)
+		return
+	}
 	n, err := webhook.Recover(ctx, c.hooks(), "", id, since, until)
 	switch {
 	case errors.Is(err, webhook.ErrInvalid):
@@ -184,4 +193,29 @@ func (c *Console) hooks() store.DB {
 		return c.cfg.HooksDB
 	}
 	return c.db
+}
+
+// requestRecover records a recovery for a second admin (payctl requests
+// approve endpoints/<id>), when the policy does not let one take it.
+func (c *Console) requestRecover(w http.ResponseWriter, r *http.Request, v *view, id uuid.UUID, since time.Time, until *time.Time) {
+	if until != nil && !until.After(since) {
+		c.fail(w, r, v, http.StatusBadRequest, "Until must be after since.")
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	if _, err := webhook.GetEndpoint(ctx, c.hooks(), id); errors.Is(err, webhook.ErrNotFound) {
+		c.fail(w, r, v, http.StatusNotFound, "No webhook endpoint has the id "+id.String()+".")
+		return
+	} else if err != nil {
+		c.dbFail(w, r, v, "read endpoint", err)
+		return
+	}
+	rid, err := c.requests.RequestEndpoint(ctx, approval.EndpointRequest{Action: approval.Recover, EndpointID: id, Since: &since, Until: until,
+		Reason: "recover the failed messages (console)"}, approval.Identity(v.Session.who()))
+	if err != nil {
+		c.dbFail(w, r, v, "request recover", err)
+		return
+	}
+	http.Redirect(w, r, fmt.Sprintf("%s/webhooks/%s?requested=%d", Prefix, id, rid), http.StatusSeeOther)
 }

@@ -23,20 +23,21 @@ const (
 )
 
 // OperatorRequest is an operator's action as a request: a move of
-// payments (name "moves/<id>") or a change of a tenant's limits
-// ("limits/<id>"). What the policy lets one admin do is applied at once;
+// payments (name "moves/<id>"), a change of a tenant's limits
+// ("limits/<id>"), or a webhook endpoint's rotation or recovery
+// ("endpoints/<id>"). What the policy lets one admin do is applied at once;
 // the rest waits for a second admin's approval, pinned to the payments as
 // they were (status and attempt), and expires unrun.
 type OperatorRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "moves/<id>" or "limits/<id>".
+	// "moves/<id>", "limits/<id>" or "endpoints/<id>".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// REDRIVE, RESOLVE, CANCEL, HOLD, RELEASE, CANCEL_PENDING, CANCEL_HELD,
-	// RESCHEDULE, RUN_NOW, or SET_LIMITS.
+	// RESCHEDULE, RUN_NOW, SET_LIMITS, ROTATE or RECOVER.
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	// AWAITING_APPROVAL, APPROVED, QUEUED (one admin may take it alone),
 	// RUNNING, DONE, REJECTED, EXPIRED; a limit change: AWAITING_APPROVAL,
-	// APPLIED, REJECTED, EXPIRED.
+	// APPLIED, REJECTED, EXPIRED; an endpoint's: the same, or FAILED.
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// The payments it acts on (the first 100), and the attempt each was
 	// pinned at: one changed since is skipped, not acted on.
@@ -81,7 +82,22 @@ type OperatorRequest struct {
 	// The last refusals and skips, "<payment id>: <why>".
 	Errors []string `protobuf:"bytes,23,rep,name=errors,proto3" json:"errors,omitempty"`
 	// Where it was made: console or api.
-	Via           string `protobuf:"bytes,24,opt,name=via,proto3" json:"via,omitempty"`
+	Via string `protobuf:"bytes,24,opt,name=via,proto3" json:"via,omitempty"`
+	// A ROTATE or RECOVER request's webhook endpoint.
+	EndpointId string `protobuf:"bytes,25,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// A ROTATE's overlap: how long the old secret keeps signing (0: 24 h).
+	OverlapSeconds int64 `protobuf:"varint,26,opt,name=overlap_seconds,json=overlapSeconds,proto3" json:"overlap_seconds,omitempty"`
+	// A RECOVER's window: failed messages noted at or after since.
+	Since *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=since,proto3" json:"since,omitempty"`
+	// And before until, when set.
+	Until *timestamppb.Timestamp `protobuf:"bytes,28,opt,name=until,proto3" json:"until,omitempty"`
+	// A RECOVER's messages made due again, once applied.
+	Recovered int64 `protobuf:"varint,29,opt,name=recovered,proto3" json:"recovered,omitempty"`
+	// A ROTATE's new secret (whsec_...): only in the answer of its
+	// approval, shown once; never stored with the request.
+	Secret string `protobuf:"bytes,30,opt,name=secret,proto3" json:"secret,omitempty"`
+	// Why its application failed (state FAILED).
+	Error         string `protobuf:"bytes,31,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -284,6 +300,55 @@ func (x *OperatorRequest) GetVia() string {
 	return ""
 }
 
+func (x *OperatorRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetOverlapSeconds() int64 {
+	if x != nil {
+		return x.OverlapSeconds
+	}
+	return 0
+}
+
+func (x *OperatorRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetRecovered() int64 {
+	if x != nil {
+		return x.Recovered
+	}
+	return 0
+}
+
+func (x *OperatorRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // CurrencyAmount is a total in one currency.
 type CurrencyAmount struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -434,7 +499,7 @@ func (x *ListOperatorRequestsResponse) GetRequests() []*OperatorRequest {
 // GetOperatorRequestRequest names a request.
 type GetOperatorRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "moves/<id>" or "limits/<id>".
+	// "moves/<id>", "limits/<id>" or "endpoints/<id>".
 	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -526,7 +591,7 @@ func (x *GetOperatorRequestResponse) GetRequest() *OperatorRequest {
 // ApproveOperatorRequestRequest names the request to approve.
 type ApproveOperatorRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "moves/<id>" or "limits/<id>".
+	// "moves/<id>", "limits/<id>" or "endpoints/<id>".
 	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -619,7 +684,7 @@ func (x *ApproveOperatorRequestResponse) GetRequest() *OperatorRequest {
 // RejectOperatorRequestRequest names the request to reject.
 type RejectOperatorRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "moves/<id>" or "limits/<id>".
+	// "moves/<id>", "limits/<id>" or "endpoints/<id>".
 	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1093,11 +1158,15 @@ func (x *RotateWebhookSecretRequest) GetOverlapSeconds() int64 {
 	return 0
 }
 
-// RotateWebhookSecretResponse carries the new secret.
+// RotateWebhookSecretResponse is the request for a second admin's
+// approval: a rotation always takes two, and its approval answers the
+// new secret.
 type RotateWebhookSecretResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// whsec_...; shown once.
-	Secret        string `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	// Unset here: the approval (ApproveOperatorRequest) shows it, once.
+	Secret string `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	// The request, awaiting approval.
+	Request       *OperatorRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1137,6 +1206,13 @@ func (x *RotateWebhookSecretResponse) GetSecret() string {
 		return x.Secret
 	}
 	return ""
+}
+
+func (x *RotateWebhookSecretResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
 }
 
 // ResendWebhookRequest names the endpoint and the message.
@@ -1299,7 +1375,10 @@ func (x *RecoverWebhooksRequest) GetUntil() *timestamppb.Timestamp {
 type RecoverWebhooksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Messages due again.
-	Recovered     int64 `protobuf:"varint,1,opt,name=recovered,proto3" json:"recovered,omitempty"`
+	Recovered int64 `protobuf:"varint,1,opt,name=recovered,proto3" json:"recovered,omitempty"`
+	// Set when the policy needs a second admin's approval (not the
+	// default): nothing recovered yet; the approval answers how many.
+	Request       *OperatorRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1339,6 +1418,13 @@ func (x *RecoverWebhooksResponse) GetRecovered() int64 {
 		return x.Recovered
 	}
 	return 0
+}
+
+func (x *RecoverWebhooksResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
 }
 
 // ListWebhookAttemptsRequest names a payment or an endpoint.
@@ -3299,7 +3385,7 @@ var File_paysched_v1_admin_proto protoreflect.FileDescriptor
 
 const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17paysched/v1/admin.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1apaysched/v1/payments.proto\"\xda\x06\n" +
+	"\x17paysched/v1/admin.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1apaysched/v1/payments.proto\"\xd4\b\n" +
 	"\x0fOperatorRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
@@ -3329,7 +3415,15 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x06failed\x18\x15 \x01(\x05R\x06failed\x12\x18\n" +
 	"\askipped\x18\x16 \x01(\x05R\askipped\x12\x16\n" +
 	"\x06errors\x18\x17 \x03(\tR\x06errors\x12\x10\n" +
-	"\x03via\x18\x18 \x01(\tR\x03via\"B\n" +
+	"\x03via\x18\x18 \x01(\tR\x03via\x12\x1f\n" +
+	"\vendpoint_id\x18\x19 \x01(\tR\n" +
+	"endpointId\x12'\n" +
+	"\x0foverlap_seconds\x18\x1a \x01(\x03R\x0eoverlapSeconds\x120\n" +
+	"\x05since\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x1c \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1c\n" +
+	"\trecovered\x18\x1d \x01(\x03R\trecovered\x12\x16\n" +
+	"\x06secret\x18\x1e \x01(\tR\x06secret\x12\x14\n" +
+	"\x05error\x18\x1f \x01(\tR\x05error\"B\n" +
 	"\x0eCurrencyAmount\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\"3\n" +
@@ -3372,9 +3466,10 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x1aRotateWebhookSecretRequest\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12'\n" +
-	"\x0foverlap_seconds\x18\x02 \x01(\x03R\x0eoverlapSeconds\"5\n" +
+	"\x0foverlap_seconds\x18\x02 \x01(\x03R\x0eoverlapSeconds\"m\n" +
 	"\x1bRotateWebhookSecretResponse\x12\x16\n" +
-	"\x06secret\x18\x01 \x01(\tR\x06secret\"V\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret\x126\n" +
+	"\arequest\x18\x02 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"V\n" +
 	"\x14ResendWebhookRequest\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12\x1d\n" +
@@ -3385,9 +3480,10 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
-	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"7\n" +
+	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"o\n" +
 	"\x17RecoverWebhooksResponse\x12\x1c\n" +
-	"\trecovered\x18\x01 \x01(\x03R\trecovered\"y\n" +
+	"\trecovered\x18\x01 \x01(\x03R\trecovered\x126\n" +
+	"\arequest\x18\x02 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"y\n" +
 	"\x1aListWebhookAttemptsRequest\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x1f\n" +
@@ -3631,96 +3727,100 @@ var file_paysched_v1_admin_proto_depIdxs = []int32{
 	53, // 3: paysched.v1.OperatorRequest.requested_at:type_name -> google.protobuf.Timestamp
 	53, // 4: paysched.v1.OperatorRequest.decided_at:type_name -> google.protobuf.Timestamp
 	53, // 5: paysched.v1.OperatorRequest.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 6: paysched.v1.ListOperatorRequestsResponse.requests:type_name -> paysched.v1.OperatorRequest
-	0,  // 7: paysched.v1.GetOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
-	0,  // 8: paysched.v1.ApproveOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
-	0,  // 9: paysched.v1.RejectOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
-	54, // 10: paysched.v1.CreateWebhookEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
-	54, // 11: paysched.v1.ListWebhookEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
-	53, // 12: paysched.v1.RecoverWebhooksRequest.since:type_name -> google.protobuf.Timestamp
-	53, // 13: paysched.v1.RecoverWebhooksRequest.until:type_name -> google.protobuf.Timestamp
-	55, // 14: paysched.v1.ListWebhookAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
-	24, // 15: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
-	25, // 16: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
-	24, // 17: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
-	25, // 18: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
-	0,  // 19: paysched.v1.SetTenantLimitsResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 20: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
-	30, // 21: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
-	56, // 22: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	57, // 23: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	0,  // 24: paysched.v1.RedrivePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 25: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	57, // 26: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	0,  // 27: paysched.v1.ResolvePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 28: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	57, // 29: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	0,  // 30: paysched.v1.CancelPaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 31: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	0,  // 32: paysched.v1.HoldPaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 33: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	0,  // 34: paysched.v1.ReleasePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	53, // 35: paysched.v1.ReschedulePaymentRequest.run_at:type_name -> google.protobuf.Timestamp
-	56, // 36: paysched.v1.ReschedulePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	0,  // 37: paysched.v1.ReschedulePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 38: paysched.v1.RunPaymentNowResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	0,  // 39: paysched.v1.RunPaymentNowResponse.request:type_name -> paysched.v1.OperatorRequest
-	53, // 40: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
-	53, // 41: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
-	47, // 42: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
-	48, // 43: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
-	48, // 44: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
-	31, // 45: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
-	33, // 46: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
-	35, // 47: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
-	37, // 48: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
-	39, // 49: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
-	41, // 50: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
-	43, // 51: paysched.v1.AdminService.ReschedulePayment:input_type -> paysched.v1.ReschedulePaymentRequest
-	45, // 52: paysched.v1.AdminService.RunPaymentNow:input_type -> paysched.v1.RunPaymentNowRequest
-	49, // 53: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
-	51, // 54: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
-	26, // 55: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
-	28, // 56: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
-	10, // 57: paysched.v1.AdminService.CreateWebhookEndpoint:input_type -> paysched.v1.CreateWebhookEndpointRequest
-	12, // 58: paysched.v1.AdminService.ListWebhookEndpoints:input_type -> paysched.v1.ListWebhookEndpointsRequest
-	14, // 59: paysched.v1.AdminService.SetWebhookEndpointEnabled:input_type -> paysched.v1.SetWebhookEndpointEnabledRequest
-	16, // 60: paysched.v1.AdminService.RotateWebhookSecret:input_type -> paysched.v1.RotateWebhookSecretRequest
-	18, // 61: paysched.v1.AdminService.ResendWebhook:input_type -> paysched.v1.ResendWebhookRequest
-	20, // 62: paysched.v1.AdminService.RecoverWebhooks:input_type -> paysched.v1.RecoverWebhooksRequest
-	22, // 63: paysched.v1.AdminService.ListWebhookAttempts:input_type -> paysched.v1.ListWebhookAttemptsRequest
-	2,  // 64: paysched.v1.AdminService.ListOperatorRequests:input_type -> paysched.v1.ListOperatorRequestsRequest
-	4,  // 65: paysched.v1.AdminService.GetOperatorRequest:input_type -> paysched.v1.GetOperatorRequestRequest
-	6,  // 66: paysched.v1.AdminService.ApproveOperatorRequest:input_type -> paysched.v1.ApproveOperatorRequestRequest
-	8,  // 67: paysched.v1.AdminService.RejectOperatorRequest:input_type -> paysched.v1.RejectOperatorRequestRequest
-	32, // 68: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
-	34, // 69: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
-	36, // 70: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
-	38, // 71: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
-	40, // 72: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
-	42, // 73: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
-	44, // 74: paysched.v1.AdminService.ReschedulePayment:output_type -> paysched.v1.ReschedulePaymentResponse
-	46, // 75: paysched.v1.AdminService.RunPaymentNow:output_type -> paysched.v1.RunPaymentNowResponse
-	50, // 76: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
-	52, // 77: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
-	27, // 78: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
-	29, // 79: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
-	11, // 80: paysched.v1.AdminService.CreateWebhookEndpoint:output_type -> paysched.v1.CreateWebhookEndpointResponse
-	13, // 81: paysched.v1.AdminService.ListWebhookEndpoints:output_type -> paysched.v1.ListWebhookEndpointsResponse
-	15, // 82: paysched.v1.AdminService.SetWebhookEndpointEnabled:output_type -> paysched.v1.SetWebhookEndpointEnabledResponse
-	17, // 83: paysched.v1.AdminService.RotateWebhookSecret:output_type -> paysched.v1.RotateWebhookSecretResponse
-	19, // 84: paysched.v1.AdminService.ResendWebhook:output_type -> paysched.v1.ResendWebhookResponse
-	21, // 85: paysched.v1.AdminService.RecoverWebhooks:output_type -> paysched.v1.RecoverWebhooksResponse
-	23, // 86: paysched.v1.AdminService.ListWebhookAttempts:output_type -> paysched.v1.ListWebhookAttemptsResponse
-	3,  // 87: paysched.v1.AdminService.ListOperatorRequests:output_type -> paysched.v1.ListOperatorRequestsResponse
-	5,  // 88: paysched.v1.AdminService.GetOperatorRequest:output_type -> paysched.v1.GetOperatorRequestResponse
-	7,  // 89: paysched.v1.AdminService.ApproveOperatorRequest:output_type -> paysched.v1.ApproveOperatorRequestResponse
-	9,  // 90: paysched.v1.AdminService.RejectOperatorRequest:output_type -> paysched.v1.RejectOperatorRequestResponse
-	68, // [68:91] is the sub-list for method output_type
-	45, // [45:68] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	53, // 6: paysched.v1.OperatorRequest.since:type_name -> google.protobuf.Timestamp
+	53, // 7: paysched.v1.OperatorRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 8: paysched.v1.ListOperatorRequestsResponse.requests:type_name -> paysched.v1.OperatorRequest
+	0,  // 9: paysched.v1.GetOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
+	0,  // 10: paysched.v1.ApproveOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
+	0,  // 11: paysched.v1.RejectOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
+	54, // 12: paysched.v1.CreateWebhookEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
+	54, // 13: paysched.v1.ListWebhookEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
+	0,  // 14: paysched.v1.RotateWebhookSecretResponse.request:type_name -> paysched.v1.OperatorRequest
+	53, // 15: paysched.v1.RecoverWebhooksRequest.since:type_name -> google.protobuf.Timestamp
+	53, // 16: paysched.v1.RecoverWebhooksRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 17: paysched.v1.RecoverWebhooksResponse.request:type_name -> paysched.v1.OperatorRequest
+	55, // 18: paysched.v1.ListWebhookAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
+	24, // 19: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
+	25, // 20: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
+	24, // 21: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
+	25, // 22: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
+	0,  // 23: paysched.v1.SetTenantLimitsResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 24: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
+	30, // 25: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
+	56, // 26: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	57, // 27: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	0,  // 28: paysched.v1.RedrivePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 29: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	57, // 30: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	0,  // 31: paysched.v1.ResolvePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 32: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	57, // 33: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	0,  // 34: paysched.v1.CancelPaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 35: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	0,  // 36: paysched.v1.HoldPaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 37: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	0,  // 38: paysched.v1.ReleasePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	53, // 39: paysched.v1.ReschedulePaymentRequest.run_at:type_name -> google.protobuf.Timestamp
+	56, // 40: paysched.v1.ReschedulePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	0,  // 41: paysched.v1.ReschedulePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 42: paysched.v1.RunPaymentNowResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	0,  // 43: paysched.v1.RunPaymentNowResponse.request:type_name -> paysched.v1.OperatorRequest
+	53, // 44: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
+	53, // 45: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
+	47, // 46: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
+	48, // 47: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
+	48, // 48: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
+	31, // 49: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
+	33, // 50: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
+	35, // 51: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
+	37, // 52: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
+	39, // 53: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
+	41, // 54: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
+	43, // 55: paysched.v1.AdminService.ReschedulePayment:input_type -> paysched.v1.ReschedulePaymentRequest
+	45, // 56: paysched.v1.AdminService.RunPaymentNow:input_type -> paysched.v1.RunPaymentNowRequest
+	49, // 57: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
+	51, // 58: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
+	26, // 59: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
+	28, // 60: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
+	10, // 61: paysched.v1.AdminService.CreateWebhookEndpoint:input_type -> paysched.v1.CreateWebhookEndpointRequest
+	12, // 62: paysched.v1.AdminService.ListWebhookEndpoints:input_type -> paysched.v1.ListWebhookEndpointsRequest
+	14, // 63: paysched.v1.AdminService.SetWebhookEndpointEnabled:input_type -> paysched.v1.SetWebhookEndpointEnabledRequest
+	16, // 64: paysched.v1.AdminService.RotateWebhookSecret:input_type -> paysched.v1.RotateWebhookSecretRequest
+	18, // 65: paysched.v1.AdminService.ResendWebhook:input_type -> paysched.v1.ResendWebhookRequest
+	20, // 66: paysched.v1.AdminService.RecoverWebhooks:input_type -> paysched.v1.RecoverWebhooksRequest
+	22, // 67: paysched.v1.AdminService.ListWebhookAttempts:input_type -> paysched.v1.ListWebhookAttemptsRequest
+	2,  // 68: paysched.v1.AdminService.ListOperatorRequests:input_type -> paysched.v1.ListOperatorRequestsRequest
+	4,  // 69: paysched.v1.AdminService.GetOperatorRequest:input_type -> paysched.v1.GetOperatorRequestRequest
+	6,  // 70: paysched.v1.AdminService.ApproveOperatorRequest:input_type -> paysched.v1.ApproveOperatorRequestRequest
+	8,  // 71: paysched.v1.AdminService.RejectOperatorRequest:input_type -> paysched.v1.RejectOperatorRequestRequest
+	32, // 72: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
+	34, // 73: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
+	36, // 74: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
+	38, // 75: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
+	40, // 76: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
+	42, // 77: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
+	44, // 78: paysched.v1.AdminService.ReschedulePayment:output_type -> paysched.v1.ReschedulePaymentResponse
+	46, // 79: paysched.v1.AdminService.RunPaymentNow:output_type -> paysched.v1.RunPaymentNowResponse
+	50, // 80: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
+	52, // 81: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
+	27, // 82: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
+	29, // 83: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
+	11, // 84: paysched.v1.AdminService.CreateWebhookEndpoint:output_type -> paysched.v1.CreateWebhookEndpointResponse
+	13, // 85: paysched.v1.AdminService.ListWebhookEndpoints:output_type -> paysched.v1.ListWebhookEndpointsResponse
+	15, // 86: paysched.v1.AdminService.SetWebhookEndpointEnabled:output_type -> paysched.v1.SetWebhookEndpointEnabledResponse
+	17, // 87: paysched.v1.AdminService.RotateWebhookSecret:output_type -> paysched.v1.RotateWebhookSecretResponse
+	19, // 88: paysched.v1.AdminService.ResendWebhook:output_type -> paysched.v1.ResendWebhookResponse
+	21, // 89: paysched.v1.AdminService.RecoverWebhooks:output_type -> paysched.v1.RecoverWebhooksResponse
+	23, // 90: paysched.v1.AdminService.ListWebhookAttempts:output_type -> paysched.v1.ListWebhookAttemptsResponse
+	3,  // 91: paysched.v1.AdminService.ListOperatorRequests:output_type -> paysched.v1.ListOperatorRequestsResponse
+	5,  // 92: paysched.v1.AdminService.GetOperatorRequest:output_type -> paysched.v1.GetOperatorRequestResponse
+	7,  // 93: paysched.v1.AdminService.ApproveOperatorRequest:output_type -> paysched.v1.ApproveOperatorRequestResponse
+	9,  // 94: paysched.v1.AdminService.RejectOperatorRequest:output_type -> paysched.v1.RejectOperatorRequestResponse
+	72, // [72:95] is the sub-list for method output_type
+	49, // [49:72] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_admin_proto_init() }

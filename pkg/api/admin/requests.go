@@ -207,15 +207,15 @@ func noteCancelled(ctx context.Context, ref string) {
 	}
 }
 
-// requestName parses "moves/<id>" or "limits/<id>".
+// requestName parses "moves/<id>", "limits/<id>" or "endpoints/<id>".
 func requestName(name string) (kind string, id int64, err error) {
 	kind, n, ok := strings.Cut(name, "/")
-	if ok && (kind == "moves" || kind == "limits") {
+	if ok && (kind == "moves" || kind == "limits" || kind == "endpoints") {
 		if id, err = strconv.ParseInt(n, 10, 64); err == nil && id > 0 {
 			return kind, id, nil
 		}
 	}
-	return "", 0, invalid("name", `must be "moves/<id>" or "limits/<id>"`)
+	return "", 0, invalid("name", `must be "moves/<id>", "limits/<id>" or "endpoints/<id>"`)
 }
 
 func (s *Server) requestErr(err error) error {
@@ -255,6 +255,15 @@ func (s *Server) ListOperatorRequests(ctx context.Context, req *payschedv1.ListO
 			out.Requests = append(out.Requests, limitToProto(l))
 		}
 	}
+	eps, err := s.Requests.ListEndpoints(ctx)
+	if err != nil {
+		return nil, s.internal("list endpoint requests", err)
+	}
+	for _, e := range eps {
+		if req.GetState() == "" || e.State == req.GetState() {
+			out.Requests = append(out.Requests, endpointToProto(e, ""))
+		}
+	}
 	return out, nil
 }
 
@@ -275,12 +284,19 @@ func (s *Server) readRequest(ctx context.Context, name string) (*payschedv1.Oper
 	if err != nil {
 		return nil, err
 	}
-	if kind == "limits" {
+	switch kind {
+	case "limits":
 		l, err := s.Requests.GetLimits(ctx, id)
 		if err != nil {
 			return nil, s.requestErr(err)
 		}
 		return limitToProto(l), nil
+	case "endpoints":
+		e, err := s.Requests.GetEndpoint(ctx, id)
+		if err != nil {
+			return nil, s.requestErr(err)
+		}
+		return endpointToProto(e, ""), nil
 	}
 	r, err := s.Requests.Get(ctx, id)
 	if err != nil {
@@ -301,11 +317,22 @@ func (s *Server) decide(ctx context.Context, name string, approve bool) (*paysch
 	if err != nil {
 		return nil, err
 	}
-	if kind == "limits" {
+	switch kind {
+	case "limits":
 		if err := s.Requests.DecideLimits(ctx, id, "", approve, who); err != nil {
 			return nil, s.requestErr(err)
 		}
 		return s.readRequest(ctx, name)
+	case "endpoints":
+		e, secret, err := s.Requests.DecideEndpoint(ctx, id, approve, who, s.applyEndpoint(who))
+		if e == nil {
+			return nil, s.requestErr(err)
+		}
+		if err != nil {
+			// Decided, and its application failed: the request says why.
+			s.log.Warn("endpoint request failed", "request", id, "err", err)
+		}
+		return endpointToProto(e, secret), nil
 	}
 	if err := s.Requests.Decide(ctx, id, approve, who); err != nil {
 		return nil, s.requestErr(err)
@@ -460,4 +487,16 @@ func (a RequestActions) RunNow(ctx context.Context, operator string, id uuid.UUI
 	_, err := a.S.reschedule(a.as(ctx, operator), id.String(), time.Time{}, note, "RUN_NOW",
 		&pinned{status: payment.Pending, attempt: attempt})
 	return err
+}
+
+func endpointToProto(e *approval.EndpointRequest, secret string) *payschedv1.OperatorRequest {
+	out := &payschedv1.OperatorRequest{Name: fmt.Sprintf("endpoints/%d", e.ID), Action: e.Action, State: e.State,
+		EndpointId: e.EndpointID.String(), OverlapSeconds: e.OverlapSeconds, Since: ts(e.Since), Until: ts(e.Until), Reason: e.Reason,
+		RequestedBy: e.RequestedBy, RequestedName: e.RequestedName, RequestedAt: timestamppb.New(e.RequestedAt), NeedsApproval: true,
+		DecidedBy: e.DecidedBy, DecidedName: e.DecidedName, DecidedAt: ts(e.DecidedAt), ExpiresAt: timestamppb.New(e.ExpiresAt),
+		Error: e.Error, Secret: secret, Via: "api"}
+	if e.Recovered != nil {
+		out.Recovered = *e.Recovered
+	}
+	return out
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/webhookapi"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // The operators' webhook endpoints: any tenant's (pkg/api/webhookapi does
@@ -65,17 +67,56 @@ func (s *Server) SetWebhookEndpointEnabled(ctx context.Context, req *payschedv1.
 	return &payschedv1.SetWebhookEndpointEnabledResponse{}, nil
 }
 
-// RotateWebhookSecret gives an endpoint a new secret.
+// RotateWebhookSecret asks for an endpoint's new secret: a second admin's
+// approval makes it (and answers it, once).
 func (s *Server) RotateWebhookSecret(ctx context.Context, req *payschedv1.RotateWebhookSecretRequest) (*payschedv1.RotateWebhookSecretResponse, error) {
-	who, err := admin(ctx)
+	who, err := identity(ctx)
 	if err != nil {
 		return nil, err
 	}
-	secret, err := s.hooks().Rotate(ctx, who, "", req.GetEndpointId(), req.GetOverlapSeconds())
+	if o := req.GetOverlapSeconds(); o < 0 || o > 7*24*3600 {
+		return nil, invalid("overlapSeconds", "must be between 1 and 604800 (7 days; 0: 24 hours)")
+	}
+	id, err := s.hooks().Check(ctx, "", req.GetEndpointId())
 	if err != nil {
 		return nil, err
 	}
-	return &payschedv1.RotateWebhookSecretResponse{Secret: secret}, nil
+	r, err := s.requestEndpoint(ctx, approval.EndpointRequest{Action: approval.Rotate, EndpointID: id, OverlapSeconds: req.GetOverlapSeconds(),
+		Reason: "rotate the signing secret"}, who)
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.RotateWebhookSecretResponse{Request: r}, nil
+}
+
+// requestEndpoint records an endpoint action for a second admin.
+func (s *Server) requestEndpoint(ctx context.Context, e approval.EndpointRequest, who approval.Identity) (*payschedv1.OperatorRequest, error) {
+	rid, err := s.Requests.RequestEndpoint(ctx, e, who)
+	if err != nil {
+		return nil, s.internal("request endpoint action", err)
+	}
+	got, err := s.Requests.GetEndpoint(ctx, rid)
+	if err != nil {
+		return nil, s.internal("read endpoint request", err)
+	}
+	return endpointToProto(got, ""), nil
+}
+
+// applyEndpoint applies an approved endpoint request (approval's apply).
+func (s *Server) applyEndpoint(by approval.Identity) func(ctx context.Context, e *approval.EndpointRequest) (int64, string, error) {
+	return func(ctx context.Context, e *approval.EndpointRequest) (int64, string, error) {
+		who := e.RequestedName + ", approved by " + by.Name
+		if e.Action == approval.Rotate {
+			secret, err := s.hooks().Rotate(ctx, who, "", e.EndpointID.String(), e.OverlapSeconds)
+			return 0, secret, err
+		}
+		var until *timestamppb.Timestamp
+		if e.Until != nil {
+			until = timestamppb.New(*e.Until)
+		}
+		n, err := s.hooks().Recover(ctx, who, "", e.EndpointID.String(), timestamppb.New(*e.Since), until)
+		return n, "", err
+	}
 }
 
 // ResendWebhook makes one message to one endpoint due again.
@@ -91,17 +132,46 @@ func (s *Server) ResendWebhook(ctx context.Context, req *payschedv1.ResendWebhoo
 }
 
 // RecoverWebhooks makes an endpoint's failed messages since a time due
-// again.
+// again: at once when the policy lets one admin (the default), else as a
+// request a second admin's approval applies.
 func (s *Server) RecoverWebhooks(ctx context.Context, req *payschedv1.RecoverWebhooksRequest) (*payschedv1.RecoverWebhooksResponse, error) {
-	who, err := admin(ctx)
+	who, err := identity(ctx)
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.hooks().Recover(ctx, who, "", req.GetEndpointId(), req.GetSince(), req.GetUntil())
+	since, until := req.GetSince(), req.GetUntil()
+	switch {
+	case since == nil || since.CheckValid() != nil:
+		return nil, invalid("since", "is required: recover the failed messages noted since this time")
+	case until != nil && until.CheckValid() != nil:
+		return nil, invalid("until", "is not a valid time")
+	case until != nil && !until.AsTime().After(since.AsTime()):
+		return nil, invalid("until", "must be after since")
+	}
+	id, err := s.hooks().Check(ctx, "", req.GetEndpointId())
 	if err != nil {
 		return nil, err
 	}
-	return &payschedv1.RecoverWebhooksResponse{Recovered: n}, nil
+	if s.Requests.Policy().Single[approval.Recover] {
+		// One admin may (the default: it sends again what was sent).
+		n, err := s.hooks().Recover(ctx, who.Name, "", id.String(), since, until)
+		if err != nil {
+			return nil, err
+		}
+		return &payschedv1.RecoverWebhooksResponse{Recovered: n}, nil
+	}
+	e := approval.EndpointRequest{Action: approval.Recover, EndpointID: id, Reason: "recover the failed messages"}
+	from := since.AsTime()
+	e.Since = &from
+	if until != nil {
+		to := until.AsTime()
+		e.Until = &to
+	}
+	r, err := s.requestEndpoint(ctx, e, who)
+	if err != nil {
+		return nil, err
+	}
+	return &payschedv1.RecoverWebhooksResponse{Request: r}, nil
 }
 
 // ListWebhookAttempts is a payment's or an endpoint's delivery log.

@@ -17,6 +17,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/admin"
 	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/webhookapi"
 	"github.com/paysched/paysched/pkg/events/webhook"
@@ -127,9 +128,29 @@ func TestWebhookEndpointsThroughTheAdminAPI(t *testing.T) {
 	if _, err := srv.SetWebhookEndpointEnabled(actx, &payschedv1.SetWebhookEndpointEnabledRequest{EndpointId: ep.GetEndpointId()}); err != nil {
 		t.Fatal(err)
 	}
+	// A rotation always takes a second admin: its request first, nothing
+	// rotated; then not by its requester; then a second admin's approval
+	// makes the secret and answers it, once.
 	rot, err := srv.RotateWebhookSecret(actx, &payschedv1.RotateWebhookSecretRequest{EndpointId: ep.GetEndpointId()})
-	if err != nil || rot.GetSecret() == created.GetSecret() || webhook.CheckSecret(rot.GetSecret()) != nil {
+	if err != nil || rot.GetSecret() != "" || rot.GetRequest().GetState() != "AWAITING_APPROVAL" || rot.GetRequest().GetAction() != "ROTATE" {
 		t.Fatalf("rotate: %v %v", rot, err)
+	}
+	if list, _ = srv.ListWebhookEndpoints(actx, &payschedv1.ListWebhookEndpointsRequest{}); list.GetEndpoints()[0].GetRotateUntil() != nil {
+		t.Fatalf("rotated by one admin: %v", list.GetEndpoints()[0])
+	}
+	name := &payschedv1.ApproveOperatorRequestRequest{Name: rot.GetRequest().GetName()}
+	if _, err := srv.ApproveOperatorRequest(actx, name); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("own approval: %v", err)
+	}
+	bea := auth.WithPrincipal(ctx, auth.Principal{Actor: "bea", Admin: true})
+	ok, err := srv.ApproveOperatorRequest(bea, name)
+	if secret := ok.GetRequest().GetSecret(); err != nil || ok.GetRequest().GetState() != "APPLIED" || secret == created.GetSecret() ||
+		webhook.CheckSecret(secret) != nil {
+		t.Fatalf("approved rotation: %v %v", ok, err)
+	}
+	if again, err := srv.GetOperatorRequest(bea, &payschedv1.GetOperatorRequestRequest{Name: name.GetName()}); err != nil ||
+		again.GetRequest().GetSecret() != "" || again.GetRequest().GetDecidedBy() != "token:#bea" {
+		t.Fatalf("the request, read again: %v %v (the secret is shown once, never stored)", again, err)
 	}
 	list, _ = srv.ListWebhookEndpoints(actx, &payschedv1.ListWebhookEndpointsRequest{})
 	if got := list.GetEndpoints()[0]; got.GetEnabled() || got.GetRotateUntil() == nil ||
@@ -139,9 +160,24 @@ func TestWebhookEndpointsThroughTheAdminAPI(t *testing.T) {
 	if _, err := srv.ResendWebhook(actx, &payschedv1.ResendWebhookRequest{EndpointId: ep.GetEndpointId(), WebhookId: "never-sent"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("resend of a message never sent: %v", err)
 	}
-	rec, err := srv.RecoverWebhooks(actx, &payschedv1.RecoverWebhooksRequest{EndpointId: ep.GetEndpointId(), Since: timestamppb.New(time.Now().Add(-time.Hour))})
-	if err != nil || rec.GetRecovered() != 0 {
-		t.Fatalf("recover: %v %v", rec, err)
+	recoverReq := &payschedv1.RecoverWebhooksRequest{EndpointId: ep.GetEndpointId(), Since: timestamppb.New(time.Now().Add(-time.Hour))}
+	rec, err := srv.RecoverWebhooks(actx, recoverReq)
+	if err != nil || rec.GetRecovered() != 0 || rec.GetRequest() != nil {
+		t.Fatalf("recover (one admin's, by default): %v %v", rec, err)
+	}
+	// A policy that wants two for a recovery too.
+	p := approval.Strict()
+	delete(p.Single, approval.Recover)
+	if srv.Requests, err = approval.New(db, p, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = srv.RecoverWebhooks(actx, recoverReq)
+	if err != nil || rec.GetRequest().GetState() != "AWAITING_APPROVAL" {
+		t.Fatalf("recover under a stricter policy: %v %v", rec, err)
+	}
+	ok, err = srv.ApproveOperatorRequest(bea, &payschedv1.ApproveOperatorRequestRequest{Name: rec.GetRequest().GetName()})
+	if err != nil || ok.GetRequest().GetState() != "APPLIED" || ok.GetRequest().GetRecovered() != 0 {
+		t.Fatalf("approved recovery: %v %v", ok, err)
 	}
 }
 

@@ -32,8 +32,10 @@ var Actions = map[string]payment.Status{
 const SetLimits = "SET_LIMITS"
 
 // Policy says when an operator may act alone. The default (Strict) lets
-// one admin hold a payment (it stops money, it moves none) and nothing
-// else: every money move and every limit change needs a second identity.
+// one admin hold a payment (it stops money, it moves none) and recover an
+// endpoint's failed webhooks (it sends again what was sent, within the
+// endpoint's caps), and nothing else: every money move, every limit change
+// and every secret rotation needs a second identity.
 type Policy struct {
 	// Single are the actions one admin may take alone, each on one
 	// payment within the thresholds below.
@@ -58,7 +60,7 @@ type Policy struct {
 // Strict is the default policy: every money move and every limit change
 // needs a second admin.
 func Strict() Policy {
-	return Policy{Single: map[string]bool{"HOLD": true}, Amount: 100000, Window: time.Hour, Count: 10, Expiry: 24 * time.Hour}
+	return Policy{Single: map[string]bool{"HOLD": true, Recover: true}, Amount: 100000, Window: time.Hour, Count: 10, Expiry: 24 * time.Hour}
 }
 
 // Validate checks the policy.
@@ -77,8 +79,8 @@ func (p *Policy) Validate() error {
 		}
 	}
 	for a := range p.Single {
-		if _, ok := Actions[a]; !ok {
-			return fmt.Errorf("approval: %q is not an action one admin may take alone (want some of %s; limit changes always take two)",
+		if _, ok := Actions[a]; !ok && a != Recover {
+			return fmt.Errorf("approval: %q is not an action one admin may take alone (want some of %s; limit changes and rotations always take two)",
 				a, strings.Join(actionNames(), ", "))
 		}
 	}
@@ -88,7 +90,7 @@ func (p *Policy) Validate() error {
 // Relaxed reports whether the policy lets one admin move money alone.
 func (p *Policy) Relaxed() bool {
 	for a, ok := range p.Single {
-		if ok && a != "HOLD" {
+		if ok && a != "HOLD" && a != Recover {
 			return true
 		}
 	}
@@ -96,7 +98,7 @@ func (p *Policy) Relaxed() bool {
 }
 
 func actionNames() []string {
-	var out []string
+	out := []string{Recover}
 	for a := range Actions {
 		out = append(out, a)
 	}
@@ -149,7 +151,7 @@ type Flags struct {
 // RegisterFlags adds the policy's flags to fs.
 func RegisterFlags(fs *flag.FlagSet) *Flags {
 	f := &Flags{}
-	fs.StringVar(&f.single, "approval-single", "HOLD", "comma-separated actions one admin may take alone, on one payment within the thresholds (REDRIVE, RESOLVE, CANCEL, HOLD, RELEASE, CANCEL_PENDING, CANCEL_HELD, RESCHEDULE, RUN_NOW); every other, and every limit change, needs a second admin. Anything beyond HOLD is refused outside --dev")
+	fs.StringVar(&f.single, "approval-single", "HOLD,RECOVER", "comma-separated actions one admin may take alone, on one payment within the thresholds (REDRIVE, RESOLVE, CANCEL, HOLD, RELEASE, CANCEL_PENDING, CANCEL_HELD, RESCHEDULE, RUN_NOW; RECOVER: an endpoint's failed webhooks); every other, every limit change and every secret rotation needs a second admin. A money move among them is refused outside --dev")
 	fs.Int64Var(&f.amount, "approval-amount", 100000, "minor units of the payment's currency: an action on one payment of at least this amount, or one taking the operator's running total in that currency to it, needs a second admin")
 	fs.StringVar(&f.amounts, "approval-amounts", "", "per-currency approval amounts overriding --approval-amount, in each currency's minor units: EUR=100000,JPY=15000000")
 	fs.DurationVar(&f.window, "approval-window", time.Hour, "window of an operator's running totals: their actions taken alone in it are counted and totalled per currency")

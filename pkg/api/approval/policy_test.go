@@ -67,6 +67,8 @@ func TestFlagsRefuseOneAdminMovingMoneyOutsideDevelopment(t *testing.T) {
 		{[]string{"--approval-single", "HOLD,RELEASE"}, false, false},
 		{[]string{"--approval-single", "HOLD,RELEASE"}, true, true},
 		{[]string{"--approval-single", "SET_LIMITS"}, true, false},
+		{[]string{"--approval-single", "ROTATE"}, true, false},
+		{[]string{"--approval-single", "HOLD"}, false, true},
 		{[]string{"--approval-single", "nonsense"}, true, false},
 		{[]string{"--approval-expiry", "1s"}, false, false},
 		{[]string{"--approval-amounts", "EUR=5,ZZZ=1"}, false, false},

@@ -365,5 +365,9 @@ func (q *Requests) Expire(ctx context.Context) (int, error) {
 		WHERE state = 'AWAITING_APPROVAL' AND expires_at <= now()`); err != nil {
 		return len(ids), fmt.Errorf("expire limit requests: %w", err)
 	}
+	if _, err := q.db.Exec(ctx, `UPDATE endpoint_requests SET state = 'EXPIRED'
+		WHERE state = 'AWAITING_APPROVAL' AND expires_at <= now()`); err != nil {
+		return len(ids), fmt.Errorf("expire endpoint requests: %w", err)
+	}
 	return len(ids), nil
 }

@@ -255,6 +255,23 @@ func resendLimited(id uuid.UUID, wait time.Duration) error {
 	return status.FromProto(st).Err()
 }
 
+// Check answers the id of endpoint rawID of tenant ("": any), or the
+// error to answer when it is no endpoint's (INVALID_ARGUMENT, NOT_FOUND).
+func (s Service) Check(ctx context.Context, tenant, rawID string) (uuid.UUID, error) {
+	id, err := endpointID(rawID)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	e, err := webhook.GetEndpoint(ctx, s.DB, id)
+	if err == nil && tenant != "" && e.Tenant != tenant {
+		err = fmt.Errorf("endpoint %s: %w", id, webhook.ErrNotFound)
+	}
+	if err != nil {
+		return uuid.Nil, s.mapErr("endpoint", err)
+	}
+	return id, nil
+}
+
 func endpointID(s string) (uuid.UUID, error) {
 	id, err := uuid.Parse(s)
 	if err != nil {
