@@ -50,8 +50,12 @@ const (
 //
 // AdminService is the operators' API: dead letters and reconciliation. Every
 // call requires the `admin` claim (PERMISSION_DENIED otherwise), and every
-// action is recorded with who, when, what and the previous status. The REST
-// mapping lives in payments_api.yaml.
+// action is recorded with who, when, what and the previous status. Four
+// eyes: a move of money, a limit change or a secret rotation is a request
+// (OperatorRequest) that the deployment's policy lets one admin take at
+// once, or that a second admin approves (ApproveOperatorRequest); until
+// then the call answers the request and moves nothing. The REST mapping
+// lives in payments_api.yaml.
 type AdminServiceClient interface {
 	// ListDeadLetters pages through DEAD_LETTERED payments of every actor,
 	// oldest due first, with their reason and attempt history.
@@ -374,8 +378,12 @@ func (c *adminServiceClient) RejectOperatorRequest(ctx context.Context, in *Reje
 //
 // AdminService is the operators' API: dead letters and reconciliation. Every
 // call requires the `admin` claim (PERMISSION_DENIED otherwise), and every
-// action is recorded with who, when, what and the previous status. The REST
-// mapping lives in payments_api.yaml.
+// action is recorded with who, when, what and the previous status. Four
+// eyes: a move of money, a limit change or a secret rotation is a request
+// (OperatorRequest) that the deployment's policy lets one admin take at
+// once, or that a second admin approves (ApproveOperatorRequest); until
+// then the call answers the request and moves nothing. The REST mapping
+// lives in payments_api.yaml.
 type AdminServiceServer interface {
 	// ListDeadLetters pages through DEAD_LETTERED payments of every actor,
 	// oldest due first, with their reason and attempt history.

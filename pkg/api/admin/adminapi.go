@@ -1,7 +1,10 @@
 // Package admin implements paysched.v1.AdminService: dead letters
-// (list, re-drive, resolve) and reconciliation runs (list, trigger). Every
-// call requires the admin claim; every action goes through a fenced
-// transition that records who, when, what and the previous status.
+// (list, re-drive, resolve), operators' moves of open payments, tenant
+// limits, webhook endpoints and reconciliation runs. Every call requires
+// the admin claim; every move is a request (package approval) that the
+// policy lets one admin take, or that waits for a second admin's
+// approval, and is applied through a fenced transition that records who,
+// when, what and the previous status.
 package admin
 
 import (
