@@ -89,7 +89,9 @@ func TestBulkActionSkipsPaymentsChangedSinceTheRequest(t *testing.T) {
 				}
 			}
 			var acted int
-			if err := h.db.QueryRow(ctx, `SELECT count(*) FROM payment_actions WHERE payment_id = ANY($1)`,
+			// Moves, that is: the request's own life is recorded on each
+			// (REQUEST_REQUESTED, REQUEST_APPROVED).
+			if err := h.db.QueryRow(ctx, `SELECT count(*) FROM payment_actions WHERE payment_id = ANY($1) AND action NOT LIKE 'REQUEST\_%'`,
 				[]uuid.UUID{redriven, again, resolved}).Scan(&acted); err != nil || acted != 0 {
 				t.Errorf("%d actions on payments changed since the request (%v), want none", acted, err)
 			}

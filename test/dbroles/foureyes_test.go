@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/store"
 )
 
 // TestTheAdminRoleMovesOnlyThroughAnApprovedRequest (0026): the admin
@@ -47,9 +49,10 @@ func TestTheAdminRoleMovesOnlyThroughAnApprovedRequest(t *testing.T) {
 		}
 		var id int64
 		if err := e.admin.QueryRow(ctx, `INSERT INTO console_requests (action, ids, attempts, reason, requested_by, requested_name,
-			needs_approval, state, decided_by, decided_name, decided_at, expires_at)
+			needs_approval, state, decided_by, decided_name, decided_at, expires_at, run_at)
 			VALUES ($1, $2, $3, 'test', 'idp#ada', 'ada', true, $4, $5::text, $6::text, CASE WHEN $5::text IS NOT NULL THEN now() END,
-			        CASE WHEN $7 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END) RETURNING id`,
+			        CASE WHEN $7 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END,
+			        CASE WHEN $1 = 'RESCHEDULE' THEN now() + interval '1 hour' END) RETURNING id`,
 			action, ids, attempts, state, by, name, expired).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
@@ -86,6 +89,17 @@ func TestTheAdminRoleMovesOnlyThroughAnApprovedRequest(t *testing.T) {
 			t.Fatalf("redrive under an approved, running request: %v (%d rows)", err, tag.RowsAffected())
 		}
 	})
+	// A reschedule through the store, as admin-api makes it: the move and
+	// its payment_actions row (the status unchanged) under a running,
+	// approved RESCHEDULE request.
+	t.Run("reschedule allowed", func(t *testing.T) {
+		req := request("RESCHEDULE", "RUNNING", []uuid.UUID{held}, []int{1}, true, false)
+		_, err := store.ApplyReschedule(ctx, e.pools["paysched_admin"], store.Reschedule{ID: held, From: []payment.Status{payment.Held},
+			Attempt: 1, RunAt: time.Now().Add(time.Hour), Actor: "admin:ada", Action: "RESCHEDULE", Reason: "test", Request: req})
+		if err != nil {
+			t.Fatalf("reschedule under an approved request: %v", err)
+		}
+	})
 	// A limit change: only with the request applied by a second identity
 	// in this transaction, for these values.
 	var lim int64
@@ -103,4 +117,39 @@ func TestTheAdminRoleMovesOnlyThroughAnApprovedRequest(t *testing.T) {
 			t.Fatalf("apply an approved limit request: %v", err)
 		}
 	})
+}
+
+// TestARequestsLifeIsAudited (0028): a request, its approval, its
+// rejection and its expiry each write a payment_actions row per payment
+// (and so reach the audit log) naming both identities, whoever changes the
+// request; the admin role cannot write such a row itself.
+func TestARequestsLifeIsAudited(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.seedAs(t, payment.DeadLettered, true), e.seedAs(t, payment.DeadLettered, true)
+	adm := e.pools["paysched_admin"]
+	var req int64
+	if err := adm.QueryRow(ctx, `INSERT INTO console_requests (action, ids, attempts, reason, requested_by, requested_name, needs_approval, state)
+		VALUES ('REDRIVE', ARRAY[$1::uuid, $2::uuid], ARRAY[1, 1], 'psp back', 'idp#ada', 'ada', true, 'AWAITING_APPROVAL') RETURNING id`, a, b).Scan(&req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.Exec(ctx, `UPDATE console_requests SET state = 'APPROVED', decided_by = 'idp#bea', decided_name = 'bea', decided_at = now()
+		WHERE id = $1`, req); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		action, actor, reason string
+	}{
+		{"REQUEST_REQUESTED", "admin:ada", fmt.Sprintf("request #%d (REDRIVE via console) requested: requested by ada (idp#ada); psp back", req)},
+		{"REQUEST_APPROVED", "admin:bea", fmt.Sprintf("request #%d (REDRIVE via console) approved: requested by ada (idp#ada), decided by bea (idp#bea); psp back", req)},
+	} {
+		var n int
+		if err := e.admin.QueryRow(ctx, `SELECT count(*) FROM payment_actions WHERE payment_id = ANY($1) AND action = $2 AND actor = $3
+			AND reason = $4 AND prev_status = 'DEAD_LETTERED' AND new_status = 'DEAD_LETTERED'`,
+			[]uuid.UUID{a, b}, c.action, c.actor, c.reason).Scan(&n); err != nil || n != 2 {
+			t.Fatalf("%s rows: %d %v, want one per payment", c.action, n, err)
+		}
+	}
+	e.refused(t, "paysched_admin", fmt.Sprintf(`INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason)
+		VALUES ('%s', 'admin:mallory', 'REQUEST_APPROVED', 'DEAD_LETTERED', 'DEAD_LETTERED', 'forged')`, a))
 }

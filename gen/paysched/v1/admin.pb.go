@@ -37,7 +37,7 @@ type OperatorRequest struct {
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	// AWAITING_APPROVAL, APPROVED, QUEUED (one admin may take it alone),
 	// RUNNING, DONE, REJECTED, EXPIRED; a limit change: AWAITING_APPROVAL,
-	// APPLIED, REJECTED, EXPIRED; an endpoint's: the same, or FAILED.
+	// APPLIED, REJECTED, EXPIRED; an endpoint's: the same, or NOT_APPLIED.
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// The payments it acts on (the first 100), and the attempt each was
 	// pinned at: one changed since is skipped, not acted on.
@@ -96,7 +96,7 @@ type OperatorRequest struct {
 	// A ROTATE's new secret (whsec_...): only in the answer of its
 	// approval, shown once; never stored with the request.
 	Secret string `protobuf:"bytes,30,opt,name=secret,proto3" json:"secret,omitempty"`
-	// Why its application failed (state FAILED).
+	// Why its application failed (state NOT_APPLIED).
 	Error         string `protobuf:"bytes,31,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -141,8 +141,8 @@ func (q *Requests) DecideEndpoint(ctx context.Context, id int64, approve bool, b
 	}
 	n, secret, aerr := apply(ctx, e)
 	if aerr != nil {
-		e.State, e.Error = "FAILED", aerr.Error()
-		_, err = q.db.Exec(ctx, `UPDATE endpoint_requests SET state = 'FAILED', error = $2 WHERE id = $1`, id, e.Error)
+		e.State, e.Error = "NOT_APPLIED", aerr.Error()
+		_, err = q.db.Exec(ctx, `UPDATE endpoint_requests SET state = 'NOT_APPLIED', error = $2 WHERE id = $1`, id, e.Error)
 	} else if e.Action == Recover {
 		e.Recovered = &n
 		_, err = q.db.Exec(ctx, `UPDATE endpoint_requests SET recovered = $2 WHERE id = $1`, id, n)

@@ -19,12 +19,12 @@ CREATE TABLE endpoint_requests (
     requested_name  text        NOT NULL,
     requested_at    timestamptz NOT NULL DEFAULT now(),
     state           text        NOT NULL DEFAULT 'AWAITING_APPROVAL'
-                                CHECK (state IN ('AWAITING_APPROVAL', 'APPLIED', 'FAILED', 'REJECTED', 'EXPIRED')),
+                                CHECK (state IN ('AWAITING_APPROVAL', 'APPLIED', 'NOT_APPLIED', 'REJECTED', 'EXPIRED')),
     decided_by      text,
     decided_name    text,
     decided_at      timestamptz,
     expires_at      timestamptz NOT NULL,
-    -- What the application did: messages recovered, or why it failed.
+    -- What the application did: messages recovered, or why it did not apply (NOT_APPLIED).
     recovered       bigint,
     error           text,
     CHECK ((action = 'RECOVER') = (since IS NOT NULL)),
