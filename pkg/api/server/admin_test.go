@@ -18,6 +18,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/rest"
+	"github.com/paysched/paysched/pkg/events/webhook"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/services/admin-api/adminserver"
@@ -320,5 +321,80 @@ func TestAdminTriggersAndListsRuns(t *testing.T) {
 	runs := got.json(t)["runs"].([]any)
 	if got.code != 200 || len(runs) != 1 || len(runs[0].(map[string]any)["items"].([]any)) != 1 {
 		t.Fatalf("list runs: %d %s", got.code, got.body)
+	}
+}
+
+// TestEveryGuardedRESTRouteMakesARequest: over REST, with one admin
+// token, each route that moves money, changes a limit or rotates a secret
+// answers a request awaiting approval and changes nothing; a hold (one
+// admin's under the default policy) acts at once.
+func TestEveryGuardedRESTRouteMakesARequest(t *testing.T) {
+	_, gw := withGateway(t)
+	e := startAdmin(t, gw)
+	ops := adminToken(t, "ops-jane")
+	ctx := context.Background()
+	// in puts a dead letter (as deadLetter makes it) in status st.
+	in := func(st string) uuid.UUID {
+		id := e.deadLetter("alice", "RETRIES_EXHAUSTED")
+		if st == "DEAD_LETTERED" {
+			return id
+		}
+		if _, err := e.db.Exec(ctx, `UPDATE payments SET status = $2, dead_letter_reason = NULL, probe_first = true,
+			run_at = now() + interval '1 hour' WHERE id = $1`, id, st); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	payment := func(id uuid.UUID) string {
+		var s string
+		if err := e.db.QueryRow(ctx, `SELECT status || ' ' || run_at::text || ' ' || updated_at::text FROM payments WHERE id = $1`, id).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	soon := time.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)
+	for _, c := range []struct {
+		name, status, route, body string
+	}{
+		{"redrive", "DEAD_LETTERED", ":redrive", `{"note":"psp back"}`},
+		{"resolve", "DEAD_LETTERED", ":resolve", `{"note":"never charged"}`},
+		{"cancel", "PENDING", ":cancel", `{"note":"customer asked"}`},
+		{"release", "HELD", ":release", `{}`},
+		{"reschedule", "HELD", ":reschedule", `{"runAt":"` + soon + `","note":"payroll moved"}`},
+		{"run now", "PENDING", ":runNow", `{"note":"customer waiting"}`},
+	} {
+		id := in(c.status)
+		before := payment(id)
+		got := e.do("POST", "/v1/admin/scheduled-payments/"+id.String()+c.route, ops, nil, c.body)
+		req, _ := got.json(t)["request"].(map[string]any)
+		if got.code != 200 || req["state"] != "AWAITING_APPROVAL" || got.json(t)["payment"] != nil {
+			t.Fatalf("%s: %d %s, want a request awaiting approval", c.name, got.code, got.body)
+		}
+		if now := payment(id); now != before {
+			t.Fatalf("%s by one admin changed the payment: %s, was %s", c.name, now, before)
+		}
+	}
+	got := e.do("PUT", "/v1/admin/tenants/acme/limits?note=more+room", ops, nil, `{"weight":9}`)
+	if req, _ := got.json(t)["request"].(map[string]any); got.code != 200 || req["state"] != "AWAITING_APPROVAL" || e.count(`SELECT count(*) FROM tenant_limits`) != 0 {
+		t.Fatalf("limits: %d %s", got.code, got.body)
+	}
+	hook, _, err := webhook.CreateEndpoint(ctx, e.db, webhook.Endpoint{Tenant: "acme", URL: "https://hooks.example.com/x", MaxInflight: 4, MaxPerSecond: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = e.do("POST", "/v1/admin/webhook-endpoints/"+hook.ID.String()+":rotateSecret", ops, nil, `{}`)
+	if req, _ := got.json(t)["request"].(map[string]any); got.code != 200 || req["state"] != "AWAITING_APPROVAL" ||
+		e.count(`SELECT count(*) FROM webhook_endpoints WHERE id = $1 AND cardinality(secrets) = 1`, hook.ID) != 1 {
+		t.Fatalf("rotate: %d %s", got.code, got.body)
+	}
+	// A hold stops money: one admin's.
+	id := in("PENDING")
+	got = e.do("POST", "/v1/admin/scheduled-payments/"+id.String()+":hold", ops, nil, `{"note":"wrong payroll"}`)
+	if p, _ := got.json(t)["payment"].(map[string]any); got.code != 200 || p["status"] != "HELD" {
+		t.Fatalf("hold: %d %s", got.code, got.body)
+	}
+	list := e.do("GET", "/v1/admin/requests?state=AWAITING_APPROVAL", ops, nil, "")
+	if rs, _ := list.json(t)["requests"].([]any); list.code != 200 || len(rs) != 8 {
+		t.Fatalf("requests awaiting approval: %d %s, want 8", list.code, list.body)
 	}
 }
