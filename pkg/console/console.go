@@ -198,6 +198,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix+"/webhooks/{id}", c.page(Viewer, c.endpointPage))
 	m.HandleFunc("POST "+Prefix+"/webhooks/{id}/resend", c.page(Operator, c.resendWebhook))
 	m.HandleFunc("POST "+Prefix+"/webhooks/{id}/recover", c.page(Operator, c.recoverWebhooks))
+	m.HandleFunc("POST "+Prefix+"/webhooks/{id}/requests/{rid}/decide", c.page(Admin, c.decideEndpointRequest))
 	m.HandleFunc("GET "+Prefix+"/reconciliation", c.page(Viewer, c.reconPage))
 	m.HandleFunc("POST "+Prefix+"/reconciliation", c.page(Operator, c.reconStart))
 	m.HandleFunc("GET "+Prefix+"/gateway", c.page(Viewer, c.gatewayPage))

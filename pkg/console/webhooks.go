@@ -95,8 +95,14 @@ func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) 
 		c.dbFail(w, r, v, "read delivery log", err)
 		return
 	}
+	reqs, err := c.requests.EndpointRequestsOf(ctx, id)
+	if err != nil {
+		c.dbFail(w, r, v, "read endpoint requests", err)
+		return
+	}
 	v.Title = "Webhook endpoint " + ep.URL
-	data := map[string]any{"E": ep, "Log": log, "CanAct": v.Session.Role >= Operator}
+	data := map[string]any{"E": ep, "Log": log, "CanAct": v.Session.Role >= Operator, "Requests": reqs,
+		"CanDecide": v.Session.Role >= Admin, "Me": v.Session.Operator}
 	// What the last resend or recover did (the redirect says; shown only
 	// when it reads as such).
 	if n, err := strconv.Atoi(r.URL.Query().Get("recovered")); err == nil && n >= 0 {
@@ -218,4 +224,53 @@ func (c *Console) requestRecover(w http.ResponseWriter, r *http.Request, v *view
 		return
 	}
 	http.Redirect(w, r, fmt.Sprintf("%s/webhooks/%s?requested=%d", Prefix, id, rid), http.StatusSeeOther)
+}
+
+// decideEndpointRequest approves (and applies) or rejects a request on
+// this endpoint, as a second admin. An approved rotation shows its new
+// secret here, once: it is never stored with the request.
+func (c *Console) decideEndpointRequest(w http.ResponseWriter, r *http.Request, v *view) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	rid, rerr := strconv.ParseInt(r.PathValue("rid"), 10, 64)
+	if err != nil || rerr != nil || rid <= 0 {
+		c.fail(w, r, v, http.StatusBadRequest, "That is not a request of an endpoint.")
+		return
+	}
+	var approve bool
+	switch r.PostForm.Get("decision") {
+	case "approve":
+		approve = true
+	case "reject":
+	default:
+		c.fail(w, r, v, http.StatusBadRequest, "Approve or reject.")
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	if q, err := c.requests.GetEndpoint(ctx, rid); errors.Is(err, approval.ErrNotFound) || (err == nil && q.EndpointID != id) {
+		c.fail(w, r, v, http.StatusNotFound, "This endpoint has no such request.")
+		return
+	} else if err != nil {
+		c.dbFail(w, r, v, "read endpoint request", err)
+		return
+	}
+	q, secret, err := c.requests.DecideEndpoint(ctx, rid, approve, approval.Identity(v.Session.who()), approval.ApplyEndpoint(c.hooks()))
+	if q == nil {
+		if errors.Is(err, approval.ErrOwnRequest) || errors.Is(err, approval.ErrNotAwaiting) {
+			c.fail(w, r, v, http.StatusConflict, "Not decided: "+err.Error()+".")
+			return
+		}
+		c.dbFail(w, r, v, "decide endpoint request", err)
+		return
+	}
+	c.log.Info("console: endpoint request decided", "request", rid, "state", q.State, "operator", v.Session.Name)
+	if secret == "" {
+		http.Redirect(w, r, fmt.Sprintf("%s/webhooks/%s", Prefix, id), http.StatusSeeOther)
+		return
+	}
+	// The new secret, shown this once to the approver, who hands it to the
+	// tenant: the page is not cached (secureHeaders).
+	v.Title = "New signing secret"
+	v.Data = map[string]any{"Endpoint": id.String(), "Secret": secret, "Request": rid}
+	c.render(w, http.StatusOK, "secret.html", v)
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/events/webhook"
 	"github.com/paysched/paysched/test/webhooktest"
@@ -113,5 +115,64 @@ func TestWebhookPages(t *testing.T) {
 	}
 	if page := h.get(olga, epPath+"?recovered=1").Body.String(); !strings.Contains(page, "1 undelivered messages are due again") {
 		t.Fatalf("the recover is not told:\n%s", page)
+	}
+}
+
+// TestEndpointRequestsAreDecidedInTheConsole: a rotation asked on the
+// admin API shows on the endpoint's page; its requester is offered no
+// approval (and refused one), a second admin approves it there, and the
+// new secret shows that once; a recovery under a policy that wants two
+// is a request, approved the same way.
+func TestEndpointRequestsAreDecidedInTheConsole(t *testing.T) {
+	p := approval.Strict()
+	delete(p.Single, approval.Recover)
+	h := newHarness(t, Config{Policy: p})
+	ctx := context.Background()
+	ep, _, err := webhook.CreateEndpoint(ctx, h.db, webhook.Endpoint{Tenant: "alice", URL: "https://hooks.example.com/x", MaxInflight: 4, MaxPerSecond: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rid, err := h.c.requests.RequestEndpoint(ctx, approval.EndpointRequest{Action: approval.Rotate, EndpointID: ep.ID, Reason: "leaked"},
+		approval.Identity{Operator: "dev:ada", Name: "ada"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ada, bea := h.as("ada", Admin), h.as("bea", Admin)
+	epPath := "/console/webhooks/" + ep.ID.String()
+	approveButton := fmt.Sprintf(`id="approve-%d"`, rid)
+	if page := h.get(ada, epPath).Body.String(); !strings.Contains(page, fmt.Sprintf("endpoints/%d", rid)) || strings.Contains(page, approveButton) {
+		t.Fatalf("the requester's page: the request must show, with no approval offered:\n%s", page)
+	}
+	decide := fmt.Sprintf("%s/requests/%d/decide", epPath, rid)
+	if r := h.post(ada, decide, url.Values{"decision": {"approve"}}); r.Code != http.StatusConflict {
+		t.Fatalf("the requester approving: %d", r.Code)
+	}
+	if page := h.get(bea, epPath).Body.String(); !strings.Contains(page, approveButton) {
+		t.Fatalf("a second admin is offered no approval:\n%s", page)
+	}
+	r := h.post(bea, decide, url.Values{"decision": {"approve"}})
+	if r.Code != 200 || !strings.Contains(r.Body.String(), `id="secret">whsec_`) {
+		t.Fatalf("approval: %d %s", r.Code, r.Body.String())
+	}
+	got, err := webhook.GetEndpoint(ctx, h.db, ep.ID)
+	if err != nil || got.RotateUntil == nil {
+		t.Fatalf("after the approval the endpoint is %+v (%v), want two secrets", got, err)
+	}
+	// A recovery, where the policy wants two.
+	olga := h.as("olga", Operator)
+	since := time.Now().UTC().Add(-time.Hour).Format(dateForm)
+	rec := h.post(olga, epPath+"/recover", url.Values{"since": {since}})
+	if rec.Code != 303 || !strings.Contains(rec.Header().Get("Location"), "?requested=") {
+		t.Fatalf("recover under a policy that wants two: %d %s", rec.Code, rec.Header().Get("Location"))
+	}
+	q, err := h.c.requests.EndpointRequestsOf(ctx, ep.ID)
+	if err != nil || len(q) != 2 || q[0].Action != approval.Recover || q[0].State != "AWAITING_APPROVAL" {
+		t.Fatalf("requests %+v %v", q, err)
+	}
+	if r := h.post(bea, fmt.Sprintf("%s/requests/%d/decide", epPath, q[0].ID), url.Values{"decision": {"approve"}}); r.Code != 303 {
+		t.Fatalf("approve the recovery: %d", r.Code)
+	}
+	if q, _ = h.c.requests.EndpointRequestsOf(ctx, ep.ID); q[0].State != "APPLIED" || q[0].Recovered == nil {
+		t.Fatalf("after approval: %+v", q[0])
 	}
 }

@@ -324,7 +324,7 @@ func (s *Server) decide(ctx context.Context, name string, approve bool) (*paysch
 		}
 		return s.readRequest(ctx, name)
 	case "endpoints":
-		e, secret, err := s.Requests.DecideEndpoint(ctx, id, approve, who, s.applyEndpoint(who))
+		e, secret, err := s.Requests.DecideEndpoint(ctx, id, approve, who, approval.ApplyEndpoint(s.hooksDB()))
 		if e == nil {
 			return nil, s.requestErr(err)
 		}

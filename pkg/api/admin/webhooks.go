@@ -6,18 +6,22 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/webhookapi"
-	"google.golang.org/protobuf/types/known/timestamppb"
+	"github.com/paysched/paysched/pkg/store"
 )
 
 // The operators' webhook endpoints: any tenant's (pkg/api/webhookapi does
 // the work, scoped to no tenant).
 
 func (s *Server) hooks() webhookapi.Service {
-	db := s.HooksDB
-	if db == nil {
-		db = s.db
+	return webhookapi.Service{DB: s.hooksDB(), Log: s.log, Loopback: s.LoopbackWebhooks}
+}
+
+// hooksDB is the webhooks' database.
+func (s *Server) hooksDB() store.DB {
+	if s.HooksDB != nil {
+		return s.HooksDB
 	}
-	return webhookapi.Service{DB: db, Log: s.log, Loopback: s.LoopbackWebhooks}
+	return s.db
 }
 
 // CreateWebhookEndpoint registers an endpoint and returns its secret.
@@ -100,23 +104,6 @@ func (s *Server) requestEndpoint(ctx context.Context, e approval.EndpointRequest
 		return nil, s.internal("read endpoint request", err)
 	}
 	return endpointToProto(got, ""), nil
-}
-
-// applyEndpoint applies an approved endpoint request (approval's apply).
-func (s *Server) applyEndpoint(by approval.Identity) func(ctx context.Context, e *approval.EndpointRequest) (int64, string, error) {
-	return func(ctx context.Context, e *approval.EndpointRequest) (int64, string, error) {
-		who := e.RequestedName + ", approved by " + by.Name
-		if e.Action == approval.Rotate {
-			secret, err := s.hooks().Rotate(ctx, who, "", e.EndpointID.String(), e.OverlapSeconds)
-			return 0, secret, err
-		}
-		var until *timestamppb.Timestamp
-		if e.Until != nil {
-			until = timestamppb.New(*e.Until)
-		}
-		n, err := s.hooks().Recover(ctx, who, "", e.EndpointID.String(), timestamppb.New(*e.Since), until)
-		return n, "", err
-	}
 }
 
 // ResendWebhook makes one message to one endpoint due again.

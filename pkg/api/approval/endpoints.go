@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/store"
 )
 
 // Endpoint actions: a webhook endpoint's secret rotated, its failed
@@ -151,4 +153,43 @@ func (q *Requests) DecideEndpoint(ctx context.Context, id int64, approve bool, b
 		return e, secret, fmt.Errorf("record endpoint request %d: %w", id, err)
 	}
 	return e, secret, aerr
+}
+
+// ApplyEndpoint is DecideEndpoint's apply for the webhooks' database
+// hooks: a rotation makes the new secret (overlap 0: 24 hours), a recovery
+// makes the failed messages due again.
+func ApplyEndpoint(hooks store.DB) func(ctx context.Context, e *EndpointRequest) (int64, string, error) {
+	return func(ctx context.Context, e *EndpointRequest) (int64, string, error) {
+		if e.Action == Rotate {
+			overlap := time.Duration(e.OverlapSeconds) * time.Second
+			if overlap == 0 {
+				overlap = 24 * time.Hour
+			}
+			secret, err := webhook.RotateSecret(ctx, hooks, "", e.EndpointID, overlap)
+			return 0, secret, err
+		}
+		if e.Since == nil {
+			return 0, "", errors.New("a recovery without its since")
+		}
+		n, err := webhook.Recover(ctx, hooks, "", e.EndpointID, *e.Since, e.Until)
+		return n, "", err
+	}
+}
+
+// EndpointRequestsOf is endpoint id's latest 20 requests, newest first.
+func (q *Requests) EndpointRequestsOf(ctx context.Context, id uuid.UUID) ([]*EndpointRequest, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+endpointCols+` FROM endpoint_requests WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 20`, id)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint requests of %s: %w", id, err)
+	}
+	defer rows.Close()
+	var out []*EndpointRequest
+	for rows.Next() {
+		e, err := scanEndpointRequest(rows)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint requests of %s: %w", id, err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }

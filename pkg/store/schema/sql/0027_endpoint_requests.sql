@@ -33,5 +33,6 @@ CREATE TABLE endpoint_requests (
     CHECK (state IN ('AWAITING_APPROVAL', 'EXPIRED') OR decided_by IS NOT NULL)
 );
 CREATE INDEX endpoint_requests_open_idx ON endpoint_requests (id) WHERE state = 'AWAITING_APPROVAL';
+CREATE INDEX endpoint_requests_endpoint_idx ON endpoint_requests (endpoint_id, id);
 GRANT SELECT, INSERT ON endpoint_requests TO paysched_admin;
 GRANT UPDATE (state, decided_by, decided_name, decided_at, recovered, error) ON endpoint_requests TO paysched_admin;
