@@ -909,7 +909,7 @@ func checkKafka(t *testing.T, docs []obj) {
 			t.Errorf("KafkaTopic %s does not name the cluster", str(k, "metadata", "name"))
 		}
 	}
-	for topic, n := range kafka.Default.Partitions() {
+	for topic, n := range kafka.DefaultTopics.Partitions() {
 		if got, ok := topics[topic]; !ok {
 			t.Errorf("no KafkaTopic for %s", topic)
 		} else if got != int(n) {
@@ -926,9 +926,9 @@ var kafkaClients = map[string]struct {
 	group  string
 	access []kafka.Grant
 }{
-	"cdc":                {"", kafka.CDCAccess(kafka.Default)},
-	"audit-consumer":     {kafka.AuditGroup, kafka.AuditAccess(kafka.Default, kafka.AuditGroup)},
-	"webhook-dispatcher": {webhook.Group, kafka.WebhookAccess(kafka.Default, webhook.Group)},
+	"cdc":                {"", kafka.CDCAccess(kafka.DefaultTopics)},
+	"audit-consumer":     {kafka.AuditGroup, kafka.AuditAccess(kafka.DefaultTopics, kafka.AuditGroup)},
+	"webhook-dispatcher": {webhook.Group, kafka.WebhookAccess(kafka.DefaultTopics, webhook.Group)},
 }
 
 // checkKafkaClients: each Kafka client authenticates as its own KafkaUser,

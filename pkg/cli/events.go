@@ -45,7 +45,7 @@ func eventsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...),
-				kgo.ConsumeTopics(kafka.Default.Notifications), kgo.ConsumeResetOffset(start)}, secOpts...)...)
+				kgo.ConsumeTopics(kafka.DefaultTopics.Notifications), kgo.ConsumeResetOffset(start)}, secOpts...)...)
 			if err != nil {
 				return fmt.Errorf("kafka client: %w", err)
 			}

@@ -7,7 +7,7 @@ import "github.com/paysched/paysched/pkg/payment"
 // index range or a cap) because a page must answer within pageTimeout at
 // any size; TestSearchPlansAreIndexedAndBounded prints the plans of the
 // searches. The console's own tables (requests, sessions) are read beside
-// the statements that write them, in requests.go and sessions.go.
+// the statements that write them, in package approval and sessionstore.go.
 
 // cappedCountSQL counts one open status's rows through its partial index
 // (sweep, lease, dead letters), stopping at the cap. The status is in the

@@ -110,7 +110,7 @@ func parseQuery(v url.Values, now time.Time) (Query, error) {
 			return q, fmt.Errorf("the %s must be at most 256 characters of text", name)
 		}
 	}
-	if q.Currency != "" && !payment.Known(q.Currency) {
+	if q.Currency != "" && !payment.KnownCurrency(q.Currency) {
 		return q, fmt.Errorf("%q is not an ISO 4217 currency code", clip(q.Currency, 10))
 	}
 	if q.Error != "" && !contains(errorClasses, q.Error) {

@@ -25,6 +25,6 @@ var known = func() map[string]bool {
 	return m
 }()
 
-// Known reports whether code is an ISO 4217 code. Codes are upper case:
+// KnownCurrency reports whether code is an ISO 4217 code. Codes are upper case:
 // "usd" is not a code.
-func Known(code string) bool { return known[code] }
+func KnownCurrency(code string) bool { return known[code] }

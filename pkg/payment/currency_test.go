@@ -9,8 +9,8 @@ import (
 func TestKnown(t *testing.T) {
 	for code, want := range map[string]bool{"USD": true, "EUR": true, "JPY": true, "KWD": true,
 		"usd": false, "XYZ": false, "": false, "US": false, "USDD": false, "XXX": false} {
-		if payment.Known(code) != want {
-			t.Errorf("Known(%q) = %v, want %v", code, !want, want)
+		if payment.KnownCurrency(code) != want {
+			t.Errorf("KnownCurrency(%q) = %v, want %v", code, !want, want)
 		}
 	}
 }

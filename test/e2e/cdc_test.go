@@ -152,7 +152,7 @@ func TestCDCSurvivesKills(t *testing.T) {
 	// Everything arrives: the audit log has one row per change.
 	waitAudited(writes, 90*time.Second, supervise)
 	// And Kafka holds every change (duplicates allowed, none missing).
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(kafka.Default.Payments), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(kafka.DefaultTopics.Payments), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}

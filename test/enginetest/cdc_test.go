@@ -29,12 +29,12 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 	c.stop() // the engine starts once the pipeline is up
 	// The slot is this package's own: slot names are the cluster's, and
 	// other test packages stream from other databases of it meanwhile.
-	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Notifications, kafka.Default.Heartbeat)
+	seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Actions, kafka.DefaultTopics.Notifications, kafka.DefaultTopics.Heartbeat)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	conn, err := cdc.New(cdc.Config{DatabaseURL: c.db.Config().ConnString(), Slot: "enginetest_cdc", Publication: "paysched",
 		Source: envelope.Source{Name: "paysched", DB: c.db.Config().ConnConfig.Database}, Brokers: seeds,
-		HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: 200 * time.Millisecond, HeartbeatInterval: time.Second},
+		HeartbeatTopic: kafka.DefaultTopics.Heartbeat, StatusInterval: 200 * time.Millisecond, HeartbeatInterval: time.Second},
 		c.db, prometheus.NewRegistry(), quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 	}
 
 	// Kafka: per payment, events in commit order, each change following the last.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Payments, kafka.Default.Notifications),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.DefaultTopics.Payments, kafka.DefaultTopics.Notifications),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 	failed++ // ids[0] was announced failed before its repair
 	want := len(ids) + completed + failed
 	kafkatest.Drain(ctx, cl, func() bool { return len(notes) >= want }, func(r *kgo.Record) {
-		if r.Topic == kafka.Default.Notifications {
+		if r.Topic == kafka.DefaultTopics.Notifications {
 			var id, typ string
 			for _, h := range r.Headers {
 				switch h.Key {

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestKafkajsReadsNotifications(t *testing.T) {
 	nodetest.Require(t, "the Kafka client test", "node", "npm")
 	db := pgtest.NewPool(t)
-	topics := kafka.Default
+	topics := kafka.DefaultTopics
 	seeds := kafkatest.NewCluster(t, topics.Payments, topics.Attempts, topics.Actions, topics.Notifications, topics.Heartbeat)
 	snappy, err := kafka.Compression("snappy")
 	if err != nil {

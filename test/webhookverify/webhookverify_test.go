@@ -69,7 +69,7 @@ func TestTwoVerifiersAcceptEveryDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	topics := kafka.Default
+	topics := kafka.DefaultTopics
 	seeds := kafkatest.NewCluster(t, topics.Notifications)
 	d, err := webhook.New(webhook.Config{Brokers: seeds, Group: webhook.Group, Topics: topics,
 		Egress: webhook.Egress{Loopback: true, Timeout: 10 * time.Second}},

@@ -335,7 +335,7 @@ type cdcWatch struct {
 
 func watchCDC(ctx context.Context, brokers []string) (*cdcWatch, error) {
 	w := &cdcWatch{}
-	t, err := tailTopic(ctx, brokers, kafka.Default.Payments, []int32{0}, func(r *kgo.Record, now time.Time) {
+	t, err := tailTopic(ctx, brokers, kafka.DefaultTopics.Payments, []int32{0}, func(r *kgo.Record, now time.Time) {
 		// The commit time is source.ts_ms; find it without decoding the
 		// whole envelope (the watcher must not load the machine).
 		if ms, ok := envelope.SourceTsMs(r.Value); ok {
@@ -373,7 +373,7 @@ type noteWatch struct {
 
 func watchNotes(ctx context.Context, brokers []string) (*noteWatch, error) {
 	w := &noteWatch{terminal: map[string]bool{}}
-	t, err := tailTopic(ctx, brokers, kafka.Default.Notifications, nil, func(r *kgo.Record, now time.Time) {
+	t, err := tailTopic(ctx, brokers, kafka.DefaultTopics.Notifications, nil, func(r *kgo.Record, now time.Time) {
 		switch string(notification.Header(r, notification.HeaderType)) {
 		case "paysched.payment.completed", "paysched.payment.failed", "paysched.payment.dead_lettered", "paysched.payment.cancelled":
 			w.mu.Lock()

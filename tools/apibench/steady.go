@@ -233,7 +233,7 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 		// so a partition is a fair sample, for a fraction of the watcher's load
 		// on the machine it measures (reading every change decoded ~3 changes
 		// per payment at 5,000/s in this process).
-		cdc.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.Default.Payments, []int32{0}, func(rec *kgo.Record, now time.Time) {
+		cdc.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.DefaultTopics.Payments, []int32{0}, func(rec *kgo.Record, now time.Time) {
 			// Only changes committed from the first due time on: the creates
 			// before it are the setup, and their backlog's tail, still being
 			// streamed when the watch starts, is not the steady load.
@@ -241,7 +241,7 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 				cdc.add(float64(now.UnixMilli()-ts), rec)
 			}
 			if e, err := envelope.Parse(rec.Value); err == nil && e.After() != nil {
-				id, st := envelope.Str(e.After().ID), envelope.Str(e.After().Status)
+				id, st := envelope.StringOf(e.After().ID), envelope.StringOf(e.After().Status)
 				if id != nil && st != nil && payment.Status(*st).AtRest() {
 					seenMu.Lock()
 					seen[hopKey(*id, *st)] = now
@@ -253,7 +253,7 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 			return r, err
 		}
 		defer cdc.stop()
-		notes.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.Default.Notifications, []int32{0}, func(rec *kgo.Record, now time.Time) {
+		notes.topicTail, err = tailTopic(ctx, cfg.KafkaBrokers, kafka.DefaultTopics.Notifications, []int32{0}, func(rec *kgo.Record, now time.Time) {
 			n, ok := notification.Decode(rec)
 			if !ok {
 				return

@@ -285,7 +285,7 @@ func scan[T any](ctx context.Context, db *pgxpool.Pool, sql string, each func(T)
 // image is the previous after image) from its creation to the row as it is
 // now; per payment and terminal type, one notification ce_id per transition.
 func (r *run) checkStream(ctx context.Context) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.addr(92)), kgo.ConsumeTopics(kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Notifications),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.addr(92)), kgo.ConsumeTopics(kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Notifications),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20))
 	if err != nil {
 		r.violation("kafka: %v", err)
@@ -293,13 +293,13 @@ func (r *run) checkStream(ctx context.Context) {
 	}
 	defer cl.Close()
 	type key struct{ topic, key string }
-	events := map[key]map[int64]envelope.Full{}
+	events := map[key]map[int64]envelope.Change{}
 	notes := map[string]map[string]bool{} // payment|type -> ce_ids
 	r.notified = map[string]string{}
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	kafka.Drain(dctx, cl, nil, func(rec *kgo.Record) {
-		if rec.Topic == kafka.Default.Notifications {
+		if rec.Topic == kafka.DefaultTopics.Notifications {
 			id, typ := string(notification.Header(rec, notification.HeaderID)), string(notification.Header(rec, notification.HeaderType))
 			k := string(rec.Key) + "|" + typ
 			if notes[k] == nil {
@@ -309,14 +309,14 @@ func (r *run) checkStream(ctx context.Context) {
 			r.notified[id] = string(rec.Key)
 			return
 		}
-		e, err := envelope.DecodeFull(rec.Value)
+		e, err := envelope.DecodeChange(rec.Value)
 		if err != nil {
 			r.violation("undecodable event at %s/%d/%d", rec.Topic, rec.Partition, rec.Offset)
 			return
 		}
 		k := key{rec.Topic, string(rec.Key)}
 		if events[k] == nil {
-			events[k] = map[int64]envelope.Full{}
+			events[k] = map[int64]envelope.Change{}
 		}
 		events[k][e.Source.LSN] = e // a redelivery has the same LSN
 	})
@@ -330,7 +330,7 @@ func (r *run) checkStream(ctx context.Context) {
 	r.mu.Unlock()
 	lost, snapshots := 0, 0
 	var broken []string // a few of the chains found broken, for the post-mortem
-	brokenAt := func(k string, byLSN map[int64]envelope.Full, lsns []int64, why string) {
+	brokenAt := func(k string, byLSN map[int64]envelope.Change, lsns []int64, why string) {
 		if len(broken) >= 5 {
 			return
 		}
@@ -385,7 +385,7 @@ func (r *run) checkStream(ctx context.Context) {
 			brokenAt(k.topic+"|"+k.key, byLSN, lsns, fmt.Sprintf("now %v", want))
 		}
 		delete(now, k.topic+"|"+k.key)
-		if k.topic == kafka.Default.Payments {
+		if k.topic == kafka.DefaultTopics.Payments {
 			for _, l := range lsns {
 				e := byLSN[l]
 				st, _ := e.After["status"].(string)
@@ -431,8 +431,8 @@ func (r *run) checkStream(ctx context.Context) {
 func (r *run) currentRows(ctx context.Context) (map[string]map[string]any, error) {
 	out := map[string]map[string]any{}
 	for _, q := range []struct{ topic, sql string }{
-		{kafka.Default.Payments, `SELECT jsonb_build_object('id', id)::text, jsonb_build_object('status', status, 'attempt', attempt, 'retries', retries)::text FROM payments`},
-		{kafka.Default.Attempts, `SELECT jsonb_build_object('payment_id', payment_id, 'attempt', attempt)::text, jsonb_build_object('outcome', outcome, 'attempt', attempt)::text FROM payment_attempts`},
+		{kafka.DefaultTopics.Payments, `SELECT jsonb_build_object('id', id)::text, jsonb_build_object('status', status, 'attempt', attempt, 'retries', retries)::text FROM payments`},
+		{kafka.DefaultTopics.Attempts, `SELECT jsonb_build_object('payment_id', payment_id, 'attempt', attempt)::text, jsonb_build_object('outcome', outcome, 'attempt', attempt)::text FROM payment_attempts`},
 	} {
 		rows, err := r.db.Query(ctx, q.sql)
 		if err != nil {
@@ -471,7 +471,7 @@ func canonicalKey(k string) string {
 // schema 15), cur's prev_status is prev's status, and the attempt is
 // prev's, one more for a claim: a claim is the only change of attempt, so
 // a lost cycle of retry and claim shows.
-func follows(prev, cur envelope.Full) bool {
+func follows(prev, cur envelope.Change) bool {
 	if cur.Before != nil {
 		return sameRow(prev.After, cur.Before)
 	}
@@ -492,7 +492,7 @@ func follows(prev, cur envelope.Full) bool {
 
 // left is the status a payments change left: its before image's, else
 // its prev_status ("" when neither says).
-func left(e envelope.Full) string {
+func left(e envelope.Change) string {
 	if e.Before != nil {
 		s, _ := e.Before["status"].(string)
 		return s

@@ -363,7 +363,7 @@ func (d *demoRun) watchNotifications() *notifications {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &notifications{ids: map[string]bool{}, cancel: cancel, done: make(chan struct{})}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(d.o.Brokers, ",")...),
-		kgo.ConsumeTopics(kafka.Default.Notifications), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+		kgo.ConsumeTopics(kafka.DefaultTopics.Notifications), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
 	if err != nil {
 		n.err = err
 		close(n.done)

@@ -178,7 +178,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	// path's lag too): the delivery lag is measured from it.
 	var notedMu sync.Mutex
 	noted := map[string]time.Time{}
-	watch, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ConsumeTopics(kafka.Default.Notifications),
+	watch, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ConsumeTopics(kafka.DefaultTopics.Notifications),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(20*time.Millisecond))
 	if err != nil {
 		return Result{}, err
@@ -352,7 +352,7 @@ func produce(ctx context.Context, c Config, tenants []string, perTenant map[stri
 				data := `{"amount":1250,"currency":"EUR","paymentId":"` + id + `","status":"` + string(st) + `","tenant":"` + tenant + `"}`
 				note := notification.Note{ID: id + "-" + string(st), Type: typ, Source: notification.SourcePayments,
 					Time: now, Subject: id, Tenant: tenant, Key: []byte(id), Data: []byte(data)}
-				prod.Produce(ctx, note.Record(kafka.Default.Notifications),
+				prod.Produce(ctx, note.Record(kafka.DefaultTopics.Notifications),
 					func(_ *kgo.Record, err error) {
 						if err != nil {
 							pmu.Lock()

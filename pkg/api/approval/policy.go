@@ -74,7 +74,7 @@ func (p *Policy) Validate() error {
 		return fmt.Errorf("approval: requests must expire after between 1m and 720h, got %s", p.Expiry)
 	}
 	for cur, a := range p.Amounts {
-		if !payment.Known(cur) || a < 0 {
+		if !payment.KnownCurrency(cur) || a < 0 {
 			return fmt.Errorf("approval: amount %s=%d: want an ISO 4217 code and a non-negative amount", cur, a)
 		}
 	}
@@ -192,7 +192,7 @@ func ParseAmounts(s string) (map[string]int64, error) {
 		cur, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		cur = strings.ToUpper(strings.TrimSpace(cur))
-		if !ok || err != nil || n < 0 || !payment.Known(cur) {
+		if !ok || err != nil || n < 0 || !payment.KnownCurrency(cur) {
 			return nil, fmt.Errorf("approval amount %q: want CUR=minor units, e.g. EUR=100000", kv)
 		}
 		out[cur] = n

@@ -67,7 +67,7 @@ func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time
 	if req.GetCurrency() == "" {
 		req.Currency = r.DefaultCurrency
 	}
-	if !payment.Known(req.GetCurrency()) {
+	if !payment.KnownCurrency(req.GetCurrency()) {
 		bad("currency", "must be an ISO 4217 code in upper case, e.g. USD")
 	}
 

@@ -75,7 +75,7 @@ type Server struct {
 // Validate reports the first configuration error.
 func (cfg Config) Validate() error {
 	switch {
-	case !payment.Known(cfg.Rules.DefaultCurrency):
+	case !payment.KnownCurrency(cfg.Rules.DefaultCurrency):
 		return fmt.Errorf("--default-currency %q is not an ISO 4217 code", cfg.Rules.DefaultCurrency)
 	case cfg.Rules.AmountCap <= 0:
 		return fmt.Errorf("--amount-cap must be positive, got %d", cfg.Rules.AmountCap)

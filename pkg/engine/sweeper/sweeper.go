@@ -487,7 +487,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 func (s *Sweeper) step(ctx context.Context, e *executor) time.Duration {
 	now := time.Now()
 	n, probe := s.cfg.Breaker.Allow(int(min(int64(s.cfg.Batch), e.free.Load())), now)
-	s.m.breakerOpen.Set(b2f(s.cfg.Breaker.Open()))
+	s.m.breakerOpen.Set(boolGauge(s.cfg.Breaker.Open()))
 	if n == 0 {
 		return min(s.cfg.Interval, max(10*time.Millisecond, time.Until(s.cfg.Breaker.Until())))
 	}
@@ -718,7 +718,8 @@ func (s *Sweeper) shutdown() {
 	}
 }
 
-func b2f(b bool) float64 {
+// boolGauge is a gauge's value for b: 1 or 0.
+func boolGauge(b bool) float64 {
 	if b {
 		return 1
 	}

@@ -46,7 +46,7 @@ type Config struct {
 	// engine to count as behind (default 5 s).
 	Backlog time.Duration
 	// Topics are the CDC topics read and the notification topic written
-	// (the zero value: kafka.Default).
+	// (the zero value: kafka.DefaultTopics).
 	Topics kafka.Topics
 	// KafkaOpts are extra client options: the brokers' TLS and SASL
 	// (kafkaauth.Flags.Opts).
@@ -108,7 +108,7 @@ func New(cfg Config, schedule, auditLog *pgxpool.Pool, reg prometheus.Registerer
 		return nil, fmt.Errorf("audit-consumer config: %w", err)
 	}
 	if cfg.Topics == (kafka.Topics{}) {
-		cfg.Topics = kafka.Default
+		cfg.Topics = kafka.DefaultTopics
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
@@ -565,7 +565,7 @@ func Notified(e *envelope.Event) (ceType, ceID string, ok bool) {
 		return "", "", false
 	}
 	var status string
-	if p := envelope.Str(after.Status); p != nil {
+	if p := envelope.StringOf(after.Status); p != nil {
 		status = *p
 	}
 	switch {
@@ -597,7 +597,7 @@ func leftStatus(e *envelope.Event) []byte {
 }
 
 func paymentID(e *envelope.Event) string {
-	if p := envelope.Str(e.After().ID); p != nil {
+	if p := envelope.StringOf(e.After().ID); p != nil {
 		return *p
 	}
 	return ""
@@ -612,21 +612,21 @@ func noteRecord(e *envelope.Event) *kgo.Record {
 	}
 	after := e.After()
 	var status, tenant string
-	if p := envelope.Str(after.Status); p != nil {
+	if p := envelope.StringOf(after.Status); p != nil {
 		status = *p
 	}
-	if p := envelope.Str(after.Tenant); p != nil {
+	if p := envelope.StringOf(after.Tenant); p != nil {
 		tenant = *p
 	}
 	id := paymentID(e)
 	return notification.Note{ID: ceID, Type: typ, Source: notification.SourcePayments, Time: time.UnixMilli(e.Source.TsMs),
 		Subject: id, Tenant: tenant, Key: []byte(id), Data: noteData(after, id, status),
-		Replay: e.Op == "r"}.Record(kafka.Default.Notifications)
+		Replay: e.Op == "r"}.Record(kafka.DefaultTopics.Notifications)
 }
 
 // sameString: raw is a JSON string equal to s.
 func sameString(raw []byte, s string) bool {
-	p := envelope.Str(raw)
+	p := envelope.StringOf(raw)
 	return p != nil && *p == s
 }
 

@@ -26,7 +26,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // change is the envelope of payment id's change at lsn to status.
 func change(lsn int, id, status string) *kgo.Record {
-	return &kgo.Record{Topic: kafka.Default.Payments, Key: []byte(`{"id":"` + id + `"}`), Value: []byte(fmt.Sprintf(
+	return &kgo.Record{Topic: kafka.DefaultTopics.Payments, Key: []byte(`{"id":"` + id + `"}`), Value: []byte(fmt.Sprintf(
 		`{"before":null,"after":{"id":%q,"status":%q,"amount_minor":100},"source":{"table":"payments","lsn":%d,"ts_ms":%d},"op":"c","ts_ms":0}`,
 		id, status, lsn, time.Now().UnixMilli()))}
 }
@@ -120,7 +120,7 @@ func TestWriteStreamsSplitABatch(t *testing.T) {
 // come again to the next member of the group.
 func TestNoCommitAheadOfAFailedWrite(t *testing.T) {
 	db := pgtest.NewPool(t)
-	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Notifications)
+	seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Actions, kafka.DefaultTopics.Notifications)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// The database refuses the change at lsn 666.
@@ -129,7 +129,7 @@ func TestNoCommitAheadOfAFailedWrite(t *testing.T) {
 		CREATE TRIGGER refuse_666 BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION refuse_666()`); err != nil {
 		t.Fatal(err)
 	}
-	pr, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(kafka.Default.Payments))
+	pr, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(kafka.DefaultTopics.Payments))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestNoCommitAheadOfAFailedWrite(t *testing.T) {
 		t.Fatalf("%d rows at or after the refused change were written", n)
 	}
 	// The group's next member starts at the refused change at the latest.
-	next, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup("audit"), kgo.ConsumeTopics(kafka.Default.Payments),
+	next, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup("audit"), kgo.ConsumeTopics(kafka.DefaultTopics.Payments),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
 	if err != nil {
 		t.Fatal(err)
@@ -191,10 +191,10 @@ func TestNoCommitAheadOfAFailedWrite(t *testing.T) {
 // creation is notified, through the pipelined stages.
 func TestConsumeStream(t *testing.T) {
 	db := pgtest.NewPool(t)
-	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Notifications)
+	seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Actions, kafka.DefaultTopics.Notifications)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pr, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(kafka.Default.Payments))
+	pr, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(kafka.DefaultTopics.Payments))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestConsumeStream(t *testing.T) {
 	c := newConsumer(t, db, seeds)
 	c.batch = 300
 	c.copyBufs = make([][]byte, 2) // batches of 300 go out on two streams
-	notes, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Notifications),
+	notes, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.DefaultTopics.Notifications),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
@@ -316,8 +316,8 @@ func deref(p *string) any {
 func TestConsumeWithLeastPrivilege(t *testing.T) {
 	db := pgtest.NewPool(t)
 	const user, group = "paysched-audit", "audit"
-	s := kafkatest.NewSecureCluster(t, map[string][]kafka.Grant{user: kafka.AuditAccess(kafka.Default, group)},
-		kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Notifications)
+	s := kafkatest.NewSecureCluster(t, map[string][]kafka.Grant{user: kafka.AuditAccess(kafka.DefaultTopics, group)},
+		kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Actions, kafka.DefaultTopics.Notifications)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin := func(opts ...kgo.Opt) *kgo.Client {
@@ -340,7 +340,7 @@ func TestConsumeWithLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	notes := admin(kgo.ConsumeTopics(kafka.Default.Notifications), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	notes := admin(kgo.ConsumeTopics(kafka.DefaultTopics.Notifications), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	runUntilCreationsNotified(ctx, t, c, db, notes, n)
 }
 
@@ -396,10 +396,10 @@ func TestAuditLogInItsOwnDatabase(t *testing.T) {
 // behind the audit write before).
 func TestNotificationsDoNotWaitForTheAuditLog(t *testing.T) {
 	db := pgtest.NewPool(t)
-	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Notifications)
+	seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Actions, kafka.DefaultTopics.Notifications)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pr, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(kafka.Default.Payments))
+	pr, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(kafka.DefaultTopics.Payments))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func TestNotificationsDoNotWaitForTheAuditLog(t *testing.T) {
 	t.Cleanup(c.Close)
 	// The engine is behind, for as long as the test runs.
 	c.overdue = func(context.Context, store.DB, time.Duration) (bool, error) { return true, nil }
-	notes, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Notifications),
+	notes, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.DefaultTopics.Notifications),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)

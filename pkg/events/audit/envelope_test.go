@@ -20,9 +20,9 @@ import (
 )
 
 // refEnvelope and refNotification are the consumer's former decoding
-// (encoding/json into maps, which envelope.Full is): the reference
+// (encoding/json into maps, which envelope.Change is): the reference
 // envelope.Parse must agree with.
-type refEnvelope = envelope.Full
+type refEnvelope = envelope.Change
 
 func refStr(row map[string]any, k string) *string {
 	if s, ok := row[k].(string); ok {
@@ -121,7 +121,7 @@ func agree(b []byte) string {
 			continue
 		}
 		for k, f := range rowFields {
-			a, b := envelope.Str(f(side.r)), refStr(side.m, k)
+			a, b := envelope.StringOf(f(side.r)), refStr(side.m, k)
 			if (a == nil) != (b == nil) || (a != nil && *a != *b) {
 				return fmt.Sprintf("%s.%s: %v, reference %v", side.name, k, a, b)
 			}

@@ -186,7 +186,7 @@ func startConnectorAt(t *testing.T, db *pgxpool.Pool, url string, seeds []string
 	t.Helper()
 	cfg := cdc.Config{DatabaseURL: url, Slot: slot, Publication: "paysched",
 		Source: envelope.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
-		HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: status, HeartbeatInterval: heartbeat,
+		HeartbeatTopic: kafka.DefaultTopics.Heartbeat, StatusInterval: status, HeartbeatInterval: heartbeat,
 		// As in production: a failover slot where the server has them (17+),
 		// the older command on older servers.
 		Failover: true}
@@ -221,7 +221,7 @@ type event struct {
 // payment in commit order, with whole rows before and after.
 func TestStreamsEveryChangeInOrder(t *testing.T) {
 	db := pgtest.NewPool(t)
-	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Heartbeat)
+	seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Heartbeat)
 	ctx := startConnector(t, db, seeds, "test_slot", 200*time.Millisecond, time.Second)
 
 	st := store.NewStore(db)
@@ -237,7 +237,7 @@ func TestStreamsEveryChangeInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Payments),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.DefaultTopics.Payments),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
@@ -321,13 +321,13 @@ func TestStreamsEveryChangeInOrder(t *testing.T) {
 // schemaless form.
 func TestSchemaFormStreams(t *testing.T) {
 	db := pgtest.NewPool(t)
-	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Heartbeat)
+	seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Heartbeat)
 	ctx := startConnector(t, db, seeds, "schema_slot", 200*time.Millisecond, time.Second, func(c *cdc.Config) { c.Schemas = true })
 	items := []store.NewPayment{payment(time.Now().Add(time.Hour)), payment(time.Now().Add(time.Hour))}
 	if _, err := store.NewStore(db).Create(ctx, items); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Payments),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.DefaultTopics.Payments),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
@@ -357,9 +357,9 @@ func TestSchemaFormStreams(t *testing.T) {
 		if err != nil || e.Op != "c" || e.Source.Table != "payments" || e.Source.LSN == 0 || e.Source.TsMs == 0 {
 			t.Fatalf("Parse of the schema-ful form: %+v %v", e, err)
 		}
-		f, err := envelope.DecodeFull(r.Value)
+		f, err := envelope.DecodeChange(r.Value)
 		if err != nil || f.After["id"] != key.Payload.ID || f.Op != "c" {
-			t.Fatalf("DecodeFull of the schema-ful form: %+v %v", f, err)
+			t.Fatalf("DecodeChange of the schema-ful form: %+v %v", f, err)
 		}
 		if ts, ok := envelope.SourceTsMs(r.Value); !ok || ts != e.Source.TsMs {
 			t.Fatalf("SourceTsMs %d %v, want %d", ts, ok, e.Source.TsMs)
@@ -376,12 +376,12 @@ func TestSchemaFormStreams(t *testing.T) {
 // the slot and emits snapshot events for what changed meanwhile.
 func TestSlotGapIsRefusedThenResynced(t *testing.T) {
 	db := pgtest.NewPool(t)
-	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Heartbeat)
+	seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Actions, kafka.DefaultTopics.Heartbeat)
 	ctx := context.Background()
 	newConn := func(resync bool) *cdc.Connector {
 		c, err := cdc.New(cdc.Config{DatabaseURL: db.Config().ConnString(), Slot: "gap_slot", Publication: "paysched",
 			Source: envelope.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
-			HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: 100 * time.Millisecond, HeartbeatInterval: time.Second, Resync: resync},
+			HeartbeatTopic: kafka.DefaultTopics.Heartbeat, StatusInterval: 100 * time.Millisecond, HeartbeatInterval: time.Second, Resync: resync},
 			db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
 			t.Fatal(err)
@@ -454,17 +454,17 @@ func TestSlotGapIsRefusedThenResynced(t *testing.T) {
 	}
 	rctx, stop = context.WithCancel(ctx)
 	go func() { done <- rc.Run(rctx) }()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Payments),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.DefaultTopics.Payments),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var seen []envelope.Full
+	var seen []envelope.Change
 	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer dcancel()
 	kafkatest.Drain(dctx, cl, func() bool { return len(seen) >= 2 }, func(r *kgo.Record) {
-		f, err := envelope.DecodeFull(r.Value)
+		f, err := envelope.DecodeChange(r.Value)
 		if err != nil || f.After["id"] != lost.ID.String() {
 			return
 		}
@@ -494,15 +494,15 @@ func TestSlotGapIsRefusedThenResynced(t *testing.T) {
 func TestStreamsWithLeastPrivilege(t *testing.T) {
 	db := pgtest.NewPool(t)
 	const user = "paysched-cdc"
-	s := kafkatest.NewSecureCluster(t, map[string][]kafka.Grant{user: kafka.CDCAccess(kafka.Default)},
-		kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Heartbeat)
+	s := kafkatest.NewSecureCluster(t, map[string][]kafka.Grant{user: kafka.CDCAccess(kafka.DefaultTopics)},
+		kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Actions, kafka.DefaultTopics.Heartbeat)
 	ctx := startConnector(t, db, s.Seeds, "secure_slot", 200*time.Millisecond, 200*time.Millisecond,
 		func(c *cdc.Config) { c.KafkaOpts = s.Opts(t, user) })
 	items := []store.NewPayment{payment(time.Now().Add(time.Hour)), payment(time.Now().Add(time.Hour)), payment(time.Now().Add(time.Hour))}
 	if _, err := store.NewStore(db).Create(ctx, items); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.Seeds...), kgo.ConsumeTopics(kafka.Default.Payments, kafka.Default.Heartbeat),
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.Seeds...), kgo.ConsumeTopics(kafka.DefaultTopics.Payments, kafka.DefaultTopics.Heartbeat),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, s.Opts(t, kafkatest.Admin)...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -512,10 +512,10 @@ func TestStreamsWithLeastPrivilege(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// Heartbeats never stop: poll until both have arrived, not until quiet.
-	for dctx.Err() == nil && (perTopic[kafka.Default.Payments] < len(items) || perTopic[kafka.Default.Heartbeat] == 0) {
+	for dctx.Err() == nil && (perTopic[kafka.DefaultTopics.Payments] < len(items) || perTopic[kafka.DefaultTopics.Heartbeat] == 0) {
 		cl.PollFetches(dctx).EachRecord(func(r *kgo.Record) { perTopic[r.Topic]++ })
 	}
-	if perTopic[kafka.Default.Payments] < len(items) || perTopic[kafka.Default.Heartbeat] == 0 {
+	if perTopic[kafka.DefaultTopics.Payments] < len(items) || perTopic[kafka.DefaultTopics.Heartbeat] == 0 {
 		t.Fatalf("records per topic %v, want %d payment events and heartbeats", perTopic, len(items))
 	}
 }
@@ -526,12 +526,12 @@ func TestStreamsWithLeastPrivilege(t *testing.T) {
 // when replication starts (two test packages sharing a cluster once
 // silently stopped each other's stream that way).
 func TestSlotOfAnotherDatabaseIsRefused(t *testing.T) {
-	seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Actions, kafka.Default.Heartbeat)
+	seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Actions, kafka.DefaultTopics.Heartbeat)
 	ctx := context.Background()
 	setup := func(db *pgxpool.Pool) error {
 		c, err := cdc.New(cdc.Config{DatabaseURL: db.Config().ConnString(), Slot: "shared_slot", Publication: "paysched",
 			Source: envelope.Source{Name: "paysched", DB: db.Config().ConnConfig.Database}, Brokers: seeds,
-			HeartbeatTopic: kafka.Default.Heartbeat, StatusInterval: 100 * time.Millisecond, HeartbeatInterval: time.Second},
+			HeartbeatTopic: kafka.DefaultTopics.Heartbeat, StatusInterval: 100 * time.Millisecond, HeartbeatInterval: time.Second},
 			db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
 			t.Fatal(err)

@@ -28,9 +28,9 @@ func TestQuietStreamIsReadPromptly(t *testing.T) {
 			if transport == "unix" {
 				url = socketURL(t, db)
 			}
-			seeds := kafkatest.NewCluster(t, kafka.Default.Payments, kafka.Default.Attempts, kafka.Default.Heartbeat)
+			seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Heartbeat)
 			ctx := startConnectorAt(t, db, url, seeds, "quiet_slot", 10*time.Second, time.Minute)
-			cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.Default.Payments),
+			cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.DefaultTopics.Payments),
 				kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)

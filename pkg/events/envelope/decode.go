@@ -51,9 +51,9 @@ type Row struct {
 	Tenant, UpdatedAt []byte
 }
 
-// Str is a raw value as a Go string when it is a JSON string (nil
+// StringOf is a raw value as a Go string when it is a JSON string (nil
 // otherwise: absent, null, or another type).
-func Str(raw []byte) *string {
+func StringOf(raw []byte) *string {
 	if len(raw) == 0 || raw[0] != '"' {
 		return nil
 	}

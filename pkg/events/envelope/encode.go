@@ -1,7 +1,7 @@
 // Package envelope is paysched's one codec of Debezium change events: the
 // cdc connector encodes them (AppendKey, AppendValue); the audit-consumer,
 // the chaos checker, the benchmarks and payctl read them (Parse for the
-// fields the consumer needs without decoding whole rows, DecodeFull for
+// fields the consumer needs without decoding whole rows, DecodeChange for
 // whole rows, SourceTsMs for the commit time alone). Topic names are
 // pkg/events/kafka's.
 package envelope

@@ -16,7 +16,7 @@ import (
 // the Debezium logical server name (the prefix): change events go to
 // <prefix>.<schema>.<table>, heartbeats to __debezium-heartbeat.<prefix>,
 // notifications to <prefix>.notifications. cdc and the audit-consumer take
-// the prefix as --topic-prefix; every other reader uses Default.
+// the prefix as --topic-prefix; every other reader uses DefaultTopics.
 type Topics struct {
 	Prefix        string
 	Payments      string
@@ -42,8 +42,8 @@ func TopicsFor(prefix string) Topics {
 	}
 }
 
-// Default is TopicsFor(DefaultPrefix).
-var Default = TopicsFor(DefaultPrefix)
+// DefaultTopics is TopicsFor(DefaultPrefix).
+var DefaultTopics = TopicsFor(DefaultPrefix)
 
 // ChangeTopic is Debezium's topic of a captured table: <prefix>.<schema>.<table>.
 func ChangeTopic(prefix, schema, table string) string { return prefix + "." + schema + "." + table }

@@ -35,7 +35,7 @@ func TestOnlyNotificationsReadAgainAreLookedUp(t *testing.T) {
 		got[r.Header.Get("webhook-id")]++
 		mu.Unlock()
 	}), 4)
-	topics := kafka.Default
+	topics := kafka.DefaultTopics
 	seeds := kafkatest.NewCluster(t, topics.Notifications)
 	prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {

@@ -25,7 +25,7 @@ func main() {
 		if err := os.MkdirAll(*dir, 0o755); err != nil {
 			return fmt.Errorf("--kafka-data-dir: %w", err)
 		}
-		b, err := localkafka.Start(*port, *dir, kafka.Default)
+		b, err := localkafka.Start(*port, *dir, kafka.DefaultTopics)
 		if err != nil {
 			return err
 		}

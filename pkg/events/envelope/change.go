@@ -7,10 +7,10 @@ import (
 	"strconv"
 )
 
-// Full is a whole change event, both rows decoded into maps (the values
+// Change is a whole change event, both rows decoded into maps (the values
 // encoding/json gives): for readers that compare rows, such as the chaos
 // checker. The audit-consumer's hot path uses Parse instead.
-type Full struct {
+type Change struct {
 	Before map[string]any `json:"before"`
 	After  map[string]any `json:"after"`
 	Op     string         `json:"op"`
@@ -21,20 +21,20 @@ type Full struct {
 	} `json:"source"`
 }
 
-// DecodeFull decodes a whole change event, in either form (schemaless,
+// DecodeChange decodes a whole change event, in either form (schemaless,
 // or {"schema":...,"payload":<event>}).
-func DecodeFull(b []byte) (Full, error) {
+func DecodeChange(b []byte) (Change, error) {
 	var f struct {
-		Full
-		Payload *Full `json:"payload"`
+		Change
+		Payload *Change `json:"payload"`
 	}
 	if err := json.Unmarshal(b, &f); err != nil {
-		return Full{}, fmt.Errorf("decode change event: %w", err)
+		return Change{}, fmt.Errorf("decode change event: %w", err)
 	}
 	if f.Payload != nil {
 		return *f.Payload, nil
 	}
-	return f.Full, nil
+	return f.Change, nil
 }
 
 // SourceTsMs finds an event's commit time (source.ts_ms) without decoding
