@@ -54,8 +54,8 @@ WITH share AS (
         FOR UPDATE SKIP LOCKED) d
 )` + claimDueSQL
 
-// Walk is what one walk of the tenants found.
-type Walk struct {
+// TenantListing is what one walk of the tenants found (the operators' listing by name).
+type TenantListing struct {
 	// Due lists the tenants with a due PENDING row, each once, in walk
 	// order; DueIn says in which partitions (by day) each has one.
 	Due   []string
@@ -73,10 +73,10 @@ type Walk struct {
 // max tenants with PENDING rows from cursor on ("": from the first), in
 // one round trip: the operators' listing of tenants by name (ListTenants).
 // The sweepers walk tenant_queue instead (DueTenants).
-func (c *Claimer) WalkTenants(ctx context.Context, cursor string, max int) (Walk, error) {
+func (c *Claimer) WalkTenants(ctx context.Context, cursor string, max int) (TenantListing, error) {
 	days, err := c.days(ctx)
 	if err != nil {
-		return Walk{}, fmt.Errorf("walk tenants: %w", err)
+		return TenantListing{}, fmt.Errorf("walk tenants: %w", err)
 	}
 	op := ">"
 	if cursor == "" {
@@ -88,14 +88,14 @@ func (c *Claimer) WalkTenants(ctx context.Context, cursor string, max int) (Walk
 	}
 	res := c.DB.SendBatch(ctx, b)
 	defer res.Close()
-	w := Walk{DueIn: map[string][]time.Time{}, Complete: true}
+	w := TenantListing{DueIn: map[string][]time.Time{}, Complete: true}
 	for _, d := range days {
 		rows, err := res.Query()
 		if err != nil {
 			if missingPartition(err) {
 				continue
 			}
-			return Walk{}, fmt.Errorf("walk tenants of %s: %w", Partition(d), err)
+			return TenantListing{}, fmt.Errorf("walk tenants of %s: %w", Partition(d), err)
 		}
 		var tenant, last string
 		var n, walked int
@@ -115,7 +115,7 @@ func (c *Claimer) WalkTenants(ctx context.Context, cursor string, max int) (Walk
 			return nil
 		})
 		if err != nil && !missingPartition(err) {
-			return Walk{}, fmt.Errorf("walk tenants of %s: %w", Partition(d), err)
+			return TenantListing{}, fmt.Errorf("walk tenants of %s: %w", Partition(d), err)
 		}
 		if walked >= max {
 			// Stopped by the bound: go on from the earliest such stop.
@@ -138,8 +138,8 @@ type Cursor struct {
 // IsZero says c is the start of a cycle.
 func (c Cursor) IsZero() bool { return c.At.IsZero() && c.Tenant == "" }
 
-// DueWalk is one window of the tenants with due rows (tenant_queue).
-type DueWalk struct {
+// DueWindow is one window of the tenants with due rows (tenant_queue).
+type DueWindow struct {
 	// Due lists them oldest first, at most the window; At[i] is Due[i]'s
 	// next due time, for the cursor.
 	Due []string
@@ -153,7 +153,7 @@ type DueWalk struct {
 }
 
 // CursorAt is the cursor just after the walk's i-th tenant.
-func (w DueWalk) CursorAt(i int) Cursor { return Cursor{At: w.At[i], Tenant: w.Due[i]} }
+func (w DueWindow) CursorAt(i int) Cursor { return Cursor{At: w.At[i], Tenant: w.Due[i]} }
 
 // walkFold is how many wakeups one walk folds into tenant_queue at most: a
 // burst of creates across more tenants is folded over the next walks.
@@ -164,7 +164,7 @@ const walkFold = 20_000
 // order, and when the next tenant falls due: one statement
 // (paysched_due_tenants), whose cost is what it folds and returns, never
 // the number of tenants. An idle poll is this statement alone.
-func (c *Claimer) DueTenants(ctx context.Context, cursor Cursor, max int) (DueWalk, error) {
+func (c *Claimer) DueTenants(ctx context.Context, cursor Cursor, max int) (DueWindow, error) {
 	at := cursor.At
 	if cursor.IsZero() {
 		at = time.Unix(0, 0) // before any run_at (and a plain timestamptz)
@@ -172,9 +172,9 @@ func (c *Claimer) DueTenants(ctx context.Context, cursor Cursor, max int) (DueWa
 	rows, err := c.DB.Query(ctx, `SELECT tenant, next_at, due FROM paysched_due_tenants($1, $2, $3, $4)`,
 		at, cursor.Tenant, max, walkFold)
 	if err != nil {
-		return DueWalk{}, fmt.Errorf("walk due tenants: %w", err)
+		return DueWindow{}, fmt.Errorf("walk due tenants: %w", err)
 	}
-	var w DueWalk
+	var w DueWindow
 	var tenant string
 	var next time.Time
 	var due bool
@@ -187,7 +187,7 @@ func (c *Claimer) DueTenants(ctx context.Context, cursor Cursor, max int) (DueWa
 		return nil
 	})
 	if err != nil {
-		return DueWalk{}, fmt.Errorf("walk due tenants: %w", err)
+		return DueWindow{}, fmt.Errorf("walk due tenants: %w", err)
 	}
 	w.Complete = len(w.Due) < max
 	return w, nil

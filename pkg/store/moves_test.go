@@ -161,7 +161,7 @@ func TestStoreMovesAreInTheTable(t *testing.T) {
 				{Outcome: payment.KeyConflict, Status: payment.DeadLettered, DeadReason: payment.KeyConflicted},
 			} {
 				id, due := seed(s, false)
-				tr.Item = store.Item{ID: id, DueTime: due, Attempt: 1}
+				tr.ClaimRef = store.ClaimRef{ID: id, DueTime: due, Attempt: 1}
 				if _, err := store.Complete(ctx, db, "executor-1", []store.Transition{tr}); err != nil {
 					t.Fatal(err)
 				}
@@ -170,7 +170,7 @@ func TestStoreMovesAreInTheTable(t *testing.T) {
 			}
 			// The executor refuses to make a move the table does not list.
 			id, due := seed(s, false)
-			if _, err := store.Complete(ctx, db, "executor-1", []store.Transition{{Item: store.Item{ID: id, DueTime: due, Attempt: 1},
+			if _, err := store.Complete(ctx, db, "executor-1", []store.Transition{{ClaimRef: store.ClaimRef{ID: id, DueTime: due, Attempt: 1},
 				Status: payment.Cancelled}}); err == nil {
 				t.Errorf("Complete moved a payment to CANCELLED as the executor")
 			}

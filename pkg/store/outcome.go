@@ -1,6 +1,6 @@
 package store
 
-// The executor's two statements: Load reads what a claimed batch must
+// The executor's two statements: LoadClaimed reads what a claimed batch must
 // charge from the rows themselves, and Complete writes what the attempts
 // learned: each attempt row once, with its outcome, and the payment's
 // transition fenced by the attempt number, in one statement for many
@@ -17,17 +17,17 @@ import (
 	"github.com/paysched/paysched/pkg/payment"
 )
 
-// Item is one claimed payment as the executor received it: the row's key
+// ClaimRef is one claimed payment as the executor received it: the row's key
 // and the fencing token.
-type Item struct {
+type ClaimRef struct {
 	ID      uuid.UUID
 	DueTime time.Time
 	Attempt int32
 }
 
-// Work is a claimed payment as its row holds it, at the claim's attempt.
-type Work struct {
-	Item
+// ClaimedPayment is a claimed payment as its row holds it, at the claim's attempt.
+type ClaimedPayment struct {
+	ClaimRef
 	Retries    int32
 	ProbeFirst bool
 	// Releases counts the claims of this payment released untouched in a
@@ -76,9 +76,9 @@ func sentBy(ago *float64) time.Time {
 	return time.Now().Add(-time.Duration(*ago * float64(time.Second)))
 }
 
-// Load reads the claimed rows of items that are still current.
-func Load(ctx context.Context, db DB, items []Item) ([]Work, error) {
-	out := make([]Work, 0, len(items))
+// LoadClaimed reads the claimed rows of items that are still current.
+func LoadClaimed(ctx context.Context, db DB, items []ClaimRef) ([]ClaimedPayment, error) {
+	out := make([]ClaimedPayment, 0, len(items))
 	for _, g := range groupByPartition(len(items), func(i int) time.Time { return items[i].DueTime }) {
 		ids := make([][16]byte, len(g))
 		dues := make([]time.Time, len(g))
@@ -95,7 +95,7 @@ func Load(ctx context.Context, db DB, items []Item) ([]Work, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load batch: %w", err)
 		}
-		var w Work
+		var w ClaimedPayment
 		var left float64
 		var ago *float64
 		_, err = pgx.ForEachRow(rows, []any{&w.ID, &w.DueTime, &w.Attempt, &w.Retries, &w.ProbeFirst, &w.Releases, &w.Payer, &w.Payee, &w.Amount, &w.Currency, &left, &ago},
@@ -114,7 +114,7 @@ func Load(ctx context.Context, db DB, items []Item) ([]Work, error) {
 
 // Transition is the executor's decision for one claimed payment.
 type Transition struct {
-	Item
+	ClaimRef
 	// Outcome is what the attempt learned; empty for a release (no call
 	// was made, so no attempt row is written).
 	Outcome   payment.AttemptOutcome

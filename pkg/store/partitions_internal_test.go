@@ -73,14 +73,14 @@ func TestClaimLoadCompleteAcrossPartitions(t *testing.T) {
 			t.Fatalf("claimed out of day order: %v after %v", claimed[i].DueTime, claimed[i-1].DueTime)
 		}
 	}
-	items := make([]Item, len(claimed))
+	items := make([]ClaimRef, len(claimed))
 	for i, cl := range claimed {
-		items[i] = Item{ID: cl.ID, DueTime: cl.DueTime, Attempt: cl.Attempt}
+		items[i] = ClaimRef{ID: cl.ID, DueTime: cl.DueTime, Attempt: cl.Attempt}
 	}
 	// A forged item in a day with no partition is not read, and does not
 	// spoil the batch.
-	items = append(items, Item{ID: uuid.New(), DueTime: now.AddDate(5, 0, 0), Attempt: 1})
-	works, err := Load(ctx, db, items)
+	items = append(items, ClaimRef{ID: uuid.New(), DueTime: now.AddDate(5, 0, 0), Attempt: 1})
+	works, err := LoadClaimed(ctx, db, items)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestClaimLoadCompleteAcrossPartitions(t *testing.T) {
 	}
 	ts := make([]Transition, len(works))
 	for i, w := range works {
-		ts[i] = Transition{Item: w.Item, Outcome: payment.Succeeded, Ref: "ch_" + w.ID.String(), Status: payment.Completed}
+		ts[i] = Transition{ClaimRef: w.ClaimRef, Outcome: payment.Succeeded, Ref: "ch_" + w.ID.String(), Status: payment.Completed}
 	}
 	applied, err := Complete(ctx, db, "executor-t", ts)
 	if err != nil {

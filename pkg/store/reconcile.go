@@ -127,7 +127,7 @@ type Probe struct {
 	Currency string
 	// Probes already made.
 	Probes int32
-	// SentBy is when its requests had all been sent (Work.SentBy).
+	// SentBy is when its requests had all been sent (ClaimedPayment.SentBy).
 	SentBy time.Time
 }
 

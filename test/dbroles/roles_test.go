@@ -187,12 +187,12 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 		}},
 		{"paysched_executor", "load and complete", func(db *pgxpool.Pool) error {
 			c := claimed[0]
-			item := store.Item{ID: c.ID, DueTime: c.DueTime, Attempt: c.Attempt}
-			ws, err := store.Load(ctx, db, []store.Item{item})
+			item := store.ClaimRef{ID: c.ID, DueTime: c.DueTime, Attempt: c.Attempt}
+			ws, err := store.LoadClaimed(ctx, db, []store.ClaimRef{item})
 			if err != nil || len(ws) != 1 {
 				return fmt.Errorf("load: %d rows, %v", len(ws), err)
 			}
-			applied, err := store.Complete(ctx, db, "executor-1", []store.Transition{{Item: item,
+			applied, err := store.Complete(ctx, db, "executor-1", []store.Transition{{ClaimRef: item,
 				Outcome: payment.Succeeded, Ref: "ch_1", Status: payment.Completed}})
 			if err == nil && len(applied) != 1 {
 				err = fmt.Errorf("applied %d, want 1", len(applied))
@@ -836,7 +836,7 @@ func TestRequestsSentByIsTheGuards(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	// seed makes a payment PROCESSING at attempt 1 under a lease ending at
 	// now + lease, its requests sent by t0.
-	seed := func(lease string) store.Item {
+	seed := func(lease string) store.ClaimRef {
 		t.Helper()
 		id, due := e.create(t)
 		if _, err := e.admin.Exec(ctx, `UPDATE payments SET status = 'PROCESSING', attempt = 1, lease_owner = 'x',
@@ -846,9 +846,9 @@ func TestRequestsSentByIsTheGuards(t *testing.T) {
 		if _, err := e.admin.Exec(ctx, `UPDATE payments SET requests_sent_by = $2 WHERE id = $1`, id, t0); err != nil {
 			t.Fatalf("seed: %v", err)
 		}
-		return store.Item{ID: id, DueTime: due, Attempt: 1}
+		return store.ClaimRef{ID: id, DueTime: due, Attempt: 1}
 	}
-	sentBy := func(it store.Item) *time.Time {
+	sentBy := func(it store.ClaimRef) *time.Time {
 		t.Helper()
 		var at *time.Time
 		if err := e.admin.QueryRow(ctx, `SELECT requests_sent_by FROM payments WHERE id = $1`, it.ID).Scan(&at); err != nil {
@@ -871,12 +871,12 @@ func TestRequestsSentByIsTheGuards(t *testing.T) {
 			VALUES ($1, 'mallory', 'mallory', 1, 'USD', now(), now(), 'PENDING', 'mallory', '2000-01-01')`, id); err != nil {
 			t.Fatal(err)
 		}
-		if at := sentBy(store.Item{ID: id}); at != nil {
+		if at := sentBy(store.ClaimRef{ID: id}); at != nil {
 			t.Fatalf("requests_sent_by %v, want NULL", at)
 		}
 	})
 	t.Run("the executor's release that sent nothing keeps it", func(t *testing.T) {
-		if _, err := store.Complete(ctx, e.pools["paysched_executor"], "executor-0", []store.Transition{{Item: it,
+		if _, err := store.Complete(ctx, e.pools["paysched_executor"], "executor-0", []store.Transition{{ClaimRef: it,
 			Status: payment.Pending, ProbeFirst: true, RunAt: time.Now().Add(time.Minute)}}); err != nil {
 			t.Fatal(err)
 		}
@@ -887,7 +887,7 @@ func TestRequestsSentByIsTheGuards(t *testing.T) {
 	t.Run("an attempt the executor records sets it to now", func(t *testing.T) {
 		it := seed("1 minute")
 		before := time.Now()
-		if _, err := store.Complete(ctx, e.pools["paysched_executor"], "executor-0", []store.Transition{{Item: it,
+		if _, err := store.Complete(ctx, e.pools["paysched_executor"], "executor-0", []store.Transition{{ClaimRef: it,
 			Outcome: payment.Ambiguous, StartedAt: before, Status: payment.Pending, ProbeFirst: true, NewRetries: 1}}); err != nil {
 			t.Fatal(err)
 		}

@@ -129,11 +129,11 @@ func (x *crashOnce) Execute(req *internalv1.ExecuteRequest, stream internalv1.Ex
 		return x.real.Execute(req, stream)
 	}
 	ctx := stream.Context()
-	var items []store.Item
+	var items []store.ClaimRef
 	for _, w := range req.GetItems() {
-		items = append(items, store.Item{ID: uuid.MustParse(w.GetPaymentId()), DueTime: w.GetDueTime().AsTime(), Attempt: w.GetAttempt()})
+		items = append(items, store.ClaimRef{ID: uuid.MustParse(w.GetPaymentId()), DueTime: w.GetDueTime().AsTime(), Attempt: w.GetAttempt()})
 	}
-	works, err := store.Load(ctx, x.c.db, items)
+	works, err := store.LoadClaimed(ctx, x.c.db, items)
 	if err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func TestZombieWriteIsFenced(t *testing.T) {
 	if err != nil || len(first) != 1 {
 		t.Fatalf("claim: %v %v", err, first)
 	}
-	it := store.Item{ID: id, DueTime: first[0].DueTime, Attempt: first[0].Attempt}
+	it := store.ClaimRef{ID: id, DueTime: first[0].DueTime, Attempt: first[0].Attempt}
 	// The lease runs out; the row goes back to PENDING and is claimed again.
 	time.Sleep(10 * time.Millisecond)
 	if _, err := c.db.Exec(ctx, `UPDATE payments SET status = 'PENDING', lease_until = NULL WHERE id = $1`, id); err != nil {
@@ -197,7 +197,7 @@ func TestZombieWriteIsFenced(t *testing.T) {
 	if err != nil || len(second) != 1 || second[0].Attempt != first[0].Attempt+1 {
 		t.Fatalf("reclaim: %v %v", err, second)
 	}
-	applied, err := store.Complete(ctx, c.db, "zombie", []store.Transition{{Item: it, Outcome: payment.Succeeded, Ref: "ch_zombie", Status: payment.Completed}})
+	applied, err := store.Complete(ctx, c.db, "zombie", []store.Transition{{ClaimRef: it, Outcome: payment.Succeeded, Ref: "ch_zombie", Status: payment.Completed}})
 	if err != nil || len(applied) != 0 {
 		t.Fatalf("zombie write applied=%v err=%v, want none", applied, err)
 	}

@@ -49,7 +49,7 @@ func TestDecide(t *testing.T) {
 		{"mismatch", false, 0, gateway.Result{Outcome: payment.Ambiguous, Uncertain: true, Mismatch: true}, false, payment.DeadLettered, payment.AmbiguousUnresolved, "", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tr := s.decide(store.Work{ProbeFirst: c.probeFirst, Retries: c.retries}, c.r, c.proven, time.Now())
+			tr := s.decide(store.ClaimedPayment{ProbeFirst: c.probeFirst, Retries: c.retries}, c.r, c.proven, time.Now())
 			if tr.Status != c.status || tr.DeadReason != c.dead || tr.FailReason != c.fail || tr.ProbeFirst != c.probe {
 				t.Fatalf("got %s %q %q probe_first=%v, want %s %q %q probe_first=%v", tr.Status, tr.DeadReason, tr.FailReason, tr.ProbeFirst,
 					c.status, c.dead, c.fail, c.probe)

@@ -140,7 +140,7 @@ type task struct {
 	// ctx ends at the batch's call deadline: its lease's end less the
 	// margin.
 	ctx context.Context
-	w   store.Work
+	w   store.ClaimedPayment
 	// leaseEnd is when the claim's lease ends by this process's clock,
 	// measured conservatively: the database's "lease left" counted from
 	// before the batch was read.
@@ -247,7 +247,7 @@ func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.Execu
 	if err := stream.SendHeader(metadata.Pairs(MinLeaseHeader, strconv.FormatInt(s.MinLease().Milliseconds(), 10))); err != nil {
 		return err
 	}
-	items := make([]store.Item, 0, len(req.GetItems()))
+	items := make([]store.ClaimRef, 0, len(req.GetItems()))
 	seen := make(map[uuid.UUID]bool, len(req.GetItems()))
 	for _, w := range req.GetItems() {
 		id, err := uuid.Parse(w.GetPaymentId())
@@ -260,7 +260,7 @@ func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.Execu
 			return status.Errorf(codes.InvalidArgument, "payment %s appears twice in the batch", id)
 		}
 		seen[id] = true
-		items = append(items, store.Item{ID: id, DueTime: w.GetDueTime().AsTime(), Attempt: w.GetAttempt()})
+		items = append(items, store.ClaimRef{ID: id, DueTime: w.GetDueTime().AsTime(), Attempt: w.GetAttempt()})
 	}
 	n := int64(len(items))
 	if n == 0 {
@@ -278,7 +278,7 @@ func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.Execu
 	// sent, so the time the read took is never counted as lease.
 	readAt := time.Now()
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	works, err := store.Load(lctx, s.db, items)
+	works, err := store.LoadClaimed(lctx, s.db, items)
 	cancel()
 	if err != nil {
 		s.inflight.Add(-n)
@@ -287,7 +287,7 @@ func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.Execu
 		return status.Error(codes.Aborted, "could not read the batch; nothing was started")
 	}
 	out := make(chan *internalv1.Outcome, n)
-	loaded := make(map[store.Item]bool, len(works))
+	loaded := make(map[store.ClaimRef]bool, len(works))
 	// Every call of the batch ends by its claim's lease end less the
 	// margin, whatever its own timeout says: no call outlives the claim.
 	// One deadline serves the whole batch (a claim's rows share their
@@ -302,12 +302,12 @@ func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.Execu
 	bctx, bcancel := context.WithDeadline(ctx, end.Add(-s.cfg.LeaseMargin))
 	defer bcancel()
 	for _, w := range works {
-		loaded[store.Item{ID: w.ID, Attempt: w.Attempt}] = true
+		loaded[store.ClaimRef{ID: w.ID, Attempt: w.Attempt}] = true
 		t := &task{ctx: bctx, w: w, leaseEnd: readAt.Add(w.LeaseLeft), out: out, gatewayOK: true}
 		if s.cfg.Backoff.Spent(w.Retries) && !w.ProbeFirst {
 			// Spent by expired leases whose attempts were all settled as
 			// not charged: nothing to ask, nothing more to try.
-			t.tr = store.Transition{Item: w.Item, Status: payment.DeadLettered, DeadReason: payment.RetriesExhausted,
+			t.tr = store.Transition{ClaimRef: w.ClaimRef, Status: payment.DeadLettered, DeadReason: payment.RetriesExhausted,
 				NewRetries: w.Retries, Error: "retry budget spent", Releases: w.Releases}
 			t.result = internalv1.Result_RESULT_DEAD_LETTERED
 			s.done <- t
@@ -316,7 +316,7 @@ func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.Execu
 		s.jobs <- t
 	}
 	for _, it := range items {
-		if !loaded[store.Item{ID: it.ID, Attempt: it.Attempt}] {
+		if !loaded[store.ClaimRef{ID: it.ID, Attempt: it.Attempt}] {
 			// Not PROCESSING at that attempt: another process has it.
 			s.m.fenced.Inc()
 			s.inflight.Add(-1)
@@ -362,7 +362,7 @@ func (s *Server) call(t *task) {
 	}
 	if time.Now().Add(need).After(t.leaseEnd) {
 		s.m.released.Inc()
-		t.tr = store.Transition{Item: w.Item, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: w.ProbeFirst,
+		t.tr = store.Transition{ClaimRef: w.ClaimRef, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: w.ProbeFirst,
 			Releases: w.Releases + 1}
 		t.result = internalv1.Result_RESULT_RELEASED
 		if int(w.Releases)+1 >= s.cfg.MaxReleases {
@@ -381,7 +381,7 @@ func (s *Server) call(t *task) {
 		// holding no lease. Nothing was sent, so this is a release; it is
 		// not counted towards LEASE_TOO_SHORT (the lease was long enough).
 		s.m.paced.Inc()
-		t.tr = store.Transition{Item: w.Item, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: w.ProbeFirst,
+		t.tr = store.Transition{ClaimRef: w.ClaimRef, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: w.ProbeFirst,
 			Releases: w.Releases, RunAt: turn}
 		t.result = internalv1.Result_RESULT_RELEASED
 		return
@@ -407,7 +407,7 @@ func (s *Server) call(t *task) {
 			// first again. Nothing was sent: no attempt, no budget spent,
 			// not a short lease's release (the payment's bound stays).
 			s.m.early.Inc()
-			t.tr = store.Transition{Item: w.Item, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: true,
+			t.tr = store.Transition{ClaimRef: w.ClaimRef, Status: payment.Pending, NewRetries: w.Retries, ProbeFirst: true,
 				Releases: w.Releases, RunAt: r.ProvableAt, Error: r.Error}
 			t.result = internalv1.Result_RESULT_RELEASED
 			return
@@ -449,8 +449,8 @@ func (s *Server) chargeWithin(ctx context.Context, p gateway.Payment, leaseEnd t
 
 // decide maps an attempt's result to the payment's next state. proven:
 // the attempt's probe proved no earlier attempt charged it.
-func (s *Server) decide(w store.Work, r gateway.Result, proven bool, now time.Time) store.Transition {
-	t := store.Transition{Item: w.Item, Outcome: r.Outcome, Ref: r.Ref, Error: r.Error, NewRetries: w.Retries}
+func (s *Server) decide(w store.ClaimedPayment, r gateway.Result, proven bool, now time.Time) store.Transition {
+	t := store.Transition{ClaimRef: w.ClaimRef, Outcome: r.Outcome, Ref: r.Ref, Error: r.Error, NewRetries: w.Retries}
 	// May it be charged? This attempt's own request may have landed
 	// (Uncertain), or an earlier one may have that this attempt did not
 	// disprove: probe_first is only ever cleared by a proven absence.
@@ -649,7 +649,7 @@ func (s *Server) write(trs []store.Transition, tries int) (map[store.Applied]boo
 func (s *Server) unrecordable(t *task, cause error) (map[store.Applied]bool, error) {
 	s.m.poisoned.Inc()
 	s.log.Error("outcome refused by the database; dead-lettering the payment OUTCOME_UNRECORDABLE", "payment", t.w.ID, "err", cause)
-	tr := store.Transition{Item: t.w.Item, Outcome: payment.Ambiguous, StartedAt: t.tr.StartedAt,
+	tr := store.Transition{ClaimRef: t.w.ClaimRef, Outcome: payment.Ambiguous, StartedAt: t.tr.StartedAt,
 		Status: payment.DeadLettered, DeadReason: payment.OutcomeUnrecordable, NewRetries: t.w.Retries, ProbeFirst: true,
 		Error: "the gateway's answer could not be recorded (" + gateway.Clean(string(t.tr.Outcome), 40) + "): " +
 			gateway.Clean(cause.Error(), 300)}

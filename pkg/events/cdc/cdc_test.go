@@ -661,7 +661,7 @@ func TestAnnouncedAttemptsAreTheRows(t *testing.T) {
 	}
 	var ts []store.Transition
 	for i, c := range claimed {
-		tr := store.Transition{Item: store.Item{ID: c.ID, DueTime: c.DueTime, Attempt: c.Attempt}, StartedAt: time.Now().Add(-time.Second)}
+		tr := store.Transition{ClaimRef: store.ClaimRef{ID: c.ID, DueTime: c.DueTime, Attempt: c.Attempt}, StartedAt: time.Now().Add(-time.Second)}
 		switch i % 4 {
 		case 0:
 			tr.Outcome, tr.Status, tr.Ref = paymentpkg.Succeeded, paymentpkg.Completed, "ch_"+fmt.Sprint(i)
@@ -690,7 +690,7 @@ func TestAnnouncedAttemptsAreTheRows(t *testing.T) {
 	}
 	ts = ts[:0]
 	for _, c := range late {
-		ts = append(ts, store.Transition{Item: store.Item{ID: c.ID, DueTime: c.DueTime, Attempt: c.Attempt}, StartedAt: time.Now(),
+		ts = append(ts, store.Transition{ClaimRef: store.ClaimRef{ID: c.ID, DueTime: c.DueTime, Attempt: c.Attempt}, StartedAt: time.Now(),
 			Outcome: paymentpkg.Succeeded, Status: paymentpkg.Completed, Ref: "ch_late"})
 	}
 	applied, err := store.Complete(ctx, db, "ex-2", ts)
