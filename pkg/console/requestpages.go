@@ -67,13 +67,8 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, v *view) {
 		c.fail(w, r, v, http.StatusBadRequest, "That is not a request number.")
 		return
 	}
-	var approve bool
-	switch r.PostForm.Get("decision") {
-	case "approve":
-		approve = true
-	case "reject":
-	default:
-		c.fail(w, r, v, http.StatusBadRequest, "Approve or reject.")
+	approve, ok := c.decision(w, r, v)
+	if !ok {
 		return
 	}
 	ctx, cancel := c.ctx(r)
@@ -83,4 +78,17 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, v *view) {
 		return
 	}
 	http.Redirect(w, r, fmt.Sprintf("%s/requests/%d", Prefix, id), http.StatusSeeOther)
+}
+
+// decision reads a decide form's choice: approve (true) or reject; any
+// other answer is refused (400) and ok is false.
+func (c *Console) decision(w http.ResponseWriter, r *http.Request, v *view) (approve, ok bool) {
+	switch r.PostForm.Get("decision") {
+	case "approve":
+		return true, true
+	case "reject":
+		return false, true
+	}
+	c.fail(w, r, v, http.StatusBadRequest, "Approve or reject.")
+	return false, false
 }

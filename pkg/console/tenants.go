@@ -181,13 +181,8 @@ func (c *Console) decideLimits(w http.ResponseWriter, r *http.Request, v *view) 
 		c.fail(w, r, v, http.StatusBadRequest, "That is not a request.")
 		return
 	}
-	var approve bool
-	switch r.PostForm.Get("decision") {
-	case "approve":
-		approve = true
-	case "reject":
-	default:
-		c.fail(w, r, v, http.StatusBadRequest, "Approve or reject.")
+	approve, ok := c.decision(w, r, v)
+	if !ok {
 		return
 	}
 	ctx, cancel := c.ctx(r)

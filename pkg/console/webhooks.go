@@ -236,13 +236,8 @@ func (c *Console) decideEndpointRequest(w http.ResponseWriter, r *http.Request, 
 		c.fail(w, r, v, http.StatusBadRequest, "That is not a request of an endpoint.")
 		return
 	}
-	var approve bool
-	switch r.PostForm.Get("decision") {
-	case "approve":
-		approve = true
-	case "reject":
-	default:
-		c.fail(w, r, v, http.StatusBadRequest, "Approve or reject.")
+	approve, ok := c.decision(w, r, v)
+	if !ok {
 		return
 	}
 	ctx, cancel := c.ctx(r)

@@ -89,19 +89,7 @@ func (q *Requests) ListEndpoints(ctx context.Context) ([]*EndpointRequest, error
 (SELECT `+endpointCols+` FROM endpoint_requests WHERE state = 'AWAITING_APPROVAL' ORDER BY id LIMIT 200)
 UNION ALL
 (SELECT `+endpointCols+` FROM endpoint_requests WHERE state <> 'AWAITING_APPROVAL' ORDER BY id DESC LIMIT 50)`)
-	if err != nil {
-		return nil, fmt.Errorf("list endpoint requests: %w", err)
-	}
-	defer rows.Close()
-	var out []*EndpointRequest
-	for rows.Next() {
-		e, err := scanEndpointRequest(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list endpoint requests: %w", err)
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return collect(rows, err, scanEndpointRequest, "list endpoint requests")
 }
 
 // decideEndpointSQL decides a waiting, unexpired request, never the
@@ -179,17 +167,5 @@ func ApplyEndpoint(hooks store.DB) func(ctx context.Context, e *EndpointRequest)
 // EndpointRequestsOf is endpoint id's latest 20 requests, newest first.
 func (q *Requests) EndpointRequestsOf(ctx context.Context, id uuid.UUID) ([]*EndpointRequest, error) {
 	rows, err := q.db.Query(ctx, `SELECT `+endpointCols+` FROM endpoint_requests WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 20`, id)
-	if err != nil {
-		return nil, fmt.Errorf("endpoint requests of %s: %w", id, err)
-	}
-	defer rows.Close()
-	var out []*EndpointRequest
-	for rows.Next() {
-		e, err := scanEndpointRequest(rows)
-		if err != nil {
-			return nil, fmt.Errorf("endpoint requests of %s: %w", id, err)
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return collect(rows, err, scanEndpointRequest, "endpoint requests of "+id.String())
 }

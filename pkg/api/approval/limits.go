@@ -128,17 +128,5 @@ func (q *Requests) ListLimits(ctx context.Context) ([]*LimitRequest, error) {
 (SELECT `+limitCols+` FROM tenant_limit_requests WHERE state = 'AWAITING_APPROVAL' ORDER BY id LIMIT 200)
 UNION ALL
 (SELECT `+limitCols+` FROM tenant_limit_requests WHERE state <> 'AWAITING_APPROVAL' ORDER BY id DESC LIMIT 50)`)
-	if err != nil {
-		return nil, fmt.Errorf("list limit requests: %w", err)
-	}
-	defer rows.Close()
-	var out []*LimitRequest
-	for rows.Next() {
-		l, err := scanLimit(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list limit requests: %w", err)
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return collect(rows, err, scanLimit, "list limit requests")
 }

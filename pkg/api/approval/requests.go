@@ -291,19 +291,27 @@ func (q *Requests) List(ctx context.Context) ([]*Request, error) {
 (SELECT `+requestCols+` FROM console_requests WHERE state IN ('AWAITING_APPROVAL', 'APPROVED', 'QUEUED', 'RUNNING') ORDER BY id LIMIT 200)
 UNION ALL
 (SELECT `+requestCols+` FROM console_requests WHERE state IN ('DONE', 'REJECTED', 'EXPIRED') ORDER BY id DESC LIMIT 50)`)
+	return collect(rows, err, scanRequest, "list requests")
+}
+
+// collect reads every row of a query (rows, err) with scan.
+func collect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (*T, error), what string) ([]*T, error) {
 	if err != nil {
-		return nil, fmt.Errorf("list requests: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []*Request
+	var out []*T
 	for rows.Next() {
-		r, err := scanRequest(rows)
+		v, err := scan(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list requests: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		out = append(out, r)
+		out = append(out, v)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
 }
 
 // decideSQL approves or rejects a request awaiting approval and not

@@ -88,7 +88,7 @@ END
 $$;
 
 -- Fired only on the changes an operator makes (the engine's claims and
--- outcomes never match the WHEN, so the hot path pays nothing).
+-- outcomes never match the WHEN: the trigger is not even called for them).
 CREATE TRIGGER paysched_guard_operator_move BEFORE UPDATE ON payments
     FOR EACH ROW
     WHEN ((OLD.status IN ('DEAD_LETTERED', 'HELD') AND NEW.status IS DISTINCT FROM OLD.status)
