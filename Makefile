@@ -59,6 +59,7 @@ proto-check:
 lint: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./...
+	.tools/staticcheck ./...
 	.tools/buf lint
 	go test -count=1 ./test/layout/
 

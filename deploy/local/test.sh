@@ -19,6 +19,9 @@ step "gofmt, go vet, buf lint, generated code in sync"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 go vet ./...
+# A real linter beside vet: bugs (an error shadowed, a value never used),
+# deprecated calls, dead code.
+"$ROOT/.tools/staticcheck" ./...
 "$ROOT/deploy/local/proto.sh" check
 
 step "go test (one private postgres for the run)"

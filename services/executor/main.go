@@ -93,7 +93,7 @@ func main() {
 			return err
 		}
 		defer pool.Close()
-		gw, err := gwf.Open(ctx, grpc.WithSharedWriteBuffer(true), svc.FastReconnect(), tracing.DialOption())
+		gw, err := gwf.Open(ctx, svc.FastReconnect(), tracing.DialOption())
 		if err != nil {
 			return err
 		}

@@ -131,7 +131,7 @@ func TestCDCSurvivesKills(t *testing.T) {
 	time.Sleep(time.Second)
 	_ = k.signal(t, syscall.SIGKILL) // kafka dies; its data directory stays
 	write(100)
-	k = startKafka()
+	_ = startKafka() // stopped with the test (its cleanup)
 	write(100)
 	// Like a supervisor (Kubernetes) would: a process that exits because
 	// Kafka went away is started again; the slot and the group keep its place.

@@ -31,7 +31,6 @@ const EnvAdminURL = "PAYSCHED_TEST_ADMIN_URL"
 
 var (
 	adminURL string
-	ownDir   string
 	mu       sync.Mutex
 	counter  int
 )
@@ -62,7 +61,7 @@ func run(m *testing.M) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		adminURL, ownDir = url, dir
+		adminURL = url
 	}
 	return m.Run(), nil
 }

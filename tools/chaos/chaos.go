@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -698,9 +697,6 @@ func (r *run) resyncCDC() {
 	r.mu.Unlock()
 	r.event("cdc's slot lost: cdc stopped, its slot dropped, restarted with --resync")
 }
-
-// errStop ends a retry loop for good.
-var errStop = errors.New("stop retrying")
 
 // tail returns the last n lines of the file at path.
 func tail(path string, n int) string {

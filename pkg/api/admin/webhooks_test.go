@@ -154,7 +154,7 @@ func TestWebhookEndpointsThroughTheAdminAPI(t *testing.T) {
 	}
 	list, _ = srv.ListWebhookEndpoints(actx, &payschedv1.ListWebhookEndpointsRequest{})
 	if got := list.GetEndpoints()[0]; got.GetEnabled() || got.GetRotateUntil() == nil ||
-		got.GetRotateUntil().AsTime().Sub(time.Now()) < 23*time.Hour {
+		time.Until(got.GetRotateUntil().AsTime()) < 23*time.Hour {
 		t.Fatalf("after disable and rotate: %v", got)
 	}
 	if _, err := srv.ResendWebhook(actx, &payschedv1.ResendWebhookRequest{EndpointId: ep.GetEndpointId(), WebhookId: "never-sent"}); status.Code(err) != codes.NotFound {

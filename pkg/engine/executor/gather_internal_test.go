@@ -65,7 +65,6 @@ func TestCompleteWaitBoundsTheHold(t *testing.T) {
 			s.done <- &task{leaseEnd: far}
 		}
 	}()
-	start = time.Now()
 	got = s.gather([]*task{{leaseEnd: far}}, stopped())
 	if len(got) != 4 {
 		// It waits the 2 s out: the three came within the wait.

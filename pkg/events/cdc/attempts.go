@@ -201,7 +201,9 @@ func (c *Connector) ensureAttemptsFilter(ctx context.Context) error {
 		return fmt.Errorf("publication filter: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+quoteIdent(c.cfg.Publication)+` DROP TABLE payment_attempts`); err == nil {
+	// Both statements' errors count: the second's is not shadowed.
+	_, err = tx.Exec(ctx, `ALTER PUBLICATION `+quoteIdent(c.cfg.Publication)+` DROP TABLE payment_attempts`)
+	if err == nil {
 		_, err = tx.Exec(ctx, add)
 	}
 	if err == nil {

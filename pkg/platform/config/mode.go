@@ -66,10 +66,9 @@ func Published(v string) bool {
 // Secret is a secret flag pair: --name takes the value (or PAYSCHED_NAME),
 // --name-file a file holding it (the Kubernetes Secret mount).
 type Secret struct {
-	Name      string
-	Value     string
-	File      string
-	fileUsage string
+	Name  string
+	Value string
+	File  string
 }
 
 // SecretVar adds --name and --name-file to fs.

@@ -123,7 +123,7 @@ func main() {
 			sender.Start(ctx, 4)
 			sim.OnCharge = func(c *gatewaysim.Charge) { sender.Enqueue(gatewaysim.Event(c)) }
 		}
-		opts := []grpc.ServerOption{grpc.SharedWriteBuffer(true), grpc.NumStreamWorkers(uint32(4 * runtime.NumCPU())),
+		opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(4 * runtime.NumCPU())),
 			tracing.ServerOption()}
 		sec, err := gatewaysim.ServerOptions(serverTLS, *tokenFile)
 		if err != nil {

@@ -80,7 +80,7 @@ func (f *Flags) ValidateFor(m *config.Mode) error {
 		return err
 	}
 	return m.Require(f.tls() && !f.AllowPlaintextSASL && (f.Mechanism != "" || f.CertFile != ""),
-		errors.New("Kafka is plaintext or anonymous: production needs --kafka-tls (or --kafka-ca-file) and a client identity, --kafka-sasl-mechanism with --kafka-username and --kafka-password-file, or --kafka-cert-file"))
+		errors.New("the Kafka connection is plaintext or anonymous: production needs --kafka-tls (or --kafka-ca-file) and a client identity, --kafka-sasl-mechanism with --kafka-username and --kafka-password-file, or --kafka-cert-file"))
 }
 
 // Opts validates the flags and returns the client options they ask for:
