@@ -210,17 +210,22 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 	if err := checkNote(note, noteRequired); err != nil {
 		return nil, 0, err
 	}
+	p, err := s.store.GetAny(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, 0, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
+	}
+	if err != nil {
+		return nil, 0, s.internal("read payment", err)
+	}
 	if pin != nil {
 		// The pin's status alone is one a move may leave: a payment moved
 		// since (a re-drive, a resolve) is not chased into its new status.
-		from = []payment.Status{pin.status}
-		if cur, err := s.store.GetAny(ctx, id); err == nil && !pin.holds(cur) {
-			return nil, 0, changedSince(pin, cur)
+		if !pin.holds(p) {
+			return nil, 0, changedSince(pin, p)
 		}
-		m.From = pin.status
+		from, m.From = []payment.Status{pin.status}, pin.status
 	}
-	p, err := s.atRest(ctx, id, from)
-	if err != nil {
+	if err := atRest(p, from); err != nil {
 		return nil, 0, err
 	}
 	if s.prober == nil {
@@ -246,9 +251,7 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 		if pin != nil {
 			return nil, 0, changedSince(pin, now)
 		}
-		return nil, 0, apierr.New(codes.Aborted, "MOVED_MEANWHILE",
-			"the payment moved while the gateway was asked (it is "+string(now.Status)+", attempt "+strconv.Itoa(int(now.Attempt))+"): look again",
-			map[string]string{"status": string(now.Status)})
+		return nil, 0, movedMeanwhile("while the gateway was asked", now)
 	}
 	if err != nil {
 		return nil, 0, s.internal("move payment", err)
@@ -261,18 +264,11 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 	return payments.ToProto(out), payments.StatusToProto(prev), nil
 }
 
-// atRest reads payment id and refuses it unless its status is one of from.
-func (s *Server) atRest(ctx context.Context, id uuid.UUID, from []payment.Status) (*payment.Payment, error) {
-	p, err := s.store.GetAny(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
-	}
-	if err != nil {
-		return nil, s.internal("read payment", err)
-	}
+// atRest refuses p unless its status is one of from.
+func atRest(p *payment.Payment, from []payment.Status) error {
 	for _, st := range from {
 		if p.Status == st {
-			return p, nil
+			return nil
 		}
 	}
 	names := make([]string, len(from))
@@ -283,7 +279,7 @@ func (s *Server) atRest(ctx context.Context, id uuid.UUID, from []payment.Status
 	if len(from) > 1 {
 		reason = "NOT_AT_REST"
 	}
-	return nil, apierr.New(codes.FailedPrecondition, reason,
+	return apierr.New(codes.FailedPrecondition, reason,
 		"only a payment that is "+strings.Join(names, " or ")+" can be moved so; this one is "+string(p.Status),
 		map[string]string{"status": string(p.Status)})
 }
@@ -481,9 +477,7 @@ func (s *Server) hold(ctx context.Context, paymentID, note string, noteRequired 
 		if pin != nil {
 			return nil, changedSince(pin, now)
 		}
-		return nil, apierr.New(codes.Aborted, "MOVED_MEANWHILE",
-			"the payment moved meanwhile (it is "+string(now.Status)+", attempt "+strconv.Itoa(int(now.Attempt))+"): look again",
-			map[string]string{"status": string(now.Status)})
+		return nil, movedMeanwhile("meanwhile", now)
 	} else if err != nil {
 		return nil, s.internal("move payment", err)
 	}
@@ -598,4 +592,13 @@ func RunToProto(r *reconcile.Run) *payschedv1.ReconciliationRun {
 
 func (s *Server) internal(op string, err error) error {
 	return apierr.FromFailure(s.log, "admin: "+op, err)
+}
+
+// movedMeanwhile is the answer when a fenced move missed: the payment
+// moved (when: "meanwhile", or while the gateway was asked) and is now as
+// now says.
+func movedMeanwhile(when string, now *payment.Payment) error {
+	return apierr.New(codes.Aborted, "MOVED_MEANWHILE",
+		"the payment moved "+when+" (it is "+string(now.Status)+", attempt "+strconv.Itoa(int(now.Attempt))+"): look again",
+		map[string]string{"status": string(now.Status)})
 }

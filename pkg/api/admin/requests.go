@@ -179,9 +179,7 @@ func (s *Server) guard(ctx context.Context, a ask) (asked, error) {
 		if gerr != nil {
 			return asked{}, s.internal("read payment", gerr)
 		}
-		return asked{}, apierr.New(codes.Aborted, "MOVED_MEANWHILE",
-			"the payment moved meanwhile (it is "+string(now.Status)+", attempt "+strconv.Itoa(int(now.Attempt))+"): look again",
-			map[string]string{"status": string(now.Status)})
+		return asked{}, movedMeanwhile("meanwhile", now)
 	}
 	if err != nil {
 		return asked{}, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -115,9 +114,7 @@ func (s *Server) reschedule(ctx context.Context, paymentID string, runAt time.Ti
 		if pin != nil {
 			return nil, changedSince(pin, now)
 		}
-		return nil, apierr.New(codes.Aborted, "MOVED_MEANWHILE",
-			"the payment moved meanwhile (it is "+string(now.Status)+", attempt "+strconv.Itoa(int(now.Attempt))+"): look again",
-			map[string]string{"status": string(now.Status)})
+		return nil, movedMeanwhile("meanwhile", now)
 	} else if err != nil {
 		return nil, s.internal("reschedule payment", err)
 	}
