@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -121,6 +122,39 @@ type run struct {
 	// one, and the stream's checks take a snapshot event as the row's
 	// state at that point.
 	resynced bool
+}
+
+// portSpan covers every offset from Base the run binds (80 to the second
+// receiver's 441).
+const portSpan = 450
+
+// freePorts moves Base on by a thousand while any port of the run's span is
+// taken: a process left over from an earlier run (or anything else on the
+// machine) would otherwise make one service crash-loop on bind and fail
+// the run for a reason that is not the engine's.
+func (r *run) freePorts() error {
+	for try := 0; try < 8; try++ {
+		busy := busyPort(r.cfg.Base+80, r.cfg.Base+portSpan)
+		if busy == 0 {
+			return nil
+		}
+		r.logf("port %d is taken: moving the run's ports from base %d to %d", busy, r.cfg.Base, r.cfg.Base+1000)
+		r.cfg.Base += 1000
+	}
+	return fmt.Errorf("no free block of %d ports found below %d", portSpan, r.cfg.Base)
+}
+
+// busyPort is the first port in [from, to) on 127.0.0.1 that cannot be
+// bound, or 0.
+func busyPort(from, to int) int {
+	for p := from; p < to; p++ {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			return p
+		}
+		l.Close()
+	}
+	return 0
 }
 
 func (r *run) addr(off int) string { return fmt.Sprintf("127.0.0.1:%d", r.cfg.Base+off) }
@@ -291,6 +325,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err := ca.Issue(filepath.Dir(tlsFiles.CAFile), name, hosts); err != nil {
 			return r.res, fmt.Errorf("development TLS: %w", err)
 		}
+	}
+	if err := r.freePorts(); err != nil {
+		return r.res, err
 	}
 	r.topology()
 	for _, p := range r.procs {

@@ -55,7 +55,10 @@ func (p *proc) startLocked() error {
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = append(hermetic(os.Environ()), p.env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own group (a kill reaches its children too), and killed with
+	// the run: a run that is itself killed leaves no service holding the
+	// next run's ports.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
