@@ -65,7 +65,7 @@ lint: tools
 
 FUZZTIME ?= 60s
 fuzz:
-	@deploy/local/with-pg.sh go test -run '^$$' -fuzz FuzzCreateREST -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./pkg/api/server
+	@deploy/local/with-pg.sh go test -run '^$$' -fuzz FuzzCreateREST -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./services/payments-api/paymentsserver
 
 bench: bench-engine
 

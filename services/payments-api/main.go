@@ -17,6 +17,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/server"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/svc"
+	"github.com/paysched/paysched/services/payments-api/paymentsserver"
 )
 
 func main() {
@@ -55,7 +56,7 @@ func main() {
 		if err != nil {
 			return err
 		}
-		cfg := server.Config{
+		cfg := paymentsserver.Config{
 			DatabaseURL:   *dbURL,
 			DBMaxConns:    int32(*dbConns),
 			Auth:          authCfg,
@@ -75,7 +76,7 @@ func main() {
 		if err != nil {
 			return err
 		}
-		srv, err := server.New(ctx, cfg, log)
+		srv, err := paymentsserver.New(ctx, cfg, log)
 		if err != nil {
 			l.Close()
 			return err

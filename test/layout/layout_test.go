@@ -1,6 +1,7 @@
-// Package layout_test keeps the house rules of the repository true: product
-// services link no tool or test code, only pkg/store writes the payment
-// tables, and only pkg/payment and pkg/store spell statuses as strings.
+// Package layout_test keeps the house rules of the repository true: imports
+// run down the floors (layers), product services link no tool or test code,
+// only pkg/store writes the payment tables, and only pkg/payment and
+// pkg/store spell statuses as strings.
 package layout_test
 
 import (
@@ -192,5 +193,68 @@ func TestNoTestWaitsForTheClock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// layers are the house's floors, lowest first: a package imports from its
+// own floor or below, never above, so the libraries never know the
+// processes assembled from them. The longest matching prefix decides.
+var layers = [][]string{
+	{"gen", "pkg/payment", "pkg/platform"},
+	{"pkg/store", "pkg/gateway", "pkg/events/kafka", "pkg/events/envelope", "pkg/events/notification"},
+	{"pkg/engine", "pkg/events", "pkg/reconcile"},
+	{"pkg/api"},
+	{"pkg/console", "pkg/cli"},
+	{"services"},
+}
+
+// layerOf is the floor of an import path of the module, or -1 (tools and
+// test harnesses stand outside the product's floors).
+func layerOf(path string) int {
+	rel, ok := strings.CutPrefix(path, module+"/")
+	if !ok {
+		return -1
+	}
+	best, floor := -1, -1
+	for i, fl := range layers {
+		for _, p := range fl {
+			if (rel == p || strings.HasPrefix(rel, p+"/")) && len(p) > best {
+				best, floor = len(p), i
+			}
+		}
+	}
+	return floor
+}
+
+func TestLayersImportDownward(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./gen/...", "./pkg/...", "./services/...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		from := layerOf(f[0])
+		if from < 0 {
+			t.Errorf("%s stands on no floor: add its prefix to layers", f[0])
+			continue
+		}
+		for _, imp := range f[1:] {
+			if to := layerOf(imp); to > from {
+				t.Errorf("%s (floor %d) imports %s (floor %d): an import runs up the house", f[0], from, imp, to)
+			}
+		}
+	}
+}
+
+// TestLayersRefuseAnUpwardImport shows the rule would catch the import
+// that once ran back up: pkg/api's admin-api wiring importing the console.
+func TestLayersRefuseAnUpwardImport(t *testing.T) {
+	if api, console := layerOf(module+"/pkg/api/server"), layerOf(module+"/pkg/console"); api >= console {
+		t.Fatalf("pkg/api (floor %d) may import pkg/console (floor %d)", api, console)
+	}
+	if layerOf(module+"/pkg/events/webhook") <= layerOf(module+"/pkg/events/kafka") {
+		t.Fatal("the longest prefix does not decide a package's floor")
 	}
 }

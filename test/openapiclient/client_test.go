@@ -16,6 +16,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/services/payments-api/paymentsserver"
 	"github.com/paysched/paysched/test/nodetest"
 	"github.com/paysched/paysched/test/pgtest"
 )
@@ -47,7 +48,7 @@ const secret = "openapiclient-secret"
 // its REST base URL.
 func startAPI(t *testing.T) string {
 	t.Helper()
-	cfg := server.Config{
+	cfg := paymentsserver.Config{
 		DatabaseURL: pgtest.NewURL(t),
 		DBMaxConns:  8,
 		Auth: auth.Config{HS256Secret: []byte(secret), Issuer: auth.DefaultIssuer,
@@ -56,7 +57,7 @@ func startAPI(t *testing.T) string {
 		CursorSecret: []byte("cursor"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := paymentsserver.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -1,18 +1,15 @@
-// Package server assembles payments-api (the payers' PaymentsService over
-// gRPC and REST) with its Postgres pool, gRPC server and REST gateway, and
-// runs it until the context ends; and it holds the plumbing admin-api
-// (services/admin-api/adminserver) shares: listeners, the pool and token verifier,
-// the readiness check, the UTF-8 codec. Nothing of the admin side is
-// imported here: payments-api holds no gateway access and no admin power,
-// and its binary does not even carry the code.
-package server
+// Package paymentsserver assembles payments-api (the payers'
+// PaymentsService and WebhooksService over gRPC and REST) with its Postgres
+// pool, gRPC server and REST gateway, and runs it until the context ends.
+// Nothing of the admin side is imported here: payments-api holds no gateway
+// access and no admin power, and its binary does not even carry the code.
+package paymentsserver
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"runtime"
 	"time"
@@ -28,6 +25,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/rest"
+	"github.com/paysched/paysched/pkg/api/server"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
@@ -101,7 +99,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.CreateWorkers <= 0 {
 		cfg.CreateWorkers = 8
 	}
-	pool, verifier, err := Connect(ctx, cfg.DatabaseURL, int(cfg.DBMaxConns), cfg.Auth)
+	pool, verifier, err := server.Connect(ctx, cfg.DatabaseURL, int(cfg.DBMaxConns), cfg.Auth)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +118,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		// A span per RPC, parent of the handler's statements.
 		tracing.ServerOption(),
 		// Invalid UTF-8 in a request is the client's error, not Internal.
-		grpc.ForceServerCodecV2(UTF8Codec()),
+		grpc.ForceServerCodecV2(server.UTF8Codec()),
 		grpc.ChainUnaryInterceptor(rpcm.UnaryInterceptor(), apierr.ProtoFieldNames(), verifier.UnaryInterceptor(), limiter.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)...)
@@ -137,7 +135,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	hooks := payments.NewWebhooks(hooksDB, cfg.LoopbackWebhooks, log)
 	hooks.DefaultTenant = cfg.Auth.DefaultTenant
 	payschedv1.RegisterWebhooksServiceServer(gs, hooks)
-	ready := Pinger(pool)
+	ready := server.Pinger(pool)
 	h, err := rest.New(ctx, rest.Options{
 		Payments: pay, Webhooks: hooks, CreateViolations: pay.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
 		OpenAPI: openapi.JSON, OpenAPIv3: openapi.JSONv3, RPC: rpcm, Log: log,
@@ -155,66 +153,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}, nil
 }
 
-// Connect opens an API's pool and token verifier. Its statements name one
-// payment's due time: custom plans keep one partition (svc.CustomPlans).
-func Connect(ctx context.Context, url string, conns int, a auth.Config) (*pgxpool.Pool, *auth.Verifier, error) {
-	pool, err := svc.Pool(ctx, url, conns, svc.CustomPlans)
-	if err != nil {
-		return nil, nil, err
-	}
-	verifier, err := auth.NewVerifier(a)
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return pool, verifier, nil
-}
-
-// Listeners are an API's: gRPC and REST, which clients reach, and the
-// internal one with /metrics and /healthz.
-type Listeners struct {
-	GRPC, HTTP, Internal net.Listener
-}
-
-// Listen opens the three listeners, or none.
-func Listen(grpcAddr, httpAddr, internalAddr string) (Listeners, error) {
-	var l Listeners
-	var opened []net.Listener
-	for _, a := range []struct {
-		name, addr string
-		into       *net.Listener
-	}{{"grpc", grpcAddr, &l.GRPC}, {"http", httpAddr, &l.HTTP}, {"metrics", internalAddr, &l.Internal}} {
-		lis, err := net.Listen("tcp", a.addr)
-		if err != nil {
-			for _, o := range opened {
-				o.Close()
-			}
-			return Listeners{}, fmt.Errorf("listen %s %s: %w", a.name, a.addr, err)
-		}
-		*a.into = lis
-		opened = append(opened, lis)
-	}
-	return l, nil
-}
-
-// Close closes the listeners (for a server that never served them).
-func (l Listeners) Close() {
-	for _, lis := range []net.Listener{l.GRPC, l.HTTP, l.Internal} {
-		if lis != nil {
-			lis.Close()
-		}
-	}
-}
-
-// Pinger is a readiness check: the database answers.
-func Pinger(pool *pgxpool.Pool) func(context.Context) error {
-	return func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		return pool.Ping(ctx)
-	}
-}
-
 func (s *Server) ensurePartitions(ctx context.Context) {
 	now := time.Now()
 	if n, err := store.EnsurePartitions(ctx, s.pool, now.AddDate(0, 0, -1), now.Add(s.horizon).AddDate(0, 0, 2)); err != nil {
@@ -228,7 +166,7 @@ func (s *Server) ensurePartitions(ctx context.Context) {
 // in-flight requests finish, new ones are refused, and the pool is closed.
 // l.GRPC and l.HTTP carry the API; l.Internal /metrics and /healthz,
 // apart, so what reaches the API (an ingress) sees no internals.
-func (s *Server) Serve(ctx context.Context, l Listeners) error {
+func (s *Server) Serve(ctx context.Context, l server.Listeners) error {
 	defer s.close()
 	// A create beyond the last partition would fail, so the API keeps
 	// partitions through its own horizon, hourly, whether or not a reaper runs.

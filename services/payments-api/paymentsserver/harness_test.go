@@ -1,4 +1,4 @@
-package server_test
+package paymentsserver_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/server"
 	"github.com/paysched/paysched/services/admin-api/adminserver"
+	"github.com/paysched/paysched/services/payments-api/paymentsserver"
 	"github.com/paysched/paysched/test/pgtest"
 )
 
@@ -34,8 +35,8 @@ type env struct {
 	db       *pgxpool.Pool
 }
 
-func testConfig(url string) server.Config {
-	return server.Config{
+func testConfig(url string) paymentsserver.Config {
+	return paymentsserver.Config{
 		DatabaseURL: url,
 		DBMaxConns:  16,
 		Auth: auth.Config{HS256Secret: []byte(testSecret), Issuer: auth.DefaultIssuer,
@@ -47,7 +48,7 @@ func testConfig(url string) server.Config {
 
 // start runs a payments-api in-process on free ports over a fresh database;
 // opts adjust the test configuration.
-func start(t testing.TB, opts ...func(*server.Config)) *env {
+func start(t testing.TB, opts ...func(*paymentsserver.Config)) *env {
 	t.Helper()
 	url := pgtest.NewURL(t)
 	cfg := testConfig(url)
@@ -55,7 +56,7 @@ func start(t testing.TB, opts ...func(*server.Config)) *env {
 		o(&cfg)
 	}
 	return run(t, url, func(ctx context.Context) (serving, error) {
-		return server.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		return paymentsserver.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	})
 }
 

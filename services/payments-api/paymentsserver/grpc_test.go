@@ -1,4 +1,4 @@
-package server_test
+package paymentsserver_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/apierr"
-	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/services/payments-api/paymentsserver"
 )
 
 func authed(tok string, kv ...string) context.Context {
@@ -91,7 +91,7 @@ func TestGRPCCreateKeysAndErrors(t *testing.T) {
 }
 
 func TestReflectionListsServices(t *testing.T) {
-	e := start(t, func(c *server.Config) { c.Reflection = true })
+	e := start(t, func(c *paymentsserver.Config) { c.Reflection = true })
 	stream, err := reflectionpb.NewServerReflectionClient(e.cc).ServerReflectionInfo(context.Background())
 	if err != nil {
 		t.Fatal(err)

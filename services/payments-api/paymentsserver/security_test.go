@@ -1,4 +1,4 @@
-package server_test
+package paymentsserver_test
 
 // The security and bad-input suite: every input of the public API at its
 // boundaries and beyond, hostile strings in every string field, tampered
@@ -46,7 +46,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/rest"
-	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/services/payments-api/paymentsserver"
 )
 
 type createReq = payschedv1.CreateScheduledPaymentRequest
@@ -1605,7 +1605,7 @@ func jwtWithKid(t *testing.T, kid string, claims jwt.MapClaims) string {
 // (429 with Retry-After; ResourceExhausted with RATE_LIMITED and
 // RetryInfo), bob's requests all succeed, and refused creates write nothing.
 func TestPerActorRateLimit(t *testing.T) {
-	e := start(t, func(c *server.Config) { c.RateLimit = ratelimit.Config{Rate: 20, Burst: 20} })
+	e := start(t, func(c *paymentsserver.Config) { c.RateLimit = ratelimit.Config{Rate: 20, Burst: 20} })
 	c := payschedv1.NewPaymentsServiceClient(e.cc)
 	alice, bob := token(t, "alice"), token(t, "bob")
 

@@ -1,4 +1,4 @@
-package server_test
+package paymentsserver_test
 
 import (
 	"context"

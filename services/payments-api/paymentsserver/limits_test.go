@@ -1,4 +1,4 @@
-package server_test
+package paymentsserver_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
-	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/services/payments-api/paymentsserver"
 )
 
 // batchBody is a batchCreate body of n items for bob, due in an hour.
@@ -25,7 +25,7 @@ func batchBody(prefix string, n int) string {
 // actor's rate, not one, so batches cannot carry a flood past the limit;
 // the refusal is a 429 with Retry-After and writes nothing.
 func TestBatchItemsCountAgainstTheRate(t *testing.T) {
-	e := start(t, func(c *server.Config) { c.RateLimit = ratelimit.Config{Rate: 1, Burst: 50} })
+	e := start(t, func(c *paymentsserver.Config) { c.RateLimit = ratelimit.Config{Rate: 1, Burst: 50} })
 	alice := token(t, "alice")
 	if r := e.do("POST", create+":batchCreate", alice, nil, batchBody("a", 40)); r.code != http.StatusOK {
 		t.Fatalf("first batch of 40 (burst 50): %d %s", r.code, r.body)
@@ -48,7 +48,7 @@ func TestBatchItemsCountAgainstTheRate(t *testing.T) {
 // TOO_MANY_PENDING with Retry-After and write nothing; others are
 // unaffected.
 func TestPendingCap(t *testing.T) {
-	e := start(t, func(c *server.Config) { c.Rules.MaxPending = 30 })
+	e := start(t, func(c *paymentsserver.Config) { c.Rules.MaxPending = 30 })
 	alice := token(t, "alice")
 	if r := e.do("POST", create+":batchCreate", alice, nil, batchBody("a", 25)); r.code != http.StatusOK {
 		t.Fatalf("batch of 25: %d %s", r.code, r.body)
