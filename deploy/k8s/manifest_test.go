@@ -30,7 +30,7 @@ import (
 	"github.com/paysched/paysched/pkg/console"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/platform/config"
@@ -928,7 +928,7 @@ var kafkaClients = map[string]struct {
 }{
 	"cdc":                {"", kafka.CDCAccess(kafka.DefaultTopics)},
 	"audit-consumer":     {kafka.AuditGroup, kafka.AuditAccess(kafka.DefaultTopics, kafka.AuditGroup)},
-	"webhook-dispatcher": {webhook.Group, kafka.WebhookAccess(kafka.DefaultTopics, webhook.Group)},
+	"webhook-dispatcher": {tenanthook.Group, kafka.WebhookAccess(kafka.DefaultTopics, tenanthook.Group)},
 }
 
 // checkKafkaClients: each Kafka client authenticates as its own KafkaUser,

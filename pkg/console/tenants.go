@@ -21,7 +21,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -93,7 +93,7 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
 		c.dbFail(w, r, v, "limit requests", err)
 		return
 	}
-	endpoints, err := webhook.ListEndpoints(ctx, c.hooks(), tenant)
+	endpoints, err := tenanthook.ListEndpoints(ctx, c.hooks(), tenant)
 	if err != nil {
 		c.dbFail(w, r, v, "webhook endpoints", err)
 		return

@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paysched/paysched/pkg/api/approval"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -36,13 +36,13 @@ type sentDelivery struct {
 	MsgID    string
 	Type     string
 	State    string
-	Attempts []webhook.Attempt
+	Attempts []tenanthook.Attempt
 }
 
 // paymentDeliveries reads the deliveries of payment id's notifications,
 // grouped, and the timeline entries of their attempts.
 func (c *Console) paymentDeliveries(ctx context.Context, id uuid.UUID) ([]sentDelivery, []timelineEntry, error) {
-	log, err := webhook.Attempts(ctx, c.hooks(), "", &id, nil, logSize)
+	log, err := tenanthook.Attempts(ctx, c.hooks(), "", &id, nil, logSize)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -81,8 +81,8 @@ func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) 
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	ep, err := webhook.GetEndpoint(ctx, c.hooks(), id)
-	if errors.Is(err, webhook.ErrNotFound) {
+	ep, err := tenanthook.GetEndpoint(ctx, c.hooks(), id)
+	if errors.Is(err, tenanthook.ErrNotFound) {
 		c.fail(w, r, v, http.StatusNotFound, "No webhook endpoint has the id "+id.String()+".")
 		return
 	}
@@ -90,7 +90,7 @@ func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) 
 		c.dbFail(w, r, v, "read endpoint", err)
 		return
 	}
-	log, err := webhook.Attempts(ctx, c.hooks(), "", nil, &id, logSize)
+	log, err := tenanthook.Attempts(ctx, c.hooks(), "", nil, &id, logSize)
 	if err != nil {
 		c.dbFail(w, r, v, "read delivery log", err)
 		return
@@ -132,8 +132,8 @@ func (c *Console) resendWebhook(w http.ResponseWriter, r *http.Request, v *view)
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	switch err := webhook.Resend(ctx, c.hooks(), "", id, msg); {
-	case errors.Is(err, webhook.ErrNotFound):
+	switch err := tenanthook.Resend(ctx, c.hooks(), "", id, msg); {
+	case errors.Is(err, tenanthook.ErrNotFound):
 		c.fail(w, r, v, http.StatusConflict, "That endpoint never had this message, or it is being attempted right now.")
 		return
 	case err != nil:
@@ -177,12 +177,12 @@ func (c *Console) recoverWebhooks(w http.ResponseWriter, r *http.Request, v *vie
 		c.requestRecover(w, r, v, id, since, until)
 		return
 	}
-	n, err := webhook.Recover(ctx, c.hooks(), "", id, since, until)
+	n, err := tenanthook.Recover(ctx, c.hooks(), "", id, since, until)
 	switch {
-	case errors.Is(err, webhook.ErrInvalid):
+	case errors.Is(err, tenanthook.ErrInvalid):
 		c.fail(w, r, v, http.StatusBadRequest, "Until must be after since.")
 		return
-	case errors.Is(err, webhook.ErrNotFound):
+	case errors.Is(err, tenanthook.ErrNotFound):
 		c.fail(w, r, v, http.StatusNotFound, "No webhook endpoint has the id "+id.String()+".")
 		return
 	case err != nil:
@@ -210,7 +210,7 @@ func (c *Console) requestRecover(w http.ResponseWriter, r *http.Request, v *view
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	if _, err := webhook.GetEndpoint(ctx, c.hooks(), id); errors.Is(err, webhook.ErrNotFound) {
+	if _, err := tenanthook.GetEndpoint(ctx, c.hooks(), id); errors.Is(err, tenanthook.ErrNotFound) {
 		c.fail(w, r, v, http.StatusNotFound, "No webhook endpoint has the id "+id.String()+".")
 		return
 	} else if err != nil {

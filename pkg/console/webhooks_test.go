@@ -14,7 +14,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/events/notification"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/test/webhooktest"
 )
 
@@ -31,7 +31,7 @@ func TestWebhookPages(t *testing.T) {
 		_, _ = w.Write([]byte("receiver down"))
 	}))
 	defer srv.Close()
-	ep, _, err := webhook.CreateEndpoint(ctx, h.db, webhook.Endpoint{Tenant: "alice", URL: srv.URL + "/hook", MaxInflight: 4, MaxPerSecond: 100})
+	ep, _, err := tenanthook.CreateEndpoint(ctx, h.db, tenanthook.Endpoint{Tenant: "alice", URL: srv.URL + "/hook", MaxInflight: 4, MaxPerSecond: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestWebhookPages(t *testing.T) {
 		}
 		return s, due
 	}
-	if s, due := state(); s != webhook.Waiting || due {
+	if s, due := state(); s != tenanthook.Waiting || due {
 		t.Fatalf("after a 500: %s, due now %v (want a retry later)", s, due)
 	}
 	resend := url.Values{"msg": {msg}, "payment": {pay.String()}}
@@ -84,12 +84,12 @@ func TestWebhookPages(t *testing.T) {
 	if r := h.post(olga, epPath+"/resend", resend); r.Code != 303 || r.Header().Get("Location") != "/console/payments/"+pay.String() {
 		t.Fatalf("resend: %d %s", r.Code, r.Header().Get("Location"))
 	}
-	if s, due := state(); s != webhook.Waiting || !due {
+	if s, due := state(); s != tenanthook.Waiting || !due {
 		t.Fatalf("after a resend: %s, due now %v", s, due)
 	}
 	// Spent: recover brings it back.
 	if _, err := h.db.Exec(ctx, `UPDATE webhook_deliveries SET state = $2, next_at = now() + interval '1 day' WHERE msg_id = $1`,
-		msg, webhook.Undelivered); err != nil {
+		msg, tenanthook.Undelivered); err != nil {
 		t.Fatal(err)
 	}
 	since := time.Now().UTC().Add(-time.Hour).Format(dateForm)
@@ -110,7 +110,7 @@ func TestWebhookPages(t *testing.T) {
 	if r.Code != 303 || !strings.HasSuffix(r.Header().Get("Location"), "?recovered=1") {
 		t.Fatalf("recover: %d %s", r.Code, r.Header().Get("Location"))
 	}
-	if s, due := state(); s != webhook.Waiting || !due {
+	if s, due := state(); s != tenanthook.Waiting || !due {
 		t.Fatalf("after a recover: %s, due now %v", s, due)
 	}
 	if page := h.get(olga, epPath+"?recovered=1").Body.String(); !strings.Contains(page, "1 undelivered messages are due again") {
@@ -128,7 +128,7 @@ func TestEndpointRequestsAreDecidedInTheConsole(t *testing.T) {
 	delete(p.Single, approval.Recover)
 	h := newHarness(t, Config{Policy: p})
 	ctx := context.Background()
-	ep, _, err := webhook.CreateEndpoint(ctx, h.db, webhook.Endpoint{Tenant: "alice", URL: "https://hooks.example.com/x", MaxInflight: 4, MaxPerSecond: 100})
+	ep, _, err := tenanthook.CreateEndpoint(ctx, h.db, tenanthook.Endpoint{Tenant: "alice", URL: "https://hooks.example.com/x", MaxInflight: 4, MaxPerSecond: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestEndpointRequestsAreDecidedInTheConsole(t *testing.T) {
 	if r.Code != 200 || !strings.Contains(r.Body.String(), `id="secret">whsec_`) {
 		t.Fatalf("approval: %d %s", r.Code, r.Body.String())
 	}
-	got, err := webhook.GetEndpoint(ctx, h.db, ep.ID)
+	got, err := tenanthook.GetEndpoint(ctx, h.db, ep.ID)
 	if err != nil || got.RotateUntil == nil {
 		t.Fatalf("after the approval the endpoint is %+v (%v), want two secrets", got, err)
 	}

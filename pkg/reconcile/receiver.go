@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/gateway/gatewayhook"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -56,11 +56,11 @@ func (rc *Receiver) fail(w http.ResponseWriter, code int, result, msg string) {
 }
 
 // ServeHTTP handles POST /webhooks/gateway: gateway-sim's events, signed
-// in webhook.Header with Secret.
+// in gatewayhook.Header with Secret.
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rc.handle(w, r, webhook.Header, rc.Secret, ours{account: rc.Account, livemode: rc.Livemode, payer: samePayer},
-		func(body []byte) (webhook.Event, error) {
-			var e webhook.Event
+	rc.handle(w, r, gatewayhook.Header, rc.Secret, ours{account: rc.Account, livemode: rc.Livemode, payer: samePayer},
+		func(body []byte) (gatewayhook.Event, error) {
+			var e gatewayhook.Event
 			if err := json.Unmarshal(body, &e); err != nil || e.ID == "" {
 				return e, errors.New("body is not a webhook event")
 			}
@@ -88,20 +88,20 @@ func stripeCustomer(event, payment string) bool {
 }
 
 // Stripe is the handler of POST /webhooks/stripe: Stripe-signed events
-// (webhook.StripeHeader, verified with StripeSecret, the endpoint's
+// (gatewayhook.StripeHeader, verified with StripeSecret, the endpoint's
 // whsec_ secret). payment_intent.succeeded and payment_intent.payment_failed
 // go through the same fenced moves, once per event id, as gateway-sim's.
 func (rc *Receiver) Stripe() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc.handle(w, r, webhook.StripeHeader, rc.StripeSecret,
-			ours{account: rc.StripeAccount, livemode: rc.StripeLivemode, payer: stripeCustomer}, webhook.ParseStripe)
+		rc.handle(w, r, gatewayhook.StripeHeader, rc.StripeSecret,
+			ours{account: rc.StripeAccount, livemode: rc.StripeLivemode, payer: stripeCustomer}, gatewayhook.ParseStripe)
 	})
 }
 
 // handle reads, verifies (signature, then timestamp) and applies one
 // delivery; decode maps the verified body to an Event.
 func (rc *Receiver) handle(w http.ResponseWriter, r *http.Request, header string, secret []byte, mine ours,
-	decode func([]byte) (webhook.Event, error)) {
+	decode func([]byte) (gatewayhook.Event, error)) {
 	if r.Method != http.MethodPost {
 		rc.fail(w, http.StatusMethodNotAllowed, "bad_request", "POST only")
 		return
@@ -123,11 +123,11 @@ func (rc *Receiver) handle(w http.ResponseWriter, r *http.Request, header string
 	if tol <= 0 {
 		tol = 5 * time.Minute
 	}
-	switch err := webhook.Verify(secret, r.Header.Get(header), body, now, tol); {
-	case errors.Is(err, webhook.ErrSignature):
+	switch err := gatewayhook.Verify(secret, r.Header.Get(header), body, now, tol); {
+	case errors.Is(err, gatewayhook.ErrSignature):
 		rc.fail(w, http.StatusUnauthorized, "bad_signature", err.Error())
 		return
-	case errors.Is(err, webhook.ErrStale):
+	case errors.Is(err, gatewayhook.ErrStale):
 		rc.fail(w, http.StatusBadRequest, "stale", err.Error())
 		return
 	case err != nil:
@@ -139,7 +139,7 @@ func (rc *Receiver) handle(w http.ResponseWriter, r *http.Request, header string
 		rc.fail(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	if (e.Type == webhook.TypeSucceeded || e.Type == webhook.TypeDeclined) && (e.Data.Amount <= 0 || e.Data.Currency == "") {
+	if (e.Type == gatewayhook.TypeSucceeded || e.Type == gatewayhook.TypeDeclined) && (e.Data.Amount <= 0 || e.Data.Currency == "") {
 		// An outcome without its amount cannot be checked against the
 		// payment's: never applied, whoever signed it.
 		rc.fail(w, http.StatusBadRequest, "bad_request", "the event's charge has no amount or currency")
@@ -174,7 +174,7 @@ func (rc *Receiver) log() *slog.Logger {
 // claimed, is a charge we did not make: it is ignored and counted by why
 // ("ignored_account", "ignored_livemode", "ignored_payer",
 // "ignored_unclaimed"), never applied.
-func (rc *Receiver) apply(r *http.Request, e webhook.Event, mine ours) (string, error) {
+func (rc *Receiver) apply(r *http.Request, e gatewayhook.Event, mine ours) (string, error) {
 	ctx := r.Context()
 	result := "ignored"
 	err := pgx.BeginFunc(ctx, rc.DB, func(tx pgx.Tx) error {
@@ -202,9 +202,9 @@ func (rc *Receiver) apply(r *http.Request, e webhook.Event, mine ours) (string, 
 		m := store.Move{ID: id, By: payment.Webhook, Actor: "gateway-webhook",
 			Action: "WEBHOOK", Amount: e.Data.Amount, Currency: e.Data.Currency}
 		switch e.Type {
-		case webhook.TypeSucceeded:
+		case gatewayhook.TypeSucceeded:
 			m.To, m.GatewayRef, m.Reason = payment.Completed, e.Data.ChargeID, "webhook "+e.ID+": charge succeeded"
-		case webhook.TypeDeclined:
+		case gatewayhook.TypeDeclined:
 			m.To, m.LastError, m.Reason = payment.Failed, "declined: "+e.Data.DeclineReason, "webhook "+e.ID+": charge declined"
 		default:
 			return nil

@@ -11,7 +11,7 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/pkg/gateway"
-	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/gateway/gatewayhook"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/reconcile"
 	"github.com/paysched/paysched/tools/gatewaysim"
@@ -19,7 +19,7 @@ import (
 
 func post(t *testing.T, url, sig string, body []byte) int {
 	t.Helper()
-	return postSigned(t, url, webhook.Header, sig, body)
+	return postSigned(t, url, gatewayhook.Header, sig, body)
 }
 
 // postSigned posts body with sig in header (none when empty) and returns
@@ -58,9 +58,9 @@ func TestWebhookReceiver(t *testing.T) {
 	}{
 		{"missing signature", "", body, http.StatusBadRequest},
 		{"malformed signature", "v1=abc", body, http.StatusBadRequest},
-		{"tampered body", webhook.Sign(secret, now, body), tampered, http.StatusUnauthorized},
-		{"wrong secret", webhook.Sign([]byte("guess"), now, body), body, http.StatusUnauthorized},
-		{"replayed (stale timestamp)", webhook.Sign(secret, now.Add(-10*time.Minute), body), body, http.StatusBadRequest},
+		{"tampered body", gatewayhook.Sign(secret, now, body), tampered, http.StatusUnauthorized},
+		{"wrong secret", gatewayhook.Sign([]byte("guess"), now, body), body, http.StatusUnauthorized},
+		{"replayed (stale timestamp)", gatewayhook.Sign(secret, now.Add(-10*time.Minute), body), body, http.StatusBadRequest},
 	} {
 		if got := post(t, srv.URL, tc.sig, tc.body); got != tc.want {
 			t.Fatalf("%s: %d, want %d", tc.name, got, tc.want)
@@ -75,7 +75,7 @@ func TestWebhookReceiver(t *testing.T) {
 
 	// A valid delivery settles the payment; duplicates change nothing.
 	for i := range 3 {
-		if got := post(t, srv.URL, webhook.Sign(secret, time.Now(), body), body); got != http.StatusOK {
+		if got := post(t, srv.URL, gatewayhook.Sign(secret, time.Now(), body), body); got != http.StatusOK {
 			t.Fatalf("delivery %d: %d", i, got)
 		}
 	}
@@ -90,7 +90,7 @@ func TestWebhookReceiver(t *testing.T) {
 	busy := e.payment("PROCESSING", "", 200)
 	c2 := &gatewaysim.Charge{ID: "ch_busy", Key: busy.String(), Reference: busy.String(), Payer: "alice", Amount: 200, Currency: "USD", CreatedAt: time.Now()}
 	b2, _ := json.Marshal(gatewaysim.Event(c2))
-	if got := post(t, srv.URL, webhook.Sign(secret, time.Now(), b2), b2); got != http.StatusOK {
+	if got := post(t, srv.URL, gatewayhook.Sign(secret, time.Now(), b2), b2); got != http.StatusOK {
 		t.Fatalf("processing delivery: %d", got)
 	}
 	if st, _ := e.status(busy); st != "PROCESSING" {
@@ -116,7 +116,7 @@ func TestGatewaySimDeliversWebhooks(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sender := &webhook.Sender{URL: srv.URL, Secret: secret, Backoff: 20 * time.Millisecond, Log: quiet}
+	sender := &gatewayhook.Sender{URL: srv.URL, Secret: secret, Backoff: 20 * time.Millisecond, Log: quiet}
 	sender.Start(ctx, 2)
 	e.sim.OnCharge = func(c *gatewaysim.Charge) { sender.Enqueue(gatewaysim.Event(c)) }
 
@@ -165,7 +165,7 @@ func TestWebhookAmountMustMatch(t *testing.T) {
 			p := e.payment("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 100)
 			ch := &gatewaysim.Charge{ID: "ch_" + p.String()[:8], Key: p.String(), Reference: p.String(), Amount: c.amount, Currency: c.currency, CreatedAt: time.Now()}
 			body, _ := json.Marshal(gatewaysim.Event(ch))
-			if got := post(t, srv.URL, webhook.Sign(secret, time.Now(), body), body); got != c.want {
+			if got := post(t, srv.URL, gatewayhook.Sign(secret, time.Now(), body), body); got != c.want {
 				t.Fatalf("answered %d, want %d", got, c.want)
 			}
 			if st, _ := e.status(p); st != "DEAD_LETTERED" {
@@ -189,7 +189,7 @@ func TestWebhookWhileProcessingIsHarmless(t *testing.T) {
 	ch := e.charge(p.String(), p.String(), 100, time.Now())
 	c, _ := e.ledger.Get(context.Background(), p.String())
 	body, _ := json.Marshal(gatewaysim.Event(c))
-	if got := post(t, srv.URL, webhook.Sign(secret, time.Now(), body), body); got != http.StatusOK {
+	if got := post(t, srv.URL, gatewayhook.Sign(secret, time.Now(), body), body); got != http.StatusOK {
 		t.Fatalf("delivery: %d", got)
 	}
 	if st, _ := e.status(p); st != "PROCESSING" {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/gateway/gatewayhook"
 	"github.com/paysched/paysched/pkg/reconcile"
 )
 
@@ -27,7 +27,7 @@ func stripeEvent(t *testing.T, name string, id uuid.UUID) []byte {
 
 func postStripe(t *testing.T, url, sig string, body []byte) int {
 	t.Helper()
-	return postSigned(t, url, webhook.StripeHeader, sig, body)
+	return postSigned(t, url, gatewayhook.StripeHeader, sig, body)
 }
 
 // TestStripeWebhooks: Stripe-signed payment_intent events go through the
@@ -50,10 +50,10 @@ func TestStripeWebhooks(t *testing.T) {
 		want int
 	}{
 		{"missing signature", "", body, http.StatusBadRequest},
-		{"gateway-sim's secret", webhook.Sign([]byte("hook-secret"), now, body), body, http.StatusUnauthorized},
-		{"tampered amount", webhook.Sign(secret, now, body), bytes.Replace(body, []byte(`"amount": 1500`), []byte(`"amount": 15`), 1), http.StatusUnauthorized},
-		{"replayed (stale timestamp)", webhook.Sign(secret, now.Add(-10*time.Minute), body), body, http.StatusBadRequest},
-		{"not an event", webhook.Sign(secret, now, []byte(`{"id":"x"}`)), []byte(`{"id":"x"}`), http.StatusBadRequest},
+		{"gateway-sim's secret", gatewayhook.Sign([]byte("hook-secret"), now, body), body, http.StatusUnauthorized},
+		{"tampered amount", gatewayhook.Sign(secret, now, body), bytes.Replace(body, []byte(`"amount": 1500`), []byte(`"amount": 15`), 1), http.StatusUnauthorized},
+		{"replayed (stale timestamp)", gatewayhook.Sign(secret, now.Add(-10*time.Minute), body), body, http.StatusBadRequest},
+		{"not an event", gatewayhook.Sign(secret, now, []byte(`{"id":"x"}`)), []byte(`{"id":"x"}`), http.StatusBadRequest},
 	} {
 		if got := postStripe(t, srv.URL, tc.sig, tc.body); got != tc.want {
 			t.Fatalf("%s: %d, want %d", tc.name, got, tc.want)
@@ -63,7 +63,7 @@ func TestStripeWebhooks(t *testing.T) {
 		}
 	}
 	for i := range 3 { // Stripe redelivers with a fresh signature
-		if got := postStripe(t, srv.URL, webhook.Sign(secret, time.Now(), body), body); got != http.StatusOK {
+		if got := postStripe(t, srv.URL, gatewayhook.Sign(secret, time.Now(), body), body); got != http.StatusOK {
 			t.Fatalf("delivery %d: %d", i, got)
 		}
 	}
@@ -76,7 +76,7 @@ func TestStripeWebhooks(t *testing.T) {
 
 	lost := e.paymentOf("cus_PaySchedAlice", "DEAD_LETTERED", 1, 1500)
 	fb := stripeEvent(t, "payment_intent.payment_failed", lost)
-	if got := postStripe(t, srv.URL, webhook.Sign(secret, time.Now(), fb), fb); got != http.StatusOK {
+	if got := postStripe(t, srv.URL, gatewayhook.Sign(secret, time.Now(), fb), fb); got != http.StatusOK {
 		t.Fatalf("payment_failed: %d", got)
 	}
 	var st, lastErr string
@@ -95,7 +95,7 @@ func TestStripeWebhooks(t *testing.T) {
 		ob := stripeEvent(t, "payment_intent.payment_failed", open)
 		ob = bytes.Replace(ob, []byte(`"status": "requires_payment_method"`), []byte(`"status": "`+state+`"`), 1)
 		ob = bytes.Replace(ob, []byte("evt_3PaySchedFailed"), []byte("evt_"+state), 1)
-		if got := postStripe(t, srv.URL, webhook.Sign(secret, time.Now(), ob), ob); got != http.StatusOK {
+		if got := postStripe(t, srv.URL, gatewayhook.Sign(secret, time.Now(), ob), ob); got != http.StatusOK {
 			t.Fatalf("payment_failed while %s: %d", state, got)
 		}
 		if st, _ := e.status(open); st != "DEAD_LETTERED" {
@@ -110,7 +110,7 @@ func TestStripeWebhooks(t *testing.T) {
 	bb = bytes.Replace(bb, []byte("evt_3PaySchedSucceeded"), []byte("evt_busy"), 1)
 	other := stripeEvent(t, "charge.refunded", busy)
 	for _, b := range [][]byte{bb, other} {
-		if got := postStripe(t, srv.URL, webhook.Sign(secret, time.Now(), b), b); got != http.StatusOK {
+		if got := postStripe(t, srv.URL, gatewayhook.Sign(secret, time.Now(), b), b); got != http.StatusOK {
 			t.Fatalf("delivery: %d", got)
 		}
 	}

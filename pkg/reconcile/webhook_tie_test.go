@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/gateway/gatewayhook"
 	"github.com/paysched/paysched/pkg/reconcile"
 	"github.com/paysched/paysched/tools/gatewaysim"
 )
@@ -142,12 +142,12 @@ func TestWebhooksAreTiedToTheirPayment(t *testing.T) {
 			evt := "evt_" + strings.ReplaceAll(c.name, " ", "_")
 			body := c.body(id, evt)
 			before := webhookResults(t, reg)[c.result]
-			url, sign := gw.URL, webhook.Header
+			url, sign := gw.URL, gatewayhook.Header
 			key := secret
 			if c.stripe {
-				url, sign, key = st.URL, webhook.StripeHeader, stripeSecret
+				url, sign, key = st.URL, gatewayhook.StripeHeader, stripeSecret
 			}
-			if got := postSigned(t, url, sign, webhook.Sign(key, time.Now(), body), bytes.Clone(body)); got != http.StatusOK {
+			if got := postSigned(t, url, sign, gatewayhook.Sign(key, time.Now(), body), bytes.Clone(body)); got != http.StatusOK {
 				t.Fatalf("delivery: %d", got)
 			}
 			if got := webhookResults(t, reg)[c.result]; got != before+1 {

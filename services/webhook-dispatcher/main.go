@@ -20,7 +20,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
@@ -32,14 +32,14 @@ func main() {
 	dbURL := fs.String("webhooks-database-url", "postgres://postgres@127.0.0.1:55433/paysched_webhooks?sslmode=disable", "Postgres URL of the webhooks' database (migrate --webhooks-database-url; role paysched_webhooks)")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
 	kafkaSec := kafkaauth.Register(fs)
-	group := fs.String("group", webhook.Group, "consumer group")
+	group := fs.String("group", tenanthook.Group, "consumer group")
 	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: the notifications are <prefix>.notifications")
 	retention := fs.Duration("retention", 30*24*time.Hour, "how long finished deliveries and their messages are kept (0: forever)")
 	maxPending := fs.Int("max-pending", 20000, "notifications read and not yet recorded at most (the fetch waits beyond)")
 	timeout := fs.Duration("timeout", 15*time.Second, "an attempt's time limit, response included")
 	proxy := fs.String("egress-proxy", "", "send every attempt through this HTTP proxy (e.g. smokescreen), which then refuses private addresses; empty: connect directly, refusing them here")
 	loopback := fs.Bool("allow-loopback", false, "let endpoints on 127.0.0.1 and ::1 (and http://) be reached: a local receiver in development; refused without --dev")
-	schedule := fs.String("retry-schedule", webhook.DefaultSchedule.String(), "the delays before each retry; their count is the retries a delivery gets (the spec's by default)")
+	schedule := fs.String("retry-schedule", tenanthook.DefaultSchedule.String(), "the delays before each retry; their count is the retries a delivery gets (the spec's by default)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9430", "metrics and health listen address")
 	svc.Main("webhook-dispatcher", fs, func(ctx context.Context, log *slog.Logger) error {
 		mode.Announce(log)
@@ -55,7 +55,7 @@ func main() {
 		if *prefix == "" {
 			return fmt.Errorf("--topic-prefix must not be empty")
 		}
-		eg := webhook.Egress{Loopback: *loopback, Timeout: *timeout}
+		eg := tenanthook.Egress{Loopback: *loopback, Timeout: *timeout}
 		if *proxy != "" {
 			u, err := url.Parse(*proxy)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -63,7 +63,7 @@ func main() {
 			}
 			eg.Proxy = u
 		}
-		sched, err := webhook.ParseSchedule(*schedule)
+		sched, err := tenanthook.ParseSchedule(*schedule)
 		if err != nil {
 			return fmt.Errorf("--retry-schedule: %w", err)
 		}
@@ -72,7 +72,7 @@ func main() {
 			return err
 		}
 		url := *dbURL
-		cfg := webhook.Config{Brokers: strings.Split(*brokers, ","), KafkaOpts: kafkaOpts, Group: *group,
+		cfg := tenanthook.Config{Brokers: strings.Split(*brokers, ","), KafkaOpts: kafkaOpts, Group: *group,
 			Topics: kafka.TopicsFor(*prefix), Egress: eg, Schedule: sched, Retention: *retention, MaxPending: *maxPending,
 			// The slots across dispatchers are advisory locks on a session
 			// of their own.
@@ -86,7 +86,7 @@ func main() {
 		}
 		defer pool.Close()
 		reg := obs.Registry()
-		d, err := webhook.New(cfg, pool, reg, log)
+		d, err := tenanthook.New(cfg, pool, reg, log)
 		if err != nil {
 			return err
 		}

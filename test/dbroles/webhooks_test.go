@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/events/notification"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 )
 
 // The webhook-dispatcher's role fans out, claims and records attempts, and
@@ -23,7 +23,7 @@ func TestWebhookRoles(t *testing.T) {
 	adm, hooks := e.pools["paysched_admin"], e.pools["paysched_webhooks"]
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
-	ep, _, err := webhook.CreateEndpoint(ctx, adm, webhook.Endpoint{Tenant: "acme", URL: srv.URL})
+	ep, _, err := tenanthook.CreateEndpoint(ctx, adm, tenanthook.Endpoint{Tenant: "acme", URL: srv.URL})
 	if err != nil {
 		t.Fatalf("create endpoint as paysched_admin: %v", err)
 	}
@@ -31,7 +31,7 @@ func TestWebhookRoles(t *testing.T) {
 	// The dispatcher's work as paysched_webhooks: read the endpoints, take
 	// a slot (an advisory lock on a session of its own), attempt, record
 	// the message and the delivery, retire old rows.
-	d := &webhook.Deliverer{DB: hooks, Client: webhook.Egress{Timeout: 5 * time.Second, Loopback: true}.Client(),
+	d := &tenanthook.Deliverer{DB: hooks, Client: tenanthook.Egress{Timeout: 5 * time.Second, Loopback: true}.Client(),
 		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, hooks.Config().ConnConfig) }}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -48,16 +48,16 @@ func TestWebhookRoles(t *testing.T) {
 	stop()
 	<-done
 	var state string
-	if err := adm.QueryRow(ctx, `SELECT state FROM webhook_deliveries`).Scan(&state); err != nil || state != webhook.DeliveredState {
+	if err := adm.QueryRow(ctx, `SELECT state FROM webhook_deliveries`).Scan(&state); err != nil || state != tenanthook.DeliveredState {
 		t.Fatalf("delivery as seen by paysched_admin: %q %v", state, err)
 	}
-	if _, err := webhook.Sweep(ctx, hooks, time.Now().Add(-time.Hour), 10); err != nil {
+	if _, err := tenanthook.Sweep(ctx, hooks, time.Now().Add(-time.Hour), 10); err != nil {
 		t.Fatalf("retention as paysched_webhooks: %v", err)
 	}
-	if _, err := webhook.RotateSecret(ctx, adm, "", ep.ID, time.Hour); err != nil {
+	if _, err := tenanthook.RotateSecret(ctx, adm, "", ep.ID, time.Hour); err != nil {
 		t.Fatalf("rotate as paysched_admin: %v", err)
 	}
-	if err := webhook.Resend(ctx, adm, "", ep.ID, "m1"); err != nil {
+	if err := tenanthook.Resend(ctx, adm, "", ep.ID, "m1"); err != nil {
 		t.Fatalf("resend as paysched_admin: %v", err)
 	}
 	for _, stmt := range []string{
@@ -79,26 +79,26 @@ func TestWebhookRoles(t *testing.T) {
 	// payments-api: a tenant's own endpoints, rotated through the owner's
 	// function, never reading or setting a secret itself.
 	api := e.pools["paysched_api"]
-	own, _, err := webhook.CreateEndpoint(ctx, api, webhook.Endpoint{Tenant: "acme", URL: "https://hooks.acme.example/"})
+	own, _, err := tenanthook.CreateEndpoint(ctx, api, tenanthook.Endpoint{Tenant: "acme", URL: "https://hooks.acme.example/"})
 	if err != nil {
 		t.Fatalf("create endpoint as paysched_api: %v", err)
 	}
-	if _, err := webhook.ListEndpoints(ctx, api, "acme"); err != nil {
+	if _, err := tenanthook.ListEndpoints(ctx, api, "acme"); err != nil {
 		t.Fatalf("list as paysched_api: %v", err)
 	}
-	if _, err := webhook.RotateSecret(ctx, api, "acme", own.ID, time.Hour); err != nil {
+	if _, err := tenanthook.RotateSecret(ctx, api, "acme", own.ID, time.Hour); err != nil {
 		t.Fatalf("rotate as paysched_api: %v", err)
 	}
-	if err := webhook.SetEnabled(ctx, api, "acme", own.ID, false); err != nil {
+	if err := tenanthook.SetEnabled(ctx, api, "acme", own.ID, false); err != nil {
 		t.Fatalf("disable as paysched_api: %v", err)
 	}
-	if err := webhook.Resend(ctx, api, "acme", ep.ID, "m1"); err != nil {
+	if err := tenanthook.Resend(ctx, api, "acme", ep.ID, "m1"); err != nil {
 		t.Fatalf("resend as paysched_api: %v", err)
 	}
-	if _, err := webhook.Recover(ctx, api, "acme", ep.ID, time.Now().Add(-time.Hour), nil); err != nil {
+	if _, err := tenanthook.Recover(ctx, api, "acme", ep.ID, time.Now().Add(-time.Hour), nil); err != nil {
 		t.Fatalf("recover as paysched_api: %v", err)
 	}
-	if _, err := webhook.Attempts(ctx, api, "acme", &pay, nil, 10); err != nil {
+	if _, err := tenanthook.Attempts(ctx, api, "acme", &pay, nil, 10); err != nil {
 		t.Fatalf("delivery log as paysched_api: %v", err)
 	}
 	for _, stmt := range []string{

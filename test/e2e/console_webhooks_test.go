@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paysched/paysched/pkg/events/notification"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/test/webhooktest"
 )
 
@@ -37,7 +37,7 @@ func TestConsoleWebhooksInABrowser(t *testing.T) {
 		_, _ = w.Write([]byte(`{"error":"down for maintenance"}`))
 	}))
 	defer rcv.Close()
-	ep, _, err := webhook.CreateEndpoint(ctx, pool, webhook.Endpoint{Tenant: "erin", URL: rcv.URL + "/paysched",
+	ep, _, err := tenanthook.CreateEndpoint(ctx, pool, tenanthook.Endpoint{Tenant: "erin", URL: rcv.URL + "/paysched",
 		Description: "erin's receiver", MaxInflight: 4, MaxPerSecond: 50})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestConsoleWebhooksInABrowser(t *testing.T) {
 		t.Fatalf("after send again: %q (%v)", got, err)
 	}
 	// Spent: recover brings it back.
-	if _, err := pool.Exec(ctx, `UPDATE webhook_deliveries SET state = $1 WHERE msg_id = $2`, webhook.Undelivered, msg); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE webhook_deliveries SET state = $1 WHERE msg_id = $2`, tenanthook.Undelivered, msg); err != nil {
 		t.Fatal(err)
 	}
 	since := time.Now().UTC().Add(-time.Hour).Format("2006-01-02T15:04")
@@ -75,7 +75,7 @@ func TestConsoleWebhooksInABrowser(t *testing.T) {
 		t.Fatalf("after recover: %q (%v)", got, err)
 	}
 	var state string
-	if err := pool.QueryRow(ctx, `SELECT state FROM webhook_deliveries WHERE msg_id = $1`, msg).Scan(&state); err != nil || state != webhook.Waiting {
+	if err := pool.QueryRow(ctx, `SELECT state FROM webhook_deliveries WHERE msg_id = $1`, msg).Scan(&state); err != nil || state != tenanthook.Waiting {
 		t.Fatalf("after recover the delivery is %q (%v)", state, err)
 	}
 }

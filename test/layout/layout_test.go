@@ -254,7 +254,7 @@ func TestLayersRefuseAnUpwardImport(t *testing.T) {
 	if api, console := layerOf(module+"/pkg/api/server"), layerOf(module+"/pkg/console"); api >= console {
 		t.Fatalf("pkg/api (floor %d) may import pkg/console (floor %d)", api, console)
 	}
-	if layerOf(module+"/pkg/events/webhook") <= layerOf(module+"/pkg/events/kafka") {
+	if layerOf(module+"/pkg/events/tenanthook") <= layerOf(module+"/pkg/events/kafka") {
 		t.Fatal("the longest prefix does not decide a package's floor")
 	}
 }

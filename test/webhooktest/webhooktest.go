@@ -1,5 +1,5 @@
 // Package webhooktest delivers notifications to their endpoints in a test,
-// as the webhook-dispatcher would, without Kafka: a webhook.Deliverer runs
+// as the webhook-dispatcher would, without Kafka: a tenanthook.Deliverer runs
 // until the notes given are recorded, then stops.
 package webhooktest
 
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/paysched/paysched/pkg/events/notification"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -18,7 +18,7 @@ import (
 // allowed) and returns when each is recorded in db.
 func Deliver(t testing.TB, db store.DB, notes ...notification.Note) {
 	t.Helper()
-	d := &webhook.Deliverer{DB: db, Client: webhook.Egress{Loopback: true, Timeout: 5 * time.Second}.Client(), Poll: time.Hour}
+	d := &tenanthook.Deliverer{DB: db, Client: tenanthook.Egress{Loopback: true, Timeout: 5 * time.Second}.Client(), Poll: time.Hour}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = d.Run(ctx); close(done) }()

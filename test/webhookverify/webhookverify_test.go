@@ -24,7 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paysched/paysched/pkg/events/kafka"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/test/kafkatest"
 	"github.com/paysched/paysched/test/nodetest"
 	"github.com/paysched/paysched/test/pgtest"
@@ -39,11 +39,11 @@ func TestTwoVerifiersAcceptEveryDelivery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	ep, oldSecret, err := webhook.CreateEndpoint(ctx, db, webhook.Endpoint{Tenant: "acme", URL: "http://127.0.0.1:1/"})
+	ep, oldSecret, err := tenanthook.CreateEndpoint(ctx, db, tenanthook.Endpoint{Tenant: "acme", URL: "http://127.0.0.1:1/"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	newSecret, err := webhook.RotateSecret(ctx, db, "acme", ep.ID, time.Hour)
+	newSecret, err := tenanthook.RotateSecret(ctx, db, "acme", ep.ID, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +71,8 @@ func TestTwoVerifiersAcceptEveryDelivery(t *testing.T) {
 
 	topics := kafka.DefaultTopics
 	seeds := kafkatest.NewCluster(t, topics.Notifications)
-	d, err := webhook.New(webhook.Config{Brokers: seeds, Group: webhook.Group, Topics: topics,
-		Egress: webhook.Egress{Loopback: true, Timeout: 10 * time.Second}},
+	d, err := tenanthook.New(tenanthook.Config{Brokers: seeds, Group: tenanthook.Group, Topics: topics,
+		Egress: tenanthook.Egress{Loopback: true, Timeout: 10 * time.Second}},
 		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestTwoVerifiersAcceptEveryDelivery(t *testing.T) {
 			t.Fatalf("refused by a verifier: %v", refused)
 		}
 		var succeeded int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE state = $1`, webhook.DeliveredState).Scan(&succeeded); err != nil {
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE state = $1`, tenanthook.DeliveredState).Scan(&succeeded); err != nil {
 			t.Fatalf("%d of %d delivered: %v", len(seen), n, err)
 		}
 		if succeeded == n {

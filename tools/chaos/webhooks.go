@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 )
 
 // hookTenants have webhook endpoints in the run: the big tenant (half the
@@ -64,8 +64,8 @@ func (h *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.received++
-	id := r.Header.Get(webhook.HeaderID)
-	if err := webhook.Verify(secret, id, r.Header.Get(webhook.HeaderTimestamp), r.Header.Get(webhook.HeaderSignature), body, time.Now()); err != nil {
+	id := r.Header.Get(tenanthook.HeaderID)
+	if err := tenanthook.Verify(secret, id, r.Header.Get(tenanthook.HeaderTimestamp), r.Header.Get(tenanthook.HeaderSignature), body, time.Now()); err != nil {
 		h.refused = append(h.refused, fmt.Sprintf("%s %s: %v", r.URL.Path, id, err))
 		w.WriteHeader(http.StatusBadRequest)
 		return
@@ -117,12 +117,12 @@ func (r *run) setupWebhooks(ctx context.Context) error {
 	for _, h := range r.hooks {
 		for _, t := range hookTenants {
 			path := "/hooks/" + t
-			ep := webhook.Endpoint{Tenant: t, URL: "http://" + h.addr + path, Description: "chaos " + h.name,
+			ep := tenanthook.Endpoint{Tenant: t, URL: "http://" + h.addr + path, Description: "chaos " + h.name,
 				MaxInflight: 16, MaxPerSecond: 5000}
 			if err := ep.Check(true); err != nil {
 				return fmt.Errorf("webhook endpoint: %w", err)
 			}
-			_, secret, err := webhook.CreateEndpoint(ctx, r.hooksDB, ep)
+			_, secret, err := tenanthook.CreateEndpoint(ctx, r.hooksDB, ep)
 			if err != nil {
 				return fmt.Errorf("webhook endpoint of %s: %w", t, err)
 			}
@@ -179,7 +179,7 @@ func (r *run) webhookChaos(ctx context.Context, end time.Time) {
 func (r *run) checkWebhooks(ctx context.Context, notes map[string]string) {
 	start := time.Now()
 	for {
-		open := r.countIn(ctx, r.hooksDB, `SELECT count(*) FROM webhook_deliveries WHERE state <> $1`, webhook.DeliveredState)
+		open := r.countIn(ctx, r.hooksDB, `SELECT count(*) FROM webhook_deliveries WHERE state <> $1`, tenanthook.DeliveredState)
 		if open == 0 || time.Since(start) > r.cfg.Settle {
 			if open != 0 {
 				r.logf("webhooks: %d deliveries not delivered after %s", open, r.cfg.Settle)

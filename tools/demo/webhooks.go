@@ -10,7 +10,7 @@ import (
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/cli"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 )
 
 // hooks is the demo's webhook receiver: an endpoint of the run's tenant,
@@ -47,8 +47,8 @@ func (d *demoRun) receiveWebhooks() *hooks {
 	}
 	h.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		id := r.Header.Get(webhook.HeaderID)
-		err := webhook.Verify(secret, id, r.Header.Get(webhook.HeaderTimestamp), r.Header.Get(webhook.HeaderSignature), body, time.Now())
+		id := r.Header.Get(tenanthook.HeaderID)
+		err := tenanthook.Verify(secret, id, r.Header.Get(tenanthook.HeaderTimestamp), r.Header.Get(tenanthook.HeaderSignature), body, time.Now())
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.total++

@@ -19,7 +19,7 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/pkg/gateway"
-	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/gateway/gatewayhook"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/coalesce"
 	"github.com/paysched/paysched/pkg/platform/tracing"
@@ -507,12 +507,12 @@ func toProto(c *Charge, now time.Time) *gatewayv1.Charge {
 
 // Event is the webhook event reporting c's outcome; its id is derived from
 // the charge, so every delivery of one outcome carries the same id.
-func Event(c *Charge) webhook.Event {
-	typ, st := webhook.TypeSucceeded, payment.Succeeded
+func Event(c *Charge) gatewayhook.Event {
+	typ, st := gatewayhook.TypeSucceeded, payment.Succeeded
 	if c.Declined {
-		typ, st = webhook.TypeDeclined, payment.Declined
+		typ, st = gatewayhook.TypeDeclined, payment.Declined
 	}
-	return webhook.Event{ID: "evt_" + c.ID, Type: typ, Created: c.CreatedAt.Unix(), Data: webhook.Charge{
+	return gatewayhook.Event{ID: "evt_" + c.ID, Type: typ, Created: c.CreatedAt.Unix(), Data: gatewayhook.Charge{
 		ChargeID: c.ID, IdempotencyKey: c.Key, Reference: c.Reference, Payer: c.Payer, Amount: c.Amount, Currency: c.Currency,
 		Status: string(st), DeclineReason: c.DeclineReason, CreatedAt: c.CreatedAt,
 	}}

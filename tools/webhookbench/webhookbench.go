@@ -33,7 +33,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/notification"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/tools/apibench"
 )
@@ -97,12 +97,12 @@ func newReceiver(name, tenant string, healthy bool, handle func(http.ResponseWri
 	r.url = "http://" + ln.Addr().String() + "/hook"
 	r.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
-		id := req.Header.Get(webhook.HeaderID)
+		id := req.Header.Get(tenanthook.HeaderID)
 		if !handle(w) {
 			return
 		}
 		now := time.Now()
-		if err := webhook.Verify(r.secret, id, req.Header.Get(webhook.HeaderTimestamp), req.Header.Get(webhook.HeaderSignature), body, now); err != nil {
+		if err := tenanthook.Verify(r.secret, id, req.Header.Get(tenanthook.HeaderTimestamp), req.Header.Get(tenanthook.HeaderSignature), body, now); err != nil {
 			r.refused.Add(1)
 			w.WriteHeader(http.StatusBadRequest)
 			return
@@ -165,7 +165,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			return Result{}, err
 		}
 		recv = append(recv, r)
-		_, secret, err := webhook.CreateEndpoint(ctx, c.DB, webhook.Endpoint{Tenant: s.tenant, URL: r.url, Description: s.name,
+		_, secret, err := tenanthook.CreateEndpoint(ctx, c.DB, tenanthook.Endpoint{Tenant: s.tenant, URL: r.url, Description: s.name,
 			MaxInflight: 16, MaxPerSecond: 10000})
 		if err != nil {
 			return Result{}, fmt.Errorf("endpoint %s: %w", s.name, err)

@@ -20,7 +20,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/webhookapi"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/test/pgtest"
 )
 
@@ -145,7 +145,7 @@ func TestWebhookEndpointsThroughTheAdminAPI(t *testing.T) {
 	bea := auth.WithPrincipal(ctx, auth.Principal{Actor: "bea", Admin: true})
 	ok, err := srv.ApproveOperatorRequest(bea, name)
 	if secret := ok.GetRequest().GetSecret(); err != nil || ok.GetRequest().GetState() != "APPLIED" || secret == created.GetSecret() ||
-		webhook.CheckSecret(secret) != nil {
+		tenanthook.CheckSecret(secret) != nil {
 		t.Fatalf("approved rotation: %v %v", ok, err)
 	}
 	if again, err := srv.GetOperatorRequest(bea, &payschedv1.GetOperatorRequestRequest{Name: name.GetName()}); err != nil ||
@@ -187,7 +187,7 @@ func TestWebhookEndpointCapAndResendLimitThroughTheAdminAPI(t *testing.T) {
 	srv := admin.New(pgtest.NewPool(t), nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	actx := auth.WithPrincipal(context.Background(), auth.Principal{Actor: "ops", Admin: true})
 	var first string
-	for i := range webhook.MaxEndpointsPerTenant {
+	for i := range tenanthook.MaxEndpointsPerTenant {
 		r, err := srv.CreateWebhookEndpoint(actx, &payschedv1.CreateWebhookEndpointRequest{Tenant: "acme", Url: fmt.Sprintf("https://hooks.example.com/%d", i)})
 		if err != nil {
 			t.Fatalf("endpoint %d: %v", i+1, err)
@@ -198,7 +198,7 @@ func TestWebhookEndpointCapAndResendLimitThroughTheAdminAPI(t *testing.T) {
 	}
 	_, err := srv.CreateWebhookEndpoint(actx, &payschedv1.CreateWebhookEndpointRequest{Tenant: "acme", Url: "https://hooks.example.com/more"})
 	if status.Code(err) != codes.ResourceExhausted || apierr.Reason(err) != webhookapi.ReasonTooManyEndpoints {
-		t.Fatalf("endpoint %d: %v, want RESOURCE_EXHAUSTED %s", webhook.MaxEndpointsPerTenant+1, err, webhookapi.ReasonTooManyEndpoints)
+		t.Fatalf("endpoint %d: %v, want RESOURCE_EXHAUSTED %s", tenanthook.MaxEndpointsPerTenant+1, err, webhookapi.ReasonTooManyEndpoints)
 	}
 	if _, err := srv.CreateWebhookEndpoint(actx, &payschedv1.CreateWebhookEndpointRequest{Tenant: "globex", Url: "https://hooks.example.com/g"}); err != nil {
 		t.Fatalf("another tenant's first: %v", err)

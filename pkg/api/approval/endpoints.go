@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -153,13 +153,13 @@ func ApplyEndpoint(hooks store.DB) func(ctx context.Context, e *EndpointRequest)
 			if overlap == 0 {
 				overlap = 24 * time.Hour
 			}
-			secret, err := webhook.RotateSecret(ctx, hooks, "", e.EndpointID, overlap)
+			secret, err := tenanthook.RotateSecret(ctx, hooks, "", e.EndpointID, overlap)
 			return 0, secret, err
 		}
 		if e.Since == nil {
 			return 0, "", errors.New("a recovery without its since")
 		}
-		n, err := webhook.Recover(ctx, hooks, "", e.EndpointID, *e.Since, e.Until)
+		n, err := tenanthook.Recover(ctx, hooks, "", e.EndpointID, *e.Since, e.Until)
 		return n, "", err
 	}
 }

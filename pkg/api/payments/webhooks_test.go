@@ -21,7 +21,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/webhookapi"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/test/pgtest"
 )
 
@@ -218,15 +218,15 @@ func TestEndpointLimitsAreBounded(t *testing.T) {
 func TestATenantsEndpointsAreCapped(t *testing.T) {
 	w := payments.NewWebhooks(pgtest.NewPool(t), false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	acme := auth.WithPrincipal(context.Background(), auth.Principal{Actor: "alice", Tenant: "acme", TenantNamed: true})
-	for i := range webhook.MaxEndpointsPerTenant {
+	for i := range tenanthook.MaxEndpointsPerTenant {
 		if _, err := w.CreateEndpoint(acme, &payschedv1.CreateEndpointRequest{Url: fmt.Sprintf("https://hooks.acme.example/%d", i)}); err != nil {
 			t.Fatalf("endpoint %d: %v", i+1, err)
 		}
 	}
 	_, err := w.CreateEndpoint(acme, &payschedv1.CreateEndpointRequest{Url: "https://hooks.acme.example/more"})
 	if status.Code(err) != codes.ResourceExhausted || apierr.Reason(err) != webhookapi.ReasonTooManyEndpoints ||
-		apierr.Metadata(err, "maxEndpoints") != strconv.Itoa(webhook.MaxEndpointsPerTenant) {
-		t.Fatalf("endpoint %d: %v (reason %q), want RESOURCE_EXHAUSTED %s", webhook.MaxEndpointsPerTenant+1, err, apierr.Reason(err),
+		apierr.Metadata(err, "maxEndpoints") != strconv.Itoa(tenanthook.MaxEndpointsPerTenant) {
+		t.Fatalf("endpoint %d: %v (reason %q), want RESOURCE_EXHAUSTED %s", tenanthook.MaxEndpointsPerTenant+1, err, apierr.Reason(err),
 			webhookapi.ReasonTooManyEndpoints)
 	}
 }

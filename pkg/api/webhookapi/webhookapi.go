@@ -1,7 +1,7 @@
 // Package webhookapi is what the two APIs that manage webhook endpoints
 // share: the operators' (admin-api, any tenant) and the tenants' own
 // (payments-api, the token's tenant). Each checks who may call; this
-// package checks the requests, calls pkg/events/webhook with the tenant
+// package checks the requests, calls pkg/events/tenanthook with the tenant
 // scope ("" for any tenant) and maps its answers to the API's.
 package webhookapi
 
@@ -22,11 +22,11 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/store"
 )
 
-// ReasonTooManyEndpoints: the tenant has webhook.MaxEndpointsPerTenant
+// ReasonTooManyEndpoints: the tenant has tenanthook.MaxEndpointsPerTenant
 // endpoints already (metadata maxEndpoints); a new one is refused.
 const ReasonTooManyEndpoints = "TOO_MANY_ENDPOINTS"
 
@@ -67,18 +67,18 @@ type NewEndpoint struct {
 
 // Create registers an endpoint of tenant (checked by the caller) for who.
 func (s Service) Create(ctx context.Context, who, tenant string, n NewEndpoint) (*payschedv1.WebhookEndpoint, string, error) {
-	e := webhook.Endpoint{Tenant: tenant, URL: n.URL, EventTypes: n.EventTypes, Description: n.Description,
+	e := tenanthook.Endpoint{Tenant: tenant, URL: n.URL, EventTypes: n.EventTypes, Description: n.Description,
 		MaxInflight: int(n.MaxInflight), MaxPerSecond: n.MaxPerSecond}
 	if err := e.Check(s.Loopback); err != nil {
-		return nil, "", invalid(fieldOf(err), strings.TrimPrefix(err.Error(), webhook.ErrInvalid.Error()+": "))
+		return nil, "", invalid(fieldOf(err), strings.TrimPrefix(err.Error(), tenanthook.ErrInvalid.Error()+": "))
 	}
-	out, secret, err := webhook.CreateEndpoint(ctx, s.DB, e)
-	if errors.Is(err, webhook.ErrTooManyEndpoints) {
+	out, secret, err := tenanthook.CreateEndpoint(ctx, s.DB, e)
+	if errors.Is(err, tenanthook.ErrTooManyEndpoints) {
 		// A quota, as TOO_MANY_PENDING is: no RetryInfo, since waiting
 		// frees nothing (an endpoint is disabled, never deleted).
 		return nil, "", apierr.New(codes.ResourceExhausted, ReasonTooManyEndpoints,
-			fmt.Sprintf("tenant %q has %d webhook endpoints, the most allowed: reuse or re-enable one", tenant, webhook.MaxEndpointsPerTenant),
-			map[string]string{"maxEndpoints": strconv.Itoa(webhook.MaxEndpointsPerTenant)})
+			fmt.Sprintf("tenant %q has %d webhook endpoints, the most allowed: reuse or re-enable one", tenant, tenanthook.MaxEndpointsPerTenant),
+			map[string]string{"maxEndpoints": strconv.Itoa(tenanthook.MaxEndpointsPerTenant)})
 	}
 	if err != nil {
 		return nil, "", apierr.FromFailure(s.Log, "create webhook endpoint", err)
@@ -107,7 +107,7 @@ func fieldOf(err error) string {
 
 // List is tenant's endpoints ("": every tenant's).
 func (s Service) List(ctx context.Context, tenant string) ([]*payschedv1.WebhookEndpoint, error) {
-	list, err := webhook.ListEndpoints(ctx, s.DB, tenant)
+	list, err := tenanthook.ListEndpoints(ctx, s.DB, tenant)
 	if err != nil {
 		return nil, apierr.FromFailure(s.Log, "list webhook endpoints", err)
 	}
@@ -124,7 +124,7 @@ func (s Service) SetEnabled(ctx context.Context, who, tenant, rawID string, enab
 	if err != nil {
 		return err
 	}
-	if err := webhook.SetEnabled(ctx, s.DB, tenant, id, enabled); err != nil {
+	if err := tenanthook.SetEnabled(ctx, s.DB, tenant, id, enabled); err != nil {
 		return s.mapErr("set webhook endpoint enabled", err)
 	}
 	s.Log.Info("webhook endpoint enabled set", "by", who, "endpoint", id, "enabled", enabled)
@@ -145,7 +145,7 @@ func (s Service) Rotate(ctx context.Context, who, tenant, rawID string, overlapS
 	case overlapSeconds < 0 || overlapSeconds > 7*24*3600:
 		return "", invalid("overlapSeconds", "must be between 1 and 604800 (7 days; 0: 24 hours)")
 	}
-	secret, err := webhook.RotateSecret(ctx, s.DB, tenant, id, overlap)
+	secret, err := tenanthook.RotateSecret(ctx, s.DB, tenant, id, overlap)
 	if err != nil {
 		return "", s.mapErr("rotate webhook secret", err)
 	}
@@ -168,7 +168,7 @@ func (s Service) Resend(ctx context.Context, who, tenant, rawID, msgID string) e
 	if ok, wait := resends.Allow(tenant + "\x00" + id.String()); !ok {
 		return resendLimited(id, wait)
 	}
-	if err := webhook.Resend(ctx, s.DB, tenant, id, msgID); err != nil {
+	if err := tenanthook.Resend(ctx, s.DB, tenant, id, msgID); err != nil {
 		return s.mapErr("resend webhook", err)
 	}
 	s.Log.Info("webhook resent", "by", who, "endpoint", id, "webhook_id", msgID)
@@ -193,7 +193,7 @@ func (s Service) Recover(ctx context.Context, who, tenant, rawID string, since, 
 		u := until.AsTime()
 		end = &u
 	}
-	n, err := webhook.Recover(ctx, s.DB, tenant, id, since.AsTime(), end)
+	n, err := tenanthook.Recover(ctx, s.DB, tenant, id, since.AsTime(), end)
 	if err != nil {
 		return 0, s.mapErr("recover webhooks", err)
 	}
@@ -229,7 +229,7 @@ func (s Service) Attempts(ctx context.Context, tenant, paymentID, rawEndpoint st
 	default:
 		return nil, invalid("paymentId", "give a paymentId or an endpointId")
 	}
-	list, err := webhook.Attempts(ctx, s.DB, tenant, pay, ep, n)
+	list, err := tenanthook.Attempts(ctx, s.DB, tenant, pay, ep, n)
 	if err != nil {
 		return nil, apierr.FromFailure(s.Log, "list webhook attempts", err)
 	}
@@ -262,9 +262,9 @@ func (s Service) Check(ctx context.Context, tenant, rawID string) (uuid.UUID, er
 	if err != nil {
 		return uuid.Nil, err
 	}
-	e, err := webhook.GetEndpoint(ctx, s.DB, id)
+	e, err := tenanthook.GetEndpoint(ctx, s.DB, id)
 	if err == nil && tenant != "" && e.Tenant != tenant {
-		err = fmt.Errorf("endpoint %s: %w", id, webhook.ErrNotFound)
+		err = fmt.Errorf("endpoint %s: %w", id, tenanthook.ErrNotFound)
 	}
 	if err != nil {
 		return uuid.Nil, s.mapErr("endpoint", err)
@@ -284,16 +284,16 @@ func endpointID(s string) (uuid.UUID, error) {
 // another tenant) or message is NOT_FOUND, a bad value INVALID_ARGUMENT.
 func (s Service) mapErr(op string, err error) error {
 	switch {
-	case errors.Is(err, webhook.ErrNotFound):
-		return apierr.New(codes.NotFound, apierr.ReasonNotFound, strings.TrimSuffix(err.Error(), ": "+webhook.ErrNotFound.Error())+" not found", nil)
-	case errors.Is(err, webhook.ErrInvalid):
-		return invalid("endpoint", strings.TrimPrefix(err.Error(), webhook.ErrInvalid.Error()+": "))
+	case errors.Is(err, tenanthook.ErrNotFound):
+		return apierr.New(codes.NotFound, apierr.ReasonNotFound, strings.TrimSuffix(err.Error(), ": "+tenanthook.ErrNotFound.Error())+" not found", nil)
+	case errors.Is(err, tenanthook.ErrInvalid):
+		return invalid("endpoint", strings.TrimPrefix(err.Error(), tenanthook.ErrInvalid.Error()+": "))
 	}
 	return apierr.FromFailure(s.Log, op, err)
 }
 
 // EndpointToProto is an endpoint as the APIs show it (never its secrets).
-func EndpointToProto(e webhook.Endpoint) *payschedv1.WebhookEndpoint {
+func EndpointToProto(e tenanthook.Endpoint) *payschedv1.WebhookEndpoint {
 	out := &payschedv1.WebhookEndpoint{EndpointId: e.ID.String(), Tenant: e.Tenant, Url: e.URL, EventTypes: e.EventTypes,
 		Description: e.Description, Enabled: e.Enabled, DisabledReason: e.DisabledReason, MaxInflight: int32(e.MaxInflight),
 		MaxPerSecond: e.MaxPerSecond, CreatedAt: timestamppb.New(e.CreatedAt)}

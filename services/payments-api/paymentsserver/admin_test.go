@@ -18,7 +18,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/rest"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/services/admin-api/adminserver"
@@ -378,7 +378,7 @@ func TestEveryGuardedRESTRouteMakesARequest(t *testing.T) {
 	if req, _ := got.json(t)["request"].(map[string]any); got.code != 200 || req["state"] != "AWAITING_APPROVAL" || e.count(`SELECT count(*) FROM tenant_limits`) != 0 {
 		t.Fatalf("limits: %d %s", got.code, got.body)
 	}
-	hook, _, err := webhook.CreateEndpoint(ctx, e.db, webhook.Endpoint{Tenant: "acme", URL: "https://hooks.example.com/x", MaxInflight: 4, MaxPerSecond: 10})
+	hook, _, err := tenanthook.CreateEndpoint(ctx, e.db, tenanthook.Endpoint{Tenant: "acme", URL: "https://hooks.example.com/x", MaxInflight: 4, MaxPerSecond: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/webhookapi"
-	"github.com/paysched/paysched/pkg/events/webhook"
+	"github.com/paysched/paysched/pkg/events/tenanthook"
 )
 
 // A tenant's endpoints over REST, every answer checked against the OpenAPI
@@ -75,14 +75,14 @@ func TestTenantWebhookEndpointsOverREST(t *testing.T) {
 		t.Errorf("resend %d: %d %v %s, want 429 RATE_LIMITED with Retry-After", webhookapi.ResendBurst+1, r.code, r.header, r.body)
 	}
 	// acme has 1 endpoint: 15 more, then 429 TOO_MANY_ENDPOINTS.
-	for i := 1; i < webhook.MaxEndpointsPerTenant; i++ {
+	for i := 1; i < tenanthook.MaxEndpointsPerTenant; i++ {
 		if r := e.do("POST", "/v1/webhook-endpoints", acme, nil, fmt.Sprintf(`{"url":"https://hooks.acme.example/%d"}`, i)); r.code != http.StatusOK {
 			t.Fatalf("endpoint %d: %d %s", i+1, r.code, r.body)
 		}
 	}
 	if r := e.do("POST", "/v1/webhook-endpoints", acme, nil, `{"url":"https://hooks.acme.example/more"}`); r.code != http.StatusTooManyRequests ||
 		r.reason(t) != "TOO_MANY_ENDPOINTS" {
-		t.Errorf("endpoint %d: %d %s, want 429 TOO_MANY_ENDPOINTS", webhook.MaxEndpointsPerTenant+1, r.code, r.body)
+		t.Errorf("endpoint %d: %d %s, want 429 TOO_MANY_ENDPOINTS", tenanthook.MaxEndpointsPerTenant+1, r.code, r.body)
 	}
 	if r := e.do("POST", "/v1/webhook-endpoints/"+id+":rotateSecret", acme, nil, `{"overlapSeconds":3600}`); r.code != http.StatusOK {
 		t.Fatalf("rotate: %d %s", r.code, r.body)

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
-	"github.com/paysched/paysched/pkg/gateway/webhook"
+	"github.com/paysched/paysched/pkg/gateway/gatewayhook"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/mtls"
 	"github.com/paysched/paysched/pkg/platform/obs"
@@ -119,7 +119,7 @@ func main() {
 			if secret == "" {
 				return fmt.Errorf("--webhook-url needs --webhook-secret or --webhook-secret-file")
 			}
-			sender := &webhook.Sender{URL: *hookURL, Secret: []byte(secret), Log: log}
+			sender := &gatewayhook.Sender{URL: *hookURL, Secret: []byte(secret), Log: log}
 			sender.Start(ctx, 4)
 			sim.OnCharge = func(c *gatewaysim.Charge) { sender.Enqueue(gatewaysim.Event(c)) }
 		}

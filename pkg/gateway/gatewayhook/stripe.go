@@ -1,4 +1,4 @@
-package webhook
+package gatewayhook
 
 import (
 	"encoding/json"

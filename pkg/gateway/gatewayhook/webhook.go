@@ -1,12 +1,13 @@
-// Package webhook signs, sends and verifies the gateway's charge-outcome
-// webhooks. A delivery carries a Stripe-like signature header,
+// Package gatewayhook signs, sends and verifies the gateway's charge-outcome
+// webhooks: the inbound ones, from the gateway to the reconciler
+// (pkg/events/tenanthook sends ours out to tenants). A delivery carries a Stripe-like signature header,
 //
 //	Paysched-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>
 //
 // so a receiver can prove the sender knew the secret and that the delivery
 // is recent: the timestamp is signed too, so a captured delivery cannot be
 // replayed later with a fresh one.
-package webhook
+package gatewayhook
 
 import (
 	"bytes"

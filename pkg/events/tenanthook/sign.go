@@ -1,8 +1,8 @@
-// Package webhook delivers the payment notifications to each tenant's
-// endpoints as Standard Webhooks (v1): signed POSTs, scheduled in
+// Package tenanthook delivers the payment notifications out to each tenant's
+// endpoints (the gateway's inbound webhooks are pkg/gateway/gatewayhook's) as Standard Webhooks (v1): signed POSTs, scheduled in
 // Postgres, retried, isolated per endpoint and refused on private
 // addresses. docs/EVENTS.md, "Webhooks", is the user's view.
-package webhook
+package tenanthook
 
 import (
 	"crypto/ed25519"
