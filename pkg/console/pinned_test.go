@@ -19,10 +19,10 @@ import (
 // says stops an action, so only the pin can.
 type absentProber struct{}
 
-func (absentProber) Probe(context.Context, gateway.Payment) gateway.Result {
+func (absentProber) Probe(context.Context, gateway.ChargeInput) gateway.Result {
 	return gateway.Result{Outcome: payment.Retryable, Absent: true}
 }
-func (absentProber) Cancel(context.Context, gateway.Payment, string) gateway.Result {
+func (absentProber) Cancel(context.Context, gateway.ChargeInput, string) gateway.Result {
 	return gateway.Result{}
 }
 

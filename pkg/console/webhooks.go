@@ -36,7 +36,7 @@ type sentDelivery struct {
 	MsgID    string
 	Type     string
 	State    string
-	Attempts []tenanthook.Attempt
+	Attempts []tenanthook.DeliveryAttempt
 }
 
 // paymentDeliveries reads the deliveries of payment id's notifications,

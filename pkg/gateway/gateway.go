@@ -129,8 +129,8 @@ type Result struct {
 	Unhealthy bool
 }
 
-// Payment is what a charge needs, as the payment row holds it.
-type Payment struct {
+// ChargeInput is what a charge needs, as the payment row holds it.
+type ChargeInput struct {
 	ID                     string
 	Payer, Payee, Currency string
 	Amount                 int64
@@ -194,13 +194,13 @@ func (c *Charger) now() time.Time {
 // strict answer settles it; a proven absence means not charged yet (retry
 // later, same key, still asking first: the request may still be in
 // flight); anything else stays ambiguous.
-func (c *Charger) Charge(ctx context.Context, p Payment) Result {
+func (c *Charger) Charge(ctx context.Context, p ChargeInput) Result {
 	return c.ChargeWithin(ctx, p, c.ChargeTimeout)
 }
 
 // ChargeWithin is Charge with the charge call's own deadline capped at
 // limit (the executor passes what its claim's lease leaves).
-func (c *Charger) ChargeWithin(ctx context.Context, p Payment, limit time.Duration) Result {
+func (c *Charger) ChargeWithin(ctx context.Context, p ChargeInput, limit time.Duration) Result {
 	cctx, cancel := context.WithTimeout(ctx, min(c.ChargeTimeout, limit))
 	req := &gatewayv1.ChargeRequest{
 		IdempotencyKey: p.ID, Amount: p.Amount, Currency: p.Currency, Payer: p.Payer, Payee: p.Payee, Reference: p.ID,
@@ -261,7 +261,7 @@ func (c *Charger) ChargeWithin(ctx context.Context, p Payment, limit time.Durati
 // Probe asks the gateway whether it holds a charge under p's key. Found
 // with a strict Read of the charge; a proven absence: Retryable, Absent;
 // an absence the gateway could not prove, or no answer: Ambiguous.
-func (c *Charger) Probe(ctx context.Context, p Payment) Result {
+func (c *Charger) Probe(ctx context.Context, p ChargeInput) Result {
 	pctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
 	got, err := c.Gateway.GetCharge(pctx, ProbeRequest(p))
 	cancel()
@@ -291,7 +291,7 @@ func (c *Charger) Probe(ctx context.Context, p Payment) Result {
 
 // ProbeRequest is the GetCharge request for p: its key, and the payer and
 // window in which a strongly consistent listing can prove an absence.
-func ProbeRequest(p Payment) *gatewayv1.GetChargeRequest {
+func ProbeRequest(p ChargeInput) *gatewayv1.GetChargeRequest {
 	req := &gatewayv1.GetChargeRequest{IdempotencyKey: p.ID, Payer: p.Payer}
 	if !p.DueAt.IsZero() {
 		req.NotBefore = timestampOf(p.DueAt)
@@ -303,7 +303,7 @@ func ProbeRequest(p Payment) *gatewayv1.GetChargeRequest {
 // waited past its bound, and returns what the cancel settled: DECLINED
 // with AUTHENTICATION_REQUIRED or PSP_TIMEOUT, or whatever the charge
 // became meanwhile. Any other result, or a cancel that fails, is r.
-func (c *Charger) settlePending(ctx context.Context, p Payment, ch *gatewayv1.Charge, r Result) Result {
+func (c *Charger) settlePending(ctx context.Context, p ChargeInput, ch *gatewayv1.Charge, r Result) Result {
 	if r.Outcome != payment.Ambiguous || r.Mismatch || ch.GetStatus() != gatewayv1.ChargeStatus_CHARGE_STATUS_PENDING {
 		return r
 	}
@@ -334,7 +334,7 @@ func (c *Charger) settlePending(ctx context.Context, p Payment, ch *gatewayv1.Ch
 // a charge that is missing, names another key, amount or currency, or has
 // a status this code does not know is ambiguous, never a success. The
 // gateway's strings are cleaned first (Clean): they are stored.
-func Read(ch *gatewayv1.Charge, p Payment) Result {
+func Read(ch *gatewayv1.Charge, p ChargeInput) Result {
 	if ch == nil {
 		return Result{Outcome: payment.Ambiguous, Error: "gateway answered without a charge", Uncertain: true}
 	}
@@ -408,7 +408,7 @@ func (b *Bounds) Validate() error {
 // Cancel cancels p's undecided charge chargeID at the gateway and reads,
 // strictly, what the charge then is: DECLINED (cancelled), or what it was
 // decided as meanwhile. An error is Ambiguous.
-func (c *Charger) Cancel(ctx context.Context, p Payment, chargeID string) Result {
+func (c *Charger) Cancel(ctx context.Context, p ChargeInput, chargeID string) Result {
 	cctx, cancel := context.WithTimeout(ctx, c.ProbeTimeout)
 	got, err := c.Gateway.CancelCharge(cctx, &gatewayv1.CancelChargeRequest{IdempotencyKey: p.ID, ChargeId: chargeID, Reason: "abandoned"})
 	cancel()

@@ -61,7 +61,7 @@ func (f *fakeGateway) GetCharge(context.Context, *gatewayv1.GetChargeRequest, ..
 	return &gatewayv1.GetChargeResponse{Charge: f.probe}, nil
 }
 
-var pay = gateway.Payment{ID: "0190b6c2-8f00-7000-8000-000000000001", Payer: "alice", Payee: "bob", Currency: "EUR", Amount: 1500}
+var pay = gateway.ChargeInput{ID: "0190b6c2-8f00-7000-8000-000000000001", Payer: "alice", Payee: "bob", Currency: "EUR", Amount: 1500}
 
 // charge is the gateway's charge for pay, changed by edit.
 func charge(st gatewayv1.ChargeStatus, edit ...func(*gatewayv1.Charge)) *gatewayv1.Charge {

@@ -199,7 +199,7 @@ func (rc *Receiver) apply(r *http.Request, e gatewayhook.Event, mine ours) (stri
 		// which holds the charge (TestWebhookWhileProcessingIsHarmless).
 		// PENDING here means an earlier attempt was ambiguous. A charge of
 		// another amount or currency moves nothing (the move's check).
-		m := store.Move{ID: id, By: payment.Webhook, Actor: "gateway-webhook",
+		m := store.OutOfBandMove{ID: id, By: payment.Webhook, Actor: "gateway-webhook",
 			Action: "WEBHOOK", Amount: e.Data.Amount, Currency: e.Data.Currency}
 		switch e.Type {
 		case gatewayhook.TypeSucceeded:

@@ -200,7 +200,7 @@ func TestWebhookWhileProcessingIsHarmless(t *testing.T) {
 	e.exec(`UPDATE payments SET status = 'PENDING', probe_first = true, lease_until = NULL, lease_owner = NULL WHERE id = $1`, p)
 	// The next attempt asks the gateway first, as the executor does.
 	charger := &gateway.Charger{Gateway: e.gw, ProbeTimeout: 5 * time.Second}
-	r := charger.Probe(context.Background(), gateway.Payment{ID: p.String(), Payer: "alice", Amount: 100, Currency: "USD"})
+	r := charger.Probe(context.Background(), gateway.ChargeInput{ID: p.String(), Payer: "alice", Amount: 100, Currency: "USD"})
 	if r.Outcome != payment.Succeeded || r.Ref != ch {
 		t.Fatalf("the next attempt's probe: %+v, want the event's charge %s", r, ch)
 	}

@@ -92,9 +92,9 @@ func (r *Resolver) Once(ctx context.Context) (int, error) {
 	for _, d := range ds {
 		// Read strictly: only a charge naming this payment's key, amount
 		// and currency with an explicit status settles it.
-		res := charger.Probe(ctx, gateway.Payment{ID: d.ID.String(), Payer: d.Payer, Amount: d.Amount, Currency: d.Currency, DueAt: d.DueTime,
+		res := charger.Probe(ctx, gateway.ChargeInput{ID: d.ID.String(), Payer: d.Payer, Amount: d.Amount, Currency: d.Currency, DueAt: d.DueTime,
 			SentBy: d.SentBy})
-		m := store.Move{ID: d.ID, By: payment.Resolver, Actor: "reconciler", Action: "RESOLVE_AMBIGUOUS"}
+		m := store.OutOfBandMove{ID: d.ID, By: payment.Resolver, Actor: "reconciler", Action: "RESOLVE_AMBIGUOUS"}
 		switch {
 		case res.Absent:
 			// Proven: no charge under the key. The next attempt still asks

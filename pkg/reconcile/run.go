@@ -406,7 +406,7 @@ func (r *Runner) probeCompleted(ctx context.Context, p store.Completed) (*Item, 
 	var err error
 	for try := 0; try < 3; try++ {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		c, err = r.Gateway.GetCharge(pctx, gateway.ProbeRequest(gateway.Payment{ID: id.String(), Payer: p.Payer, DueAt: p.DueTime}))
+		c, err = r.Gateway.GetCharge(pctx, gateway.ProbeRequest(gateway.ChargeInput{ID: id.String(), Payer: p.Payer, DueAt: p.DueTime}))
 		cancel()
 		if err == nil || gateway.ProvenAbsent(err) {
 			break

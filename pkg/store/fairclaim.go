@@ -128,15 +128,15 @@ func (c *Claimer) WalkTenants(ctx context.Context, cursor string, max int) (Tena
 	return w, nil
 }
 
-// Cursor is where a walk of the due tenants stands: after the tenant
-// Tenant whose next due time was At. The zero Cursor is the start.
-type Cursor struct {
+// TenantCursor is where a walk of the due tenants stands: after the tenant
+// Tenant whose next due time was At. The zero TenantCursor is the start.
+type TenantCursor struct {
 	At     time.Time
 	Tenant string
 }
 
 // IsZero says c is the start of a cycle.
-func (c Cursor) IsZero() bool { return c.At.IsZero() && c.Tenant == "" }
+func (c TenantCursor) IsZero() bool { return c.At.IsZero() && c.Tenant == "" }
 
 // DueWindow is one window of the tenants with due rows (tenant_queue).
 type DueWindow struct {
@@ -153,7 +153,7 @@ type DueWindow struct {
 }
 
 // CursorAt is the cursor just after the walk's i-th tenant.
-func (w DueWindow) CursorAt(i int) Cursor { return Cursor{At: w.At[i], Tenant: w.Due[i]} }
+func (w DueWindow) CursorAt(i int) TenantCursor { return TenantCursor{At: w.At[i], Tenant: w.Due[i]} }
 
 // walkFold is how many wakeups one walk folds into tenant_queue at most: a
 // burst of creates across more tenants is folded over the next walks.
@@ -164,7 +164,7 @@ const walkFold = 20_000
 // order, and when the next tenant falls due: one statement
 // (paysched_due_tenants), whose cost is what it folds and returns, never
 // the number of tenants. An idle poll is this statement alone.
-func (c *Claimer) DueTenants(ctx context.Context, cursor Cursor, max int) (DueWindow, error) {
+func (c *Claimer) DueTenants(ctx context.Context, cursor TenantCursor, max int) (DueWindow, error) {
 	at := cursor.At
 	if cursor.IsZero() {
 		at = time.Unix(0, 0) // before any run_at (and a plain timestamptz)

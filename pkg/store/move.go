@@ -17,8 +17,8 @@ import (
 	"github.com/paysched/paysched/pkg/payment"
 )
 
-// Move is one transition made outside the execution path.
-type Move struct {
+// OutOfBandMove is one transition made outside the execution path.
+type OutOfBandMove struct {
 	ID uuid.UUID
 	// By is who moves it: the statuses it may leave are those
 	// payment.Moves lets By move to To; in any other status the move does
@@ -116,7 +116,7 @@ SELECT $1, $9, $10, prev, $3, $11, NULLIF($12, 0) FROM moved
 RETURNING prev_status`
 
 // Apply makes m and returns the status the payment left.
-func Apply(ctx context.Context, db DB, m Move) (payment.Status, error) {
+func Apply(ctx context.Context, db DB, m OutOfBandMove) (payment.Status, error) {
 	var from []string
 	for _, s := range payment.From(m.To, m.By) {
 		if m.From == "" || m.From == s {

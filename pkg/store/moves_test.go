@@ -196,7 +196,7 @@ func TestStoreMovesAreInTheTable(t *testing.T) {
 					id, _ := seed(s, true)
 					// The amount the gateway speaks of is the payment's (a
 					// webhook names it, or moves nothing).
-					_, _ = store.Apply(ctx, db, store.Move{ID: id, By: by, To: to, Actor: string(by), Action: "TEST", Reason: "test",
+					_, _ = store.Apply(ctx, db, store.OutOfBandMove{ID: id, By: by, To: to, Actor: string(by), Action: "TEST", Reason: "test",
 						Amount: 100, Currency: "USD"})
 					expect(by, fmt.Sprintf("Apply to %s", to))
 					cleanup()

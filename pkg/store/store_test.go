@@ -270,7 +270,7 @@ func TestOperatorMoveIsFencedOnTheAttemptItRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Attempt 0 (never claimed when read) is a fence like any other.
-	if _, err := store.Apply(ctx, db, store.Move{ID: p.ID, By: payment.Operator, To: payment.Cancelled, Fenced: true, Attempt: 0,
+	if _, err := store.Apply(ctx, db, store.OutOfBandMove{ID: p.ID, By: payment.Operator, To: payment.Cancelled, Fenced: true, Attempt: 0,
 		Actor: "admin:ops", Action: "CANCEL", Reason: "read before the claim"}); !errors.Is(err, store.ErrNotMoved) {
 		t.Fatalf("a move fenced on attempt 0 at attempt 1: %v, want ErrNotMoved", err)
 	}
@@ -280,7 +280,7 @@ func TestOperatorMoveIsFencedOnTheAttemptItRead(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := store.Apply(ctx, db, store.Move{ID: p.ID, By: payment.Operator, To: payment.Cancelled, Fenced: true, Attempt: int32(i % 2),
+			_, err := store.Apply(ctx, db, store.OutOfBandMove{ID: p.ID, By: payment.Operator, To: payment.Cancelled, Fenced: true, Attempt: int32(i % 2),
 				Actor: "admin:ops", Action: "CANCEL", Reason: "race"})
 			switch {
 			case err == nil && i%2 == 0:

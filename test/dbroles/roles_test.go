@@ -159,7 +159,7 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 				return err
 			}
 			c := &store.Claimer{DB: db, Owner: "sweeper-1", Lease: time.Minute}
-			if _, err := c.DueTenants(ctx, store.Cursor{}, 10); err != nil {
+			if _, err := c.DueTenants(ctx, store.TenantCursor{}, 10); err != nil {
 				return err
 			}
 			if _, err := c.ClaimTenants(ctx, []store.Share{{Tenant: "nobody", Quota: 1}}); err != nil {
@@ -279,7 +279,7 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 		{"paysched_reconciler", "move (webhook/resolver)", func(db *pgxpool.Pool) error {
 			// The claim the sweeper released is PENDING; a gateway webhook
 			// completes it.
-			_, err := store.Apply(ctx, db, store.Move{ID: claimed[1].ID, By: payment.Webhook, To: payment.Completed,
+			_, err := store.Apply(ctx, db, store.OutOfBandMove{ID: claimed[1].ID, By: payment.Webhook, To: payment.Completed,
 				Amount: 100, Currency: "USD", GatewayRef: "ch_2", Actor: "gateway-webhook", Action: "WEBHOOK"})
 			return err
 		}},
@@ -297,7 +297,7 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 				'a', 'ada', true, 'RUNNING', 'b', 'bea', now(), 'r', now()) RETURNING id`, pid).Scan(&req); err != nil {
 				return err
 			}
-			if _, err := store.Apply(ctx, db, store.Move{ID: pid, By: payment.Operator, To: payment.Cancelled,
+			if _, err := store.Apply(ctx, db, store.OutOfBandMove{ID: pid, By: payment.Operator, To: payment.Cancelled,
 				Actor: "admin:ops", Action: "CANCEL", Reason: "test", Request: req}); err != nil {
 				return err
 			}

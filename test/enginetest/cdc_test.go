@@ -99,7 +99,7 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 	}
 	// A move outside the execution path reaches the audit log through CDC
 	// too: who, what, the previous status and why. (ids[0] was declined.)
-	if _, err := store.Apply(ctx, c.db, store.Move{ID: ids[0], By: payment.Reconciler, To: payment.Completed,
+	if _, err := store.Apply(ctx, c.db, store.OutOfBandMove{ID: ids[0], By: payment.Reconciler, To: payment.Completed,
 		Actor: "admin:ops", Action: "REPAIR", Reason: "cdc check"}); err != nil {
 		t.Fatal(err)
 	}

@@ -168,7 +168,7 @@ func TestMovesBackToPendingAskFirst(t *testing.T) {
 			if _, err := c.db.Exec(context.Background(), `UPDATE payments SET probe_first = false WHERE id = $1`, id); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := store.Apply(context.Background(), c.db, store.Move{ID: id, By: by, To: payment.Pending, Redrive: true,
+			if _, err := store.Apply(context.Background(), c.db, store.OutOfBandMove{ID: id, By: by, To: payment.Pending, Redrive: true,
 				Actor: "test", Action: "REDRIVE", Reason: "test"}); err != nil {
 				t.Fatal(err)
 			}

@@ -36,7 +36,7 @@ func TestContract(t *testing.T) {
 	}
 	ctx := context.Background()
 	charger := &gateway.Charger{Gateway: a, ChargeTimeout: 5 * time.Second, ProbeTimeout: 5 * time.Second}
-	p := gateway.Payment{ID: paymentID, Payer: "cus_test/pm_card_visa", Payee: "acct_1Payee", Currency: "EUR", Amount: 1500,
+	p := gateway.ChargeInput{ID: paymentID, Payer: "cus_test/pm_card_visa", Payee: "acct_1Payee", Currency: "EUR", Amount: 1500,
 		DueAt: time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)}
 
 	// accepted checks what the calls since the last check sent: the paths

@@ -103,7 +103,7 @@ func TestMutualTLSAndTokenRefuseStrangers(t *testing.T) {
 			c := &gateway.Charger{Gateway: gw, ChargeTimeout: 2 * time.Second, ProbeTimeout: time.Second}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			r := c.Charge(ctx, gateway.Payment{ID: "pay-" + tc.name, Payer: "alice", Payee: "bob", Currency: "USD", Amount: 100})
+			r := c.Charge(ctx, gateway.ChargeInput{ID: "pay-" + tc.name, Payer: "alice", Payee: "bob", Currency: "USD", Amount: 100})
 			if tc.ok {
 				if r.Outcome != payment.Succeeded {
 					t.Fatalf("outcome %v (%s), want SUCCEEDED", r.Outcome, r.Error)

@@ -58,8 +58,8 @@ type Server struct {
 // Prober asks the gateway whether it holds a charge for a payment, and
 // cancels an undecided one (gateway.Charger).
 type Prober interface {
-	Probe(ctx context.Context, p gateway.Payment) gateway.Result
-	Cancel(ctx context.Context, p gateway.Payment, chargeID string) gateway.Result
+	Probe(ctx context.Context, p gateway.ChargeInput) gateway.Result
+	Cancel(ctx context.Context, p gateway.ChargeInput, chargeID string) gateway.Result
 }
 
 // New returns the admin service. runner and prober may be nil (no gateway
@@ -197,8 +197,8 @@ func changedSince(pin *pinned, p *payment.Payment) error {
 // a refusal), and makes the move fenced on the attempt it read, so a claim
 // in between (which may charge) makes it miss. With a pin, the payment
 // must still be as pinned (status and attempt) when read and when moved.
-func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired bool, from []payment.Status, m store.Move,
-	pin *pinned, decide func(p *payment.Payment, r gateway.Result, m *store.Move) error) (*payschedv1.ScheduledPayment, payschedv1.PaymentStatus, error) {
+func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired bool, from []payment.Status, m store.OutOfBandMove,
+	pin *pinned, decide func(p *payment.Payment, r gateway.Result, m *store.OutOfBandMove) error) (*payschedv1.ScheduledPayment, payschedv1.PaymentStatus, error) {
 	who, err := admin(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -232,7 +232,7 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 		return nil, 0, apierr.New(codes.FailedPrecondition, "GATEWAY_NOT_CONFIGURED",
 			"an operator moves a payment only after asking the gateway whether it was charged, and this service has no gateway configured", nil)
 	}
-	r := s.prober.Probe(ctx, gateway.Payment{ID: id.String(), Payer: p.Payer, Payee: p.Payee, Currency: p.Currency, Amount: p.Amount, DueAt: p.DueAt,
+	r := s.prober.Probe(ctx, gateway.ChargeInput{ID: id.String(), Payer: p.Payer, Payee: p.Payee, Currency: p.Currency, Amount: p.Amount, DueAt: p.DueAt,
 		SentBy: p.RequestsSentBy})
 	if err := decide(p, r, &m); err != nil {
 		return nil, 0, err
@@ -293,7 +293,7 @@ func atRest(p *payment.Payment, from []payment.Status) error {
 // holds, lets the move through. Nothing charges a DEAD_LETTERED payment
 // meanwhile, and a re-drive still sets probe_first, so the executor asks
 // again before it charges.
-func notCharged(_ *payment.Payment, r gateway.Result, _ *store.Move) error {
+func notCharged(_ *payment.Payment, r gateway.Result, _ *store.OutOfBandMove) error {
 	switch {
 	case r.Found && r.Outcome == payment.Succeeded:
 		return alreadyCharged(r.Ref)
@@ -344,7 +344,7 @@ func (s *Server) RedrivePayment(ctx context.Context, req *payschedv1.RedrivePaym
 
 func (s *Server) redrive(ctx context.Context, req *payschedv1.RedrivePaymentRequest, pin *pinned) (*payschedv1.RedrivePaymentResponse, error) {
 	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), false, []payment.Status{payment.DeadLettered},
-		store.Move{To: payment.Pending, Redrive: true, Action: "REDRIVE"}, pin, notCharged)
+		store.OutOfBandMove{To: payment.Pending, Redrive: true, Action: "REDRIVE"}, pin, notCharged)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +362,7 @@ func (s *Server) ResolvePayment(ctx context.Context, req *payschedv1.ResolvePaym
 
 func (s *Server) resolve(ctx context.Context, req *payschedv1.ResolvePaymentRequest, pin *pinned) (*payschedv1.ResolvePaymentResponse, error) {
 	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), true, []payment.Status{payment.DeadLettered},
-		store.Move{To: payment.Failed, Action: "RESOLVE", FailReason: payment.FailResolved,
+		store.OutOfBandMove{To: payment.Failed, Action: "RESOLVE", FailReason: payment.FailResolved,
 			LastError: "resolved by an operator: " + req.GetNote()}, pin, notCharged)
 	if err != nil {
 		return nil, err
@@ -387,12 +387,12 @@ func (s *Server) CancelPayment(ctx context.Context, req *payschedv1.CancelPaymen
 func (s *Server) cancel(ctx context.Context, req *payschedv1.CancelPaymentRequest, pin *pinned) (*payschedv1.CancelPaymentResponse, error) {
 	var cancelled string
 	p, prev, err := s.move(ctx, req.GetPaymentId(), req.GetNote(), true, payment.From(payment.Cancelled, payment.Operator),
-		store.Move{To: payment.Cancelled, Action: "CANCEL", LastError: "cancelled by an operator: " + req.GetNote()}, pin,
-		func(p *payment.Payment, r gateway.Result, _ *store.Move) error {
+		store.OutOfBandMove{To: payment.Cancelled, Action: "CANCEL", LastError: "cancelled by an operator: " + req.GetNote()}, pin,
+		func(p *payment.Payment, r gateway.Result, _ *store.OutOfBandMove) error {
 			if r.Found && r.Outcome == payment.Ambiguous && !r.Mismatch {
 				// Undecided at the gateway: cancel it there first, and read
 				// what it is then.
-				r = s.prober.Cancel(ctx, gateway.Payment{ID: p.ID.String(), Payer: p.Payer, Payee: p.Payee,
+				r = s.prober.Cancel(ctx, gateway.ChargeInput{ID: p.ID.String(), Payer: p.Payer, Payee: p.Payee,
 					Currency: p.Currency, Amount: p.Amount, DueAt: p.DueAt}, r.Ref)
 				switch {
 				case r.Outcome == payment.Declined:
@@ -467,7 +467,7 @@ func (s *Server) hold(ctx context.Context, paymentID, note string, noteRequired 
 		return nil, apierr.New(codes.FailedPrecondition, "NOT_"+string(from),
 			"only a "+string(from)+" payment can be moved so; this one is "+string(p.Status), map[string]string{"status": string(p.Status)})
 	}
-	m := store.Move{ID: id, By: payment.Operator, To: to, From: from, Fenced: true, Attempt: p.Attempt,
+	m := store.OutOfBandMove{ID: id, By: payment.Operator, To: to, From: from, Fenced: true, Attempt: p.Attempt,
 		Actor: "admin:" + who, Action: action, Reason: note, Request: approval.RequestOf(ctx)}
 	if _, err := store.Apply(ctx, s.db, m); errors.Is(err, store.ErrNotMoved) {
 		now, gerr := s.store.GetAny(ctx, id)

@@ -31,14 +31,14 @@ type claimingProber struct {
 	t  *testing.T
 }
 
-func (c claimingProber) Probe(ctx context.Context, _ gateway.Payment) gateway.Result {
+func (c claimingProber) Probe(ctx context.Context, _ gateway.ChargeInput) gateway.Result {
 	if _, err := c.db.Exec(ctx, `UPDATE payments SET attempt = attempt + 1, probe_first = true WHERE id = $1`, c.id); err != nil {
 		c.t.Error(err)
 	}
 	return gateway.Result{Absent: true}
 }
 
-func (c claimingProber) Cancel(context.Context, gateway.Payment, string) gateway.Result {
+func (c claimingProber) Cancel(context.Context, gateway.ChargeInput, string) gateway.Result {
 	return gateway.Result{}
 }
 

@@ -24,13 +24,13 @@ import (
 // test says happens meanwhile.
 type hookProber struct{ during func() }
 
-func (h hookProber) Probe(context.Context, gateway.Payment) gateway.Result {
+func (h hookProber) Probe(context.Context, gateway.ChargeInput) gateway.Result {
 	if h.during != nil {
 		h.during()
 	}
 	return gateway.Result{Outcome: payment.Retryable, Absent: true}
 }
-func (hookProber) Cancel(context.Context, gateway.Payment, string) gateway.Result {
+func (hookProber) Cancel(context.Context, gateway.ChargeInput, string) gateway.Result {
 	return gateway.Result{}
 }
 

@@ -388,7 +388,7 @@ func (s *Server) call(t *task) {
 	}
 	// t.ctx ends by the batch's lease end less the margin (Execute).
 	ctx := t.ctx
-	p := gateway.Payment{ID: w.ID.String(), Payer: w.Payer, Payee: w.Payee, Currency: w.Currency, Amount: w.Amount, DueAt: w.DueTime,
+	p := gateway.ChargeInput{ID: w.ID.String(), Payer: w.Payer, Payee: w.Payee, Currency: w.Currency, Amount: w.Amount, DueAt: w.DueTime,
 		SentBy: w.SentBy}
 	start := time.Now()
 	var r gateway.Result
@@ -442,7 +442,7 @@ func (s *Server) call(t *task) {
 
 // chargeWithin charges p with the charge's deadline capped at the lease's
 // end less the margin.
-func (s *Server) chargeWithin(ctx context.Context, p gateway.Payment, leaseEnd time.Time) gateway.Result {
+func (s *Server) chargeWithin(ctx context.Context, p gateway.ChargeInput, leaseEnd time.Time) gateway.Result {
 	limit := time.Until(leaseEnd) - s.cfg.LeaseMargin
 	return s.charger.ChargeWithin(ctx, p, max(limit, time.Millisecond))
 }

@@ -75,7 +75,7 @@ type Scheduler struct {
 	deficit map[string]float64
 	backlog map[string]bool // took its whole share last round: it has more
 
-	cursor   store.Cursor // where the next walk of the due tenants starts
+	cursor   store.TenantCursor // where the next walk of the due tenants starts
 	cutShort bool         // the last Claim stopped at its bounds with windows left
 	// passedSettling: this Claim passed by tenants awaiting a settle.
 	passedSettling bool
@@ -212,7 +212,7 @@ func (s *Scheduler) Claim(ctx context.Context, c *store.Claimer, limit int) ([]s
 			// a row of theirs may have come due since they were found
 			// short (a release, a retry). Walk once more with them in.
 			skip, wrapped = false, false
-			s.cursor = store.Cursor{}
+			s.cursor = store.TenantCursor{}
 			continue
 		}
 		if !more {
@@ -237,7 +237,7 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit, claimLim
 	s.nextDue = w.NextDue
 	whole := start.IsZero() && w.Complete // the window is every due tenant
 	walked := len(w.Due)
-	var end store.Cursor // just past the whole window, before the filter
+	var end store.TenantCursor // just past the whole window, before the filter
 	if walked > 0 {
 		end = w.CursorAt(walked - 1)
 	}
@@ -250,7 +250,7 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit, claimLim
 	w.Due, w.At, passed = s.settle.skip(w.Due, w.At, drained, skipSettling)
 	s.passedSettling = s.passedSettling || passed
 	if w.Complete {
-		s.cursor = store.Cursor{}
+		s.cursor = store.TenantCursor{}
 	}
 	if len(w.Due) == 0 && walked > 0 && !w.Complete {
 		// A window of settling tenants only: go on past it.

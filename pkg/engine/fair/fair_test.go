@@ -593,7 +593,7 @@ FROM generate_series(1, 1 + $2 % 3)`, tn, i); err != nil {
 	// One more walk folds the last wakeups; then the queue must cover
 	// every PENDING row.
 	c := &store.Claimer{DB: db, Owner: "check", Lease: time.Minute}
-	if _, err := c.DueTenants(ctx, store.Cursor{}, 10); err != nil {
+	if _, err := c.DueTenants(ctx, store.TenantCursor{}, 10); err != nil {
 		t.Fatal(err)
 	}
 	var below int

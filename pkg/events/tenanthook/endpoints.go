@@ -254,8 +254,8 @@ func Recover(ctx context.Context, db store.DB, tenant string, id uuid.UUID, sinc
 	return tag.RowsAffected(), nil
 }
 
-// Attempt is one recorded attempt of a delivery.
-type Attempt struct {
+// DeliveryAttempt is one recorded attempt of a delivery.
+type DeliveryAttempt struct {
 	Delivery  int64
 	Endpoint  uuid.UUID
 	URL       string
@@ -273,7 +273,7 @@ type Attempt struct {
 // Attempts is the delivery log: the attempts of a payment's deliveries
 // (payment set) or of an endpoint's (newest first, at most limit), to the
 // endpoints of tenant ("": any tenant's).
-func Attempts(ctx context.Context, db store.DB, tenant string, payment *uuid.UUID, endpoint *uuid.UUID, limit int) ([]Attempt, error) {
+func Attempts(ctx context.Context, db store.DB, tenant string, payment *uuid.UUID, endpoint *uuid.UUID, limit int) ([]DeliveryAttempt, error) {
 	// A delivery's latest attempt is its own row (last_*); the earlier
 	// ones are in webhook_attempts.
 	rows, err := db.Query(ctx, `SELECT x.delivery_id, d.endpoint_id, e.url, d.msg_id, m.event_type, x.attempt, x.at, x.status,
@@ -291,8 +291,8 @@ func Attempts(ctx context.Context, db store.DB, tenant string, payment *uuid.UUI
 	if err != nil {
 		return nil, fmt.Errorf("delivery log: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
-		var a Attempt
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeliveryAttempt, error) {
+		var a DeliveryAttempt
 		err := r.Scan(&a.Delivery, &a.Endpoint, &a.URL, &a.MsgID, &a.Type, &a.N, &a.At, &a.Status, &a.LatencyMs, &a.Error, &a.Response, &a.State)
 		return a, err
 	})

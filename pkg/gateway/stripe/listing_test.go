@@ -139,7 +139,7 @@ func TestListingPastItsCapProvesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			ch := &gateway.Charger{Gateway: a, ChargeTimeout: c.limit, ProbeTimeout: c.limit}
-			p := gateway.Payment{ID: pay.ID, Payer: c.cus, Payee: "bob", Currency: "EUR", Amount: 1500, DueAt: due}
+			p := gateway.ChargeInput{ID: pay.ID, Payer: c.cus, Payee: "bob", Currency: "EUR", Amount: 1500, DueAt: due}
 			var r gateway.Result
 			if c.charge {
 				r = ch.Charge(context.Background(), p)

@@ -275,8 +275,8 @@ func (m *stripeModel) list(w http.ResponseWriter, r *http.Request) {
 // be wrong about.
 func TestStripeSemantics(t *testing.T) {
 	due := time.Date(2026, 12, 2, 8, 59, 0, 0, time.UTC)
-	newPay := func(payer string) gateway.Payment {
-		return gateway.Payment{ID: fmt.Sprintf("0190b6c2-8f00-7000-8000-%012d", time.Now().UnixNano()%1e12), Payer: payer,
+	newPay := func(payer string) gateway.ChargeInput {
+		return gateway.ChargeInput{ID: fmt.Sprintf("0190b6c2-8f00-7000-8000-%012d", time.Now().UnixNano()%1e12), Payer: payer,
 			Payee: "acct_x", Currency: "EUR", Amount: 1500, DueAt: due}
 	}
 	charger := func(m *stripeModel, a *stripeadapter.Adapter) *gateway.Charger {

@@ -130,7 +130,7 @@ const (
 	listPI   = "GET /v1/payment_intents"
 )
 
-var pay = gateway.Payment{ID: "0190b6c2-8f00-7000-8000-000000000001", Payer: "cus_alice/pm_card", Payee: "acct_bob", Currency: "EUR", Amount: 1500}
+var pay = gateway.ChargeInput{ID: "0190b6c2-8f00-7000-8000-000000000001", Payer: "cus_alice/pm_card", Payee: "acct_bob", Currency: "EUR", Amount: 1500}
 
 // TestChargeOutcomes: each Stripe answer, read by the engine's Charger,
 // ends in the outcome docs/GATEWAYS.md's table gives it.
@@ -331,7 +331,7 @@ func TestGetCharge(t *testing.T) {
 				routes[c.route] = reply{200, c.file, false}
 			}
 			a, f := serve(t, routes)
-			ch, err := a.GetCharge(context.Background(), gateway.ProbeRequest(gateway.Payment{ID: pay.ID, Payer: c.payer, DueAt: due}))
+			ch, err := a.GetCharge(context.Background(), gateway.ProbeRequest(gateway.ChargeInput{ID: pay.ID, Payer: c.payer, DueAt: due}))
 			if status.Code(err) != c.code || gateway.ProvenAbsent(err) != c.proven {
 				t.Fatalf("code %v proven %v (%v), want %v proven %v", status.Code(err), gateway.ProvenAbsent(err), err, c.code, c.proven)
 			}
