@@ -76,7 +76,7 @@ type Scheduler struct {
 	backlog map[string]bool // took its whole share last round: it has more
 
 	cursor   store.TenantCursor // where the next walk of the due tenants starts
-	cutShort bool         // the last Claim stopped at its bounds with windows left
+	cutShort bool               // the last Claim stopped at its bounds with windows left
 	// passedSettling: this Claim passed by tenants awaiting a settle.
 	passedSettling bool
 	nextDue        time.Time // by the last walk, when the next tenant falls due
