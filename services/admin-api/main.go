@@ -25,12 +25,11 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("admin-api", flag.ExitOnError)
-	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL (the paysched_admin role's user)")
+	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL (the paysched_admin role's user)")
 	dbConns := fs.Int("db-max-conns", 8, "database pool size")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8081", "REST listen address (/v1/admin/...)")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9191", "/metrics and /healthz listen address: internal, apart from the API's ports")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9091", "gRPC listen address (AdminService)")
-	mode := config.RegisterMode(fs)
 	tokens := auth.RegisterFlags(fs, true)
 	gwf := dial.Register(fs, "127.0.0.1:9300") // operators' moves ask it first; an empty --gateway-addr turns that off
 	opRate := fs.Float64("actor-rate", 20, "requests per second allowed to one operator (per instance); 0 disables the limit")
@@ -40,37 +39,36 @@ func main() {
 	hooksURL := fs.String("webhooks-database-url", "", "the webhooks' database (migrate --webhooks-database-url): endpoints, deliveries and their log; empty: the tables are in --database-url")
 	auditURL := fs.String("audit-database-url", "", "the audit log's database (the console shows a payment's history from it); empty: not shown")
 	svc.Main("admin-api", fs, func(ctx context.Context, log *slog.Logger) error {
-		mode.Announce(log)
-		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+		if err := base.Start(log); err != nil {
 			return err
 		}
 		if gwf.Kind == dial.KindGRPC && gwf.Addr == "" {
 			gwf = nil
-		} else if err := gwf.ValidateFor(mode); err != nil {
+		} else if err := gwf.ValidateFor(base.Mode); err != nil {
 			return err
 		}
-		authCfg, err := tokens.Config(mode)
+		authCfg, err := tokens.Config(base.Mode)
 		if err != nil {
 			return err
 		}
 		if *hooksURL != "" {
-			if err := mode.DatabaseURL("--webhooks-database-url", *hooksURL); err != nil {
+			if err := base.DatabaseURL("--webhooks-database-url", *hooksURL); err != nil {
 				return err
 			}
 		}
 		if *auditURL != "" {
-			if err := mode.DatabaseURL("--audit-database-url", *auditURL); err != nil {
+			if err := base.DatabaseURL("--audit-database-url", *auditURL); err != nil {
 				return err
 			}
 		}
-		policy, err := four.Policy(mode.Dev)
+		policy, err := four.Policy(base.Dev)
 		if err != nil {
 			return err
 		}
 		if policy.Relaxed() {
 			log.Warn("four eyes relaxed (--approval-single): one admin may move money alone; development only", "single", fmt.Sprint(policy.Single))
 		}
-		consoleCfg, err := cons.Config(mode)
+		consoleCfg, err := cons.Config(base.Mode)
 		if err != nil {
 			return err
 		}
@@ -78,8 +76,8 @@ func main() {
 			log.Info("the operator console is not served: production needs --console-oidc-issuer (--console=false turns it off)")
 		}
 		cfg := adminserver.Config{
-			DatabaseURL: *dbURL, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
-			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: mode.Dev, LoopbackWebhooks: mode.Dev,
+			DatabaseURL: *base.DB, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
+			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: base.Dev, LoopbackWebhooks: base.Dev,
 			Console: consoleCfg, AuditDatabaseURL: *auditURL, WebhooksDatabaseURL: *hooksURL, Approval: policy,
 		}
 		if err := cfg.Validate(); err != nil {

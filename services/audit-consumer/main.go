@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/paysched/paysched/pkg/events/audit"
@@ -23,11 +22,9 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("audit-consumer", flag.ExitOnError)
-	mode := config.RegisterMode(fs)
-	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL of the schedule (read: is the engine behind?)")
+	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL of the schedule (read: is the engine behind?)")
 	auditURL := fs.String("audit-database-url", "", "Postgres URL of the audit log's database, where audit_events is written (migrate --audit-database-url makes it); required outside --dev, where empty means the schedule's own database")
-	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
-	kafkaSec := kafkaauth.Register(fs)
+	kafkaClient := kafkaauth.RegisterClient(fs)
 	group := fs.String("group", kafka.AuditGroup, "consumer group")
 	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: topics are <prefix>.<schema>.<table>, notifications <prefix>.notifications")
 	compression := fs.String("kafka-compression", "snappy", "notifications' batch compression: none, gzip, snappy, lz4 or zstd")
@@ -36,20 +33,19 @@ func main() {
 	backlog := fs.Duration("backlog", 5*time.Second, "how late the oldest unclaimed payment must be for the audit writes to be held back (--max-defer)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
 	svc.Main("audit-consumer", fs, func(ctx context.Context, log *slog.Logger) error {
-		mode.Announce(log)
-		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+		if err := base.Start(log); err != nil {
 			return err
 		}
-		if err := mode.Require(*auditURL != "" && *auditURL != *dbURL,
+		if err := base.Require(*auditURL != "" && *auditURL != *base.DB,
 			fmt.Errorf("--audit-database-url is not set apart: production writes the audit log to a database of its own, never the schedule's")); err != nil {
 			return err
 		}
 		if *auditURL != "" {
-			if err := mode.DatabaseURL("--audit-database-url", *auditURL); err != nil {
+			if err := base.DatabaseURL("--audit-database-url", *auditURL); err != nil {
 				return err
 			}
 		}
-		if err := kafkaSec.ValidateFor(mode); err != nil {
+		if err := kafkaClient.ValidateFor(base.Mode); err != nil {
 			return err
 		}
 		codec, err := kafka.Compression(*compression)
@@ -61,21 +57,21 @@ func main() {
 		}
 		// Before anything connects: a missing password or CA file stops
 		// the service here, naming the flag.
-		kafkaOpts, err := kafkaSec.Opts()
+		kafkaOpts, err := kafkaClient.Opts()
 		if err != nil {
 			return err
 		}
-		cfg := audit.Config{KafkaOpts: kafkaOpts, Brokers: strings.Split(*brokers, ","), Group: *group, Compression: codec, WriteStreams: *streams,
+		cfg := audit.Config{KafkaOpts: kafkaOpts, Brokers: kafkaClient.Brokers(), Group: *group, Compression: codec, WriteStreams: *streams,
 			MaxDefer: *maxDefer, Backlog: *backlog, Topics: kafka.TopicsFor(*prefix)}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		apart := *auditURL != "" && *auditURL != *dbURL
+		apart := *auditURL != "" && *auditURL != *base.DB
 		conns := max(4, *streams)
 		if apart {
 			conns = 2 // the overdue check only
 		}
-		pool, err := svc.Pool(ctx, *dbURL, conns, svc.CustomPlans)
+		pool, err := svc.Pool(ctx, *base.DB, conns, svc.CustomPlans)
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,10 +22,8 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("cdc", flag.ExitOnError)
-	mode := config.RegisterMode(fs)
-	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
-	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
-	kafkaSec := kafkaauth.Register(fs)
+	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL")
+	kafkaClient := kafkaauth.RegisterClient(fs)
 	slot := fs.String("slot", "paysched_cdc", "replication slot (permanent)")
 	pub := fs.String("publication", "paysched", "publication")
 	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "Debezium logical server name: topics are <prefix>.<schema>.<table>")
@@ -40,14 +37,13 @@ func main() {
 	schemas := fs.Bool("envelope-schemas", false, "write keys and envelopes in the schema-ful form ({\"schema\":...,\"payload\":...}), as Debezium's JsonConverter does with schemas.enable=true (for sinks that need it; the audit-consumer reads both)")
 	beat := fs.Duration("heartbeat-interval", 10*time.Second, "heartbeat write and event interval")
 	svc.Main("cdc", fs, func(ctx context.Context, log *slog.Logger) error {
-		mode.Announce(log)
-		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+		if err := base.Start(log); err != nil {
 			return err
 		}
-		if err := kafkaSec.ValidateFor(mode); err != nil {
+		if err := kafkaClient.ValidateFor(base.Mode); err != nil {
 			return err
 		}
-		pcfg, err := pgx.ParseConfig(*dbURL)
+		pcfg, err := pgx.ParseConfig(*base.DB)
 		if err != nil {
 			return fmt.Errorf("--database-url: %w", err)
 		}
@@ -57,17 +53,17 @@ func main() {
 		}
 		// Before anything connects: a missing password or CA file stops
 		// the service here, naming the flag.
-		kafkaOpts, err := kafkaSec.Opts()
+		kafkaOpts, err := kafkaClient.Opts()
 		if err != nil {
 			return err
 		}
-		cfg := cdc.Config{KafkaOpts: kafkaOpts, DatabaseURL: *dbURL, Slot: *slot, Publication: *pub,
-			Source: envelope.Source{Name: *prefix, DB: pcfg.Database}, Brokers: strings.Split(*brokers, ","), Compression: codec,
+		cfg := cdc.Config{KafkaOpts: kafkaOpts, DatabaseURL: *base.DB, Slot: *slot, Publication: *pub,
+			Source: envelope.Source{Name: *prefix, DB: pcfg.Database}, Brokers: kafkaClient.Brokers(), Compression: codec,
 			HeartbeatTopic: kafka.TopicsFor(*prefix).Heartbeat, StatusInterval: *status, HeartbeatInterval: *beat, Schemas: *schemas, Resync: *resync, Failover: *failover, Text: !*binaryMode, PublishAttempts: !*announced}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		pool, err := svc.Pool(ctx, *dbURL, 4)
+		pool, err := svc.Pool(ctx, *base.DB, 4)
 		if err != nil {
 			return err
 		}

@@ -28,8 +28,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("executor", flag.ExitOnError)
-	mode := config.RegisterMode(fs)
-	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9100", "ExecutorService listen address")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9101", "metrics and health listen address")
 	gwf := dial.Register(fs, "127.0.0.1:9300")
@@ -51,11 +50,10 @@ func main() {
 	maxReleases := fs.Int("max-releases", 5, "claims of one payment released untouched in a row (its lease could not hold a call) before it is dead-lettered LEASE_TOO_SHORT")
 	bounds := gateway.RegisterBounds(fs)
 	svc.Main("executor", fs, func(ctx context.Context, log *slog.Logger) error {
-		mode.Announce(log)
-		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+		if err := base.Start(log); err != nil {
 			return err
 		}
-		if err := mode.Require(serverTLS.On(), errors.New("ExecutorService would serve plaintext: production needs --tls-cert-file, --tls-key-file and --tls-client-ca-file (mutual TLS: only sweepers may ask for a charge)")); err != nil {
+		if err := base.Require(serverTLS.On(), errors.New("ExecutorService would serve plaintext: production needs --tls-cert-file, --tls-key-file and --tls-client-ca-file (mutual TLS: only sweepers may ask for a charge)")); err != nil {
 			return err
 		}
 		sched, err := payment.ParseBackoff(*backoff)
@@ -81,14 +79,14 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		if err := gwf.ValidateFor(mode); err != nil {
+		if err := gwf.ValidateFor(base.Mode); err != nil {
 			return err
 		}
 		tlsOpts, err := serverTLS.Options()
 		if err != nil {
 			return err
 		}
-		pool, err := svc.Pool(ctx, *dbURL, 16, svc.CustomPlans)
+		pool, err := svc.Pool(ctx, *base.DB, 16, svc.CustomPlans)
 		if err != nil {
 			return err
 		}

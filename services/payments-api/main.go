@@ -22,12 +22,11 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("payments-api", flag.ExitOnError)
-	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL")
 	dbConns := fs.Int("db-max-conns", 32, "database pool size")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "REST listen address")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9190", "/metrics and /healthz listen address: internal, apart from the API's ports")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9090", "gRPC listen address")
-	mode := config.RegisterMode(fs)
 	tokens := auth.RegisterFlags(fs, false)
 	currency := fs.String("default-currency", "USD", "currency used when a request names none")
 	amountCap := fs.Int64("amount-cap", 100_000_000, "largest amount accepted, in minor units")
@@ -39,34 +38,33 @@ func main() {
 	hooksURL := fs.String("webhooks-database-url", "", "the webhooks' database (migrate --webhooks-database-url), where tenants' endpoints are; empty: the tables are in --database-url")
 	maxPending := fs.Int("max-pending", payments.DefaultMaxPending, "payments one actor may have scheduled and not yet due (per instance, recounted every 10 s); 0: no cap")
 	svc.Main("payments-api", fs, func(ctx context.Context, log *slog.Logger) error {
-		mode.Announce(log)
-		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+		if err := base.Start(log); err != nil {
 			return err
 		}
 		if *hooksURL != "" {
-			if err := mode.DatabaseURL("--webhooks-database-url", *hooksURL); err != nil {
+			if err := base.DatabaseURL("--webhooks-database-url", *hooksURL); err != nil {
 				return err
 			}
 		}
-		authCfg, err := tokens.Config(mode)
+		authCfg, err := tokens.Config(base.Mode)
 		if err != nil {
 			return err
 		}
-		cursorKey, err := mode.Secret(cursorSecret, config.DevCursorSecret)
+		cursorKey, err := base.Secret(cursorSecret, config.DevCursorSecret)
 		if err != nil {
 			return err
 		}
 		cfg := paymentsserver.Config{
-			DatabaseURL:   *dbURL,
+			DatabaseURL:   *base.DB,
 			DBMaxConns:    int32(*dbConns),
 			Auth:          authCfg,
 			Rules:         payments.Rules{DefaultCurrency: *currency, AmountCap: *amountCap, Horizon: *horizon, MaxPending: *maxPending},
 			CursorSecret:  []byte(cursorKey),
 			CreateWorkers: *workers,
 			RateLimit:     ratelimit.Config{Rate: *actorRate, Burst: *actorBurst},
-			Reflection:    mode.Dev,
+			Reflection:    base.Dev,
 			// A tenant's local receiver, in development only.
-			LoopbackWebhooks:    mode.Dev,
+			LoopbackWebhooks:    base.Dev,
 			WebhooksDatabaseURL: *hooksURL,
 		}
 		if err := cfg.Validate(); err != nil {

@@ -17,23 +17,21 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("reaper", flag.ExitOnError)
-	mode := config.RegisterMode(fs)
-	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9210", "metrics and health listen address")
 	interval := fs.Duration("interval", 2*time.Second, "lease scan and gauge interval")
 	horizon := fs.Duration("horizon", 365*24*time.Hour, "keep partitions this far ahead")
 	retention := fs.Duration("retention", 0, "drop partitions older than this (0: keep)")
 	keyTTL := fs.Duration("idempotency-key-ttl", 7*24*time.Hour, "forget idempotency keys after this")
 	svc.Main("reaper", fs, func(ctx context.Context, log *slog.Logger) error {
-		mode.Announce(log)
-		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+		if err := base.Start(log); err != nil {
 			return err
 		}
 		cfg := reaper.Config{Interval: *interval, Horizon: *horizon, Retention: *retention, KeyTTL: *keyTTL, Batch: 1000}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		pool, err := svc.Pool(ctx, *dbURL, 4, svc.CustomPlans)
+		pool, err := svc.Pool(ctx, *base.DB, 4, svc.CustomPlans)
 		if err != nil {
 			return err
 		}

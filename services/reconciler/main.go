@@ -27,8 +27,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("reconciler", flag.ExitOnError)
-	mode := config.RegisterMode(fs)
-	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9420", "webhook (and health) listen address: the one the gateway reaches")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9421", "/metrics and /healthz listen address: internal, apart from the webhooks'")
 	gwf := dial.Register(fs, "127.0.0.1:9300")
@@ -58,18 +57,17 @@ func main() {
 		if err := bounds.Validate(); err != nil {
 			return err
 		}
-		mode.Announce(log)
-		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+		if err := base.Start(log); err != nil {
 			return err
 		}
-		if err := gwf.ValidateFor(mode); err != nil {
+		if err := gwf.ValidateFor(base.Mode); err != nil {
 			return err
 		}
 		hookSecret := ""
 		if *hooks {
 			// Development without a secret runs without the receiver; in
 			// production a missing secret is a mistake, not a choice.
-			if hookSecret, err = mode.Secret(secret, ""); err != nil {
+			if hookSecret, err = base.Secret(secret, ""); err != nil {
 				return fmt.Errorf("%w; --webhooks=false runs without the gateway's webhooks", err)
 			}
 		}
@@ -79,7 +77,7 @@ func main() {
 			if stripeSecret, err = config.ReadSecret(*stripeSecretFile); err != nil {
 				return fmt.Errorf("--stripe-webhook-secret-file: %w", err)
 			}
-			if !mode.Dev {
+			if !base.Dev {
 				if err := config.CheckSecret("--stripe-webhook-secret-file", stripeSecret); err != nil {
 					return err
 				}
@@ -95,7 +93,7 @@ func main() {
 		// Custom plans: a webhook's move names one payment's due time, and
 		// a cached generic plan locked and probed every daily partition at
 		// every gateway webhook (four backends busy through make demo).
-		pool, err := svc.Pool(ctx, *dbURL, 8, svc.CustomPlans)
+		pool, err := svc.Pool(ctx, *base.DB, 8, svc.CustomPlans)
 		if err != nil {
 			return err
 		}

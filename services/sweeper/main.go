@@ -21,8 +21,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("sweeper", flag.ExitOnError)
-	mode := config.RegisterMode(fs)
-	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:55432/paysched?sslmode=disable", "Postgres URL")
+	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9200", "metrics and health listen address")
 	id := fs.String("id", obs.InstanceID("sweeper"), "lease owner id")
 	executors := fs.String("executors", "127.0.0.1:9100,127.0.0.1:9110", "executor addresses, or a DNS name:port resolving to all of them")
@@ -41,11 +40,10 @@ func main() {
 	maxInflight := fs.Int("tenant-max-inflight", 0, "default cap on a tenant's payments in flight across sweepers (0: none; payctl tenants set overrides it)")
 	maxRate := fs.Float64("tenant-max-rate", 0, "default cap on a tenant's claims per second, across sweepers (0: none; payctl tenants set overrides it)")
 	svc.Main("sweeper", fs, func(ctx context.Context, log *slog.Logger) error {
-		mode.Announce(log)
-		if err := mode.DatabaseURL("--database-url", *dbURL); err != nil {
+		if err := base.Start(log); err != nil {
 			return err
 		}
-		if err := mode.Require(execTLS.On(), errors.New("the executor hop is plaintext: production needs --executor-ca-file, --executor-cert-file and --executor-key-file (mutual TLS)")); err != nil {
+		if err := base.Require(execTLS.On(), errors.New("the executor hop is plaintext: production needs --executor-ca-file, --executor-cert-file and --executor-key-file (mutual TLS)")); err != nil {
 			return err
 		}
 		// A tenth of a second of burst keeps every wall-clock second under the ceiling.
@@ -70,7 +68,7 @@ func main() {
 			return fmt.Errorf("executor TLS: %w", err)
 		}
 		cfg.Transport = transport
-		pool, err := svc.Pool(ctx, *dbURL, 8, svc.CustomPlans)
+		pool, err := svc.Pool(ctx, *base.DB, 8, svc.CustomPlans)
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,10 +27,8 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("webhook-dispatcher", flag.ExitOnError)
-	mode := config.RegisterMode(fs)
-	dbURL := fs.String("webhooks-database-url", "postgres://postgres@127.0.0.1:55433/paysched_webhooks?sslmode=disable", "Postgres URL of the webhooks' database (migrate --webhooks-database-url; role paysched_webhooks)")
-	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
-	kafkaSec := kafkaauth.Register(fs)
+	base := config.RegisterService(fs, "webhooks-database-url", "postgres://postgres@127.0.0.1:55433/paysched_webhooks?sslmode=disable", "Postgres URL of the webhooks' database (migrate --webhooks-database-url; role paysched_webhooks)")
+	kafkaClient := kafkaauth.RegisterClient(fs)
 	group := fs.String("group", tenanthook.Group, "consumer group")
 	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: the notifications are <prefix>.notifications")
 	retention := fs.Duration("retention", 30*24*time.Hour, "how long finished deliveries and their messages are kept (0: forever)")
@@ -42,14 +39,13 @@ func main() {
 	schedule := fs.String("retry-schedule", tenanthook.DefaultSchedule.String(), "the delays before each retry; their count is the retries a delivery gets (the spec's by default)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:9430", "metrics and health listen address")
 	svc.Main("webhook-dispatcher", fs, func(ctx context.Context, log *slog.Logger) error {
-		mode.Announce(log)
-		if err := mode.DatabaseURL("--webhooks-database-url", *dbURL); err != nil {
+		if err := base.Start(log); err != nil {
 			return err
 		}
-		if *loopback && !mode.Dev {
+		if *loopback && !base.Dev {
 			return fmt.Errorf("--allow-loopback reaches local services: development only (--dev)")
 		}
-		if err := kafkaSec.ValidateFor(mode); err != nil {
+		if err := kafkaClient.ValidateFor(base.Mode); err != nil {
 			return err
 		}
 		if *prefix == "" {
@@ -67,12 +63,12 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("--retry-schedule: %w", err)
 		}
-		kafkaOpts, err := kafkaSec.Opts()
+		kafkaOpts, err := kafkaClient.Opts()
 		if err != nil {
 			return err
 		}
-		url := *dbURL
-		cfg := tenanthook.Config{Brokers: strings.Split(*brokers, ","), KafkaOpts: kafkaOpts, Group: *group,
+		url := *base.DB
+		cfg := tenanthook.Config{Brokers: kafkaClient.Brokers(), KafkaOpts: kafkaOpts, Group: *group,
 			Topics: kafka.TopicsFor(*prefix), Egress: eg, Schedule: sched, Retention: *retention, MaxPending: *maxPending,
 			// The slots across dispatchers are advisory locks on a session
 			// of their own.
@@ -80,7 +76,7 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		pool, err := svc.Pool(ctx, *dbURL, 8, svc.CustomPlans)
+		pool, err := svc.Pool(ctx, *base.DB, 8, svc.CustomPlans)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -172,3 +173,19 @@ func (f *Flags) TLSConfig() (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// Client is a Kafka client's flags: the seed brokers and how to reach
+// them.
+type Client struct {
+	*Flags
+	brokers *string
+}
+
+// RegisterClient adds --kafka-brokers and the security flags to fs.
+func RegisterClient(fs *flag.FlagSet) *Client {
+	b := fs.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma separated")
+	return &Client{Flags: Register(fs), brokers: b}
+}
+
+// Brokers are the seed brokers.
+func (c *Client) Brokers() []string { return strings.Split(*c.brokers, ",") }
