@@ -14,8 +14,8 @@ const LocalDatabaseURL = "postgres://postgres@127.0.0.1:55432/paysched?sslmode=d
 type Service struct {
 	*Mode
 	// DB is the database flag's value.
-	DB *string
-	dbFlag      string
+	DB     *string
+	dbFlag string
 }
 
 // RegisterService adds --dev and the service's database flag (dbFlag,
