@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -27,18 +29,14 @@ func deadLettersCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			all := &payschedv1.ListDeadLettersResponse{}
-			tok := ""
-			for {
+			letters, err := allPages(func(tok string) ([]*payschedv1.DeadLetter, string, error) {
 				resp, err := c.admin.ListDeadLetters(c.ctx, &payschedv1.ListDeadLettersRequest{PageSize: size, PageToken: tok})
-				if err != nil {
-					return RPCError(err)
-				}
-				all.DeadLetters = append(all.DeadLetters, resp.GetDeadLetters()...)
-				if tok = resp.GetNextPageToken(); tok == "" {
-					break
-				}
+				return resp.GetDeadLetters(), resp.GetNextPageToken(), err
+			})
+			if err != nil {
+				return err
 			}
+			all := &payschedv1.ListDeadLettersResponse{DeadLetters: letters}
 			if g.json {
 				return printJSON(g.out, all)
 			}
@@ -60,46 +58,60 @@ func deadLettersCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func redriveCmd(g *globals) *cobra.Command {
-	return moveCmd(g, "redrive PAYMENT_ID", "Move a dead letter back to PENDING with a fresh budget and the same gateway key (admin)",
-		"why, for the audit trail", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
-			resp, err := c.admin.RedrivePayment(c.ctx, &payschedv1.RedrivePaymentRequest{PaymentId: id, Note: note})
-			return resp, resp.GetPayment(), err
-		})
+// noteMove is an AdminService method that moves one payment with a note.
+type noteMove func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error)
+
+// moveBy calls an AdminService method whose request is a payment id and a
+// note and whose answer carries the payment.
+func moveBy[Req any, Resp interface {
+	proto.Message
+	GetPayment() *payschedv1.ScheduledPayment
+}](call func(payschedv1.AdminServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req func(id, note string) Req) noteMove {
+	return func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
+		resp, err := call(c.admin, c.ctx, req(id, note))
+		return resp, resp.GetPayment(), err
+	}
 }
 
-func resolveCmd(g *globals) *cobra.Command {
-	return moveCmd(g, "resolve PAYMENT_ID --note TEXT", "Move a dead letter to FAILED with an operator note (admin)",
-		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
-			resp, err := c.admin.ResolvePayment(c.ctx, &payschedv1.ResolvePaymentRequest{PaymentId: id, Note: note})
-			return resp, resp.GetPayment(), err
-		})
+// operatorMoves are payctl's one-payment operator commands: each sends the
+// payment id and --note to its AdminService method.
+var operatorMoves = []struct {
+	use, short, noteHelp string
+	call                 noteMove
+}{
+	{"redrive PAYMENT_ID", "Move a dead letter back to PENDING with a fresh budget and the same gateway key (admin)", "why, for the audit trail",
+		moveBy(payschedv1.AdminServiceClient.RedrivePayment, func(id, note string) *payschedv1.RedrivePaymentRequest {
+			return &payschedv1.RedrivePaymentRequest{PaymentId: id, Note: note}
+		})},
+	{"resolve PAYMENT_ID --note TEXT", "Move a dead letter to FAILED with an operator note (admin)", "why (required)",
+		moveBy(payschedv1.AdminServiceClient.ResolvePayment, func(id, note string) *payschedv1.ResolvePaymentRequest {
+			return &payschedv1.ResolvePaymentRequest{PaymentId: id, Note: note}
+		})},
+	{"abandon PAYMENT_ID --note TEXT", "Cancel a payment at rest (a dead letter, HELD, or PENDING) as an operator: its undecided charge at the gateway is cancelled first (admin)", "why (required)",
+		moveBy(payschedv1.AdminServiceClient.CancelPayment, func(id, note string) *payschedv1.CancelPaymentRequest {
+			return &payschedv1.CancelPaymentRequest{PaymentId: id, Note: note}
+		})},
+	{"hold PAYMENT_ID --note TEXT", "Stop a PENDING payment: the sweepers skip it until it is released or abandoned (admin)", "why (required)",
+		moveBy(payschedv1.AdminServiceClient.HoldPayment, func(id, note string) *payschedv1.HoldPaymentRequest {
+			return &payschedv1.HoldPaymentRequest{PaymentId: id, Note: note}
+		})},
+	{"release PAYMENT_ID", "Move a HELD payment back to PENDING, its run time as it was (admin)", "why, for the audit trail",
+		moveBy(payschedv1.AdminServiceClient.ReleasePayment, func(id, note string) *payschedv1.ReleasePaymentRequest {
+			return &payschedv1.ReleasePaymentRequest{PaymentId: id, Note: note}
+		})},
+	{"run-now PAYMENT_ID --note TEXT", "Make a PENDING payment waiting past its due time (a backoff, a reschedule) due at once (admin)", "why (required)",
+		moveBy(payschedv1.AdminServiceClient.RunPaymentNow, func(id, note string) *payschedv1.RunPaymentNowRequest {
+			return &payschedv1.RunPaymentNowRequest{PaymentId: id, Note: note}
+		})},
 }
 
-func abandonCmd(g *globals) *cobra.Command {
-	return moveCmd(g, "abandon PAYMENT_ID --note TEXT",
-		"Cancel a payment at rest (a dead letter, HELD, or PENDING) as an operator: its undecided charge at the gateway is cancelled first (admin)",
-		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
-			resp, err := c.admin.CancelPayment(c.ctx, &payschedv1.CancelPaymentRequest{PaymentId: id, Note: note})
-			return resp, resp.GetPayment(), err
-		})
-}
-
-func holdCmd(g *globals) *cobra.Command {
-	return moveCmd(g, "hold PAYMENT_ID --note TEXT",
-		"Stop a PENDING payment: the sweepers skip it until it is released or abandoned (admin)",
-		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
-			resp, err := c.admin.HoldPayment(c.ctx, &payschedv1.HoldPaymentRequest{PaymentId: id, Note: note})
-			return resp, resp.GetPayment(), err
-		})
-}
-
-func releaseCmd(g *globals) *cobra.Command {
-	return moveCmd(g, "release PAYMENT_ID", "Move a HELD payment back to PENDING, its run time as it was (admin)",
-		"why, for the audit trail", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
-			resp, err := c.admin.ReleasePayment(c.ctx, &payschedv1.ReleasePaymentRequest{PaymentId: id, Note: note})
-			return resp, resp.GetPayment(), err
-		})
+// operatorMoveCmds are the commands of operatorMoves.
+func operatorMoveCmds(g *globals) []*cobra.Command {
+	var cmds []*cobra.Command
+	for _, m := range operatorMoves {
+		cmds = append(cmds, moveCmd(g, m.use, m.short, m.noteHelp, m.call))
+	}
+	return cmds
 }
 
 func rescheduleCmd(g *globals) *cobra.Command {
@@ -118,18 +130,8 @@ func rescheduleCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func runNowCmd(g *globals) *cobra.Command {
-	return moveCmd(g, "run-now PAYMENT_ID --note TEXT",
-		"Make a PENDING payment waiting past its due time (a backoff, a reschedule) due at once (admin)",
-		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
-			resp, err := c.admin.RunPaymentNow(c.ctx, &payschedv1.RunPaymentNowRequest{PaymentId: id, Note: note})
-			return resp, resp.GetPayment(), err
-		})
-}
-
 // moveCmd is an operator action on one payment at rest, with a --note.
-func moveCmd(g *globals, use, short, noteHelp string,
-	call func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error)) *cobra.Command {
+func moveCmd(g *globals, use, short, noteHelp string, call noteMove) *cobra.Command {
 	var note string
 	c := &cobra.Command{
 		Use:   use,

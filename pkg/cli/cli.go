@@ -88,7 +88,8 @@ func New() *cobra.Command {
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "per-call timeout")
 	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), eventsCmd(g),
-		deadLettersCmd(g), redriveCmd(g), resolveCmd(g), abandonCmd(g), holdCmd(g), releaseCmd(g), rescheduleCmd(g), runNowCmd(g), reconcileCmd(g), runsCmd(g), tenantsCmd(g), webhooksCmd(g), requestsCmd(g))
+		deadLettersCmd(g), rescheduleCmd(g), reconcileCmd(g), runsCmd(g), tenantsCmd(g), webhooksCmd(g), requestsCmd(g))
+	root.AddCommand(operatorMoveCmds(g)...)
 	return root
 }
 
@@ -531,4 +532,22 @@ func RPCError(err error) error {
 		}
 	}
 	return fmt.Errorf("%s", msg)
+}
+
+// allPages reads every page of a list: page asks for the one after a
+// token (a page token, or the last name) and answers its items and the
+// next token, empty at the end.
+func allPages[T any](page func(token string) ([]T, string, error)) ([]T, error) {
+	var all []T
+	for tok := ""; ; {
+		items, next, err := page(tok)
+		if err != nil {
+			return nil, RPCError(err)
+		}
+		all = append(all, items...)
+		if next == "" {
+			return all, nil
+		}
+		tok = next
+	}
 }

@@ -28,18 +28,14 @@ func tenantsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			all := &payschedv1.ListTenantsResponse{}
-			after := ""
-			for {
+			tenants, err := allPages(func(after string) ([]*payschedv1.Tenant, string, error) {
 				resp, err := c.admin.ListTenants(c.ctx, &payschedv1.ListTenantsRequest{PageSize: size, After: after})
-				if err != nil {
-					return RPCError(err)
-				}
-				all.Tenants = append(all.Tenants, resp.GetTenants()...)
-				if after = resp.GetNextAfter(); after == "" {
-					break
-				}
+				return resp.GetTenants(), resp.GetNextAfter(), err
+			})
+			if err != nil {
+				return err
 			}
+			all := &payschedv1.ListTenantsResponse{Tenants: tenants}
 			if g.json {
 				return printJSON(g.out, all)
 			}
