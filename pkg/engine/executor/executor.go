@@ -1,8 +1,8 @@
 // Package executor runs claimed payments. For each Execute it reads the
 // claimed rows (the charge's parameters come from there, never from the
 // request), hands each payment to a pool of gateway callers, and a few
-// completers write the outcomes of many payments per statement, across
-// batches. Each outcome is streamed back to the sweeper as soon as it is
+// completers (pkg/engine/completer) write the outcomes of many payments
+// per statement, across batches. Each outcome is streamed back to the sweeper as soon as it is
 // written, so a slow charge holds only itself.
 //
 // The money rules it keeps (docs/DESIGN.md, "The executor"):
@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
+	"github.com/paysched/paysched/pkg/engine/completer"
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/coalesce"
@@ -145,9 +146,11 @@ type task struct {
 	// measured conservatively: the database's "lease left" counted from
 	// before the batch was read.
 	leaseEnd time.Time
-	out      chan<- *internalv1.Outcome
-	tr       store.Transition
-	result   internalv1.Result
+	// margin is the executor's LeaseMargin.
+	margin time.Duration
+	out    chan<- *internalv1.Outcome
+	tr     store.Transition
+	result internalv1.Result
 	// gatewayOK feeds the sweeper's breaker.
 	gatewayOK bool
 }
@@ -226,8 +229,9 @@ func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Regis
 	for range cfg.Concurrency {
 		go s.caller()
 	}
+	ccfg := completer.Config{Batch: cfg.CompleteBatch, Wait: cfg.CompleteWait}
 	for range cfg.Completers {
-		go s.completer()
+		go completer.Run(ccfg, s.done, s.flush, func(n int) { s.held.Set(float64(n)) })
 	}
 	return s, nil
 }
@@ -303,7 +307,7 @@ func (s *Server) Execute(req *internalv1.ExecuteRequest, stream internalv1.Execu
 	defer bcancel()
 	for _, w := range works {
 		loaded[store.ClaimRef{ID: w.ID, Attempt: w.Attempt}] = true
-		t := &task{ctx: bctx, w: w, leaseEnd: readAt.Add(w.LeaseLeft), out: out, gatewayOK: true}
+		t := &task{ctx: bctx, w: w, leaseEnd: readAt.Add(w.LeaseLeft), margin: s.cfg.LeaseMargin, out: out, gatewayOK: true}
 		if s.cfg.Backoff.Spent(w.Retries) && !w.ProbeFirst {
 			// Spent by expired leases whose attempts were all settled as
 			// not charged: nothing to ask, nothing more to try.
@@ -486,81 +490,11 @@ func (s *Server) decide(w store.ClaimedPayment, r gateway.Result, proven bool, n
 	return t
 }
 
-// completer writes outcomes of many payments per statement: it writes
-// when CompleteBatch are ready or CompleteWait after the first, whichever
-// comes first, and the next ones gather meanwhile.
-func (s *Server) completer() {
-	buf := make([]*task, 0, s.cfg.CompleteBatch)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for t := range s.done {
-		buf = s.gather(append(buf[:0], t), timer)
-		s.held.Set(float64(len(buf)))
-		s.flush(buf)
-		s.held.Set(0)
-	}
-}
-
-// gather adds to buf what joins it before its statement must go: when
-// CompleteBatch are held, CompleteWait after the first, or the earliest
-// held outcome's hold limit (holdLimit), whichever is first. What is ready
-// at once always joins (it costs no wait).
-func (s *Server) gather(buf []*task, timer *time.Timer) []*task {
-	deadline := time.Now().Add(s.cfg.CompleteWait)
-	if l := s.holdLimit(buf[0]); l.Before(deadline) {
-		deadline = l
-	}
-	armed := false
-	defer func() {
-		if armed {
-			timer.Stop()
-		}
-	}()
-	for len(buf) < s.cfg.CompleteBatch {
-		select {
-		case t := <-s.done:
-			buf = append(buf, t)
-			if l := s.holdLimit(t); l.Before(deadline) {
-				deadline = l
-				if armed {
-					timer.Stop()
-					armed = false
-				}
-			}
-			continue
-		default:
-		}
-		wait := time.Until(deadline)
-		if wait <= 0 {
-			return buf
-		}
-		if !armed {
-			timer.Reset(wait)
-			armed = true
-		}
-		select {
-		case t := <-s.done:
-			buf = append(buf, t)
-			if l := s.holdLimit(t); l.Before(deadline) {
-				deadline = l
-				timer.Stop()
-				armed = false
-			}
-		case <-timer.C:
-			armed = false
-			return buf
-		}
-	}
-	return buf
-}
-
-// holdLimit is how long a completer may hold t's outcome: until its call's
-// deadline, the lease's end less LeaseMargin, so the margin is left whole
-// for the write, as if there were no wait. An outcome that comes later
-// (a release decided at the lease's edge) is written at once.
-func (s *Server) holdLimit(t *task) time.Time {
-	return t.leaseEnd.Add(-s.cfg.LeaseMargin)
-}
+// HoldLimit is how long a completer may hold t's outcome: until its
+// call's deadline, the lease's end less LeaseMargin, so the margin is left
+// whole for the write, as if there were no wait. An outcome that comes
+// later (a release decided at the lease's edge) is written at once.
+func (t *task) HoldLimit() time.Time { return t.leaseEnd.Add(-t.margin) }
 
 // flush writes ts, retrying briefly, and reports each outcome. A batch
 // the database refuses is written row by row, so one bad row costs only
