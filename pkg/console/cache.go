@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -63,7 +64,7 @@ type Sample struct {
 }
 
 type cache struct {
-	db  store.DB
+	db  pgdb.DB
 	log *slog.Logger
 
 	mu         sync.Mutex
@@ -103,7 +104,7 @@ func (c *cache) tenantRate(tenant string) (TenantRate, bool) {
 	return TenantRate{PerSecond: c.tenantRateFloor, Under: c.tenantRateFloor > 0, At: c.tenantRatesAt}, true
 }
 
-func newCache(db store.DB, log *slog.Logger) *cache { return &cache{db: db, log: log} }
+func newCache(db pgdb.DB, log *slog.Logger) *cache { return &cache{db: db, log: log} }
 
 func (c *cache) run(ctx context.Context) {
 	tick := time.NewTicker(sampleEvery)
@@ -139,7 +140,7 @@ func (c *cache) refreshCounts(ctx context.Context) {
 	c.mu.Unlock()
 }
 
-func loadCounts(ctx context.Context, db store.DB) ([]StatusCount, error) {
+func loadCounts(ctx context.Context, db pgdb.DB) ([]StatusCount, error) {
 	est := map[string]int64{}
 	rows, err := db.Query(ctx, estimateSQL)
 	if err != nil {
@@ -216,7 +217,7 @@ func (c *cache) refreshForecast(ctx context.Context) {
 	c.mu.Unlock()
 }
 
-func loadForecast(ctx context.Context, db store.DB) ([]ForecastPoint, error) {
+func loadForecast(ctx context.Context, db pgdb.DB) ([]ForecastPoint, error) {
 	// A payment runs at or after its due time: the day's are due within it.
 	rows, err := db.Query(ctx, forecastSQL, store.DueBound(time.Now().Add(24*time.Hour)))
 	if err != nil {
@@ -284,7 +285,7 @@ func (c *cache) sample(ctx context.Context) {
 	}
 }
 
-func loadSample(ctx context.Context, db store.DB, from, to time.Time) (Sample, error) {
+func loadSample(ctx context.Context, db pgdb.DB, from, to time.Time) (Sample, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s := Sample{At: to, Seconds: to.Sub(from).Seconds()}
@@ -296,7 +297,7 @@ func loadSample(ctx context.Context, db store.DB, from, to time.Time) (Sample, e
 	return s, nil
 }
 
-func loadTenantRates(ctx context.Context, db store.DB, from, to time.Time) (map[string]float64, float64, error) {
+func loadTenantRates(ctx context.Context, db pgdb.DB, from, to time.Time) (map[string]float64, float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rows, err := db.Query(ctx, tenantRateSQL, from, to, maxTenantRates)

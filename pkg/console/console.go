@@ -22,10 +22,9 @@ import (
 	"time"
 
 	"github.com/paysched/paysched/pkg/api/approval"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/paysched/paysched/pkg/store"
 )
 
 //go:embed templates/*.html static/*
@@ -71,9 +70,9 @@ type Config struct {
 	// Process names this replica as a runner of bulk requests.
 	Process string
 	// AuditDB, if set, is the audit log's database (a payment's history).
-	AuditDB store.DB
+	AuditDB pgdb.DB
 	// HooksDB is the webhooks' database (nil: the schedule's).
-	HooksDB store.DB
+	HooksDB pgdb.DB
 }
 
 // Validate checks the configuration.

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paysched/paysched/pkg/payment"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // Every search is one index range and bounded: the plans of each shape,
@@ -157,7 +157,7 @@ func TestCandidateReadsPruneOnAGenericPlan(t *testing.T) {
 }
 
 // genericPlan is EXPLAIN ANALYZE of sql with args on its generic plan.
-func genericPlan(ctx context.Context, db store.DB, sql string, args []any) ([]string, error) {
+func genericPlan(ctx context.Context, db pgdb.DB, sql string, args []any) ([]string, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, err

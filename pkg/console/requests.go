@@ -12,7 +12,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/payment"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // maxBulk is the most payments one request acts on.
@@ -53,7 +53,7 @@ func actionName(a string) string {
 }
 
 // selectOpen pins the ticked payments that are in status from.
-func selectOpen(ctx context.Context, db store.DB, ids []uuid.UUID, from payment.Status) (Selection, error) {
+func selectOpen(ctx context.Context, db pgdb.DB, ids []uuid.UUID, from payment.Status) (Selection, error) {
 	var dues []time.Time
 	if err := db.QueryRow(ctx, duesOfSQL, ids).Scan(&dues); err != nil {
 		return Selection{}, fmt.Errorf("select %s payments: %w", from, err)
@@ -66,7 +66,7 @@ func selectOpen(ctx context.Context, db store.DB, ids []uuid.UUID, from payment.
 	return collectSelection(rows)
 }
 
-func selectDead(ctx context.Context, db store.DB, ids []uuid.UUID, reason string) (Selection, error) {
+func selectDead(ctx context.Context, db pgdb.DB, ids []uuid.UUID, reason string) (Selection, error) {
 	var arg, dues any
 	if ids != nil {
 		arg = ids

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/payment"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // A search walks one index of payment_index in (due_time, id) order from
@@ -275,7 +275,7 @@ func walkOf(q Query) (sql string, args []any, atRest bool) {
 
 // search is one page of q: its walk's candidates, read and filtered a
 // chunk at a time.
-func search(ctx context.Context, db store.DB, q Query) (Result, error) {
+func search(ctx context.Context, db pgdb.DB, q Query) (Result, error) {
 	sql, args, atRest := walkOf(q)
 	if atRest {
 		return searchAtRest(ctx, db, sql, q)
@@ -354,14 +354,14 @@ func scanRow(row pgx.Row) (Row, error) {
 // walkDead is a page of the dead letters kept by keep: the index's next
 // page when nothing narrows it (narrowed false), else up to scanCap of
 // them looked at, with a cursor to go on past them.
-func walkDead(ctx context.Context, db store.DB, afterAt time.Time, afterID uuid.UUID, to time.Time, narrowed bool,
+func walkDead(ctx context.Context, db pgdb.DB, afterAt time.Time, afterID uuid.UUID, to time.Time, narrowed bool,
 	keep func(Row) bool) (Result, error) {
 	return walkAtRest(ctx, db, deadWalkSQL, pageSize, afterAt, afterID, to, narrowed, keep)
 }
 
 // walkAtRest is walkDead through walk (deadWalkSQL or failedWalkSQL),
 // size rows a page.
-func walkAtRest(ctx context.Context, db store.DB, walk string, size int, afterAt time.Time, afterID uuid.UUID, to time.Time,
+func walkAtRest(ctx context.Context, db pgdb.DB, walk string, size int, afterAt time.Time, afterID uuid.UUID, to time.Time,
 	narrowed bool, keep func(Row) bool) (Result, error) {
 	limit := size + 1
 	if narrowed {
@@ -404,7 +404,7 @@ func walkAtRest(ctx context.Context, db store.DB, walk string, size int, afterAt
 // through their own partial index (walk, deadWalkSQL or failedWalkSQL): a
 // status too rare for the walk of payment_index (0.4% and 2% of a day)
 // to fill a page within its bound.
-func searchAtRest(ctx context.Context, db store.DB, walk string, q Query) (Result, error) {
+func searchAtRest(ctx context.Context, db pgdb.DB, walk string, q Query) (Result, error) {
 	f := q.filter()
 	narrowed := q.Payer != "" || q.Payee != "" || f.narrows()
 	return walkAtRest(ctx, db, walk, q.pageRows(), q.AfterAt, q.AfterID, q.To, narrowed, func(r Row) bool {
@@ -441,7 +441,7 @@ func (f rowFilter) keeps(r Row) bool {
 }
 
 // readRows reads the candidates' payments that match, in (due, id) order.
-func readRows(ctx context.Context, db store.DB, ids []uuid.UUID, dues []time.Time, f rowFilter) ([]Row, error) {
+func readRows(ctx context.Context, db pgdb.DB, ids []uuid.UUID, dues []time.Time, f rowFilter) ([]Row, error) {
 	lo, hi := span(dues)
 	rows, err := db.Query(ctx, rowsSQL, ids, dues, f.status, f.payee, f.currency, max(f.min, 1), f.max, f.errClass, f.tenant, lo, hi)
 	if err != nil {
@@ -495,7 +495,7 @@ func contains(xs []string, s string) bool {
 // ExplainSearch is the plan, with its timings (EXPLAIN ANALYZE), of the
 // index walk a search of v runs and of the read of its first candidates:
 // make bench-console prints them at scale.
-func ExplainSearch(ctx context.Context, db store.DB, v url.Values) ([]string, error) {
+func ExplainSearch(ctx context.Context, db pgdb.DB, v url.Values) ([]string, error) {
 	q, err := parseQuery(v, time.Now())
 	if err != nil {
 		return nil, err
@@ -504,7 +504,7 @@ func ExplainSearch(ctx context.Context, db store.DB, v url.Values) ([]string, er
 }
 
 // ExplainExport is ExplainSearch for a page of the export of v.
-func ExplainExport(ctx context.Context, db store.DB, v url.Values) ([]string, error) {
+func ExplainExport(ctx context.Context, db pgdb.DB, v url.Values) ([]string, error) {
 	q, err := parseQuery(v, time.Now())
 	if err != nil {
 		return nil, err
@@ -513,7 +513,7 @@ func ExplainExport(ctx context.Context, db store.DB, v url.Values) ([]string, er
 	return explainSearch(ctx, db, q)
 }
 
-func explainSearch(ctx context.Context, db store.DB, q Query) ([]string, error) {
+func explainSearch(ctx context.Context, db pgdb.DB, q Query) ([]string, error) {
 	sql, args, _ := walkOf(q)
 	sql = `EXPLAIN (ANALYZE, BUFFERS) ` + sql
 	plan, err := explain(ctx, db, sql, args...)
@@ -535,7 +535,7 @@ func explainSearch(ctx context.Context, db store.DB, q Query) ([]string, error) 
 	return append(append(plan, "-- the candidates' rows:"), more...), err
 }
 
-func explain(ctx context.Context, db store.DB, sql string, args ...any) ([]string, error) {
+func explain(ctx context.Context, db pgdb.DB, sql string, args ...any) ([]string, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("explain: %w", err)

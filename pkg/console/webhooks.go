@@ -15,7 +15,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // The webhook pages: a tenant's endpoints (on its page), one endpoint with
@@ -194,7 +194,7 @@ func (c *Console) recoverWebhooks(w http.ResponseWriter, r *http.Request, v *vie
 }
 
 // hooks is the webhooks' database.
-func (c *Console) hooks() store.DB {
+func (c *Console) hooks() pgdb.DB {
 	if c.cfg.HooksDB != nil {
 		return c.cfg.HooksDB
 	}

@@ -14,6 +14,7 @@ import (
 
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/pkg/gateway"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -442,7 +443,7 @@ func (r *Runner) probeCompleted(ctx context.Context, p store.Completed) (*Item, 
 // counts are always complete and reconciliation_items holds every item.
 const MaxItems = 1000
 
-func loadItems(ctx context.Context, db store.DB, runID int64) ([]Item, error) {
+func loadItems(ctx context.Context, db pgdb.DB, runID int64) ([]Item, error) {
 	rows, err := db.Query(ctx, `SELECT kind, severity, COALESCE(payment_id::text, ''), reference, charge_ids, detail
 		FROM reconciliation_items WHERE run_id = $1 ORDER BY severity = 'CRITICAL' DESC, kind, reference LIMIT $2`, runID, MaxItems)
 	if err != nil {
@@ -460,7 +461,7 @@ var ErrNoRun = errors.New("no such reconciliation run")
 
 // Runs lists runs, newest first, optionally of one day (zero: all), with
 // their items; before (0: from the newest) pages by run id.
-func Runs(ctx context.Context, db store.DB, day time.Time, before int64, limit int) ([]*Run, error) {
+func Runs(ctx context.Context, db pgdb.DB, day time.Time, before int64, limit int) ([]*Run, error) {
 	var dayArg any
 	if !day.IsZero() {
 		dayArg = Day(day)

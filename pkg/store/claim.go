@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // Claimed is one payment a sweeper now holds under a lease: the row's key
@@ -84,7 +85,7 @@ WHERE i.inhparent = 'payments'::regclass AND c.relname <= $1 ORDER BY c.relname`
 // retry, an expired lease or a re-drive, and waits at most Refresh more.
 // A Claimer is one sweeper loop's: not for concurrent use.
 type Claimer struct {
-	DB    DB
+	DB    pgdb.DB
 	Owner string
 	Lease time.Duration
 	// Refresh is how often older partitions are looked at again (default 5s).
@@ -153,7 +154,7 @@ func (c *Claimer) Claim(ctx context.Context, limit int) ([]Claimed, error) {
 }
 
 // claimIn claims up to limit due rows of the partition of day.
-func claimIn(ctx context.Context, db DB, day time.Time, owner string, lease time.Duration, limit int) ([]Claimed, error) {
+func claimIn(ctx context.Context, db pgdb.DB, day time.Time, owner string, lease time.Duration, limit int) ([]Claimed, error) {
 	rows, err := db.Query(ctx, partitionSQL(claimSQL, day), owner, lease, limit)
 	if missingPartition(err) {
 		return nil, nil // a day the schedule has no partition for holds no payment
@@ -251,10 +252,10 @@ WHERE p.id = u.id AND p.due_time = u.due_time AND p.status = 'PROCESSING'
 // Release returns claims no attempt started to PENDING (see releaseSQL for
 // who may call it) and says how many. Claims in several partitions are
 // released in one transaction.
-func Release(ctx context.Context, db DB, owner string, cs []Claimed) (int64, error) {
+func Release(ctx context.Context, db pgdb.DB, owner string, cs []Claimed) (int64, error) {
 	groups := groupByPartition(len(cs), func(i int) time.Time { return cs[i].DueTime })
 	var n int64
-	err := writeGroups(ctx, db, groups, func(q DB, g []int) error {
+	err := writeGroups(ctx, db, groups, func(q pgdb.DB, g []int) error {
 		ids := make([][16]byte, len(g))
 		dues := make([]time.Time, len(g))
 		attempts := make([]int32, len(g))
@@ -273,6 +274,6 @@ func Release(ctx context.Context, db DB, owner string, cs []Claimed) (int64, err
 
 // Claim claims up to limit due payments for owner, each leased for lease,
 // looking at every partition that may hold one (a Claimer used once).
-func Claim(ctx context.Context, db DB, owner string, lease time.Duration, limit int) ([]Claimed, error) {
+func Claim(ctx context.Context, db pgdb.DB, owner string, lease time.Duration, limit int) ([]Claimed, error) {
 	return (&Claimer{DB: db, Owner: owner, Lease: lease}).Claim(ctx, limit)
 }

@@ -13,19 +13,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
-
-// DB is what the store's statements run on: a pgx pool, connection or
-// transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // ErrNotAllowed: the statement was asked for a move the state machine does
 // not let its actor make; nothing was written.
@@ -54,7 +44,7 @@ func Transient(err error) bool {
 
 // Now reads the database's clock: the one due times, leases and runs are
 // measured by (a gateway's is checked against it at start).
-func Now(ctx context.Context, db DB) (time.Time, error) {
+func Now(ctx context.Context, db pgdb.DB) (time.Time, error) {
 	var t time.Time
 	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&t); err != nil {
 		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)

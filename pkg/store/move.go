@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // OutOfBandMove is one transition made outside the execution path.
@@ -116,7 +117,7 @@ SELECT $1, $9, $10, prev, $3, $11, NULLIF($12, 0) FROM moved
 RETURNING prev_status`
 
 // Apply makes m and returns the status the payment left.
-func Apply(ctx context.Context, db DB, m OutOfBandMove) (payment.Status, error) {
+func Apply(ctx context.Context, db pgdb.DB, m OutOfBandMove) (payment.Status, error) {
 	var from []string
 	for _, s := range payment.From(m.To, m.By) {
 		if m.From == "" || m.From == s {
@@ -146,7 +147,7 @@ func Apply(ctx context.Context, db DB, m OutOfBandMove) (payment.Status, error) 
 		fence = m.Attempt
 	}
 	var prev payment.Status
-	err = underRequest(ctx, db, m.Request, func(db DB) error {
+	err = underRequest(ctx, db, m.Request, func(db pgdb.DB) error {
 		return db.QueryRow(ctx, moveSQL, m.ID, from, m.To, m.Amount, m.Currency, m.GatewayRef, m.Redrive,
 			m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due, fence, string(m.FailReason), m.By == payment.Webhook).Scan(&prev)
 	})
@@ -169,7 +170,7 @@ type Target struct {
 // TargetOf reads payment id's payer and attempt (ErrNotFound when there is
 // no such payment). The payer never changes and the attempt only grows, so
 // what it reads still holds for a move made after it.
-func TargetOf(ctx context.Context, db DB, id uuid.UUID) (Target, error) {
+func TargetOf(ctx context.Context, db pgdb.DB, id uuid.UUID) (Target, error) {
 	var t Target
 	// The partition key first, as Apply reads it: one partition planned
 	// and locked.
@@ -237,7 +238,7 @@ RETURNING prev_status`
 // ApplyReschedule makes r and returns the status the payment is in;
 // ErrNotMoved when it is missing, in another status or at another
 // attempt.
-func ApplyReschedule(ctx context.Context, db DB, r Reschedule) (payment.Status, error) {
+func ApplyReschedule(ctx context.Context, db pgdb.DB, r Reschedule) (payment.Status, error) {
 	from := make([]string, len(r.From))
 	for i, s := range r.From {
 		from[i] = string(s)
@@ -255,7 +256,7 @@ func ApplyReschedule(ctx context.Context, db DB, r Reschedule) (payment.Status, 
 		at = &r.RunAt
 	}
 	var st payment.Status
-	err = underRequest(ctx, db, r.Request, func(db DB) error {
+	err = underRequest(ctx, db, r.Request, func(db pgdb.DB) error {
 		return db.QueryRow(ctx, rescheduleSQL, r.ID, due, from, r.Attempt, at, r.Actor, r.Action, r.Reason).Scan(&st)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -270,7 +271,7 @@ func ApplyReschedule(ctx context.Context, db DB, r Reschedule) (payment.Status, 
 // underRequest runs f, naming request to the database first when it is
 // set: in a transaction of its own, whose setting (paysched.request, local
 // to it) the admin role's guard reads (0026).
-func underRequest(ctx context.Context, db DB, request int64, f func(DB) error) error {
+func underRequest(ctx context.Context, db pgdb.DB, request int64, f func(pgdb.DB) error) error {
 	if request == 0 {
 		return f(db)
 	}

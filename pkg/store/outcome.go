@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // ClaimRef is one claimed payment as the executor received it: the row's key
@@ -77,7 +78,7 @@ func sentBy(ago *float64) time.Time {
 }
 
 // LoadClaimed reads the claimed rows of items that are still current.
-func LoadClaimed(ctx context.Context, db DB, items []ClaimRef) ([]ClaimedPayment, error) {
+func LoadClaimed(ctx context.Context, db pgdb.DB, items []ClaimRef) ([]ClaimedPayment, error) {
 	out := make([]ClaimedPayment, 0, len(items))
 	for _, g := range groupByPartition(len(items), func(i int) time.Time { return items[i].DueTime }) {
 		ids := make([][16]byte, len(g))
@@ -209,7 +210,7 @@ type Applied struct {
 // (the others were fenced out). Every transition must be one the state
 // machine lets the executor make. Transitions in several partitions are
 // written in one transaction: all of them or none.
-func Complete(ctx context.Context, db DB, executor string, ts []Transition) (map[Applied]bool, error) {
+func Complete(ctx context.Context, db pgdb.DB, executor string, ts []Transition) (map[Applied]bool, error) {
 	applied := make(map[Applied]bool, len(ts))
 	for _, t := range ts {
 		if !payment.Allowed(payment.Processing, t.Status, payment.Executor) {
@@ -217,7 +218,7 @@ func Complete(ctx context.Context, db DB, executor string, ts []Transition) (map
 		}
 	}
 	groups := groupByPartition(len(ts), func(i int) time.Time { return ts[i].DueTime })
-	err := writeGroups(ctx, db, groups, func(q DB, g []int) error { return complete(ctx, q, executor, ts, g, applied) })
+	err := writeGroups(ctx, db, groups, func(q pgdb.DB, g []int) error { return complete(ctx, q, executor, ts, g, applied) })
 	if err != nil {
 		return nil, fmt.Errorf("complete attempts: %w", err)
 	}
@@ -225,7 +226,7 @@ func Complete(ctx context.Context, db DB, executor string, ts []Transition) (map
 }
 
 // complete writes the transitions ts[g], all in one partition, into applied.
-func complete(ctx context.Context, q DB, executor string, ts []Transition, g []int, applied map[Applied]bool) error {
+func complete(ctx context.Context, q pgdb.DB, executor string, ts []Transition, g []int, applied map[Applied]bool) error {
 	n := len(g)
 	ids := make([][16]byte, n)
 	dues := make([]time.Time, n)

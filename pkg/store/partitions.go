@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // Partition is the name of the daily partition of payments that holds the
@@ -62,8 +63,8 @@ func groupByPartition(n int, due func(i int) time.Time) [][]int {
 // writeGroups runs write on each group of indexes (groupByPartition), in
 // one transaction when there are several: all of them or none. One group,
 // the common case, is one statement in its own implicit transaction.
-func writeGroups(ctx context.Context, db DB, groups [][]int, write func(q DB, g []int) error) error {
-	each := func(q DB) error {
+func writeGroups(ctx context.Context, db pgdb.DB, groups [][]int, write func(q pgdb.DB, g []int) error) error {
+	each := func(q pgdb.DB) error {
 		for _, g := range groups {
 			if err := write(q, g); err != nil {
 				return err
@@ -88,7 +89,7 @@ func missingPartition(err error) bool {
 // EnsurePartitions creates the daily partitions of payments covering
 // [from, to] (UTC days) that do not exist yet, and returns how many it made.
 // The reaper calls it to keep the horizon ahead; the API calls it at start.
-func EnsurePartitions(ctx context.Context, db DB, from, to time.Time) (int, error) {
+func EnsurePartitions(ctx context.Context, db pgdb.DB, from, to time.Time) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, `SELECT paysched_ensure_partitions($1::date, $2::date)`,
 		from.UTC().Format(time.DateOnly), to.UTC().Format(time.DateOnly)).Scan(&n)
@@ -111,7 +112,7 @@ const RetentionFloor = 30 * 24 * time.Hour
 // reaper's); it refuses a cutoff within RetentionFloor and keeps a
 // partition that still holds a PENDING, PROCESSING or DEAD_LETTERED
 // payment.
-func DropPartitionsBefore(ctx context.Context, db DB, cutoff time.Time) (int, error) {
+func DropPartitionsBefore(ctx context.Context, db pgdb.DB, cutoff time.Time) (int, error) {
 	var n int
 	day := cutoff.UTC().Format(time.DateOnly)
 	if err := db.QueryRow(ctx, `SELECT paysched_drop_partitions_before($1::date)`, day).Scan(&n); err != nil {

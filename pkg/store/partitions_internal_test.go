@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/test/pgtest"
 )
@@ -31,7 +32,7 @@ func enginePool(t *testing.T) *pgxpool.Pool {
 }
 
 // seedDue inserts n PENDING payments due at due.
-func seedDue(t *testing.T, db DB, n int, due time.Time) {
+func seedDue(t *testing.T, db pgdb.DB, n int, due time.Time) {
 	t.Helper()
 	if _, err := db.Exec(context.Background(), `
 		INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // expireSQL takes back claims whose lease expired: each goes back to
@@ -61,7 +63,7 @@ SELECT count(*) FROM moved`
 func dueBound() time.Time { return time.Now().Add(time.Hour) }
 
 // ExpireLeases takes back up to batch expired leases and says how many.
-func ExpireLeases(ctx context.Context, db DB, batch int) (int, error) {
+func ExpireLeases(ctx context.Context, db pgdb.DB, batch int) (int, error) {
 	var n int
 	if err := db.QueryRow(ctx, expireSQL, batch, dueBound()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("expire leases: %w", err)
@@ -72,7 +74,7 @@ func ExpireLeases(ctx context.Context, db DB, batch int) (int, error) {
 // OldestDueAge is how long the oldest due PENDING payment has waited (0
 // when none): the first entry of the sweep index, cheap enough for every
 // tick.
-func OldestDueAge(ctx context.Context, db DB) (time.Duration, error) {
+func OldestDueAge(ctx context.Context, db pgdb.DB) (time.Duration, error) {
 	var secs float64
 	err := db.QueryRow(ctx, `
 		SELECT COALESCE(EXTRACT(epoch FROM now() - min(run_at)), 0)
@@ -86,7 +88,7 @@ func OldestDueAge(ctx context.Context, db DB) (time.Duration, error) {
 // Overdue reports whether a payment due more than `by` ago is still
 // unclaimed: the engine is that far behind. It reads the sweep's own
 // partial index and stops at the first row.
-func Overdue(ctx context.Context, db DB, by time.Duration) (bool, error) {
+func Overdue(ctx context.Context, db pgdb.DB, by time.Duration) (bool, error) {
 	var behind bool
 	err := db.QueryRow(ctx, `
 		SELECT EXISTS (
@@ -109,7 +111,7 @@ type Counts struct {
 
 // Count reads every due and every PROCESSING row: at a spike of a million
 // that takes ~250 ms of a database core, so callers space it out.
-func Count(ctx context.Context, db DB) (Counts, error) {
+func Count(ctx context.Context, db pgdb.DB) (Counts, error) {
 	var c Counts
 	err := db.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM payments WHERE status = 'PENDING' AND run_at <= now() AND due_time <= now() AND due_time <= $1),
@@ -140,7 +142,7 @@ SELECT count(*), max(seq) FROM old`
 // ExpireKeys forgets up to batch idempotency records created before cutoff,
 // after the watermark seq from; it returns how many it looked at as old and
 // the new watermark (from when none).
-func ExpireKeys(ctx context.Context, db DB, from int64, cutoff time.Time, batch int) (int, int64, error) {
+func ExpireKeys(ctx context.Context, db pgdb.DB, from int64, cutoff time.Time, batch int) (int, int64, error) {
 	var n int
 	var top *int64
 	if err := db.QueryRow(ctx, expireKeysSQL, from, cutoff, batch).Scan(&n, &top); err != nil {

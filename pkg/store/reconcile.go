@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // The reconciler's statements on payments. They run inside a run's
@@ -67,7 +68,7 @@ WHERE p.status = 'COMPLETED' AND p.due_time >= $1 AND p.due_time < $3
 
 // MatchSettled pairs each settled charge with its payment (due between lo
 // and hi) into the temporary table matched.
-func MatchSettled(ctx context.Context, db DB, lo, hi time.Time) error {
+func MatchSettled(ctx context.Context, db pgdb.DB, lo, hi time.Time) error {
 	if _, err := db.Exec(ctx, matchedSQL, lo, hi); err != nil {
 		return fmt.Errorf("match report: %w", err)
 	}
@@ -76,7 +77,7 @@ func MatchSettled(ctx context.Context, db DB, lo, hi time.Time) error {
 
 // RepairSettled moves to COMPLETED every matched payment the gateway
 // settled that is not COMPLETED, recording the action and the run's item.
-func RepairSettled(ctx context.Context, db DB, runID int64, day string, lo, hi time.Time) error {
+func RepairSettled(ctx context.Context, db pgdb.DB, runID int64, day string, lo, hi time.Time) error {
 	if _, err := db.Exec(ctx, repairSQL, runID, day, lo, hi); err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}
@@ -84,7 +85,7 @@ func RepairSettled(ctx context.Context, db DB, runID int64, day string, lo, hi t
 }
 
 // CountCompleted counts payments due in [from, to) completed in [day, to).
-func CountCompleted(ctx context.Context, db DB, from, day, to time.Time) (int64, error) {
+func CountCompleted(ctx context.Context, db pgdb.DB, from, day, to time.Time) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, completedSQL, from, day, to).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count completed: %w", err)
@@ -102,7 +103,7 @@ type Completed struct {
 }
 
 // Unsettled lists the payments CountCompleted counts that settle does not name.
-func Unsettled(ctx context.Context, db DB, from, day, to time.Time) ([]Completed, error) {
+func Unsettled(ctx context.Context, db pgdb.DB, from, day, to time.Time) ([]Completed, error) {
 	rows, err := db.Query(ctx, unsettledSQL, from, day, to)
 	if err != nil {
 		return nil, fmt.Errorf("unsettled payments: %w", err)
@@ -140,7 +141,7 @@ WHERE status = 'DEAD_LETTERED' AND dead_letter_reason = 'AMBIGUOUS_UNRESOLVED'
 ORDER BY run_at LIMIT $1`
 
 // DueProbes lists up to limit ambiguous dead letters to ask the gateway about.
-func DueProbes(ctx context.Context, db DB, limit int) ([]Probe, error) {
+func DueProbes(ctx context.Context, db pgdb.DB, limit int) ([]Probe, error) {
 	rows, err := db.Query(ctx, dueProbesSQL, limit)
 	if err != nil {
 		return nil, fmt.Errorf("due probes: %w", err)
@@ -168,7 +169,7 @@ WHERE id = $1 AND due_time = $5
 
 // PostponeProbe records an unanswered probe and schedules the next one
 // after wait.
-func PostponeProbe(ctx context.Context, db DB, id uuid.UUID, due time.Time, probes int32, wait time.Duration, why string) error {
+func PostponeProbe(ctx context.Context, db pgdb.DB, id uuid.UUID, due time.Time, probes int32, wait time.Duration, why string) error {
 	if _, err := db.Exec(ctx, postponeSQL, id, probes, wait.Seconds(), why, due); err != nil {
 		return fmt.Errorf("postpone probe of %s: %w", id, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // DefaultTenant is the tenant of a payment created without one: the
@@ -26,7 +27,7 @@ type TenantLimits struct {
 
 // LoadTenantLimits reads every tenant's limits. The table holds a row
 // only for a tenant an operator set, so it stays small.
-func LoadTenantLimits(ctx context.Context, db DB) ([]TenantLimits, error) {
+func LoadTenantLimits(ctx context.Context, db pgdb.DB) ([]TenantLimits, error) {
 	out, err := queryLimits(ctx, db, `SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits ORDER BY tenant`)
 	if err != nil {
 		return nil, fmt.Errorf("load tenant limits: %w", err)
@@ -36,7 +37,7 @@ func LoadTenantLimits(ctx context.Context, db DB) ([]TenantLimits, error) {
 
 // queryLimits runs a query of tenant_limits' columns (tenant, weight,
 // max_inflight, max_rate, updated_by) and collects the rows.
-func queryLimits(ctx context.Context, db DB, sql string, args ...any) ([]TenantLimits, error) {
+func queryLimits(ctx context.Context, db pgdb.DB, sql string, args ...any) ([]TenantLimits, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -49,7 +50,7 @@ func queryLimits(ctx context.Context, db DB, sql string, args ...any) ([]TenantL
 }
 
 // SetTenantLimits writes one tenant's limits (by whom, for the record).
-func SetTenantLimits(ctx context.Context, db DB, l TenantLimits) error {
+func SetTenantLimits(ctx context.Context, db pgdb.DB, l TenantLimits) error {
 	_, err := db.Exec(ctx, `
 INSERT INTO tenant_limits (tenant, weight, max_inflight, max_rate, updated_by) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (tenant) DO UPDATE SET weight = EXCLUDED.weight, max_inflight = EXCLUDED.max_inflight,
@@ -108,7 +109,7 @@ FROM unnest($1::text[]) AS t(tenant)`
 // have due payments or limits set, and says where the next page starts
 // ("" when there is none). Every read is bounded: a bounded walk of the
 // tenant index, a bounded count per tenant, and the in-flight rows.
-func ListTenants(ctx context.Context, db DB, after string, limit int) ([]TenantState, string, error) {
+func ListTenants(ctx context.Context, db pgdb.DB, after string, limit int) ([]TenantState, string, error) {
 	w, err := (&Claimer{DB: db}).WalkTenants(ctx, after, limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("list tenants: %w", err)
@@ -189,7 +190,7 @@ AND run_at > now() AND run_at <= now() + interval '24 hours' AND due_time <= $3 
 
 // ReadTenant reads one tenant's detail: each read is bounded (counts stop
 // at MaxCounted; in flight reads the leased rows).
-func ReadTenant(ctx context.Context, db DB, tenant string) (TenantDetail, error) {
+func ReadTenant(ctx context.Context, db pgdb.DB, tenant string) (TenantDetail, error) {
 	d := TenantDetail{TenantState: TenantState{Tenant: tenant}}
 	var late float64
 	var name string

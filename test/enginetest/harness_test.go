@@ -28,6 +28,7 @@ import (
 	"github.com/paysched/paysched/pkg/engine/sweeper"
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/pgtest"
 	"github.com/paysched/paysched/tools/gatewaysim"
@@ -51,7 +52,7 @@ type opts struct {
 	// wrapGW wraps the executors' gateway client (to watch or hold calls).
 	wrapGW func(gateway.Gateway) gateway.Gateway
 	// wrapDB wraps the executors' database (to slow it).
-	wrapDB func(store.DB) store.DB
+	wrapDB func(pgdb.DB) pgdb.DB
 	// bounds for undecided charges (zero: never cancelled).
 	bounds   gateway.Bounds
 	noReaper bool
@@ -158,7 +159,7 @@ func newCluster(t *testing.T, o opts) *cluster {
 	if o.wrapGW != nil {
 		gw = o.wrapGW(gw)
 	}
-	var exDB store.DB = c.db
+	var exDB pgdb.DB = c.db
 	if o.wrapDB != nil {
 		exDB = o.wrapDB(c.db)
 	}

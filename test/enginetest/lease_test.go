@@ -18,6 +18,7 @@ import (
 	"github.com/paysched/paysched/pkg/engine/pacing"
 	"github.com/paysched/paysched/pkg/engine/sweeper"
 	"github.com/paysched/paysched/pkg/gateway"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -208,7 +209,7 @@ func TestCallsEndByTheLease(t *testing.T) {
 // slowAnswers is a database whose answers to the executor's read of a
 // batch arrive late, after the database measured the lease left.
 type slowAnswers struct {
-	store.DB
+	pgdb.DB
 	delay time.Duration
 }
 
@@ -232,7 +233,7 @@ func TestLeaseIsCountedFromBeforeTheRead(t *testing.T) {
 	c := newCluster(t, opts{chargeTO: 500 * time.Millisecond, probeTO: time.Minute, noReaper: true,
 		faults: &gatewayv1.Faults{UnavailableAfterCommitRate: 1},
 		wrapGW: func(g gateway.Gateway) gateway.Gateway { w.Gateway = g; return w },
-		wrapDB: func(db store.DB) store.DB { return slowAnswers{DB: db, delay: 1500 * time.Millisecond} }})
+		wrapDB: func(db pgdb.DB) pgdb.DB { return slowAnswers{DB: db, delay: 1500 * time.Millisecond} }})
 	c.stop()
 	id := c.schedule(1, "bob", time.Now().Add(50*time.Millisecond))[0]
 	time.Sleep(100 * time.Millisecond)

@@ -11,12 +11,12 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // Deliver attempts notes once each on the fast path (loopback endpoints
 // allowed) and returns when each is recorded in db.
-func Deliver(t testing.TB, db store.DB, notes ...notification.Note) {
+func Deliver(t testing.TB, db pgdb.DB, notes ...notification.Note) {
 	t.Helper()
 	d := &tenanthook.Deliverer{DB: db, Client: tenanthook.Egress{Loopback: true, Timeout: 5 * time.Second}.Client(), Poll: time.Hour}
 	ctx, stop := context.WithCancel(context.Background())

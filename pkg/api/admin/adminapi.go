@@ -30,6 +30,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/reconcile"
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -46,7 +47,7 @@ type Server struct {
 	// (development: a local receiver).
 	LoopbackWebhooks bool
 	// HooksDB is the webhooks' database (nil: the schedule's).
-	HooksDB store.DB
+	HooksDB pgdb.DB
 	// Requests are the operators' requests every guarded method goes
 	// through (New: the strict policy).
 	Requests *approval.Requests

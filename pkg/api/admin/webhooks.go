@@ -6,7 +6,7 @@ import (
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/webhookapi"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // The operators' webhook endpoints: any tenant's (pkg/api/webhookapi does
@@ -17,7 +17,7 @@ func (s *Server) hooks() webhookapi.Service {
 }
 
 // hooksDB is the webhooks' database.
-func (s *Server) hooksDB() store.DB {
+func (s *Server) hooksDB() pgdb.DB {
 	if s.HooksDB != nil {
 		return s.HooksDB
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // Endpoint actions: a webhook endpoint's secret rotated, its failed
@@ -146,7 +146,7 @@ func (q *Requests) DecideEndpoint(ctx context.Context, id int64, approve bool, b
 // ApplyEndpoint is DecideEndpoint's apply for the webhooks' database
 // hooks: a rotation makes the new secret (overlap 0: 24 hours), a recovery
 // makes the failed messages due again.
-func ApplyEndpoint(hooks store.DB) func(ctx context.Context, e *EndpointRequest) (int64, string, error) {
+func ApplyEndpoint(hooks pgdb.DB) func(ctx context.Context, e *EndpointRequest) (int64, string, error) {
 	return func(ctx context.Context, e *EndpointRequest) (int64, string, error) {
 		if e.Action == Rotate {
 			overlap := time.Duration(e.OverlapSeconds) * time.Second

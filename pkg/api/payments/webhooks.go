@@ -10,7 +10,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/webhookapi"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // ReasonNoTenant: the token names no tenant (only the issuer's default),
@@ -35,7 +35,7 @@ type Webhooks struct {
 
 // NewWebhooks serves the endpoints over db; loopback accepts endpoints on
 // 127.0.0.1 and ::1 (development only).
-func NewWebhooks(db store.DB, loopback bool, log *slog.Logger) *Webhooks {
+func NewWebhooks(db pgdb.DB, loopback bool, log *slog.Logger) *Webhooks {
 	return &Webhooks{svc: webhookapi.Service{DB: db, Log: log, Loopback: loopback}}
 }
 

@@ -23,7 +23,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/apierr"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // ReasonTooManyEndpoints: the tenant has tenanthook.MaxEndpointsPerTenant
@@ -46,7 +46,7 @@ var resends = ratelimit.New(ratelimit.Config{Rate: float64(time.Second) / float6
 
 // Service manages endpoints over one database.
 type Service struct {
-	DB  store.DB
+	DB  pgdb.DB
 	Log *slog.Logger
 	// Loopback accepts endpoints on 127.0.0.1 and ::1 (development).
 	Loopback bool

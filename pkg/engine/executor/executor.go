@@ -34,6 +34,7 @@ import (
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/coalesce"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -123,7 +124,7 @@ func (c Config) Validate() error {
 type Server struct {
 	internalv1.UnimplementedExecutorServiceServer
 	cfg      Config
-	db       store.DB
+	db       pgdb.DB
 	charger  *gateway.Charger
 	log      *slog.Logger
 	inflight atomic.Int64
@@ -171,7 +172,7 @@ type metrics struct {
 }
 
 // New returns an executor.
-func New(cfg Config, db store.DB, charger *gateway.Charger, reg prometheus.Registerer, log *slog.Logger) (*Server, error) {
+func New(cfg Config, db pgdb.DB, charger *gateway.Charger, reg prometheus.Registerer, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("executor config: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/paysched/paysched/pkg/engine/pacing"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -68,7 +69,7 @@ func (c Config) Validate() error {
 // from the sweeper's loop only; Done from any goroutine.
 type Scheduler struct {
 	cfg Config
-	db  store.DB
+	db  pgdb.DB
 
 	// Per tenant of the window last walked, and only those: the state of
 	// a round is bounded by the window, never by the tenants seen.
@@ -96,7 +97,7 @@ type Scheduler struct {
 }
 
 // New makes a scheduler reading tenant limits from db.
-func New(cfg Config, db store.DB) (*Scheduler, error) {
+func New(cfg Config, db pgdb.DB) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -604,7 +605,7 @@ func (st *settler) skip(due []string, at []time.Time, drained map[string]bool, s
 // settleBatch is how many tenants one settle statement takes.
 const settleBatch = 256
 
-func (st *settler) add(db store.DB, tenants []string) {
+func (st *settler) add(db pgdb.DB, tenants []string) {
 	if len(tenants) == 0 {
 		return
 	}
@@ -622,7 +623,7 @@ func (st *settler) add(db store.DB, tenants []string) {
 	}
 }
 
-func (st *settler) run(db store.DB) {
+func (st *settler) run(db pgdb.DB) {
 	c := &store.Claimer{DB: db}
 	for {
 		st.mu.Lock()

@@ -8,8 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // takeSQL refills the cluster-wide bucket $1 at $2 tokens/s up to a burst
@@ -33,7 +32,7 @@ type Bucket struct {
 }
 
 // Take returns how many of want may be claimed now (0..want).
-func (b Bucket) Take(ctx context.Context, db store.DB, want int) (int, error) {
+func (b Bucket) Take(ctx context.Context, db pgdb.DB, want int) (int, error) {
 	if b.Rate <= 0 {
 		return want, nil
 	}
@@ -58,7 +57,7 @@ func (b Bucket) Take(ctx context.Context, db store.DB, want int) (int, error) {
 }
 
 // Refund gives back tokens taken but not used (fewer rows were due).
-func (b Bucket) Refund(ctx context.Context, db store.DB, n int) error {
+func (b Bucket) Refund(ctx context.Context, db pgdb.DB, n int) error {
 	if b.Rate <= 0 || n <= 0 {
 		return nil
 	}
@@ -72,7 +71,7 @@ func (b Bucket) Refund(ctx context.Context, db store.DB, n int) error {
 // rate and burst), in one transaction, and returns what each granted. The
 // rows are locked in name order, so sweepers taking several at once never
 // deadlock; the tenants' rate caps use it, one statement set per round.
-func TakeEach(ctx context.Context, db store.DB, bs []Bucket, want []int) ([]int, error) {
+func TakeEach(ctx context.Context, db pgdb.DB, bs []Bucket, want []int) ([]int, error) {
 	got := make([]int, len(bs))
 	if len(bs) == 0 {
 		return got, nil
@@ -127,7 +126,7 @@ FROM unnest($1::text[], $2::float8[]) AS u(n, t) WHERE b.name = u.n`, names, lef
 }
 
 // RefundEach gives back n[i] tokens taken from bs[i] but not used.
-func RefundEach(ctx context.Context, db store.DB, bs []Bucket, n []int) error {
+func RefundEach(ctx context.Context, db pgdb.DB, bs []Bucket, n []int) error {
 	var names []string
 	var back, bursts []float64
 	for i, b := range bs {

@@ -27,7 +27,7 @@ import (
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/payment"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // Config configures the consumer.
@@ -89,7 +89,7 @@ type Consumer struct {
 	behind   bool
 	behindAt time.Time
 	// overdue asks whether the engine is behind (nil: store.Overdue).
-	overdue func(context.Context, store.DB, time.Duration) (bool, error)
+	overdue func(context.Context, pgdb.DB, time.Duration) (bool, error)
 	m       struct {
 		audited, notified, deferred prometheus.Counter
 		lag                         prometheus.Histogram

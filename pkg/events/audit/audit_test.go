@@ -14,7 +14,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store/schema"
 	"github.com/paysched/paysched/test/kafkatest"
 	"github.com/paysched/paysched/test/pgtest"
@@ -413,7 +413,7 @@ func TestNotificationsDoNotWaitForTheAuditLog(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	// The engine is behind, for as long as the test runs.
-	c.overdue = func(context.Context, store.DB, time.Duration) (bool, error) { return true, nil }
+	c.overdue = func(context.Context, pgdb.DB, time.Duration) (bool, error) { return true, nil }
 	notes, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.DefaultTopics.Notifications),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/kafkatest"
 	"github.com/paysched/paysched/test/pgtest"
@@ -97,7 +98,7 @@ func TestYieldSurvivesASlowCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	c.overdue = func(ctx context.Context, _ store.DB, _ time.Duration) (bool, error) {
+	c.overdue = func(ctx context.Context, _ pgdb.DB, _ time.Duration) (bool, error) {
 		time.Sleep(300 * time.Millisecond)
 		return true, nil
 	}

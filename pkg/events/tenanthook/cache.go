@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // target is what an attempt needs of its endpoint, as the cache last read
@@ -49,7 +48,7 @@ func (t *target) signing(now time.Time) []string {
 // moves on every change) every refreshEvery. A new endpoint or a change
 // (a rotation, a disable) is seen within that.
 type targets struct {
-	db       store.DB
+	db       pgdb.DB
 	mu       sync.RWMutex
 	byID     map[uuid.UUID]*target
 	byTenant map[string][]*target
@@ -75,7 +74,7 @@ const refreshOverlap = 10 * time.Second
 
 const targetCols = `id, tenant, url, event_types, enabled, secrets, rotate_until, max_inflight, max_per_second, failing_since, updated_at`
 
-func newTargets(db store.DB) *targets {
+func newTargets(db pgdb.DB) *targets {
 	return &targets{db: db, byID: map[uuid.UUID]*target{}, byTenant: map[string][]*target{}}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/events/notification"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -49,7 +50,7 @@ const ResponseCap = 4096
 // which claims due rows (SKIP LOCKED, a lease) for the lanes with room. A
 // rate wait never holds a slot, and no wait outlives a lease.
 type Deliverer struct {
-	DB     store.DB
+	DB     pgdb.DB
 	Client *http.Client
 	// Schedule is the retries' delays (default DefaultSchedule).
 	Schedule Schedule
@@ -1207,7 +1208,7 @@ func (d *Deliverer) janitor(ctx context.Context) {
 // statement, until none is left; it returns how many deliveries it
 // deleted. WAITING deliveries, and their messages, are kept whatever
 // their age.
-func Sweep(ctx context.Context, db store.DB, cutoff time.Time, batch int) (int64, error) {
+func Sweep(ctx context.Context, db pgdb.DB, cutoff time.Time, batch int) (int64, error) {
 	var total int64
 	for {
 		// By the notification's age (the block range index), then what

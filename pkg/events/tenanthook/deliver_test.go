@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paysched/paysched/pkg/events/notification"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/test/pgtest"
 )
 
@@ -37,7 +37,7 @@ func newDB(t *testing.T) (*pgxpool.Pool, string) {
 }
 
 // endpoint registers a loopback endpoint of tenant for h.
-func endpoint(t *testing.T, db store.DB, tenant string, h http.Handler, maxInflight int, types ...string) (Endpoint, string) {
+func endpoint(t *testing.T, db pgdb.DB, tenant string, h http.Handler, maxInflight int, types ...string) (Endpoint, string) {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -64,7 +64,7 @@ type harness struct {
 	d *Deliverer
 }
 
-func start(t *testing.T, db store.DB, setup func(*Deliverer)) *harness {
+func start(t *testing.T, db pgdb.DB, setup func(*Deliverer)) *harness {
 	t.Helper()
 	d := &Deliverer{DB: db, Client: Egress{Timeout: 5 * time.Second, Loopback: true}.Client(), Lease: 20 * time.Second,
 		Poll: 20 * time.Millisecond}
@@ -116,7 +116,7 @@ type delivery struct {
 	err      *string
 }
 
-func deliveriesOf(t *testing.T, db store.DB, ep uuid.UUID) map[string]delivery {
+func deliveriesOf(t *testing.T, db pgdb.DB, ep uuid.UUID) map[string]delivery {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `SELECT msg_id, state, attempts, next_at, last_status, last_error FROM webhook_deliveries WHERE endpoint_id = $1`, ep)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/notification"
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // Group is the dispatcher's consumer group: it scales out by partition.
@@ -109,7 +109,7 @@ type tracked struct {
 
 // New makes a dispatcher over the webhooks' database db; its metrics go
 // to reg.
-func New(cfg Config, db store.DB, reg prometheus.Registerer, log *slog.Logger) (*Dispatcher, error) {
+func New(cfg Config, db pgdb.DB, reg prometheus.Registerer, log *slog.Logger) (*Dispatcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("webhook-dispatcher config: %w", err)
 	}

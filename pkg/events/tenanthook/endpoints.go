@@ -9,8 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
 // Endpoint is a tenant's webhook endpoint.
@@ -98,7 +97,7 @@ func scanEndpoint(r pgx.CollectableRow) (Endpoint, error) {
 // CreateEndpoint adds e (checked by the caller) with a fresh signing
 // secret, which it returns: shown once, to its tenant. A tenant that has
 // MaxEndpointsPerTenant endpoints already gets ErrTooManyEndpoints.
-func CreateEndpoint(ctx context.Context, db store.DB, e Endpoint) (Endpoint, string, error) {
+func CreateEndpoint(ctx context.Context, db pgdb.DB, e Endpoint) (Endpoint, string, error) {
 	e.ID = uuid.New()
 	if e.MaxInflight == 0 {
 		e.MaxInflight = defaultMaxInflight
@@ -142,7 +141,7 @@ func CreateEndpoint(ctx context.Context, db store.DB, e Endpoint) (Endpoint, str
 }
 
 // ListEndpoints is a tenant's endpoints ("" : every tenant's), at most 500.
-func ListEndpoints(ctx context.Context, db store.DB, tenant string) ([]Endpoint, error) {
+func ListEndpoints(ctx context.Context, db pgdb.DB, tenant string) ([]Endpoint, error) {
 	rows, err := db.Query(ctx, `SELECT `+endpointCols+` FROM webhook_endpoints
 		WHERE $1 = '' OR tenant = $1 ORDER BY tenant, id LIMIT 500`, tenant)
 	if err != nil {
@@ -156,7 +155,7 @@ func ListEndpoints(ctx context.Context, db store.DB, tenant string) ([]Endpoint,
 }
 
 // GetEndpoint reads one endpoint (ErrNotFound when there is none).
-func GetEndpoint(ctx context.Context, db store.DB, id uuid.UUID) (Endpoint, error) {
+func GetEndpoint(ctx context.Context, db pgdb.DB, id uuid.UUID) (Endpoint, error) {
 	rows, err := db.Query(ctx, `SELECT `+endpointCols+` FROM webhook_endpoints WHERE id = $1`, id)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint: %w", err)
@@ -173,7 +172,7 @@ func GetEndpoint(ctx context.Context, db store.DB, id uuid.UUID) (Endpoint, erro
 
 // SetEnabled enables or disables endpoint id of tenant ("": any tenant):
 // enabling clears the failure clock and the reason it was disabled.
-func SetEnabled(ctx context.Context, db store.DB, tenant string, id uuid.UUID, enabled bool) error {
+func SetEnabled(ctx context.Context, db pgdb.DB, tenant string, id uuid.UUID, enabled bool) error {
 	tag, err := db.Exec(ctx, `UPDATE webhook_endpoints SET enabled = $3,
 		failing_since = CASE WHEN $3 THEN NULL ELSE failing_since END,
 		disabled_reason = CASE WHEN $3 THEN NULL ELSE 'disabled by its owner' END
@@ -191,7 +190,7 @@ func SetEnabled(ctx context.Context, db store.DB, tenant string, id uuid.UUID, e
 // current one signing beside it for overlap: every delivery carries both
 // signatures until then, so a receiver switches keys with no failed
 // delivery.
-func RotateSecret(ctx context.Context, db store.DB, tenant string, id uuid.UUID, overlap time.Duration) (string, error) {
+func RotateSecret(ctx context.Context, db pgdb.DB, tenant string, id uuid.UUID, overlap time.Duration) (string, error) {
 	if overlap < 0 || overlap > 7*24*time.Hour {
 		return "", fmt.Errorf("%w: overlap %s: want up to 7 days", ErrInvalid, overlap)
 	}
@@ -211,7 +210,7 @@ func RotateSecret(ctx context.Context, db store.DB, tenant string, id uuid.UUID,
 // Resend makes the message msgID to endpoint id due again now, whatever
 // became of it (a delivered one is delivered again, with the same
 // webhook-id). It returns false when the endpoint never had the message.
-func Resend(ctx context.Context, db store.DB, tenant string, id uuid.UUID, msgID string) error {
+func Resend(ctx context.Context, db pgdb.DB, tenant string, id uuid.UUID, msgID string) error {
 	tag, err := db.Exec(ctx, `UPDATE webhook_deliveries d SET state = '`+Waiting+`', next_at = now(), lease_until = NULL, done_at = NULL
 		FROM webhook_endpoints e
 		WHERE d.endpoint_id = $1 AND d.msg_id = $3 AND e.id = d.endpoint_id AND ($2 = '' OR e.tenant = $2)
@@ -232,7 +231,7 @@ const MaxRecover = 10000
 // Recover makes every Undelivered delivery to endpoint id noted at or after
 // since (and before until, when set) due again now, up to MaxRecover of
 // them, oldest first; it returns how many.
-func Recover(ctx context.Context, db store.DB, tenant string, id uuid.UUID, since time.Time, until *time.Time) (int64, error) {
+func Recover(ctx context.Context, db pgdb.DB, tenant string, id uuid.UUID, since time.Time, until *time.Time) (int64, error) {
 	if until != nil && !until.After(since) {
 		return 0, fmt.Errorf("%w: until %s is not after since %s", ErrInvalid, until.Format(time.RFC3339), since.Format(time.RFC3339))
 	}
@@ -273,7 +272,7 @@ type DeliveryAttempt struct {
 // Attempts is the delivery log: the attempts of a payment's deliveries
 // (payment set) or of an endpoint's (newest first, at most limit), to the
 // endpoints of tenant ("": any tenant's).
-func Attempts(ctx context.Context, db store.DB, tenant string, payment *uuid.UUID, endpoint *uuid.UUID, limit int) ([]DeliveryAttempt, error) {
+func Attempts(ctx context.Context, db pgdb.DB, tenant string, payment *uuid.UUID, endpoint *uuid.UUID, limit int) ([]DeliveryAttempt, error) {
 	// A delivery's latest attempt is its own row (last_*); the earlier
 	// ones are in webhook_attempts.
 	rows, err := db.Query(ctx, `SELECT x.delivery_id, d.endpoint_id, e.url, d.msg_id, m.event_type, x.attempt, x.at, x.status,

@@ -28,6 +28,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/server"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/obs"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/platform/tracing"
 	"github.com/paysched/paysched/pkg/store"
@@ -123,7 +124,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.ChainStreamInterceptor(verifier.StreamInterceptor()),
 	)...)
 	payschedv1.RegisterPaymentsServiceServer(gs, pay)
-	var hooksDB store.DB = pool
+	var hooksDB pgdb.DB = pool
 	var hooksPool *pgxpool.Pool
 	if cfg.WebhooksDatabaseURL != "" {
 		if hooksPool, err = svc.Pool(ctx, cfg.WebhooksDatabaseURL, 4, svc.CustomPlans); err != nil {
