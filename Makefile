@@ -59,7 +59,8 @@ proto-check:
 lint: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./...
-	.tools/staticcheck ./...
+	.tools/staticcheck $$(go list ./... | grep -v /gen/)
+	.tools/errcheck -exclude .errcheck-excludes $$(go list ./... | grep -v /gen/)
 	.tools/buf lint
 	go test -count=1 ./test/layout/
 

@@ -15,6 +15,7 @@ tools=(
   "protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@v2.33.0"
   "stripe-mock github.com/stripe/stripe-mock@v0.203.0"
   "staticcheck honnef.co/go/tools/cmd/staticcheck@v0.8.2"
+  "errcheck github.com/kisielk/errcheck@v1.30.0"
 )
 for t in "${tools[@]}"; do
   read -r name pkg <<<"$t"

@@ -517,7 +517,7 @@ func printJSONMap(w io.Writer, m map[string]any) error {
 	return err
 }
 
-// rpcError turns a gRPC status into a readable CLI error.
+// RPCError turns a gRPC status into a readable CLI error.
 // RPCError renders a gRPC error with its status details, for a person.
 func RPCError(err error) error {
 	st, ok := status.FromError(err)

@@ -43,7 +43,7 @@ func TestPayctlRequests(t *testing.T) {
 	addr := l.GRPC.Addr().String()
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); _ = <-done })
 	db, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)

@@ -206,7 +206,7 @@ func requestID(t *testing.T, rec *httptest.ResponseRecorder) int64 {
 		t.Fatalf("want a redirect to a request, got %d %q: %s", rec.Code, rec.Header().Get("Location"), rec.Body.String())
 	}
 	var id int64
-	fmt.Sscan(m[1], &id)
+	_, _ = fmt.Sscan(m[1], &id)
 	return id
 }
 

@@ -50,7 +50,7 @@ func (u unary) Clock(ctx context.Context) (time.Time, error) {
 		ErrNoDate, status.Code(err), DateHeader)
 }
 
-// ErrNoDate: the gateway answered without saying its clock.
+// ErrNoDate means the gateway answered without saying its clock.
 var ErrNoDate = errors.New("no date")
 
 // ParseDate reads a date header: an HTTP-date (a malformed one is

@@ -306,7 +306,7 @@ func TestResolverSettlesAmbiguousDeadLetters(t *testing.T) {
 	// An unanswered probe backs off instead of spinning.
 	later := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 500)
 	e.exec(`UPDATE payments SET run_at = now() - interval '1 minute' WHERE id = $1`, later)
-	e.sim.SetFaults(context.Background(), &gatewayv1.SetFaultsRequest{Faults: &gatewayv1.Faults{Outage: true}}) //nolint:errcheck
+	_, _ = e.sim.SetFaults(context.Background(), &gatewayv1.SetFaultsRequest{Faults: &gatewayv1.Faults{Outage: true}})
 	if n, err := res.Once(context.Background()); err != nil || n != 0 {
 		t.Fatalf("during an outage settled %d, err %v", n, err)
 	}
@@ -325,7 +325,7 @@ func TestResolverNeedsAProvenAbsence(t *testing.T) {
 	e := newEnv(t)
 	never := e.overdue("DEAD_LETTERED", "AMBIGUOUS_UNRESOLVED", 300)
 	e.exec(`UPDATE payments SET run_at = now() - interval '1 minute' WHERE id = $1`, never)
-	e.sim.SetFaults(context.Background(), &gatewayv1.SetFaultsRequest{Faults: &gatewayv1.Faults{ProbeLagMs: 60_000, ProbeUnprovenRate: 1}}) //nolint:errcheck
+	_, _ = e.sim.SetFaults(context.Background(), &gatewayv1.SetFaultsRequest{Faults: &gatewayv1.Faults{ProbeLagMs: 60_000, ProbeUnprovenRate: 1}})
 	res := &reconcile.Resolver{DB: e.db, Gateway: e.gw, Log: quiet}
 	if n, err := res.Once(context.Background()); err != nil || n != 0 {
 		t.Fatalf("settled %d, err %v; want none", n, err)

@@ -79,7 +79,7 @@ func Day(t time.Time) time.Time {
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }
 
-// ErrRunInProgress: a run of the day is in flight (here or in another
+// ErrRunInProgress means a run of the day is in flight (here or in another
 // process); Start does not queue another behind it.
 var ErrRunInProgress = errors.New("a reconciliation run of this day is already running")
 
@@ -151,7 +151,10 @@ func (r *Runner) lock(ctx context.Context, day time.Time, try bool) (*pgxpool.Co
 // runLocked runs day on conn, which holds its lock, and releases both.
 func (r *Runner) runLocked(ctx context.Context, conn *pgxpool.Conn, day time.Time, by string) (*Run, error) {
 	defer conn.Release()
-	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock(7420, $1::int)`, day.Unix()/86400) //nolint:errcheck
+	defer func() {
+		// Released with the session anyway, if this fails.
+		_, _ = conn.Exec(context.Background(), `SELECT pg_advisory_unlock(7420, $1::int)`, day.Unix()/86400)
+	}()
 
 	run := &Run{Day: day, TriggeredBy: by, State: store.RunRunning}
 	if err := conn.QueryRow(ctx, `INSERT INTO reconciliation_runs (day, triggered_by) VALUES ($1, $2) RETURNING id, started_at`,
@@ -228,7 +231,10 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, run *Run) error {
 			return fmt.Errorf("prepare: %w", err)
 		}
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS settle, matched`) //nolint:errcheck
+	defer func() {
+		// Temporary tables: they go with the session anyway, if this fails.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS settle, matched`)
+	}()
 	n, err := r.loadReport(ctx, conn, dayStr)
 	if err != nil {
 		return err
@@ -456,7 +462,7 @@ func loadItems(ctx context.Context, db pgdb.DB, runID int64) ([]Item, error) {
 	})
 }
 
-// ErrNoRun: no run has that id.
+// ErrNoRun means no run has that id.
 var ErrNoRun = errors.New("no such reconciliation run")
 
 // Runs lists runs, newest first, optionally of one day (zero: all), with

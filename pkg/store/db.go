@@ -17,7 +17,7 @@ import (
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
-// ErrNotAllowed: the statement was asked for a move the state machine does
+// ErrNotAllowed means the statement was asked for a move the state machine does
 // not let its actor make; nothing was written.
 var ErrNotAllowed = errors.New("move not in payment.Moves")
 

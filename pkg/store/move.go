@@ -57,7 +57,7 @@ type OutOfBandMove struct {
 	Request int64
 }
 
-// ErrNotMoved: the payment does not exist or is not in a status the move
+// ErrNotMoved means the payment does not exist or is not in a status the move
 // may leave (someone else moved it first).
 var ErrNotMoved = errors.New("payment not in a status this move may leave")
 

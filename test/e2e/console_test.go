@@ -296,7 +296,7 @@ func TestConsoleOIDCInABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Shutdown()
+	defer func() { _ = m.Shutdown() }()
 	m.QueueUser(&mockoidc.MockUser{Subject: "u-7", PreferredUsername: "grace", Groups: []string{"viewer"}})
 	pool, err := pgxpool.New(context.Background(), pgtest.NewURL(t))
 	if err != nil {

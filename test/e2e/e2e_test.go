@@ -25,7 +25,7 @@ import (
 // database and Kafka are plaintext on loopback. The production-mode tests
 // turn it off with --dev=false.
 func TestMain(m *testing.M) {
-	os.Setenv("PAYSCHED_DEV", "1")
+	_ = os.Setenv("PAYSCHED_DEV", "1")
 	pgtest.Main(m)
 }
 

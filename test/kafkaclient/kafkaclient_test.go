@@ -85,7 +85,7 @@ func TestKafkajsReadsNotifications(t *testing.T) {
 	actx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(actx) }()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() { stop(); _ = <-done })
 
 	// The notifications are there, in snappy batches.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topics.Notifications),

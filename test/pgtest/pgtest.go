@@ -130,7 +130,7 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(4242)`); err != nil {
 		return "", err
 	}
-	defer admin.Exec(ctx, `SELECT pg_advisory_unlock(4242)`) //nolint:errcheck
+	defer func() { _, _ = admin.Exec(ctx, `SELECT pg_advisory_unlock(4242)`) }()
 	var exists bool
 	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
 		return "", err

@@ -23,7 +23,7 @@ import (
 	"github.com/paysched/paysched/test/freeport"
 )
 
-// RequireEnv, set to 1, makes a missing stripe-mock binary a failure
+// RequireEnv names the variable that, set to 1, makes a missing stripe-mock binary a failure
 // rather than a skip (deploy/local/test.sh sets it).
 const RequireEnv = "PAYSCHED_REQUIRE_STRIPE_MOCK"
 
@@ -99,8 +99,8 @@ func Start(t testing.TB) *Server {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
+		_ = cmd.Process.Kill() // it may have exited already
+		_ = <-exited           // killed: its exit error says so
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -81,7 +81,7 @@ func TestTwoVerifiersAcceptEveryDelivery(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	defer func() { stop(); _ = <-done }()
 
 	prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {

@@ -160,7 +160,9 @@ func Run(o Options) error {
 		LatencyMinMs: 5, LatencyMaxMs: 30, UnavailableRate: o.Unavailable, TimeoutAfterCommitRate: o.Lost}}); err != nil {
 		return fmt.Errorf("set faults: %w", cli.RPCError(err))
 	}
-	defer d.gwAdm.SetFaults(context.WithoutCancel(d.ctx), &gatewayv1.SetFaultsRequest{Faults: prev.GetFaults()}) //nolint:errcheck
+	defer func() {
+		_, _ = d.gwAdm.SetFaults(context.WithoutCancel(d.ctx), &gatewayv1.SetFaultsRequest{Faults: prev.GetFaults()})
+	}()
 	fmt.Fprintf(o.Out, "gateway faults: %.0f%% unavailable, %.0f%% timeout after commit, 5-30 ms latency; payees \"decline-*\" are declined\n",
 		100*o.Unavailable, 100*o.Lost)
 

@@ -53,16 +53,16 @@ func (c *Charge) sameParams(o *Charge) bool {
 		c.Payee == o.Payee && c.Reference == o.Reference
 }
 
-// ErrMismatch: the key was used with other parameters.
+// ErrMismatch means the key was used with other parameters.
 var ErrMismatch = errors.New("idempotency key reused with different parameters")
 
-// ErrBadPage: the page token was not issued by this ledger.
+// ErrBadPage means the page token was not issued by this ledger.
 var ErrBadPage = errors.New("invalid page token")
 
-// ErrNotFound: no charge under that key.
+// ErrNotFound means no charge under that key.
 var ErrNotFound = errors.New("no charge under this key")
 
-// ErrDecided: the charge to cancel is decided (or is not the key's).
+// ErrDecided means the charge to cancel is decided (or is not the key's).
 var ErrDecided = errors.New("the charge is decided: it cannot be cancelled")
 
 // Ledger records charges exactly once per key.

@@ -25,7 +25,7 @@ import (
 	"github.com/paysched/paysched/pkg/platform/tracing"
 )
 
-// DeclinePrefix: a payee starting with it is always declined.
+// DeclinePrefix means a payee starting with it is always declined.
 const DeclinePrefix = "decline-"
 
 // Server implements gateway.v1's GatewayService and GatewayAdminService.
@@ -350,7 +350,7 @@ func (s *Server) decide(ctx context.Context, req *gatewayv1.ChargeRequest, arriv
 	return ch, nil
 }
 
-// ActionPrefix: a payee starting with it always wants the customer's
+// ActionPrefix means a payee starting with it always wants the customer's
 // authentication (the charge stays undecided until cancelled).
 const ActionPrefix = "3ds-"
 

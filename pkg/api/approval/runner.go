@@ -86,7 +86,9 @@ func (q *Requests) Run(ctx context.Context, process string, actor Actor) {
 			}
 			continue
 		}
-		q.run(ctx, process, actor, r)
+		// Each action's error is recorded in the request itself (its
+		// failed count and notes), where the operators read it.
+		_ = q.run(ctx, process, actor, r)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/paysched/paysched/pkg/store"
 )
 
-// ReasonTooManyPending: the actor already has as many payments scheduled
+// ReasonTooManyPending means the actor already has as many payments scheduled
 // and not yet due as --max-pending allows.
 const ReasonTooManyPending = "TOO_MANY_PENDING"
 

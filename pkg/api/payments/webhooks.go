@@ -13,11 +13,11 @@ import (
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
-// ReasonNoTenant: the token names no tenant (only the issuer's default),
+// ReasonNoTenant means the token names no tenant (only the issuer's default),
 // so it may not manage webhook endpoints.
 const ReasonNoTenant = "NO_TENANT"
 
-// ReasonDefaultTenant: the token names the deployment's default tenant,
+// ReasonDefaultTenant means the token names the deployment's default tenant,
 // whose endpoints are the operators' (admin-api).
 const ReasonDefaultTenant = "DEFAULT_TENANT"
 

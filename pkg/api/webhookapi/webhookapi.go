@@ -26,7 +26,7 @@ import (
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
-// ReasonTooManyEndpoints: the tenant has tenanthook.MaxEndpointsPerTenant
+// ReasonTooManyEndpoints means the tenant has tenanthook.MaxEndpointsPerTenant
 // endpoints already (metadata maxEndpoints); a new one is refused.
 const ReasonTooManyEndpoints = "TOO_MANY_ENDPOINTS"
 

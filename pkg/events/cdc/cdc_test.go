@@ -203,7 +203,7 @@ func startConnectorAt(t *testing.T, db *pgxpool.Pool, url string, seeds []string
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; c.Close() })
+	t.Cleanup(func() { cancel(); _ = <-done; c.Close() })
 	return ctx
 }
 
@@ -403,7 +403,7 @@ func TestSlotGapIsRefusedThenResynced(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	stop()
-	<-done
+	_ = <-done
 	// The slot goes away (a failover that did not carry it), and a payment
 	// is created meanwhile: its change is in no slot. (The walsender may
 	// hold the slot for a moment after the connector has gone.)
@@ -474,7 +474,7 @@ func TestSlotGapIsRefusedThenResynced(t *testing.T) {
 		seen = append(seen, f)
 	})
 	stop()
-	<-done
+	_ = <-done
 	if len(seen) != 2 || seen[0].Op != "r" || seen[0].After["status"] != "PENDING" || seen[1].Op != "u" ||
 		seen[1].After["status"] != "CANCELLED" || seen[1].Source.LSN <= seen[0].Source.LSN {
 		var got []string

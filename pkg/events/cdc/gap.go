@@ -20,7 +20,7 @@ import (
 // such a slot would skip every change in between without a word, leaving a
 // gap in Kafka, the audit log and the notifications.
 
-// GapError: the slot does not continue from where cdc last confirmed.
+// GapError means the slot does not continue from where cdc last confirmed.
 type GapError struct {
 	Slot        string
 	Why         string

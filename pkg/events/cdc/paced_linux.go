@@ -38,16 +38,16 @@ func dialPaced(ctx context.Context, addr string) (net.Conn, error) {
 	uc := c.(*net.UnixConn)
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		uc.Close()
+		_ = uc.Close()
 		return nil, err
 	}
 	fd, derr := -1, error(nil)
 	if err := raw.Control(func(f uintptr) { fd, derr = dupCloexec(int(f)) }); err != nil {
-		uc.Close()
+		_ = uc.Close()
 		return nil, err
 	}
 	local, remote := uc.LocalAddr(), uc.RemoteAddr()
-	uc.Close() // deregisters from the netpoller; the duplicate keeps the socket open
+	_ = uc.Close() // deregisters from the netpoller; the duplicate keeps the socket open
 	if derr != nil {
 		return nil, os.NewSyscallError("dup", derr)
 	}
@@ -176,7 +176,9 @@ func (c *pacedConn) LocalAddr() net.Addr  { return c.local }
 func (c *pacedConn) RemoteAddr() net.Addr { return c.remote }
 
 func (c *pacedConn) SetDeadline(t time.Time) error {
-	c.SetReadDeadline(t)
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
 	return c.SetWriteDeadline(t)
 }
 

@@ -42,9 +42,9 @@ func TestPacedConn(t *testing.T) {
 	t.Run("reads what the peer writes, then EOF", func(t *testing.T) {
 		c, peer := pacedPair(t)
 		go func() {
-			peer.Write([]byte("hello "))
+			_, _ = peer.Write([]byte("hello "))
 			time.Sleep(30 * time.Millisecond) // a quiet stream: the reader backs off
-			peer.Write([]byte("world"))
+			_, _ = peer.Write([]byte("world"))
 			peer.Close()
 		}()
 		got, err := io.ReadAll(c)
@@ -54,7 +54,7 @@ func TestPacedConn(t *testing.T) {
 	})
 	t.Run("a read deadline times out", func(t *testing.T) {
 		c, _ := pacedPair(t)
-		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 		start := time.Now()
 		_, err := c.Read(make([]byte, 10))
 		var ne net.Error
@@ -66,15 +66,15 @@ func TestPacedConn(t *testing.T) {
 		}
 		// A deadline moved into the past interrupts a read under way, as
 		// pgconn does to cancel.
-		c.SetReadDeadline(time.Time{})
-		go func() { time.Sleep(50 * time.Millisecond); c.SetReadDeadline(time.Now()) }()
+		_ = c.SetReadDeadline(time.Time{})
+		go func() { time.Sleep(50 * time.Millisecond); _ = c.SetReadDeadline(time.Now()) }()
 		if _, err := c.Read(make([]byte, 10)); !errors.As(err, &ne) || !ne.Timeout() {
 			t.Fatalf("want a timeout, got %v", err)
 		}
 	})
 	t.Run("close ends a read under way", func(t *testing.T) {
 		c, _ := pacedPair(t)
-		go func() { time.Sleep(50 * time.Millisecond); c.Close() }()
+		go func() { time.Sleep(50 * time.Millisecond); _ = c.Close() }()
 		if _, err := c.Read(make([]byte, 10)); !errors.Is(err, net.ErrClosed) {
 			t.Fatalf("want net.ErrClosed, got %v", err)
 		}
@@ -94,7 +94,7 @@ func TestPacedConn(t *testing.T) {
 		if n, err := c.Write(big); err != nil || n != len(big) {
 			t.Fatalf("wrote %d, %v", n, err)
 		}
-		c.Close()
+		_ = c.Close()
 		if b := <-got; !bytes.Equal(b, big) {
 			t.Fatalf("peer read %d bytes, want %d", len(b), len(big))
 		}

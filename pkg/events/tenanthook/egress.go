@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// ErrRefusedAddress: an endpoint resolved to an address a webhook must
+// ErrRefusedAddress means an endpoint resolved to an address a webhook must
 // never reach (private, loopback, link-local, metadata...): SSRF.
 var ErrRefusedAddress = errors.New("refused address")
 

@@ -28,13 +28,13 @@ type Endpoint struct {
 	CreatedAt      time.Time
 }
 
-// ErrNotFound: no such endpoint (of that tenant), or no such delivery.
+// ErrNotFound means no such endpoint (of that tenant), or no such delivery.
 var ErrNotFound = errors.New("not found")
 
 // ErrInvalid wraps a client's mistake in an endpoint's fields.
 var ErrInvalid = errors.New("invalid endpoint")
 
-// ErrTooManyEndpoints: the tenant already has MaxEndpointsPerTenant
+// ErrTooManyEndpoints means the tenant already has MaxEndpointsPerTenant
 // endpoints; nothing was created.
 var ErrTooManyEndpoints = errors.New("too many endpoints")
 

@@ -38,10 +38,10 @@ const (
 // (the spec's replay window).
 const Tolerance = 5 * time.Minute
 
-// ErrSecret: a secret is not one of the spec's forms.
+// ErrSecret means a secret is not one of the spec's forms.
 var ErrSecret = errors.New("not a webhook secret: want whsec_<base64 of 24 to 64 random bytes> or whsk_<base64 ed25519 key>")
 
-// ErrSignature: no signature of a message matches.
+// ErrSignature means no signature of a message matches.
 var ErrSignature = errors.New("no matching webhook signature")
 
 // signer signs a message with one secret.

@@ -22,7 +22,7 @@ const (
 // payment (the Stripe adapter sets it on every charge).
 const StripeMetadataKey = "paysched_payment_id"
 
-// ErrNotStripeEvent: the body is not a Stripe event.
+// ErrNotStripeEvent means the body is not a Stripe event.
 var ErrNotStripeEvent = errors.New("body is not a Stripe event")
 
 type stripeEvent struct {

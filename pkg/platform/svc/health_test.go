@@ -48,7 +48,7 @@ func TestHealthPerServiceFollowsReady(t *testing.T) {
 				return nil
 			}}.Run(ctx, nil)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); _ = <-done })
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

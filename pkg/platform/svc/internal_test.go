@@ -35,7 +35,7 @@ func TestInternalListenerKeepsMetricsApart(t *testing.T) {
 			HTTPListener: hl, InternalListener: il, Handlers: map[string]http.Handler{"POST /hook": hook},
 			Grace: time.Second}.Run(ctx, nil)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); _ = <-done })
 	public, internal := "http://"+hl.Addr().String(), "http://"+il.Addr().String()
 	for _, tc := range []struct {
 		method, url string

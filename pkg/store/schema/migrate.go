@@ -102,7 +102,10 @@ func (st set) up(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, st.lock); err != nil {
 		return nil, fmt.Errorf("migrate: take lock: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, st.lock) //nolint:errcheck // released with the session anyway
+	defer func() {
+		// Released with the session anyway, if this fails.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, st.lock)
+	}()
 	table := pgx.Identifier{st.table}.Sanitize()
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
 		version integer PRIMARY KEY,

@@ -102,7 +102,7 @@ func startAdmin(t *testing.T, gw gatewayv1.GatewayServiceServer, rate ratelimit.
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cc.Close(); db.Close(); cancel(); <-done })
+	t.Cleanup(func() { _ = cc.Close(); db.Close(); cancel(); _ = <-done })
 	return &adminEnv{t: t, base: "http://" + l.HTTP.Addr().String(), cc: cc, db: db}
 }
 

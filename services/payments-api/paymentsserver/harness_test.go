@@ -108,7 +108,7 @@ func run(t testing.TB, url string, build func(context.Context) (serving, error))
 		cc.Close()
 		db.Close()
 		cancel()
-		<-done
+		_ = <-done
 	})
 	return &env{t: t, base: "http://" + hl.Addr().String(), internal: "http://" + il.Addr().String(), cc: cc, db: db}
 }

@@ -1019,7 +1019,7 @@ func TestBodySizesAndContentTypes(t *testing.T) {
 				return
 			}
 		}
-		pw.Close()
+		_ = pw.Close()
 	}()
 	req, _ := http.NewRequest("POST", e.base+create, pr)
 	req.Header.Set("Authorization", "Bearer "+alice)
@@ -1028,7 +1028,7 @@ func TestBodySizesAndContentTypes(t *testing.T) {
 	if r := send(t, req); r.code != http.StatusRequestEntityTooLarge {
 		t.Errorf("chunked oversize: %d %s", r.code, r.body)
 	}
-	pr.Close()
+	_ = pr.Close()
 
 	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
 		"application/xml", "application/jsonx", "json", ";;;", "application/json; charset=\"", "text/json\x01"} {
