@@ -200,7 +200,7 @@ func TestNoTestWaitsForTheClock(t *testing.T) {
 // own floor or below, never above, so the libraries never know the
 // processes assembled from them. The longest matching prefix decides.
 var layers = [][]string{
-	{"gen", "pkg/payment", "pkg/platform"},
+	{"gen", "pkg/payment", "pkg/recurrence", "pkg/platform"},
 	{"pkg/store", "pkg/gateway", "pkg/events/kafka", "pkg/events/envelope", "pkg/events/notification"},
 	{"pkg/engine", "pkg/events", "pkg/reconcile"},
 	{"pkg/api"},
