@@ -1,0 +1,247 @@
+// Package planner makes recurring schedules' occurrences ahead: each pass
+// locks a batch of schedules with occurrences due within the horizon (FOR
+// UPDATE SKIP LOCKED), expands their rules (pkg/recurrence) from where
+// each stands, writes the occurrences as ordinary PENDING payments and
+// moves each schedule's place, all in one transaction. Any number of
+// planners may run: two never hold one schedule, and a planner that dies
+// mid-batch leaves it as it was, for the next pass. Every payments-api
+// replica runs one.
+package planner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paysched/paysched/pkg/platform/pgdb"
+	"github.com/paysched/paysched/pkg/recurrence"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// Config is a planner's.
+type Config struct {
+	// Horizon is how far ahead occurrences are made (35 days: a month's
+	// occurrence exists, and can be seen and cancelled, before it is due).
+	Horizon time.Duration
+	// Interval is the pause between passes that found little to do.
+	Interval time.Duration
+	// Batch is how many schedules one pass (one transaction) plans.
+	Batch int
+	// Grace is how late an occurrence may be made and still count as on
+	// time (due at once) rather than missed, whose fate is the schedule's
+	// catch-up policy.
+	Grace time.Duration
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Validate reports the first configuration error.
+func (c Config) Validate() error {
+	switch {
+	case c.Horizon < time.Minute:
+		return fmt.Errorf("--schedule-horizon must be at least 1m, got %s", c.Horizon)
+	case c.Interval <= 0:
+		return fmt.Errorf("--planner-interval must be positive, got %s", c.Interval)
+	case c.Batch < 1 || c.Batch > 10000:
+		return fmt.Errorf("--planner-batch must be 1 to 10000, got %d", c.Batch)
+	case c.Grace < 0:
+		return fmt.Errorf("--planner-grace must not be negative, got %s", c.Grace)
+	}
+	return nil
+}
+
+// Planner makes schedules' occurrences.
+type Planner struct {
+	cfg  Config
+	db   pgdb.DB
+	log  *slog.Logger
+	made prometheus.Counter
+	seen prometheus.Counter
+	bad  prometheus.Counter
+}
+
+// New returns a planner over db (a pool: each pass is a transaction),
+// registering its metrics on reg (nil: none).
+func New(cfg Config, db pgdb.DB, reg prometheus.Registerer, log *slog.Logger) (*Planner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := &Planner{cfg: cfg, db: db, log: log,
+		made: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_planner_occurrences_total",
+			Help: "Occurrence payments the planner made."}),
+		seen: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_planner_schedules_total",
+			Help: "Schedules the planner planned (one per schedule per pass)."}),
+		bad: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_planner_unreadable_total",
+			Help: "Schedules the planner could not read (their plan no longer parses): ended, never charged."}),
+	}
+	if reg != nil {
+		reg.MustRegister(p.made, p.seen, p.bad)
+	}
+	return p, nil
+}
+
+// Run plans until ctx ends: at once again after a full batch, else after
+// the interval.
+func (p *Planner) Run(ctx context.Context) error {
+	for {
+		n, err := p.Pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("planner pass failed; the next pass tries again", "err", err)
+		}
+		wait := p.cfg.Interval
+		if err == nil && n == p.cfg.Batch {
+			wait = 0
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Pass plans one batch of schedules in one transaction and returns how
+// many it planned.
+func (p *Planner) Pass(ctx context.Context) (int, error) {
+	tx, err := p.db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	now := p.cfg.Now()
+	scheds, err := store.DueSchedules(ctx, tx, now, now.Add(p.cfg.Horizon), p.cfg.Batch)
+	if err != nil {
+		return 0, err
+	}
+	var occs []store.Occurrence
+	places := make([]store.Planned, 0, len(scheds))
+	for i := range scheds {
+		os, place := p.plan(&scheds[i], now)
+		occs = append(occs, os...)
+		places = append(places, place)
+	}
+	made, err := store.MakeOccurrences(ctx, tx, occs)
+	if err != nil {
+		return 0, err
+	}
+	if err := store.SetPlanned(ctx, tx, places); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	p.made.Add(float64(made))
+	p.seen.Add(float64(len(scheds)))
+	return len(scheds), nil
+}
+
+// plan expands one schedule from its place to the horizon: the
+// occurrences to make and its new place.
+func (p *Planner) plan(s *store.Schedule, now time.Time) ([]store.Occurrence, store.Planned) {
+	place := store.Planned{Schedule: s.ID, LastOccurrence: s.LastOccurrence, LastIndex: s.LastIndex, State: store.ScheduleActive}
+	plan, err := Plan(s)
+	if err != nil {
+		// Stored plans were read when made; one that no longer reads (a
+		// calendar gone from a later build) is ended rather than guessed.
+		p.bad.Inc()
+		p.log.Error("schedule no longer reads: ended, nothing charged", "schedule", s.ID, "err", err)
+		place.State = store.ScheduleEnded
+		return nil, place
+	}
+	catch, err := recurrence.ParseCatchUp(s.CatchUp)
+	if err != nil {
+		catch = recurrence.SkipMissed
+	}
+	var it *recurrence.Iter
+	if s.LastOccurrence == "" {
+		it = plan.Iter()
+	} else {
+		last, err := recurrence.ParseWall(s.LastOccurrence)
+		if err != nil {
+			p.bad.Inc()
+			place.State = store.ScheduleEnded
+			return nil, place
+		}
+		it = plan.IterAfter(last, s.LastIndex)
+	}
+	horizon, lateBy := now.Add(p.cfg.Horizon), now.Add(-p.cfg.Grace)
+	var missed, onTime []recurrence.Occurrence
+	for {
+		o, ok := it.Next()
+		if !ok {
+			place.State, place.NextAt = store.ScheduleEnded, nil
+			break
+		}
+		if o.At.After(horizon) {
+			at := o.At
+			place.NextAt = &at
+			break
+		}
+		if o.At.Before(lateBy) {
+			missed = append(missed, o)
+		} else {
+			onTime = append(onTime, o)
+		}
+		place.LastOccurrence, place.LastIndex = o.Nominal.String(), o.Index
+		if len(missed)+len(onTime) >= maxPerPass {
+			// A rule that makes more than this within the horizon (DAILY
+			// over years of catch-up) goes on at the next pass.
+			next := now
+			place.NextAt = &next
+			break
+		}
+	}
+	var out []store.Occurrence
+	for _, o := range append(catch.Keep(missed, s.CatchUpBound), onTime...) {
+		due := o.At
+		if due.Before(now) {
+			due = now // late: due at once, never in a day whose partition is gone
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			id = uuid.New()
+		}
+		out = append(out, store.Occurrence{Schedule: s.ID, Key: o.Nominal.String(), Index: o.Index, Payment: id, DueAt: due.UTC()})
+	}
+	return out, place
+}
+
+// maxPerPass bounds the occurrences one schedule makes in one pass.
+const maxPerPass = 1000
+
+// Plan reads a stored schedule's plan.
+func Plan(s *store.Schedule) (recurrence.Plan, error) {
+	return recurrence.Spec{Rule: s.Rule, Start: s.Start, Zone: s.Zone, MonthEnd: s.MonthEnd,
+		BusinessDays: s.BusinessDays, Calendar: s.Calendar}.Plan()
+}
+
+// ErrNoOccurrence: a plan makes no occurrence at or after now.
+var ErrNoOccurrence = errors.New("the rule makes no occurrence from now on")
+
+// Place is where a new schedule starts: past the occurrences before now
+// (a start in the past anchors the rule; it charges nothing from before
+// the schedule existed), with its first occurrence at or after now.
+func Place(plan recurrence.Plan, now time.Time) (store.Planned, recurrence.Occurrence, error) {
+	var place store.Planned
+	it := plan.Iter()
+	for {
+		o, ok := it.Next()
+		if !ok {
+			return place, recurrence.Occurrence{}, ErrNoOccurrence
+		}
+		if !o.At.Before(now) {
+			at := o.At
+			place.NextAt, place.State = &at, store.ScheduleActive
+			return place, o, nil
+		}
+		place.LastOccurrence, place.LastIndex = o.Nominal.String(), o.Index
+	}
+}

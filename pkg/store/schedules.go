@@ -1,0 +1,448 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/platform/pgdb"
+)
+
+// ScheduleState is where a schedule stands.
+type ScheduleState string
+
+// The schedule states.
+const (
+	// ScheduleActive: the planner makes its occurrences ahead.
+	ScheduleActive ScheduleState = "ACTIVE"
+	// SchedulePaused: no occurrence is made until it is resumed (by hand,
+	// or at its resume time); what was missed meanwhile follows its
+	// catch-up policy.
+	SchedulePaused ScheduleState = "PAUSED"
+	// ScheduleEnded: its rule has no more occurrences (COUNT, UNTIL).
+	ScheduleEnded ScheduleState = "ENDED"
+	// ScheduleCancelled: the payer cancelled it; no occurrence is made.
+	ScheduleCancelled ScheduleState = "CANCELLED"
+)
+
+// Schedule is one row of schedules.
+type Schedule struct {
+	ID          uuid.UUID
+	Tenant      string
+	Payer       string
+	Payee       string
+	Amount      int64
+	Currency    string
+	Description string
+	Metadata    map[string]string
+	// Rule, Start (local, YYYY-MM-DDTHH:MM:SS) and Zone are the plan's
+	// time; MonthEnd, BusinessDays, Calendar, CatchUp and CatchUpBound its
+	// policies, as pkg/recurrence spells them in the API.
+	Rule, Start, Zone                string
+	MonthEnd, BusinessDays, Calendar string
+	CatchUp                          string
+	CatchUpBound                     int
+	State                            ScheduleState
+	ResumeAt                         *time.Time
+	LastOccurrence                   string
+	LastIndex                        int
+	NextAt                           *time.Time
+	IdempotencyKey                   string
+	RequestHash                      []byte
+	CreatedAt, UpdatedAt             time.Time
+}
+
+// ErrScheduleKeyReused: the payer's idempotency key was used for a
+// schedule with other fields.
+var ErrScheduleKeyReused = errors.New("idempotency key reused for another schedule")
+
+// ErrScheduleState: the schedule is not in a state the change may leave.
+var ErrScheduleState = errors.New("schedule not in a state that allows it")
+
+const scheduleCols = `id, tenant, payer, payee, amount_minor, currency, description, metadata, rrule, start_local, time_zone,
+       month_end, business_days, calendar, catch_up, catch_up_bound, state, resume_at, coalesce(last_occurrence, ''),
+       last_index, next_at, coalesce(idempotency_key, ''), request_hash, created_at, updated_at`
+
+func scanSchedule(row pgx.Row) (*Schedule, error) {
+	var s Schedule
+	var meta []byte
+	if err := row.Scan(&s.ID, &s.Tenant, &s.Payer, &s.Payee, &s.Amount, &s.Currency, &s.Description, &meta, &s.Rule, &s.Start,
+		&s.Zone, &s.MonthEnd, &s.BusinessDays, &s.Calendar, &s.CatchUp, &s.CatchUpBound, &s.State, &s.ResumeAt,
+		&s.LastOccurrence, &s.LastIndex, &s.NextAt, &s.IdempotencyKey, &s.RequestHash, &s.CreatedAt, &s.UpdatedAt); err != nil {
+		return nil, err
+	}
+	if len(meta) > 0 {
+		if err := json.Unmarshal(meta, &s.Metadata); err != nil {
+			return nil, fmt.Errorf("decode metadata of schedule %s: %w", s.ID, err)
+		}
+	}
+	s.CreatedAt, s.UpdatedAt = s.CreatedAt.UTC(), s.UpdatedAt.UTC()
+	return &s, nil
+}
+
+// createScheduleSQL writes a schedule, unless the payer's idempotency key
+// already names one (then nothing: CreateSchedule reads that one).
+const createScheduleSQL = `
+INSERT INTO schedules (id, tenant, payer, payee, amount_minor, currency, description, metadata, rrule, start_local,
+                       time_zone, month_end, business_days, calendar, catch_up, catch_up_bound, next_at,
+                       idempotency_key, request_hash, state, last_occurrence, last_index)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12, $13, $14, $15, $16, $17, nullif($18, ''), $19,
+        CASE WHEN $17::timestamptz IS NULL THEN 'ENDED' ELSE 'ACTIVE' END, nullif($20, ''), $21)
+ON CONFLICT (payer, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING ` + scheduleCols
+
+const scheduleByKeySQL = `SELECT ` + scheduleCols + ` FROM schedules WHERE payer = $1 AND idempotency_key = $2`
+
+// CreateSchedule writes s (its NextAt the first occurrence's instant, nil
+// when the rule makes none; its LastOccurrence and LastIndex the place
+// planning starts after), or, when the payer's key names a schedule
+// already, returns that one with replay true; a key reused with another
+// request hash is ErrScheduleKeyReused.
+func CreateSchedule(ctx context.Context, db pgdb.DB, s Schedule) (_ *Schedule, replay bool, err error) {
+	meta, err := json.Marshal(s.Metadata)
+	if err != nil {
+		return nil, false, fmt.Errorf("encode metadata: %w", err)
+	}
+	if s.Metadata == nil {
+		meta = []byte("{}")
+	}
+	got, err := scanSchedule(db.QueryRow(ctx, createScheduleSQL, s.ID, s.Tenant, s.Payer, s.Payee, s.Amount, s.Currency,
+		s.Description, string(meta), s.Rule, s.Start, s.Zone, s.MonthEnd, s.BusinessDays, s.Calendar, s.CatchUp, s.CatchUpBound,
+		s.NextAt, s.IdempotencyKey, s.RequestHash, s.LastOccurrence, s.LastIndex))
+	if err == nil {
+		return got, false, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, fmt.Errorf("create schedule: %w", err)
+	}
+	got, err = scanSchedule(db.QueryRow(ctx, scheduleByKeySQL, s.Payer, s.IdempotencyKey))
+	if err != nil {
+		return nil, false, fmt.Errorf("read schedule by key: %w", err)
+	}
+	if !bytes.Equal(got.RequestHash, s.RequestHash) {
+		return nil, false, ErrScheduleKeyReused
+	}
+	return got, true, nil
+}
+
+const getScheduleSQL = `SELECT ` + scheduleCols + ` FROM schedules WHERE id = $1 AND ($2 = '' OR payer = $2)`
+
+// GetSchedule reads payer's schedule (any payer's when payer is empty), or
+// ErrNotFound.
+func GetSchedule(ctx context.Context, db pgdb.DB, payer string, id uuid.UUID) (*Schedule, error) {
+	s, err := scanSchedule(db.QueryRow(ctx, getScheduleSQL, id, payer))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get schedule: %w", err)
+	}
+	return s, nil
+}
+
+// listSchedulesSQL pages through a payer's schedules, newest first, after
+// the (created_at, id) of the last one read.
+const listSchedulesSQL = `
+SELECT ` + scheduleCols + ` FROM schedules
+WHERE payer = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
+ORDER BY created_at DESC, id DESC LIMIT $4`
+
+// ListSchedules is a page of payer's schedules, newest first, after the
+// schedule created at afterAt with id afterID (zero: from the newest).
+func ListSchedules(ctx context.Context, db pgdb.DB, payer string, afterAt time.Time, afterID uuid.UUID, limit int) ([]Schedule, error) {
+	var at *time.Time
+	if !afterAt.IsZero() {
+		at = &afterAt
+	}
+	rows, err := db.Query(ctx, listSchedulesSQL, payer, at, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list schedules: %w", err)
+	}
+	defer rows.Close()
+	var out []Schedule
+	for rows.Next() {
+		s, err := scanSchedule(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *s)
+	}
+	return out, rows.Err()
+}
+
+// pauseSQL, cancelScheduleSQL and resumeSQL move a schedule between
+// states, from the ones each allows only, and lock its row for the rest of
+// the transaction. A resume asks the planner to look at it at once
+// (next_at now): what it missed meanwhile follows its catch-up policy.
+const (
+	pauseSQL = `
+UPDATE schedules SET state = 'PAUSED', resume_at = $3, updated_at = now()
+WHERE id = $1 AND ($2 = '' OR payer = $2) AND state = 'ACTIVE'
+RETURNING ` + scheduleCols
+	cancelScheduleSQL = `
+UPDATE schedules SET state = 'CANCELLED', resume_at = NULL, next_at = NULL, updated_at = now()
+WHERE id = $1 AND ($2 = '' OR payer = $2) AND state IN ('ACTIVE', 'PAUSED')
+RETURNING ` + scheduleCols
+	resumeSQL = `
+UPDATE schedules SET state = 'ACTIVE', resume_at = NULL, next_at = now(), updated_at = now()
+WHERE id = $1 AND ($2 = '' OR payer = $2) AND state = 'PAUSED'
+RETURNING ` + scheduleCols
+)
+
+// withdrawSQL cancels a schedule's occurrences made ahead and not yet due,
+// and releases their keys, so a resume makes them again.
+//
+// Why it is safe: each payment is cancelled as the payer's cancel is, from
+// PENDING only and not probe_first, on its own partition (due_time), so a
+// claimed one, or one an earlier attempt may have charged, is left to run;
+// only the keys of payments this statement cancelled are released, in the
+// same statement, so no key is freed whose payment may still charge.
+const withdrawSQL = `
+WITH made AS (
+    SELECT occurrence, payment_id, due_time FROM schedule_occurrences WHERE schedule_id = $1 AND due_time > $2
+), cancelled AS (
+    UPDATE payments p SET status = 'CANCELLED', updated_at = now()
+    FROM made m
+    WHERE p.id = m.payment_id AND p.due_time = m.due_time AND p.status = 'PENDING' AND NOT p.probe_first
+    RETURNING m.occurrence
+)
+DELETE FROM schedule_occurrences o USING cancelled c
+WHERE o.schedule_id = $1 AND o.occurrence = c.occurrence`
+
+// placeSQL moves a schedule's place back to its latest occurrence still
+// made, after a withdrawal (keys sort as the nominal times do).
+const placeSQL = `
+UPDATE schedules s SET last_occurrence = l.occurrence, last_index = coalesce(l.idx, 0)
+FROM (SELECT NULL) AS one
+LEFT JOIN LATERAL (SELECT occurrence, idx FROM schedule_occurrences WHERE schedule_id = $1
+                   ORDER BY occurrence DESC LIMIT 1) l ON true
+WHERE s.id = $1`
+
+// PauseSchedule pauses payer's active schedule until resumeAt (nil: until
+// resumed), withdrawing the occurrences made ahead (due after now); CancelSchedule ends an
+// active or paused one for good, withdrawing them too. Each returns the
+// schedule and how many occurrences it withdrew; ErrNotFound when there
+// is no such schedule, ErrScheduleState (with the schedule as it stands)
+// when it is in no state the change may leave.
+func PauseSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID, resumeAt *time.Time) (*Schedule, int, error) {
+	return withdraw(ctx, db, now, payer, id, pauseSQL, resumeAt)
+}
+
+// CancelSchedule: see PauseSchedule.
+func CancelSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID) (*Schedule, int, error) {
+	return withdraw(ctx, db, now, payer, id, cancelScheduleSQL)
+}
+
+func withdraw(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID, sql string, args ...any) (*Schedule, int, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	s, err := scanSchedule(tx.QueryRow(ctx, sql, append([]any{id, payer}, args...)...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		cur, gerr := GetSchedule(ctx, db, payer, id)
+		if gerr != nil {
+			return nil, 0, gerr
+		}
+		return cur, 0, ErrScheduleState
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("change schedule state: %w", err)
+	}
+	tag, err := tx.Exec(ctx, withdrawSQL, id, now)
+	if err != nil {
+		return nil, 0, fmt.Errorf("withdraw occurrences: %w", err)
+	}
+	if _, err := tx.Exec(ctx, placeSQL, id); err != nil {
+		return nil, 0, fmt.Errorf("move place back: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, 0, fmt.Errorf("commit: %w", err)
+	}
+	return s, int(tag.RowsAffected()), nil
+}
+
+// ResumeSchedule resumes payer's paused schedule (ErrNotFound,
+// ErrScheduleState as PauseSchedule).
+func ResumeSchedule(ctx context.Context, db pgdb.DB, payer string, id uuid.UUID) (*Schedule, error) {
+	s, err := scanSchedule(db.QueryRow(ctx, resumeSQL, id, payer))
+	if errors.Is(err, pgx.ErrNoRows) {
+		cur, gerr := GetSchedule(ctx, db, payer, id)
+		if gerr != nil {
+			return nil, gerr
+		}
+		return cur, ErrScheduleState
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resume schedule: %w", err)
+	}
+	return s, nil
+}
+
+// dueSchedulesSQL takes the schedules the planner has work on: active ones
+// whose next occurrence falls due within the horizon, and paused ones
+// whose resume time has come. SKIP LOCKED gives two planners disjoint
+// schedules; the lock is held until the planner's transaction ends, so a
+// schedule's occurrences and its place move together or not at all.
+const dueSchedulesSQL = `
+SELECT ` + scheduleCols + ` FROM schedules
+WHERE (state = 'ACTIVE' AND next_at <= $1) OR (state = 'PAUSED' AND resume_at <= $2)
+ORDER BY next_at NULLS FIRST
+LIMIT $3
+FOR UPDATE SKIP LOCKED`
+
+// DueSchedules locks and returns up to limit schedules with occurrences
+// to make before horizon, or resuming by now. db must be a transaction.
+func DueSchedules(ctx context.Context, tx pgx.Tx, now, horizon time.Time, limit int) ([]Schedule, error) {
+	rows, err := tx.Query(ctx, dueSchedulesSQL, horizon, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("due schedules: %w", err)
+	}
+	defer rows.Close()
+	var out []Schedule
+	for rows.Next() {
+		s, err := scanSchedule(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *s)
+	}
+	return out, rows.Err()
+}
+
+// Occurrence is one payment a planner makes for a schedule.
+type Occurrence struct {
+	Schedule uuid.UUID
+	// Key is the nominal local date and time (pkg/recurrence's Wall).
+	Key string
+	// Index is its index in the rule.
+	Index int
+	// Payment is the id the payment gets.
+	Payment uuid.UUID
+	// DueAt is when it is charged.
+	DueAt time.Time
+}
+
+// makeOccurrencesSQL writes occurrence payments: a schedule_occurrences
+// row, the payment_index row and the payment, with the schedule's fields
+// as they are now (a change of amount applies to what is made after it).
+//
+// Why it is safe: the occurrence's key row, its index row and its payment
+// are written by one statement, so all or none exist; ON CONFLICT on the
+// key's primary key makes an occurrence already made (by another planner,
+// or before a crash whose transaction did commit) write nothing, and only
+// the rows whose key was new (RETURNING) become payments. Rows go in key
+// order so two overlapping batches lock keys in the same order. The
+// payments are PENDING and untouched, created as the client, which the
+// payment guard requires of every insert.
+const makeOccurrencesSQL = `
+WITH input AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::timestamptz[], $5::int[]) AS t(schedule_id, occurrence, id, due_time, idx)
+), occ AS (
+    INSERT INTO schedule_occurrences (schedule_id, occurrence, payment_id, due_time, idx)
+    SELECT schedule_id, occurrence, id, due_time, idx FROM input ORDER BY schedule_id, occurrence
+    ON CONFLICT (schedule_id, occurrence) DO NOTHING
+    RETURNING payment_id
+), src AS (
+    SELECT i.id, i.schedule_id, i.occurrence, i.due_time, s.payer, s.payee, s.amount_minor, s.currency,
+           s.description, s.metadata, s.tenant
+    FROM input i JOIN occ ON occ.payment_id = i.id JOIN schedules s ON s.id = i.schedule_id
+), idx AS (
+    INSERT INTO payment_index (id, payer, payee, due_time, created_at, tenant, currency, amount_minor)
+    SELECT id, payer, payee, due_time, now(), tenant, currency, amount_minor FROM src
+    RETURNING id
+)
+INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, status, description, metadata,
+                      created_at, updated_at, tenant, schedule_id, occurrence)
+SELECT s.id, s.payer, s.payee, s.amount_minor, s.currency, s.due_time, s.due_time, 'PENDING', s.description, s.metadata,
+       now(), now(), s.tenant, s.schedule_id, s.occurrence
+FROM src s JOIN idx USING (id)
+RETURNING id`
+
+// MakeOccurrences writes the occurrences not made already, and returns
+// how many it made.
+func MakeOccurrences(ctx context.Context, db pgdb.DB, os []Occurrence) (int, error) {
+	if len(os) == 0 {
+		return 0, nil
+	}
+	scheds, keys, ids, dues, idxs := make([]uuid.UUID, len(os)), make([]string, len(os)), make([]uuid.UUID, len(os)),
+		make([]time.Time, len(os)), make([]int32, len(os))
+	for i, o := range os {
+		scheds[i], keys[i], ids[i], dues[i], idxs[i] = o.Schedule, o.Key, o.Payment, o.DueAt, int32(o.Index)
+	}
+	tag, err := db.Exec(ctx, makeOccurrencesSQL, scheds, keys, ids, dues, idxs)
+	if err != nil {
+		return 0, fmt.Errorf("make occurrences: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Planned is where a schedule's planning stands after a planner's pass.
+type Planned struct {
+	Schedule       uuid.UUID
+	LastOccurrence string
+	LastIndex      int
+	// NextAt is the next occurrence's instant (nil: the rule has ended).
+	NextAt *time.Time
+	// State is ACTIVE, or ENDED once the rule has no more.
+	State ScheduleState
+}
+
+// setPlannedSQL moves schedules' places. The planner holds each row's lock
+// (DueSchedules), so nothing moved them meanwhile; a schedule paused or
+// cancelled since is not locked by it and so not among them.
+const setPlannedSQL = `
+UPDATE schedules s SET last_occurrence = nullif(p.last_occurrence, ''), last_index = p.last_index, next_at = p.next_at,
+       state = p.state, resume_at = CASE WHEN p.state = 'ACTIVE' THEN NULL ELSE s.resume_at END, updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::text[]) AS p(id, last_occurrence, last_index, next_at, state)
+WHERE s.id = p.id`
+
+// SetPlanned records where each schedule's planning stands.
+func SetPlanned(ctx context.Context, db pgdb.DB, ps []Planned) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	ids, lasts, idxs, nexts, states := make([]uuid.UUID, len(ps)), make([]string, len(ps)), make([]int32, len(ps)),
+		make([]*time.Time, len(ps)), make([]string, len(ps))
+	for i, p := range ps {
+		ids[i], lasts[i], idxs[i], nexts[i], states[i] = p.Schedule, p.LastOccurrence, int32(p.LastIndex), p.NextAt, string(p.State)
+	}
+	if _, err := db.Exec(ctx, setPlannedSQL, ids, lasts, idxs, nexts, states); err != nil {
+		return fmt.Errorf("set planned: %w", err)
+	}
+	return nil
+}
+
+// scheduleOccurrencesSQL lists a schedule's occurrences made, newest
+// first, with their payments' status.
+const scheduleOccurrencesSQL = `
+SELECT o.occurrence, o.idx, o.payment_id, o.due_time
+FROM schedule_occurrences o WHERE o.schedule_id = $1
+ORDER BY o.occurrence DESC LIMIT $2`
+
+// ScheduleOccurrences are up to limit of a schedule's occurrences made,
+// newest first.
+func ScheduleOccurrences(ctx context.Context, db pgdb.DB, id uuid.UUID, limit int) ([]Occurrence, error) {
+	rows, err := db.Query(ctx, scheduleOccurrencesSQL, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("schedule occurrences: %w", err)
+	}
+	defer rows.Close()
+	var out []Occurrence
+	for rows.Next() {
+		o := Occurrence{Schedule: id}
+		if err := rows.Scan(&o.Key, &o.Index, &o.Payment, &o.DueAt); err != nil {
+			return nil, err
+		}
+		o.DueAt = o.DueAt.UTC()
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
