@@ -58,11 +58,11 @@ type Schedule struct {
 	CreatedAt, UpdatedAt             time.Time
 }
 
-// ErrScheduleKeyReused: the payer's idempotency key was used for a
+// ErrScheduleKeyReused means the payer's idempotency key was used for a
 // schedule with other fields.
 var ErrScheduleKeyReused = errors.New("idempotency key reused for another schedule")
 
-// ErrScheduleState: the schedule is not in a state the change may leave.
+// ErrScheduleState means the schedule is not in a state the change may leave.
 var ErrScheduleState = errors.New("schedule not in a state that allows it")
 
 const scheduleCols = `id, tenant, payer, payee, amount_minor, currency, description, metadata, rrule, start_local, time_zone,
@@ -234,7 +234,8 @@ func PauseSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string,
 	return withdraw(ctx, db, now, payer, id, pauseSQL, resumeAt)
 }
 
-// CancelSchedule: see PauseSchedule.
+// CancelSchedule ends payer's active or paused schedule for good; see
+// PauseSchedule.
 func CancelSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID) (*Schedule, int, error) {
 	return withdraw(ctx, db, now, payer, id, cancelScheduleSQL)
 }

@@ -223,7 +223,7 @@ func Plan(s *store.Schedule) (recurrence.Plan, error) {
 		BusinessDays: s.BusinessDays, Calendar: s.Calendar}.Plan()
 }
 
-// ErrNoOccurrence: a plan makes no occurrence at or after now.
+// ErrNoOccurrence means a plan makes no occurrence at or after now.
 var ErrNoOccurrence = errors.New("the rule makes no occurrence from now on")
 
 // Place is where a new schedule starts: past the occurrences before now
