@@ -158,6 +158,10 @@ type Payment struct {
 	RequestsSentBy time.Time
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	// ScheduleID is the schedule that made it, for an occurrence of one
+	// (empty: a one-off); Occurrence its key there, the nominal local date
+	// and time.
+	ScheduleID, Occurrence string
 	// Attempts is filled by Get only.
 	Attempts []Attempt
 	// Seq orders an actor's payments for listing (newest has the highest).

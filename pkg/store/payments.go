@@ -227,14 +227,16 @@ func (s *Store) Replay(ctx context.Context, payer, key string, hash []byte) (res
 // paymentCols is the column list scanPayment reads, in order.
 const paymentCols = `p.id, p.payer, p.payee, p.amount_minor, p.currency, p.due_time, p.status,
        p.description, p.metadata, p.attempt, coalesce(p.gateway_ref, ''), coalesce(p.last_error, ''),
-       coalesce(p.failure_reason, ''), p.probe_first, p.created_at, p.updated_at, p.run_at, ` + sentAgoCol
+       coalesce(p.failure_reason, ''), p.probe_first, p.created_at, p.updated_at, p.run_at,
+       coalesce(p.schedule_id::text, ''), coalesce(p.occurrence, ''), ` + sentAgoCol
 
 func scanPayment(row pgx.Row, extra ...any) (*payment.Payment, error) {
 	var p payment.Payment
 	var meta []byte
 	var ago *float64
 	dest := append(extra, &p.ID, &p.Payer, &p.Payee, &p.Amount, &p.Currency, &p.DueAt, &p.Status,
-		&p.Description, &meta, &p.Attempt, &p.GatewayRef, &p.LastError, &p.FailReason, &p.ProbeFirst, &p.CreatedAt, &p.UpdatedAt, &p.RunAt, &ago)
+		&p.Description, &meta, &p.Attempt, &p.GatewayRef, &p.LastError, &p.FailReason, &p.ProbeFirst, &p.CreatedAt, &p.UpdatedAt, &p.RunAt,
+		&p.ScheduleID, &p.Occurrence, &ago)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}

@@ -56,6 +56,8 @@ type Schedule struct {
 	IdempotencyKey                   string
 	RequestHash                      []byte
 	CreatedAt, UpdatedAt             time.Time
+	// Seq orders a payer's schedules for listing (newest highest).
+	Seq int64
 }
 
 // ErrScheduleKeyReused means the payer's idempotency key was used for a
@@ -67,14 +69,14 @@ var ErrScheduleState = errors.New("schedule not in a state that allows it")
 
 const scheduleCols = `id, tenant, payer, payee, amount_minor, currency, description, metadata, rrule, start_local, time_zone,
        month_end, business_days, calendar, catch_up, catch_up_bound, state, resume_at, coalesce(last_occurrence, ''),
-       last_index, next_at, coalesce(idempotency_key, ''), request_hash, created_at, updated_at`
+       last_index, next_at, coalesce(idempotency_key, ''), request_hash, created_at, updated_at, seq`
 
 func scanSchedule(row pgx.Row) (*Schedule, error) {
 	var s Schedule
 	var meta []byte
 	if err := row.Scan(&s.ID, &s.Tenant, &s.Payer, &s.Payee, &s.Amount, &s.Currency, &s.Description, &meta, &s.Rule, &s.Start,
 		&s.Zone, &s.MonthEnd, &s.BusinessDays, &s.Calendar, &s.CatchUp, &s.CatchUpBound, &s.State, &s.ResumeAt,
-		&s.LastOccurrence, &s.LastIndex, &s.NextAt, &s.IdempotencyKey, &s.RequestHash, &s.CreatedAt, &s.UpdatedAt); err != nil {
+		&s.LastOccurrence, &s.LastIndex, &s.NextAt, &s.IdempotencyKey, &s.RequestHash, &s.CreatedAt, &s.UpdatedAt, &s.Seq); err != nil {
 		return nil, err
 	}
 	if len(meta) > 0 {
@@ -146,21 +148,17 @@ func GetSchedule(ctx context.Context, db pgdb.DB, payer string, id uuid.UUID) (*
 	return s, nil
 }
 
-// listSchedulesSQL pages through a payer's schedules, newest first, after
-// the (created_at, id) of the last one read.
+// listSchedulesSQL pages through a payer's schedules, newest first, before
+// the seq of the last one read (0: from the newest).
 const listSchedulesSQL = `
 SELECT ` + scheduleCols + ` FROM schedules
-WHERE payer = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
-ORDER BY created_at DESC, id DESC LIMIT $4`
+WHERE payer = $1 AND ($2 = 0 OR seq < $2)
+ORDER BY seq DESC LIMIT $3`
 
-// ListSchedules is a page of payer's schedules, newest first, after the
-// schedule created at afterAt with id afterID (zero: from the newest).
-func ListSchedules(ctx context.Context, db pgdb.DB, payer string, afterAt time.Time, afterID uuid.UUID, limit int) ([]Schedule, error) {
-	var at *time.Time
-	if !afterAt.IsZero() {
-		at = &afterAt
-	}
-	rows, err := db.Query(ctx, listSchedulesSQL, payer, at, afterID, limit)
+// ListSchedules is a page of payer's schedules, newest first, before seq
+// before (0: from the newest).
+func ListSchedules(ctx context.Context, db pgdb.DB, payer string, before int64, limit int) ([]Schedule, error) {
+	rows, err := db.Query(ctx, listSchedulesSQL, payer, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list schedules: %w", err)
 	}

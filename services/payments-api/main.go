@@ -15,6 +15,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/pkg/engine/planner"
 	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/services/payments-api/paymentsserver"
@@ -36,6 +37,11 @@ func main() {
 	actorRate := fs.Float64("actor-rate", ratelimit.DefaultRate, "payments per second allowed to one actor: a request costs one, a batchCreate one per item (token bucket per actor, per instance); 0 disables the limit")
 	actorBurst := fs.Int("actor-burst", ratelimit.DefaultBurst, "payments one actor may send at once after being idle")
 	hooksURL := fs.String("webhooks-database-url", "", "the webhooks' database (migrate --webhooks-database-url), where tenants' endpoints are; empty: the tables are in --database-url")
+	planHorizon := fs.Duration("schedule-horizon", 35*24*time.Hour, "how far ahead the planner makes recurring schedules' occurrences (a month's exists, and can be seen and cancelled, before it falls due); at most --horizon")
+	planInterval := fs.Duration("planner-interval", 5*time.Second, "pause between planner passes that found little to do")
+	planBatch := fs.Int("planner-batch", 500, "schedules one planner pass (one transaction) plans")
+	planGrace := fs.Duration("planner-grace", time.Hour, "how late an occurrence may be made and still be charged at once; later ones follow the schedule's catch-up policy")
+	noPlanner := fs.Bool("no-planner", false, "run no planner in this replica (another makes the occurrences)")
 	maxPending := fs.Int("max-pending", payments.DefaultMaxPending, "payments one actor may have scheduled and not yet due (per instance, recounted every 10 s); 0: no cap")
 	svc.Main("payments-api", fs, func(ctx context.Context, log *slog.Logger) error {
 		if err := base.Start(log); err != nil {
@@ -66,6 +72,8 @@ func main() {
 			// A tenant's local receiver, in development only.
 			LoopbackWebhooks:    base.Dev,
 			WebhooksDatabaseURL: *hooksURL,
+			Planner:             planner.Config{Horizon: *planHorizon, Interval: *planInterval, Batch: *planBatch, Grace: *planGrace},
+			NoPlanner:           *noPlanner,
 		}
 		if err := cfg.Validate(); err != nil {
 			return err

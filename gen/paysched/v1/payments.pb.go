@@ -100,6 +100,243 @@ func (PaymentStatus) EnumDescriptor() ([]byte, []int) {
 	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{0}
 }
 
+// ScheduleState is where a schedule stands.
+type ScheduleState int32
+
+const (
+	// SCHEDULE_STATE_UNSPECIFIED is never stored.
+	ScheduleState_SCHEDULE_STATE_UNSPECIFIED ScheduleState = 0
+	// SCHEDULE_STATE_ACTIVE: its occurrences are made ahead.
+	ScheduleState_SCHEDULE_STATE_ACTIVE ScheduleState = 1
+	// SCHEDULE_STATE_PAUSED: none is made until it is resumed.
+	ScheduleState_SCHEDULE_STATE_PAUSED ScheduleState = 2
+	// SCHEDULE_STATE_ENDED: its rule has no more (COUNT, UNTIL).
+	ScheduleState_SCHEDULE_STATE_ENDED ScheduleState = 3
+	// SCHEDULE_STATE_CANCELLED: cancelled by the payer.
+	ScheduleState_SCHEDULE_STATE_CANCELLED ScheduleState = 4
+)
+
+// Enum value maps for ScheduleState.
+var (
+	ScheduleState_name = map[int32]string{
+		0: "SCHEDULE_STATE_UNSPECIFIED",
+		1: "SCHEDULE_STATE_ACTIVE",
+		2: "SCHEDULE_STATE_PAUSED",
+		3: "SCHEDULE_STATE_ENDED",
+		4: "SCHEDULE_STATE_CANCELLED",
+	}
+	ScheduleState_value = map[string]int32{
+		"SCHEDULE_STATE_UNSPECIFIED": 0,
+		"SCHEDULE_STATE_ACTIVE":      1,
+		"SCHEDULE_STATE_PAUSED":      2,
+		"SCHEDULE_STATE_ENDED":       3,
+		"SCHEDULE_STATE_CANCELLED":   4,
+	}
+)
+
+func (x ScheduleState) Enum() *ScheduleState {
+	p := new(ScheduleState)
+	*p = x
+	return p
+}
+
+func (x ScheduleState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScheduleState) Descriptor() protoreflect.EnumDescriptor {
+	return file_paysched_v1_payments_proto_enumTypes[1].Descriptor()
+}
+
+func (ScheduleState) Type() protoreflect.EnumType {
+	return &file_paysched_v1_payments_proto_enumTypes[1]
+}
+
+func (x ScheduleState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScheduleState.Descriptor instead.
+func (ScheduleState) EnumDescriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{1}
+}
+
+// MonthEndPolicy says what a day the month lacks becomes (a Jan 31 start
+// in February, BYMONTHDAY=31 in April, Feb 29 in a common year).
+type MonthEndPolicy int32
+
+const (
+	// MONTH_END_POLICY_UNSPECIFIED is CLAMP.
+	MonthEndPolicy_MONTH_END_POLICY_UNSPECIFIED MonthEndPolicy = 0
+	// MONTH_END_POLICY_CLAMP takes the month's last day: Jan 31, Feb 28, Mar 31.
+	MonthEndPolicy_MONTH_END_POLICY_CLAMP MonthEndPolicy = 1
+	// MONTH_END_POLICY_SKIP leaves the month out (RFC 5545): Jan 31, Mar 31.
+	MonthEndPolicy_MONTH_END_POLICY_SKIP MonthEndPolicy = 2
+)
+
+// Enum value maps for MonthEndPolicy.
+var (
+	MonthEndPolicy_name = map[int32]string{
+		0: "MONTH_END_POLICY_UNSPECIFIED",
+		1: "MONTH_END_POLICY_CLAMP",
+		2: "MONTH_END_POLICY_SKIP",
+	}
+	MonthEndPolicy_value = map[string]int32{
+		"MONTH_END_POLICY_UNSPECIFIED": 0,
+		"MONTH_END_POLICY_CLAMP":       1,
+		"MONTH_END_POLICY_SKIP":        2,
+	}
+)
+
+func (x MonthEndPolicy) Enum() *MonthEndPolicy {
+	p := new(MonthEndPolicy)
+	*p = x
+	return p
+}
+
+func (x MonthEndPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MonthEndPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_paysched_v1_payments_proto_enumTypes[2].Descriptor()
+}
+
+func (MonthEndPolicy) Type() protoreflect.EnumType {
+	return &file_paysched_v1_payments_proto_enumTypes[2]
+}
+
+func (x MonthEndPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MonthEndPolicy.Descriptor instead.
+func (MonthEndPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{2}
+}
+
+// BusinessDayConvention moves an occurrence off a weekend or a holiday of
+// the schedule's calendar.
+type BusinessDayConvention int32
+
+const (
+	// BUSINESS_DAY_CONVENTION_UNSPECIFIED is NONE.
+	BusinessDayConvention_BUSINESS_DAY_CONVENTION_UNSPECIFIED BusinessDayConvention = 0
+	// BUSINESS_DAY_CONVENTION_NONE charges on the day whatever it is.
+	BusinessDayConvention_BUSINESS_DAY_CONVENTION_NONE BusinessDayConvention = 1
+	// BUSINESS_DAY_CONVENTION_FOLLOWING takes the next business day.
+	BusinessDayConvention_BUSINESS_DAY_CONVENTION_FOLLOWING BusinessDayConvention = 2
+	// BUSINESS_DAY_CONVENTION_MODIFIED_FOLLOWING takes the next business day
+	// unless it is in the next month, then the previous one.
+	BusinessDayConvention_BUSINESS_DAY_CONVENTION_MODIFIED_FOLLOWING BusinessDayConvention = 3
+	// BUSINESS_DAY_CONVENTION_PRECEDING takes the previous business day.
+	BusinessDayConvention_BUSINESS_DAY_CONVENTION_PRECEDING BusinessDayConvention = 4
+)
+
+// Enum value maps for BusinessDayConvention.
+var (
+	BusinessDayConvention_name = map[int32]string{
+		0: "BUSINESS_DAY_CONVENTION_UNSPECIFIED",
+		1: "BUSINESS_DAY_CONVENTION_NONE",
+		2: "BUSINESS_DAY_CONVENTION_FOLLOWING",
+		3: "BUSINESS_DAY_CONVENTION_MODIFIED_FOLLOWING",
+		4: "BUSINESS_DAY_CONVENTION_PRECEDING",
+	}
+	BusinessDayConvention_value = map[string]int32{
+		"BUSINESS_DAY_CONVENTION_UNSPECIFIED":        0,
+		"BUSINESS_DAY_CONVENTION_NONE":               1,
+		"BUSINESS_DAY_CONVENTION_FOLLOWING":          2,
+		"BUSINESS_DAY_CONVENTION_MODIFIED_FOLLOWING": 3,
+		"BUSINESS_DAY_CONVENTION_PRECEDING":          4,
+	}
+)
+
+func (x BusinessDayConvention) Enum() *BusinessDayConvention {
+	p := new(BusinessDayConvention)
+	*p = x
+	return p
+}
+
+func (x BusinessDayConvention) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BusinessDayConvention) Descriptor() protoreflect.EnumDescriptor {
+	return file_paysched_v1_payments_proto_enumTypes[3].Descriptor()
+}
+
+func (BusinessDayConvention) Type() protoreflect.EnumType {
+	return &file_paysched_v1_payments_proto_enumTypes[3]
+}
+
+func (x BusinessDayConvention) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BusinessDayConvention.Descriptor instead.
+func (BusinessDayConvention) EnumDescriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{3}
+}
+
+// CatchUpPolicy says which occurrences that fell due unplanned (a pause,
+// an outage) are still charged on resume.
+type CatchUpPolicy int32
+
+const (
+	// CATCH_UP_POLICY_UNSPECIFIED is SKIP_MISSED.
+	CatchUpPolicy_CATCH_UP_POLICY_UNSPECIFIED CatchUpPolicy = 0
+	// CATCH_UP_POLICY_SKIP_MISSED charges none: never three months in one burst.
+	CatchUpPolicy_CATCH_UP_POLICY_SKIP_MISSED CatchUpPolicy = 1
+	// CATCH_UP_POLICY_LATEST_ONLY charges the most recent one.
+	CatchUpPolicy_CATCH_UP_POLICY_LATEST_ONLY CatchUpPolicy = 2
+	// CATCH_UP_POLICY_ALL charges them all, at most catch_up_bound (the most
+	// recent ones).
+	CatchUpPolicy_CATCH_UP_POLICY_ALL CatchUpPolicy = 3
+)
+
+// Enum value maps for CatchUpPolicy.
+var (
+	CatchUpPolicy_name = map[int32]string{
+		0: "CATCH_UP_POLICY_UNSPECIFIED",
+		1: "CATCH_UP_POLICY_SKIP_MISSED",
+		2: "CATCH_UP_POLICY_LATEST_ONLY",
+		3: "CATCH_UP_POLICY_ALL",
+	}
+	CatchUpPolicy_value = map[string]int32{
+		"CATCH_UP_POLICY_UNSPECIFIED": 0,
+		"CATCH_UP_POLICY_SKIP_MISSED": 1,
+		"CATCH_UP_POLICY_LATEST_ONLY": 2,
+		"CATCH_UP_POLICY_ALL":         3,
+	}
+)
+
+func (x CatchUpPolicy) Enum() *CatchUpPolicy {
+	p := new(CatchUpPolicy)
+	*p = x
+	return p
+}
+
+func (x CatchUpPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CatchUpPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_paysched_v1_payments_proto_enumTypes[4].Descriptor()
+}
+
+func (CatchUpPolicy) Type() protoreflect.EnumType {
+	return &file_paysched_v1_payments_proto_enumTypes[4]
+}
+
+func (x CatchUpPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CatchUpPolicy.Descriptor instead.
+func (CatchUpPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{4}
+}
+
 // Outcome of one item.
 type BatchCreateResult_Outcome int32
 
@@ -141,11 +378,11 @@ func (x BatchCreateResult_Outcome) String() string {
 }
 
 func (BatchCreateResult_Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_paysched_v1_payments_proto_enumTypes[1].Descriptor()
+	return file_paysched_v1_payments_proto_enumTypes[5].Descriptor()
 }
 
 func (BatchCreateResult_Outcome) Type() protoreflect.EnumType {
-	return &file_paysched_v1_payments_proto_enumTypes[1]
+	return &file_paysched_v1_payments_proto_enumTypes[5]
 }
 
 func (x BatchCreateResult_Outcome) Number() protoreflect.EnumNumber {
@@ -200,7 +437,13 @@ type ScheduledPayment struct {
 	FailureReason string `protobuf:"bytes,16,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
 	// When the payment may next run: its due time at first, later after a
 	// retry's backoff or an operator's reschedule. Never before due_at.
-	RunAt         *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	RunAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	// The schedule that made it, for an occurrence of one; empty otherwise.
+	ScheduleId string `protobuf:"bytes,18,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// The occurrence's key within its schedule: the nominal local date and
+	// time (YYYY-MM-DDTHH:MM:SS in the schedule's zone), never the date a
+	// holiday moved it to.
+	Occurrence    string `protobuf:"bytes,19,opt,name=occurrence,proto3" json:"occurrence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -352,6 +595,20 @@ func (x *ScheduledPayment) GetRunAt() *timestamppb.Timestamp {
 		return x.RunAt
 	}
 	return nil
+}
+
+func (x *ScheduledPayment) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ScheduledPayment) GetOccurrence() string {
+	if x != nil {
+		return x.Occurrence
+	}
+	return ""
 }
 
 // PaymentAttempt is one call to the gateway.
@@ -2129,11 +2386,1286 @@ func (x *ListAttemptsResponse) GetAttempts() []*WebhookAttempt {
 	return nil
 }
 
+// Schedule is a recurring payment plan.
+type Schedule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Server-assigned id (UUID).
+	ScheduleId string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// The authenticated actor whose plan it is.
+	Payer string `protobuf:"bytes,2,opt,name=payer,proto3" json:"payer,omitempty"`
+	// Who is paid.
+	Payee string `protobuf:"bytes,3,opt,name=payee,proto3" json:"payee,omitempty"`
+	// Integer minor units of currency, each occurrence.
+	Amount int64 `protobuf:"varint,4,opt,name=amount,proto3" json:"amount,omitempty"`
+	// ISO 4217 code.
+	Currency string `protobuf:"bytes,5,opt,name=currency,proto3" json:"currency,omitempty"`
+	// Free text, copied to each occurrence.
+	Description string `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	// Labels, copied to each occurrence.
+	Metadata map[string]string `protobuf:"bytes,7,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The RFC 5545 RRULE: FREQ (DAILY, WEEKLY, MONTHLY, YEARLY), INTERVAL,
+	// BYDAY (ordinals such as -1FR under MONTHLY and YEARLY), BYMONTHDAY
+	// (1 to 31, or -1 for the last), BYMONTH, and COUNT or UNTIL (a local
+	// date or date-time, no Z).
+	Rrule string `protobuf:"bytes,8,opt,name=rrule,proto3" json:"rrule,omitempty"`
+	// The first occurrence's local date and time, YYYY-MM-DDTHH:MM[:SS],
+	// in time_zone: the rule's anchor (DTSTART).
+	Start string `protobuf:"bytes,9,opt,name=start,proto3" json:"start,omitempty"`
+	// IANA time zone, e.g. Europe/Paris.
+	TimeZone string `protobuf:"bytes,10,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// What a day the month lacks becomes.
+	MonthEnd MonthEndPolicy `protobuf:"varint,11,opt,name=month_end,json=monthEnd,proto3,enum=paysched.v1.MonthEndPolicy" json:"month_end,omitempty"`
+	// How a weekend or holiday moves an occurrence.
+	BusinessDays BusinessDayConvention `protobuf:"varint,12,opt,name=business_days,json=businessDays,proto3,enum=paysched.v1.BusinessDayConvention" json:"business_days,omitempty"`
+	// The holiday calendar: an ISO 3166-1 country code (US, GB, DE, ...);
+	// empty: weekends only.
+	Calendar string `protobuf:"bytes,13,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	// What is charged of what fell due while paused.
+	CatchUp CatchUpPolicy `protobuf:"varint,14,opt,name=catch_up,json=catchUp,proto3,enum=paysched.v1.CatchUpPolicy" json:"catch_up,omitempty"`
+	// CATCH_UP_POLICY_ALL charges at most this many (default 12).
+	CatchUpBound int32 `protobuf:"varint,15,opt,name=catch_up_bound,json=catchUpBound,proto3" json:"catch_up_bound,omitempty"`
+	// Where it stands.
+	State ScheduleState `protobuf:"varint,16,opt,name=state,proto3,enum=paysched.v1.ScheduleState" json:"state,omitempty"`
+	// When a pause ends on its own; absent otherwise.
+	ResumeAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=resume_at,json=resumeAt,proto3" json:"resume_at,omitempty"`
+	// When the next occurrence not yet made falls due; absent once ended.
+	NextAt *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=next_at,json=nextAt,proto3" json:"next_at,omitempty"`
+	// The latest occurrence made: its key (the nominal local date and time).
+	LastOccurrence string `protobuf:"bytes,19,opt,name=last_occurrence,json=lastOccurrence,proto3" json:"last_occurrence,omitempty"`
+	// How many occurrences of the rule have passed or been made (COUNT counts these).
+	Occurrences int32 `protobuf:"varint,20,opt,name=occurrences,proto3" json:"occurrences,omitempty"`
+	// Creation time.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Last change.
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *Schedule) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *Schedule) GetPayer() string {
+	if x != nil {
+		return x.Payer
+	}
+	return ""
+}
+
+func (x *Schedule) GetPayee() string {
+	if x != nil {
+		return x.Payee
+	}
+	return ""
+}
+
+func (x *Schedule) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *Schedule) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *Schedule) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Schedule) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Schedule) GetRrule() string {
+	if x != nil {
+		return x.Rrule
+	}
+	return ""
+}
+
+func (x *Schedule) GetStart() string {
+	if x != nil {
+		return x.Start
+	}
+	return ""
+}
+
+func (x *Schedule) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *Schedule) GetMonthEnd() MonthEndPolicy {
+	if x != nil {
+		return x.MonthEnd
+	}
+	return MonthEndPolicy_MONTH_END_POLICY_UNSPECIFIED
+}
+
+func (x *Schedule) GetBusinessDays() BusinessDayConvention {
+	if x != nil {
+		return x.BusinessDays
+	}
+	return BusinessDayConvention_BUSINESS_DAY_CONVENTION_UNSPECIFIED
+}
+
+func (x *Schedule) GetCalendar() string {
+	if x != nil {
+		return x.Calendar
+	}
+	return ""
+}
+
+func (x *Schedule) GetCatchUp() CatchUpPolicy {
+	if x != nil {
+		return x.CatchUp
+	}
+	return CatchUpPolicy_CATCH_UP_POLICY_UNSPECIFIED
+}
+
+func (x *Schedule) GetCatchUpBound() int32 {
+	if x != nil {
+		return x.CatchUpBound
+	}
+	return 0
+}
+
+func (x *Schedule) GetState() ScheduleState {
+	if x != nil {
+		return x.State
+	}
+	return ScheduleState_SCHEDULE_STATE_UNSPECIFIED
+}
+
+func (x *Schedule) GetResumeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResumeAt
+	}
+	return nil
+}
+
+func (x *Schedule) GetNextAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAt
+	}
+	return nil
+}
+
+func (x *Schedule) GetLastOccurrence() string {
+	if x != nil {
+		return x.LastOccurrence
+	}
+	return ""
+}
+
+func (x *Schedule) GetOccurrences() int32 {
+	if x != nil {
+		return x.Occurrences
+	}
+	return 0
+}
+
+func (x *Schedule) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Schedule) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+// CreateScheduleRequest is the body of POST /v1/schedules.
+type CreateScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who is paid: 1 to 128 characters.
+	Payee string `protobuf:"bytes,1,opt,name=payee,proto3" json:"payee,omitempty"`
+	// Integer minor units, > 0 and <= the configured cap.
+	Amount int64 `protobuf:"varint,2,opt,name=amount,proto3" json:"amount,omitempty"`
+	// ISO 4217 code; the configured default when empty.
+	Currency string `protobuf:"bytes,3,opt,name=currency,proto3" json:"currency,omitempty"`
+	// Optional, at most 500 characters.
+	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	// Optional: at most 20 keys of at most 40 characters, values of at most 500.
+	Metadata map[string]string `protobuf:"bytes,5,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The RRULE (see Schedule.rrule).
+	Rrule string `protobuf:"bytes,6,opt,name=rrule,proto3" json:"rrule,omitempty"`
+	// The local start, YYYY-MM-DDTHH:MM[:SS] (see Schedule.start).
+	Start string `protobuf:"bytes,7,opt,name=start,proto3" json:"start,omitempty"`
+	// IANA time zone.
+	TimeZone string `protobuf:"bytes,8,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// Default CLAMP.
+	MonthEnd MonthEndPolicy `protobuf:"varint,9,opt,name=month_end,json=monthEnd,proto3,enum=paysched.v1.MonthEndPolicy" json:"month_end,omitempty"`
+	// Default NONE.
+	BusinessDays BusinessDayConvention `protobuf:"varint,10,opt,name=business_days,json=businessDays,proto3,enum=paysched.v1.BusinessDayConvention" json:"business_days,omitempty"`
+	// ISO 3166-1 country code of the holiday calendar; empty: weekends only.
+	Calendar string `protobuf:"bytes,11,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	// Default SKIP_MISSED.
+	CatchUp CatchUpPolicy `protobuf:"varint,12,opt,name=catch_up,json=catchUp,proto3,enum=paysched.v1.CatchUpPolicy" json:"catch_up,omitempty"`
+	// Default 12, at most 120.
+	CatchUpBound int32 `protobuf:"varint,13,opt,name=catch_up_bound,json=catchUpBound,proto3" json:"catch_up_bound,omitempty"`
+	// Idempotency key for gRPC clients that cannot send metadata.
+	RequestId     string `protobuf:"bytes,14,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateScheduleRequest) Reset() {
+	*x = CreateScheduleRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateScheduleRequest) ProtoMessage() {}
+
+func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateScheduleRequest.ProtoReflect.Descriptor instead.
+func (*CreateScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CreateScheduleRequest) GetPayee() string {
+	if x != nil {
+		return x.Payee
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *CreateScheduleRequest) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *CreateScheduleRequest) GetRrule() string {
+	if x != nil {
+		return x.Rrule
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetStart() string {
+	if x != nil {
+		return x.Start
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetMonthEnd() MonthEndPolicy {
+	if x != nil {
+		return x.MonthEnd
+	}
+	return MonthEndPolicy_MONTH_END_POLICY_UNSPECIFIED
+}
+
+func (x *CreateScheduleRequest) GetBusinessDays() BusinessDayConvention {
+	if x != nil {
+		return x.BusinessDays
+	}
+	return BusinessDayConvention_BUSINESS_DAY_CONVENTION_UNSPECIFIED
+}
+
+func (x *CreateScheduleRequest) GetCalendar() string {
+	if x != nil {
+		return x.Calendar
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetCatchUp() CatchUpPolicy {
+	if x != nil {
+		return x.CatchUp
+	}
+	return CatchUpPolicy_CATCH_UP_POLICY_UNSPECIFIED
+}
+
+func (x *CreateScheduleRequest) GetCatchUpBound() int32 {
+	if x != nil {
+		return x.CatchUpBound
+	}
+	return 0
+}
+
+func (x *CreateScheduleRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// CreateScheduleResponse carries the created (or replayed) schedule.
+type CreateScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateScheduleResponse) Reset() {
+	*x = CreateScheduleResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateScheduleResponse) ProtoMessage() {}
+
+func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateScheduleResponse.ProtoReflect.Descriptor instead.
+func (*CreateScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CreateScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// GetScheduleRequest names one schedule.
+type GetScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id (UUID).
+	ScheduleId    string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetScheduleRequest) Reset() {
+	*x = GetScheduleRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetScheduleRequest) ProtoMessage() {}
+
+func (x *GetScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetScheduleRequest.ProtoReflect.Descriptor instead.
+func (*GetScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *GetScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+// GetScheduleResponse carries the schedule and its latest occurrences.
+type GetScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule.
+	Schedule *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// Its latest occurrences made (up to 24), newest first.
+	Occurrences   []*ScheduleOccurrence `protobuf:"bytes,2,rep,name=occurrences,proto3" json:"occurrences,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetScheduleResponse) Reset() {
+	*x = GetScheduleResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetScheduleResponse) ProtoMessage() {}
+
+func (x *GetScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetScheduleResponse.ProtoReflect.Descriptor instead.
+func (*GetScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GetScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *GetScheduleResponse) GetOccurrences() []*ScheduleOccurrence {
+	if x != nil {
+		return x.Occurrences
+	}
+	return nil
+}
+
+// ScheduleOccurrence is one occurrence made: a scheduled payment.
+type ScheduleOccurrence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its key: the nominal local date and time.
+	Occurrence string `protobuf:"bytes,1,opt,name=occurrence,proto3" json:"occurrence,omitempty"`
+	// Its index in the rule, from 1.
+	Index int32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// The payment (GET /v1/scheduled-payments/{payment_id}).
+	PaymentId string `protobuf:"bytes,3,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// When it falls due.
+	DueAt         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=due_at,json=dueAt,proto3" json:"due_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleOccurrence) Reset() {
+	*x = ScheduleOccurrence{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleOccurrence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleOccurrence) ProtoMessage() {}
+
+func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleOccurrence.ProtoReflect.Descriptor instead.
+func (*ScheduleOccurrence) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ScheduleOccurrence) GetOccurrence() string {
+	if x != nil {
+		return x.Occurrence
+	}
+	return ""
+}
+
+func (x *ScheduleOccurrence) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ScheduleOccurrence) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *ScheduleOccurrence) GetDueAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueAt
+	}
+	return nil
+}
+
+// ListSchedulesRequest pages through the caller's schedules.
+type ListSchedulesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque cursor from a previous next_cursor.
+	Cursor string `protobuf:"bytes,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// Page size: default 50, capped at 500.
+	PageSize      int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListSchedulesRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *ListSchedulesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+// ListSchedulesResponse is one page.
+type ListSchedulesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedules, newest first.
+	Schedules []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	// Cursor for the next page; empty on the last page.
+	NextCursor    string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+func (x *ListSchedulesResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+// PauseScheduleRequest names the schedule to pause.
+type PauseScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id (UUID).
+	ScheduleId string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// When the pause ends on its own (in the future); absent: until resumed.
+	ResumeAt      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=resume_at,json=resumeAt,proto3" json:"resume_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseScheduleRequest) Reset() {
+	*x = PauseScheduleRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseScheduleRequest) ProtoMessage() {}
+
+func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
+func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PauseScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *PauseScheduleRequest) GetResumeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResumeAt
+	}
+	return nil
+}
+
+// PauseScheduleResponse carries the paused schedule.
+type PauseScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule, PAUSED.
+	Schedule *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// How many occurrences made ahead were cancelled.
+	Withdrawn     int32 `protobuf:"varint,2,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseScheduleResponse) Reset() {
+	*x = PauseScheduleResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseScheduleResponse) ProtoMessage() {}
+
+func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseScheduleResponse.ProtoReflect.Descriptor instead.
+func (*PauseScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PauseScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *PauseScheduleResponse) GetWithdrawn() int32 {
+	if x != nil {
+		return x.Withdrawn
+	}
+	return 0
+}
+
+// ResumeScheduleRequest names the schedule to resume.
+type ResumeScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id (UUID).
+	ScheduleId    string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeScheduleRequest) Reset() {
+	*x = ResumeScheduleRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeScheduleRequest) ProtoMessage() {}
+
+func (x *ResumeScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeScheduleRequest.ProtoReflect.Descriptor instead.
+func (*ResumeScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ResumeScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+// ResumeScheduleResponse carries the resumed schedule.
+type ResumeScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule, ACTIVE.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeScheduleResponse) Reset() {
+	*x = ResumeScheduleResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeScheduleResponse) ProtoMessage() {}
+
+func (x *ResumeScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeScheduleResponse.ProtoReflect.Descriptor instead.
+func (*ResumeScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ResumeScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// CancelScheduleRequest names the schedule to cancel.
+type CancelScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id (UUID).
+	ScheduleId    string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScheduleRequest) Reset() {
+	*x = CancelScheduleRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScheduleRequest) ProtoMessage() {}
+
+func (x *CancelScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScheduleRequest.ProtoReflect.Descriptor instead.
+func (*CancelScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CancelScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+// CancelScheduleResponse carries the cancelled schedule.
+type CancelScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule, CANCELLED.
+	Schedule *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// How many occurrences made ahead were cancelled.
+	Withdrawn     int32 `protobuf:"varint,2,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScheduleResponse) Reset() {
+	*x = CancelScheduleResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScheduleResponse) ProtoMessage() {}
+
+func (x *CancelScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScheduleResponse.ProtoReflect.Descriptor instead.
+func (*CancelScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CancelScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *CancelScheduleResponse) GetWithdrawn() int32 {
+	if x != nil {
+		return x.Withdrawn
+	}
+	return 0
+}
+
+// PreviewScheduleRequest names a schedule, or gives a plan to preview.
+type PreviewScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A schedule of the caller's; when empty, the plan fields below.
+	ScheduleId string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// How many occurrences: default 12, at most 100.
+	Count int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// The plan, without a schedule (see Schedule).
+	Rrule string `protobuf:"bytes,3,opt,name=rrule,proto3" json:"rrule,omitempty"`
+	// The local start.
+	Start string `protobuf:"bytes,4,opt,name=start,proto3" json:"start,omitempty"`
+	// IANA time zone.
+	TimeZone string `protobuf:"bytes,5,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// Default CLAMP.
+	MonthEnd MonthEndPolicy `protobuf:"varint,6,opt,name=month_end,json=monthEnd,proto3,enum=paysched.v1.MonthEndPolicy" json:"month_end,omitempty"`
+	// Default NONE.
+	BusinessDays BusinessDayConvention `protobuf:"varint,7,opt,name=business_days,json=businessDays,proto3,enum=paysched.v1.BusinessDayConvention" json:"business_days,omitempty"`
+	// Holiday calendar country code.
+	Calendar      string `protobuf:"bytes,8,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewScheduleRequest) Reset() {
+	*x = PreviewScheduleRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewScheduleRequest) ProtoMessage() {}
+
+func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
+func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *PreviewScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *PreviewScheduleRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *PreviewScheduleRequest) GetRrule() string {
+	if x != nil {
+		return x.Rrule
+	}
+	return ""
+}
+
+func (x *PreviewScheduleRequest) GetStart() string {
+	if x != nil {
+		return x.Start
+	}
+	return ""
+}
+
+func (x *PreviewScheduleRequest) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *PreviewScheduleRequest) GetMonthEnd() MonthEndPolicy {
+	if x != nil {
+		return x.MonthEnd
+	}
+	return MonthEndPolicy_MONTH_END_POLICY_UNSPECIFIED
+}
+
+func (x *PreviewScheduleRequest) GetBusinessDays() BusinessDayConvention {
+	if x != nil {
+		return x.BusinessDays
+	}
+	return BusinessDayConvention_BUSINESS_DAY_CONVENTION_UNSPECIFIED
+}
+
+func (x *PreviewScheduleRequest) GetCalendar() string {
+	if x != nil {
+		return x.Calendar
+	}
+	return ""
+}
+
+// PreviewScheduleResponse lists the next occurrences.
+type PreviewScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From now on, in order.
+	Occurrences   []*PreviewOccurrence `protobuf:"bytes,1,rep,name=occurrences,proto3" json:"occurrences,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewScheduleResponse) Reset() {
+	*x = PreviewScheduleResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewScheduleResponse) ProtoMessage() {}
+
+func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
+func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *PreviewScheduleResponse) GetOccurrences() []*PreviewOccurrence {
+	if x != nil {
+		return x.Occurrences
+	}
+	return nil
+}
+
+// PreviewOccurrence is one coming occurrence and why it moved.
+type PreviewOccurrence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its index in the rule, from 1.
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// Its key: the rule's local date and time (after the month-end policy).
+	Nominal string `protobuf:"bytes,2,opt,name=nominal,proto3" json:"nominal,omitempty"`
+	// The local date and time it is charged at (after the business-day shift).
+	Local string `protobuf:"bytes,3,opt,name=local,proto3" json:"local,omitempty"`
+	// The instant it falls due.
+	DueAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=due_at,json=dueAt,proto3" json:"due_at,omitempty"`
+	// Why it is not the rule's plain reading, in order: MONTH_END, WEEKEND,
+	// HOLIDAY, DST_GAP (a missing clock, moved forward by the gap),
+	// DST_OVERLAP (a doubled clock: the first instant).
+	Moved         []string `protobuf:"bytes,5,rep,name=moved,proto3" json:"moved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewOccurrence) Reset() {
+	*x = PreviewOccurrence{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewOccurrence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewOccurrence) ProtoMessage() {}
+
+func (x *PreviewOccurrence) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewOccurrence.ProtoReflect.Descriptor instead.
+func (*PreviewOccurrence) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *PreviewOccurrence) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *PreviewOccurrence) GetNominal() string {
+	if x != nil {
+		return x.Nominal
+	}
+	return ""
+}
+
+func (x *PreviewOccurrence) GetLocal() string {
+	if x != nil {
+		return x.Local
+	}
+	return ""
+}
+
+func (x *PreviewOccurrence) GetDueAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueAt
+	}
+	return nil
+}
+
+func (x *PreviewOccurrence) GetMoved() []string {
+	if x != nil {
+		return x.Moved
+	}
+	return nil
+}
+
 var File_paysched_v1_payments_proto protoreflect.FileDescriptor
 
 const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\n" +
-	"\x1apaysched/v1/payments.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x83\x06\n" +
+	"\x1apaysched/v1/payments.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc4\x06\n" +
 	"\x10ScheduledPayment\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\x01 \x01(\tR\tpaymentId\x12\x14\n" +
@@ -2157,7 +3689,12 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x127\n" +
 	"\battempts\x18\x0f \x03(\v2\x1b.paysched.v1.PaymentAttemptR\battempts\x12%\n" +
 	"\x0efailure_reason\x18\x10 \x01(\tR\rfailureReason\x121\n" +
-	"\x06run_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x1a;\n" +
+	"\x06run_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x1f\n" +
+	"\vschedule_id\x18\x12 \x01(\tR\n" +
+	"scheduleId\x12\x1e\n" +
+	"\n" +
+	"occurrence\x18\x13 \x01(\tR\n" +
+	"occurrence\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x01\n" +
@@ -2299,7 +3836,116 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"endpointId\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"O\n" +
 	"\x14ListAttemptsResponse\x127\n" +
-	"\battempts\x18\x01 \x03(\v2\x1b.paysched.v1.WebhookAttemptR\battempts*\x8b\x01\n" +
+	"\battempts\x18\x01 \x03(\v2\x1b.paysched.v1.WebhookAttemptR\battempts\"\xd1\a\n" +
+	"\bSchedule\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12\x14\n" +
+	"\x05payer\x18\x02 \x01(\tR\x05payer\x12\x14\n" +
+	"\x05payee\x18\x03 \x01(\tR\x05payee\x12\x16\n" +
+	"\x06amount\x18\x04 \x01(\x03R\x06amount\x12\x1a\n" +
+	"\bcurrency\x18\x05 \x01(\tR\bcurrency\x12 \n" +
+	"\vdescription\x18\x06 \x01(\tR\vdescription\x12?\n" +
+	"\bmetadata\x18\a \x03(\v2#.paysched.v1.Schedule.MetadataEntryR\bmetadata\x12\x14\n" +
+	"\x05rrule\x18\b \x01(\tR\x05rrule\x12\x14\n" +
+	"\x05start\x18\t \x01(\tR\x05start\x12\x1b\n" +
+	"\ttime_zone\x18\n" +
+	" \x01(\tR\btimeZone\x128\n" +
+	"\tmonth_end\x18\v \x01(\x0e2\x1b.paysched.v1.MonthEndPolicyR\bmonthEnd\x12G\n" +
+	"\rbusiness_days\x18\f \x01(\x0e2\".paysched.v1.BusinessDayConventionR\fbusinessDays\x12\x1a\n" +
+	"\bcalendar\x18\r \x01(\tR\bcalendar\x125\n" +
+	"\bcatch_up\x18\x0e \x01(\x0e2\x1a.paysched.v1.CatchUpPolicyR\acatchUp\x12$\n" +
+	"\x0ecatch_up_bound\x18\x0f \x01(\x05R\fcatchUpBound\x120\n" +
+	"\x05state\x18\x10 \x01(\x0e2\x1a.paysched.v1.ScheduleStateR\x05state\x127\n" +
+	"\tresume_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\bresumeAt\x123\n" +
+	"\anext_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x06nextAt\x12'\n" +
+	"\x0flast_occurrence\x18\x13 \x01(\tR\x0elastOccurrence\x12 \n" +
+	"\voccurrences\x18\x14 \x01(\x05R\voccurrences\x129\n" +
+	"\n" +
+	"created_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf2\x04\n" +
+	"\x15CreateScheduleRequest\x12\x14\n" +
+	"\x05payee\x18\x01 \x01(\tR\x05payee\x12\x16\n" +
+	"\x06amount\x18\x02 \x01(\x03R\x06amount\x12\x1a\n" +
+	"\bcurrency\x18\x03 \x01(\tR\bcurrency\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12L\n" +
+	"\bmetadata\x18\x05 \x03(\v20.paysched.v1.CreateScheduleRequest.MetadataEntryR\bmetadata\x12\x14\n" +
+	"\x05rrule\x18\x06 \x01(\tR\x05rrule\x12\x14\n" +
+	"\x05start\x18\a \x01(\tR\x05start\x12\x1b\n" +
+	"\ttime_zone\x18\b \x01(\tR\btimeZone\x128\n" +
+	"\tmonth_end\x18\t \x01(\x0e2\x1b.paysched.v1.MonthEndPolicyR\bmonthEnd\x12G\n" +
+	"\rbusiness_days\x18\n" +
+	" \x01(\x0e2\".paysched.v1.BusinessDayConventionR\fbusinessDays\x12\x1a\n" +
+	"\bcalendar\x18\v \x01(\tR\bcalendar\x125\n" +
+	"\bcatch_up\x18\f \x01(\x0e2\x1a.paysched.v1.CatchUpPolicyR\acatchUp\x12$\n" +
+	"\x0ecatch_up_bound\x18\r \x01(\x05R\fcatchUpBound\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x0e \x01(\tR\trequestId\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
+	"\x16CreateScheduleResponse\x121\n" +
+	"\bschedule\x18\x01 \x01(\v2\x15.paysched.v1.ScheduleR\bschedule\"5\n" +
+	"\x12GetScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\"\x8b\x01\n" +
+	"\x13GetScheduleResponse\x121\n" +
+	"\bschedule\x18\x01 \x01(\v2\x15.paysched.v1.ScheduleR\bschedule\x12A\n" +
+	"\voccurrences\x18\x02 \x03(\v2\x1f.paysched.v1.ScheduleOccurrenceR\voccurrences\"\x9c\x01\n" +
+	"\x12ScheduleOccurrence\x12\x1e\n" +
+	"\n" +
+	"occurrence\x18\x01 \x01(\tR\n" +
+	"occurrence\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x03 \x01(\tR\tpaymentId\x121\n" +
+	"\x06due_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\"K\n" +
+	"\x14ListSchedulesRequest\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\"m\n" +
+	"\x15ListSchedulesResponse\x123\n" +
+	"\tschedules\x18\x01 \x03(\v2\x15.paysched.v1.ScheduleR\tschedules\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\"p\n" +
+	"\x14PauseScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x127\n" +
+	"\tresume_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bresumeAt\"h\n" +
+	"\x15PauseScheduleResponse\x121\n" +
+	"\bschedule\x18\x01 \x01(\v2\x15.paysched.v1.ScheduleR\bschedule\x12\x1c\n" +
+	"\twithdrawn\x18\x02 \x01(\x05R\twithdrawn\"8\n" +
+	"\x15ResumeScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\"K\n" +
+	"\x16ResumeScheduleResponse\x121\n" +
+	"\bschedule\x18\x01 \x01(\v2\x15.paysched.v1.ScheduleR\bschedule\"8\n" +
+	"\x15CancelScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\"i\n" +
+	"\x16CancelScheduleResponse\x121\n" +
+	"\bschedule\x18\x01 \x01(\v2\x15.paysched.v1.ScheduleR\bschedule\x12\x1c\n" +
+	"\twithdrawn\x18\x02 \x01(\x05R\twithdrawn\"\xb7\x02\n" +
+	"\x16PreviewScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x14\n" +
+	"\x05rrule\x18\x03 \x01(\tR\x05rrule\x12\x14\n" +
+	"\x05start\x18\x04 \x01(\tR\x05start\x12\x1b\n" +
+	"\ttime_zone\x18\x05 \x01(\tR\btimeZone\x128\n" +
+	"\tmonth_end\x18\x06 \x01(\x0e2\x1b.paysched.v1.MonthEndPolicyR\bmonthEnd\x12G\n" +
+	"\rbusiness_days\x18\a \x01(\x0e2\".paysched.v1.BusinessDayConventionR\fbusinessDays\x12\x1a\n" +
+	"\bcalendar\x18\b \x01(\tR\bcalendar\"[\n" +
+	"\x17PreviewScheduleResponse\x12@\n" +
+	"\voccurrences\x18\x01 \x03(\v2\x1e.paysched.v1.PreviewOccurrenceR\voccurrences\"\xa2\x01\n" +
+	"\x11PreviewOccurrence\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x18\n" +
+	"\anominal\x18\x02 \x01(\tR\anominal\x12\x14\n" +
+	"\x05local\x18\x03 \x01(\tR\x05local\x121\n" +
+	"\x06due_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\x12\x14\n" +
+	"\x05moved\x18\x05 \x03(\tR\x05moved*\x8b\x01\n" +
 	"\rPaymentStatus\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPENDING\x10\x01\x12\x0e\n" +
@@ -2310,7 +3956,28 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\x06FAILED\x10\x04\x12\r\n" +
 	"\tCANCELLED\x10\x05\x12\x11\n" +
 	"\rDEAD_LETTERED\x10\x06\x12\b\n" +
-	"\x04HELD\x10\a2\xd7\x04\n" +
+	"\x04HELD\x10\a*\x9d\x01\n" +
+	"\rScheduleState\x12\x1e\n" +
+	"\x1aSCHEDULE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15SCHEDULE_STATE_ACTIVE\x10\x01\x12\x19\n" +
+	"\x15SCHEDULE_STATE_PAUSED\x10\x02\x12\x18\n" +
+	"\x14SCHEDULE_STATE_ENDED\x10\x03\x12\x1c\n" +
+	"\x18SCHEDULE_STATE_CANCELLED\x10\x04*i\n" +
+	"\x0eMonthEndPolicy\x12 \n" +
+	"\x1cMONTH_END_POLICY_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16MONTH_END_POLICY_CLAMP\x10\x01\x12\x19\n" +
+	"\x15MONTH_END_POLICY_SKIP\x10\x02*\xe0\x01\n" +
+	"\x15BusinessDayConvention\x12'\n" +
+	"#BUSINESS_DAY_CONVENTION_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cBUSINESS_DAY_CONVENTION_NONE\x10\x01\x12%\n" +
+	"!BUSINESS_DAY_CONVENTION_FOLLOWING\x10\x02\x12.\n" +
+	"*BUSINESS_DAY_CONVENTION_MODIFIED_FOLLOWING\x10\x03\x12%\n" +
+	"!BUSINESS_DAY_CONVENTION_PRECEDING\x10\x04*\x8b\x01\n" +
+	"\rCatchUpPolicy\x12\x1f\n" +
+	"\x1bCATCH_UP_POLICY_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bCATCH_UP_POLICY_SKIP_MISSED\x10\x01\x12\x1f\n" +
+	"\x1bCATCH_UP_POLICY_LATEST_ONLY\x10\x02\x12\x17\n" +
+	"\x13CATCH_UP_POLICY_ALL\x10\x032\xd7\x04\n" +
 	"\x0fPaymentsService\x12q\n" +
 	"\x16CreateScheduledPayment\x12*.paysched.v1.CreateScheduledPaymentRequest\x1a+.paysched.v1.CreateScheduledPaymentResponse\x12h\n" +
 	"\x13GetScheduledPayment\x12'.paysched.v1.GetScheduledPaymentRequest\x1a(.paysched.v1.GetScheduledPaymentResponse\x12n\n" +
@@ -2324,7 +3991,15 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\x14RotateEndpointSecret\x12(.paysched.v1.RotateEndpointSecretRequest\x1a).paysched.v1.RotateEndpointSecretResponse\x12V\n" +
 	"\rResendMessage\x12!.paysched.v1.ResendMessageRequest\x1a\".paysched.v1.ResendMessageResponse\x12\\\n" +
 	"\x0fRecoverMessages\x12#.paysched.v1.RecoverMessagesRequest\x1a$.paysched.v1.RecoverMessagesResponse\x12S\n" +
-	"\fListAttempts\x12 .paysched.v1.ListAttemptsRequest\x1a!.paysched.v1.ListAttemptsResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
+	"\fListAttempts\x12 .paysched.v1.ListAttemptsRequest\x1a!.paysched.v1.ListAttemptsResponse2\x83\x05\n" +
+	"\x10SchedulesService\x12Y\n" +
+	"\x0eCreateSchedule\x12\".paysched.v1.CreateScheduleRequest\x1a#.paysched.v1.CreateScheduleResponse\x12P\n" +
+	"\vGetSchedule\x12\x1f.paysched.v1.GetScheduleRequest\x1a .paysched.v1.GetScheduleResponse\x12V\n" +
+	"\rListSchedules\x12!.paysched.v1.ListSchedulesRequest\x1a\".paysched.v1.ListSchedulesResponse\x12V\n" +
+	"\rPauseSchedule\x12!.paysched.v1.PauseScheduleRequest\x1a\".paysched.v1.PauseScheduleResponse\x12Y\n" +
+	"\x0eResumeSchedule\x12\".paysched.v1.ResumeScheduleRequest\x1a#.paysched.v1.ResumeScheduleResponse\x12Y\n" +
+	"\x0eCancelSchedule\x12\".paysched.v1.CancelScheduleRequest\x1a#.paysched.v1.CancelScheduleResponse\x12\\\n" +
+	"\x0fPreviewSchedule\x12#.paysched.v1.PreviewScheduleRequest\x1a$.paysched.v1.PreviewScheduleResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
 
 var (
 	file_paysched_v1_payments_proto_rawDescOnce sync.Once
@@ -2338,105 +4013,168 @@ func file_paysched_v1_payments_proto_rawDescGZIP() []byte {
 	return file_paysched_v1_payments_proto_rawDescData
 }
 
-var file_paysched_v1_payments_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_paysched_v1_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_paysched_v1_payments_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_paysched_v1_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_paysched_v1_payments_proto_goTypes = []any{
 	(PaymentStatus)(0),                           // 0: paysched.v1.PaymentStatus
-	(BatchCreateResult_Outcome)(0),               // 1: paysched.v1.BatchCreateResult.Outcome
-	(*ScheduledPayment)(nil),                     // 2: paysched.v1.ScheduledPayment
-	(*PaymentAttempt)(nil),                       // 3: paysched.v1.PaymentAttempt
-	(*CreateScheduledPaymentRequest)(nil),        // 4: paysched.v1.CreateScheduledPaymentRequest
-	(*CreateScheduledPaymentResponse)(nil),       // 5: paysched.v1.CreateScheduledPaymentResponse
-	(*GetScheduledPaymentRequest)(nil),           // 6: paysched.v1.GetScheduledPaymentRequest
-	(*GetScheduledPaymentResponse)(nil),          // 7: paysched.v1.GetScheduledPaymentResponse
-	(*ListScheduledPaymentsRequest)(nil),         // 8: paysched.v1.ListScheduledPaymentsRequest
-	(*ListScheduledPaymentsResponse)(nil),        // 9: paysched.v1.ListScheduledPaymentsResponse
-	(*CancelScheduledPaymentRequest)(nil),        // 10: paysched.v1.CancelScheduledPaymentRequest
-	(*CancelScheduledPaymentResponse)(nil),       // 11: paysched.v1.CancelScheduledPaymentResponse
-	(*BatchCreateScheduledPaymentsRequest)(nil),  // 12: paysched.v1.BatchCreateScheduledPaymentsRequest
-	(*BatchCreateResult)(nil),                    // 13: paysched.v1.BatchCreateResult
-	(*FieldViolation)(nil),                       // 14: paysched.v1.FieldViolation
-	(*BatchCreateScheduledPaymentsResponse)(nil), // 15: paysched.v1.BatchCreateScheduledPaymentsResponse
-	(*WebhookEndpoint)(nil),                      // 16: paysched.v1.WebhookEndpoint
-	(*WebhookAttempt)(nil),                       // 17: paysched.v1.WebhookAttempt
-	(*CreateEndpointRequest)(nil),                // 18: paysched.v1.CreateEndpointRequest
-	(*CreateEndpointResponse)(nil),               // 19: paysched.v1.CreateEndpointResponse
-	(*ListEndpointsRequest)(nil),                 // 20: paysched.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),                // 21: paysched.v1.ListEndpointsResponse
-	(*SetEndpointEnabledRequest)(nil),            // 22: paysched.v1.SetEndpointEnabledRequest
-	(*SetEndpointEnabledResponse)(nil),           // 23: paysched.v1.SetEndpointEnabledResponse
-	(*RotateEndpointSecretRequest)(nil),          // 24: paysched.v1.RotateEndpointSecretRequest
-	(*RotateEndpointSecretResponse)(nil),         // 25: paysched.v1.RotateEndpointSecretResponse
-	(*ResendMessageRequest)(nil),                 // 26: paysched.v1.ResendMessageRequest
-	(*ResendMessageResponse)(nil),                // 27: paysched.v1.ResendMessageResponse
-	(*RecoverMessagesRequest)(nil),               // 28: paysched.v1.RecoverMessagesRequest
-	(*RecoverMessagesResponse)(nil),              // 29: paysched.v1.RecoverMessagesResponse
-	(*ListAttemptsRequest)(nil),                  // 30: paysched.v1.ListAttemptsRequest
-	(*ListAttemptsResponse)(nil),                 // 31: paysched.v1.ListAttemptsResponse
-	nil,                                          // 32: paysched.v1.ScheduledPayment.MetadataEntry
-	nil,                                          // 33: paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil),                // 34: google.protobuf.Timestamp
+	(ScheduleState)(0),                           // 1: paysched.v1.ScheduleState
+	(MonthEndPolicy)(0),                          // 2: paysched.v1.MonthEndPolicy
+	(BusinessDayConvention)(0),                   // 3: paysched.v1.BusinessDayConvention
+	(CatchUpPolicy)(0),                           // 4: paysched.v1.CatchUpPolicy
+	(BatchCreateResult_Outcome)(0),               // 5: paysched.v1.BatchCreateResult.Outcome
+	(*ScheduledPayment)(nil),                     // 6: paysched.v1.ScheduledPayment
+	(*PaymentAttempt)(nil),                       // 7: paysched.v1.PaymentAttempt
+	(*CreateScheduledPaymentRequest)(nil),        // 8: paysched.v1.CreateScheduledPaymentRequest
+	(*CreateScheduledPaymentResponse)(nil),       // 9: paysched.v1.CreateScheduledPaymentResponse
+	(*GetScheduledPaymentRequest)(nil),           // 10: paysched.v1.GetScheduledPaymentRequest
+	(*GetScheduledPaymentResponse)(nil),          // 11: paysched.v1.GetScheduledPaymentResponse
+	(*ListScheduledPaymentsRequest)(nil),         // 12: paysched.v1.ListScheduledPaymentsRequest
+	(*ListScheduledPaymentsResponse)(nil),        // 13: paysched.v1.ListScheduledPaymentsResponse
+	(*CancelScheduledPaymentRequest)(nil),        // 14: paysched.v1.CancelScheduledPaymentRequest
+	(*CancelScheduledPaymentResponse)(nil),       // 15: paysched.v1.CancelScheduledPaymentResponse
+	(*BatchCreateScheduledPaymentsRequest)(nil),  // 16: paysched.v1.BatchCreateScheduledPaymentsRequest
+	(*BatchCreateResult)(nil),                    // 17: paysched.v1.BatchCreateResult
+	(*FieldViolation)(nil),                       // 18: paysched.v1.FieldViolation
+	(*BatchCreateScheduledPaymentsResponse)(nil), // 19: paysched.v1.BatchCreateScheduledPaymentsResponse
+	(*WebhookEndpoint)(nil),                      // 20: paysched.v1.WebhookEndpoint
+	(*WebhookAttempt)(nil),                       // 21: paysched.v1.WebhookAttempt
+	(*CreateEndpointRequest)(nil),                // 22: paysched.v1.CreateEndpointRequest
+	(*CreateEndpointResponse)(nil),               // 23: paysched.v1.CreateEndpointResponse
+	(*ListEndpointsRequest)(nil),                 // 24: paysched.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),                // 25: paysched.v1.ListEndpointsResponse
+	(*SetEndpointEnabledRequest)(nil),            // 26: paysched.v1.SetEndpointEnabledRequest
+	(*SetEndpointEnabledResponse)(nil),           // 27: paysched.v1.SetEndpointEnabledResponse
+	(*RotateEndpointSecretRequest)(nil),          // 28: paysched.v1.RotateEndpointSecretRequest
+	(*RotateEndpointSecretResponse)(nil),         // 29: paysched.v1.RotateEndpointSecretResponse
+	(*ResendMessageRequest)(nil),                 // 30: paysched.v1.ResendMessageRequest
+	(*ResendMessageResponse)(nil),                // 31: paysched.v1.ResendMessageResponse
+	(*RecoverMessagesRequest)(nil),               // 32: paysched.v1.RecoverMessagesRequest
+	(*RecoverMessagesResponse)(nil),              // 33: paysched.v1.RecoverMessagesResponse
+	(*ListAttemptsRequest)(nil),                  // 34: paysched.v1.ListAttemptsRequest
+	(*ListAttemptsResponse)(nil),                 // 35: paysched.v1.ListAttemptsResponse
+	(*Schedule)(nil),                             // 36: paysched.v1.Schedule
+	(*CreateScheduleRequest)(nil),                // 37: paysched.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),               // 38: paysched.v1.CreateScheduleResponse
+	(*GetScheduleRequest)(nil),                   // 39: paysched.v1.GetScheduleRequest
+	(*GetScheduleResponse)(nil),                  // 40: paysched.v1.GetScheduleResponse
+	(*ScheduleOccurrence)(nil),                   // 41: paysched.v1.ScheduleOccurrence
+	(*ListSchedulesRequest)(nil),                 // 42: paysched.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),                // 43: paysched.v1.ListSchedulesResponse
+	(*PauseScheduleRequest)(nil),                 // 44: paysched.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),                // 45: paysched.v1.PauseScheduleResponse
+	(*ResumeScheduleRequest)(nil),                // 46: paysched.v1.ResumeScheduleRequest
+	(*ResumeScheduleResponse)(nil),               // 47: paysched.v1.ResumeScheduleResponse
+	(*CancelScheduleRequest)(nil),                // 48: paysched.v1.CancelScheduleRequest
+	(*CancelScheduleResponse)(nil),               // 49: paysched.v1.CancelScheduleResponse
+	(*PreviewScheduleRequest)(nil),               // 50: paysched.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil),              // 51: paysched.v1.PreviewScheduleResponse
+	(*PreviewOccurrence)(nil),                    // 52: paysched.v1.PreviewOccurrence
+	nil,                                          // 53: paysched.v1.ScheduledPayment.MetadataEntry
+	nil,                                          // 54: paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
+	nil,                                          // 55: paysched.v1.Schedule.MetadataEntry
+	nil,                                          // 56: paysched.v1.CreateScheduleRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil),                // 57: google.protobuf.Timestamp
 }
 var file_paysched_v1_payments_proto_depIdxs = []int32{
-	34, // 0: paysched.v1.ScheduledPayment.due_at:type_name -> google.protobuf.Timestamp
+	57, // 0: paysched.v1.ScheduledPayment.due_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: paysched.v1.ScheduledPayment.status:type_name -> paysched.v1.PaymentStatus
-	32, // 2: paysched.v1.ScheduledPayment.metadata:type_name -> paysched.v1.ScheduledPayment.MetadataEntry
-	34, // 3: paysched.v1.ScheduledPayment.created_at:type_name -> google.protobuf.Timestamp
-	34, // 4: paysched.v1.ScheduledPayment.updated_at:type_name -> google.protobuf.Timestamp
-	3,  // 5: paysched.v1.ScheduledPayment.attempts:type_name -> paysched.v1.PaymentAttempt
-	34, // 6: paysched.v1.ScheduledPayment.run_at:type_name -> google.protobuf.Timestamp
-	34, // 7: paysched.v1.PaymentAttempt.started_at:type_name -> google.protobuf.Timestamp
-	34, // 8: paysched.v1.PaymentAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	34, // 9: paysched.v1.CreateScheduledPaymentRequest.due_at:type_name -> google.protobuf.Timestamp
-	33, // 10: paysched.v1.CreateScheduledPaymentRequest.metadata:type_name -> paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
-	2,  // 11: paysched.v1.CreateScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	2,  // 12: paysched.v1.GetScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	53, // 2: paysched.v1.ScheduledPayment.metadata:type_name -> paysched.v1.ScheduledPayment.MetadataEntry
+	57, // 3: paysched.v1.ScheduledPayment.created_at:type_name -> google.protobuf.Timestamp
+	57, // 4: paysched.v1.ScheduledPayment.updated_at:type_name -> google.protobuf.Timestamp
+	7,  // 5: paysched.v1.ScheduledPayment.attempts:type_name -> paysched.v1.PaymentAttempt
+	57, // 6: paysched.v1.ScheduledPayment.run_at:type_name -> google.protobuf.Timestamp
+	57, // 7: paysched.v1.PaymentAttempt.started_at:type_name -> google.protobuf.Timestamp
+	57, // 8: paysched.v1.PaymentAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	57, // 9: paysched.v1.CreateScheduledPaymentRequest.due_at:type_name -> google.protobuf.Timestamp
+	54, // 10: paysched.v1.CreateScheduledPaymentRequest.metadata:type_name -> paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
+	6,  // 11: paysched.v1.CreateScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	6,  // 12: paysched.v1.GetScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
 	0,  // 13: paysched.v1.ListScheduledPaymentsRequest.status:type_name -> paysched.v1.PaymentStatus
-	2,  // 14: paysched.v1.ListScheduledPaymentsResponse.payments:type_name -> paysched.v1.ScheduledPayment
-	2,  // 15: paysched.v1.CancelScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	4,  // 16: paysched.v1.BatchCreateScheduledPaymentsRequest.items:type_name -> paysched.v1.CreateScheduledPaymentRequest
-	1,  // 17: paysched.v1.BatchCreateResult.outcome:type_name -> paysched.v1.BatchCreateResult.Outcome
-	2,  // 18: paysched.v1.BatchCreateResult.payment:type_name -> paysched.v1.ScheduledPayment
-	14, // 19: paysched.v1.BatchCreateResult.field_violations:type_name -> paysched.v1.FieldViolation
-	13, // 20: paysched.v1.BatchCreateScheduledPaymentsResponse.results:type_name -> paysched.v1.BatchCreateResult
-	34, // 21: paysched.v1.WebhookEndpoint.failing_since:type_name -> google.protobuf.Timestamp
-	34, // 22: paysched.v1.WebhookEndpoint.rotate_until:type_name -> google.protobuf.Timestamp
-	34, // 23: paysched.v1.WebhookEndpoint.created_at:type_name -> google.protobuf.Timestamp
-	34, // 24: paysched.v1.WebhookAttempt.at:type_name -> google.protobuf.Timestamp
-	16, // 25: paysched.v1.CreateEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
-	16, // 26: paysched.v1.ListEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
-	34, // 27: paysched.v1.RecoverMessagesRequest.since:type_name -> google.protobuf.Timestamp
-	34, // 28: paysched.v1.RecoverMessagesRequest.until:type_name -> google.protobuf.Timestamp
-	17, // 29: paysched.v1.ListAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
-	4,  // 30: paysched.v1.PaymentsService.CreateScheduledPayment:input_type -> paysched.v1.CreateScheduledPaymentRequest
-	6,  // 31: paysched.v1.PaymentsService.GetScheduledPayment:input_type -> paysched.v1.GetScheduledPaymentRequest
-	8,  // 32: paysched.v1.PaymentsService.ListScheduledPayments:input_type -> paysched.v1.ListScheduledPaymentsRequest
-	10, // 33: paysched.v1.PaymentsService.CancelScheduledPayment:input_type -> paysched.v1.CancelScheduledPaymentRequest
-	12, // 34: paysched.v1.PaymentsService.BatchCreateScheduledPayments:input_type -> paysched.v1.BatchCreateScheduledPaymentsRequest
-	18, // 35: paysched.v1.WebhooksService.CreateEndpoint:input_type -> paysched.v1.CreateEndpointRequest
-	20, // 36: paysched.v1.WebhooksService.ListEndpoints:input_type -> paysched.v1.ListEndpointsRequest
-	22, // 37: paysched.v1.WebhooksService.SetEndpointEnabled:input_type -> paysched.v1.SetEndpointEnabledRequest
-	24, // 38: paysched.v1.WebhooksService.RotateEndpointSecret:input_type -> paysched.v1.RotateEndpointSecretRequest
-	26, // 39: paysched.v1.WebhooksService.ResendMessage:input_type -> paysched.v1.ResendMessageRequest
-	28, // 40: paysched.v1.WebhooksService.RecoverMessages:input_type -> paysched.v1.RecoverMessagesRequest
-	30, // 41: paysched.v1.WebhooksService.ListAttempts:input_type -> paysched.v1.ListAttemptsRequest
-	5,  // 42: paysched.v1.PaymentsService.CreateScheduledPayment:output_type -> paysched.v1.CreateScheduledPaymentResponse
-	7,  // 43: paysched.v1.PaymentsService.GetScheduledPayment:output_type -> paysched.v1.GetScheduledPaymentResponse
-	9,  // 44: paysched.v1.PaymentsService.ListScheduledPayments:output_type -> paysched.v1.ListScheduledPaymentsResponse
-	11, // 45: paysched.v1.PaymentsService.CancelScheduledPayment:output_type -> paysched.v1.CancelScheduledPaymentResponse
-	15, // 46: paysched.v1.PaymentsService.BatchCreateScheduledPayments:output_type -> paysched.v1.BatchCreateScheduledPaymentsResponse
-	19, // 47: paysched.v1.WebhooksService.CreateEndpoint:output_type -> paysched.v1.CreateEndpointResponse
-	21, // 48: paysched.v1.WebhooksService.ListEndpoints:output_type -> paysched.v1.ListEndpointsResponse
-	23, // 49: paysched.v1.WebhooksService.SetEndpointEnabled:output_type -> paysched.v1.SetEndpointEnabledResponse
-	25, // 50: paysched.v1.WebhooksService.RotateEndpointSecret:output_type -> paysched.v1.RotateEndpointSecretResponse
-	27, // 51: paysched.v1.WebhooksService.ResendMessage:output_type -> paysched.v1.ResendMessageResponse
-	29, // 52: paysched.v1.WebhooksService.RecoverMessages:output_type -> paysched.v1.RecoverMessagesResponse
-	31, // 53: paysched.v1.WebhooksService.ListAttempts:output_type -> paysched.v1.ListAttemptsResponse
-	42, // [42:54] is the sub-list for method output_type
-	30, // [30:42] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	6,  // 14: paysched.v1.ListScheduledPaymentsResponse.payments:type_name -> paysched.v1.ScheduledPayment
+	6,  // 15: paysched.v1.CancelScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	8,  // 16: paysched.v1.BatchCreateScheduledPaymentsRequest.items:type_name -> paysched.v1.CreateScheduledPaymentRequest
+	5,  // 17: paysched.v1.BatchCreateResult.outcome:type_name -> paysched.v1.BatchCreateResult.Outcome
+	6,  // 18: paysched.v1.BatchCreateResult.payment:type_name -> paysched.v1.ScheduledPayment
+	18, // 19: paysched.v1.BatchCreateResult.field_violations:type_name -> paysched.v1.FieldViolation
+	17, // 20: paysched.v1.BatchCreateScheduledPaymentsResponse.results:type_name -> paysched.v1.BatchCreateResult
+	57, // 21: paysched.v1.WebhookEndpoint.failing_since:type_name -> google.protobuf.Timestamp
+	57, // 22: paysched.v1.WebhookEndpoint.rotate_until:type_name -> google.protobuf.Timestamp
+	57, // 23: paysched.v1.WebhookEndpoint.created_at:type_name -> google.protobuf.Timestamp
+	57, // 24: paysched.v1.WebhookAttempt.at:type_name -> google.protobuf.Timestamp
+	20, // 25: paysched.v1.CreateEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
+	20, // 26: paysched.v1.ListEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
+	57, // 27: paysched.v1.RecoverMessagesRequest.since:type_name -> google.protobuf.Timestamp
+	57, // 28: paysched.v1.RecoverMessagesRequest.until:type_name -> google.protobuf.Timestamp
+	21, // 29: paysched.v1.ListAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
+	55, // 30: paysched.v1.Schedule.metadata:type_name -> paysched.v1.Schedule.MetadataEntry
+	2,  // 31: paysched.v1.Schedule.month_end:type_name -> paysched.v1.MonthEndPolicy
+	3,  // 32: paysched.v1.Schedule.business_days:type_name -> paysched.v1.BusinessDayConvention
+	4,  // 33: paysched.v1.Schedule.catch_up:type_name -> paysched.v1.CatchUpPolicy
+	1,  // 34: paysched.v1.Schedule.state:type_name -> paysched.v1.ScheduleState
+	57, // 35: paysched.v1.Schedule.resume_at:type_name -> google.protobuf.Timestamp
+	57, // 36: paysched.v1.Schedule.next_at:type_name -> google.protobuf.Timestamp
+	57, // 37: paysched.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
+	57, // 38: paysched.v1.Schedule.updated_at:type_name -> google.protobuf.Timestamp
+	56, // 39: paysched.v1.CreateScheduleRequest.metadata:type_name -> paysched.v1.CreateScheduleRequest.MetadataEntry
+	2,  // 40: paysched.v1.CreateScheduleRequest.month_end:type_name -> paysched.v1.MonthEndPolicy
+	3,  // 41: paysched.v1.CreateScheduleRequest.business_days:type_name -> paysched.v1.BusinessDayConvention
+	4,  // 42: paysched.v1.CreateScheduleRequest.catch_up:type_name -> paysched.v1.CatchUpPolicy
+	36, // 43: paysched.v1.CreateScheduleResponse.schedule:type_name -> paysched.v1.Schedule
+	36, // 44: paysched.v1.GetScheduleResponse.schedule:type_name -> paysched.v1.Schedule
+	41, // 45: paysched.v1.GetScheduleResponse.occurrences:type_name -> paysched.v1.ScheduleOccurrence
+	57, // 46: paysched.v1.ScheduleOccurrence.due_at:type_name -> google.protobuf.Timestamp
+	36, // 47: paysched.v1.ListSchedulesResponse.schedules:type_name -> paysched.v1.Schedule
+	57, // 48: paysched.v1.PauseScheduleRequest.resume_at:type_name -> google.protobuf.Timestamp
+	36, // 49: paysched.v1.PauseScheduleResponse.schedule:type_name -> paysched.v1.Schedule
+	36, // 50: paysched.v1.ResumeScheduleResponse.schedule:type_name -> paysched.v1.Schedule
+	36, // 51: paysched.v1.CancelScheduleResponse.schedule:type_name -> paysched.v1.Schedule
+	2,  // 52: paysched.v1.PreviewScheduleRequest.month_end:type_name -> paysched.v1.MonthEndPolicy
+	3,  // 53: paysched.v1.PreviewScheduleRequest.business_days:type_name -> paysched.v1.BusinessDayConvention
+	52, // 54: paysched.v1.PreviewScheduleResponse.occurrences:type_name -> paysched.v1.PreviewOccurrence
+	57, // 55: paysched.v1.PreviewOccurrence.due_at:type_name -> google.protobuf.Timestamp
+	8,  // 56: paysched.v1.PaymentsService.CreateScheduledPayment:input_type -> paysched.v1.CreateScheduledPaymentRequest
+	10, // 57: paysched.v1.PaymentsService.GetScheduledPayment:input_type -> paysched.v1.GetScheduledPaymentRequest
+	12, // 58: paysched.v1.PaymentsService.ListScheduledPayments:input_type -> paysched.v1.ListScheduledPaymentsRequest
+	14, // 59: paysched.v1.PaymentsService.CancelScheduledPayment:input_type -> paysched.v1.CancelScheduledPaymentRequest
+	16, // 60: paysched.v1.PaymentsService.BatchCreateScheduledPayments:input_type -> paysched.v1.BatchCreateScheduledPaymentsRequest
+	22, // 61: paysched.v1.WebhooksService.CreateEndpoint:input_type -> paysched.v1.CreateEndpointRequest
+	24, // 62: paysched.v1.WebhooksService.ListEndpoints:input_type -> paysched.v1.ListEndpointsRequest
+	26, // 63: paysched.v1.WebhooksService.SetEndpointEnabled:input_type -> paysched.v1.SetEndpointEnabledRequest
+	28, // 64: paysched.v1.WebhooksService.RotateEndpointSecret:input_type -> paysched.v1.RotateEndpointSecretRequest
+	30, // 65: paysched.v1.WebhooksService.ResendMessage:input_type -> paysched.v1.ResendMessageRequest
+	32, // 66: paysched.v1.WebhooksService.RecoverMessages:input_type -> paysched.v1.RecoverMessagesRequest
+	34, // 67: paysched.v1.WebhooksService.ListAttempts:input_type -> paysched.v1.ListAttemptsRequest
+	37, // 68: paysched.v1.SchedulesService.CreateSchedule:input_type -> paysched.v1.CreateScheduleRequest
+	39, // 69: paysched.v1.SchedulesService.GetSchedule:input_type -> paysched.v1.GetScheduleRequest
+	42, // 70: paysched.v1.SchedulesService.ListSchedules:input_type -> paysched.v1.ListSchedulesRequest
+	44, // 71: paysched.v1.SchedulesService.PauseSchedule:input_type -> paysched.v1.PauseScheduleRequest
+	46, // 72: paysched.v1.SchedulesService.ResumeSchedule:input_type -> paysched.v1.ResumeScheduleRequest
+	48, // 73: paysched.v1.SchedulesService.CancelSchedule:input_type -> paysched.v1.CancelScheduleRequest
+	50, // 74: paysched.v1.SchedulesService.PreviewSchedule:input_type -> paysched.v1.PreviewScheduleRequest
+	9,  // 75: paysched.v1.PaymentsService.CreateScheduledPayment:output_type -> paysched.v1.CreateScheduledPaymentResponse
+	11, // 76: paysched.v1.PaymentsService.GetScheduledPayment:output_type -> paysched.v1.GetScheduledPaymentResponse
+	13, // 77: paysched.v1.PaymentsService.ListScheduledPayments:output_type -> paysched.v1.ListScheduledPaymentsResponse
+	15, // 78: paysched.v1.PaymentsService.CancelScheduledPayment:output_type -> paysched.v1.CancelScheduledPaymentResponse
+	19, // 79: paysched.v1.PaymentsService.BatchCreateScheduledPayments:output_type -> paysched.v1.BatchCreateScheduledPaymentsResponse
+	23, // 80: paysched.v1.WebhooksService.CreateEndpoint:output_type -> paysched.v1.CreateEndpointResponse
+	25, // 81: paysched.v1.WebhooksService.ListEndpoints:output_type -> paysched.v1.ListEndpointsResponse
+	27, // 82: paysched.v1.WebhooksService.SetEndpointEnabled:output_type -> paysched.v1.SetEndpointEnabledResponse
+	29, // 83: paysched.v1.WebhooksService.RotateEndpointSecret:output_type -> paysched.v1.RotateEndpointSecretResponse
+	31, // 84: paysched.v1.WebhooksService.ResendMessage:output_type -> paysched.v1.ResendMessageResponse
+	33, // 85: paysched.v1.WebhooksService.RecoverMessages:output_type -> paysched.v1.RecoverMessagesResponse
+	35, // 86: paysched.v1.WebhooksService.ListAttempts:output_type -> paysched.v1.ListAttemptsResponse
+	38, // 87: paysched.v1.SchedulesService.CreateSchedule:output_type -> paysched.v1.CreateScheduleResponse
+	40, // 88: paysched.v1.SchedulesService.GetSchedule:output_type -> paysched.v1.GetScheduleResponse
+	43, // 89: paysched.v1.SchedulesService.ListSchedules:output_type -> paysched.v1.ListSchedulesResponse
+	45, // 90: paysched.v1.SchedulesService.PauseSchedule:output_type -> paysched.v1.PauseScheduleResponse
+	47, // 91: paysched.v1.SchedulesService.ResumeSchedule:output_type -> paysched.v1.ResumeScheduleResponse
+	49, // 92: paysched.v1.SchedulesService.CancelSchedule:output_type -> paysched.v1.CancelScheduleResponse
+	51, // 93: paysched.v1.SchedulesService.PreviewSchedule:output_type -> paysched.v1.PreviewScheduleResponse
+	75, // [75:94] is the sub-list for method output_type
+	56, // [56:75] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_payments_proto_init() }
@@ -2449,10 +4187,10 @@ func file_paysched_v1_payments_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_v1_payments_proto_rawDesc), len(file_paysched_v1_payments_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   32,
+			NumEnums:      6,
+			NumMessages:   51,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_paysched_v1_payments_proto_goTypes,
 		DependencyIndexes: file_paysched_v1_payments_proto_depIdxs,

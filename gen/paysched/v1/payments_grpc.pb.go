@@ -669,3 +669,377 @@ var WebhooksService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "paysched/v1/payments.proto",
 }
+
+const (
+	SchedulesService_CreateSchedule_FullMethodName  = "/paysched.v1.SchedulesService/CreateSchedule"
+	SchedulesService_GetSchedule_FullMethodName     = "/paysched.v1.SchedulesService/GetSchedule"
+	SchedulesService_ListSchedules_FullMethodName   = "/paysched.v1.SchedulesService/ListSchedules"
+	SchedulesService_PauseSchedule_FullMethodName   = "/paysched.v1.SchedulesService/PauseSchedule"
+	SchedulesService_ResumeSchedule_FullMethodName  = "/paysched.v1.SchedulesService/ResumeSchedule"
+	SchedulesService_CancelSchedule_FullMethodName  = "/paysched.v1.SchedulesService/CancelSchedule"
+	SchedulesService_PreviewSchedule_FullMethodName = "/paysched.v1.SchedulesService/PreviewSchedule"
+)
+
+// SchedulesServiceClient is the client API for SchedulesService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// SchedulesService manages the caller's recurring schedules: payment plans
+// in the payer's time zone whose occurrences are ordinary scheduled
+// payments, made ahead within the planner's horizon (each carries
+// schedule_id and its occurrence key, the nominal local date and time).
+// docs/API.md, "Recurring schedules", has the rules with examples.
+type SchedulesServiceClient interface {
+	// CreateSchedule makes a schedule. It requires an idempotency key, as
+	// CreateScheduledPayment does. A start in the past anchors the rule and
+	// charges nothing from before the schedule existed.
+	CreateSchedule(ctx context.Context, in *CreateScheduleRequest, opts ...grpc.CallOption) (*CreateScheduleResponse, error)
+	// GetSchedule returns one of the caller's schedules with its latest
+	// occurrences made.
+	GetSchedule(ctx context.Context, in *GetScheduleRequest, opts ...grpc.CallOption) (*GetScheduleResponse, error)
+	// ListSchedules pages through the caller's schedules, newest first.
+	ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error)
+	// PauseSchedule stops an active schedule, until resume_at when given:
+	// its occurrences made ahead and not yet due are cancelled (one already
+	// claimed goes ahead), and what falls due while paused follows its
+	// catch-up policy on resume.
+	PauseSchedule(ctx context.Context, in *PauseScheduleRequest, opts ...grpc.CallOption) (*PauseScheduleResponse, error)
+	// ResumeSchedule resumes a paused schedule.
+	ResumeSchedule(ctx context.Context, in *ResumeScheduleRequest, opts ...grpc.CallOption) (*ResumeScheduleResponse, error)
+	// CancelSchedule ends a schedule for good, withdrawing its occurrences
+	// made ahead as a pause does.
+	CancelSchedule(ctx context.Context, in *CancelScheduleRequest, opts ...grpc.CallOption) (*CancelScheduleResponse, error)
+	// PreviewSchedule returns the next occurrences of a schedule, or of a
+	// plan not yet made into one, each with its nominal time, its instant
+	// and why it moved (month end, weekend, holiday, DST).
+	PreviewSchedule(ctx context.Context, in *PreviewScheduleRequest, opts ...grpc.CallOption) (*PreviewScheduleResponse, error)
+}
+
+type schedulesServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewSchedulesServiceClient(cc grpc.ClientConnInterface) SchedulesServiceClient {
+	return &schedulesServiceClient{cc}
+}
+
+func (c *schedulesServiceClient) CreateSchedule(ctx context.Context, in *CreateScheduleRequest, opts ...grpc.CallOption) (*CreateScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateScheduleResponse)
+	err := c.cc.Invoke(ctx, SchedulesService_CreateSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulesServiceClient) GetSchedule(ctx context.Context, in *GetScheduleRequest, opts ...grpc.CallOption) (*GetScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetScheduleResponse)
+	err := c.cc.Invoke(ctx, SchedulesService_GetSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulesServiceClient) ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSchedulesResponse)
+	err := c.cc.Invoke(ctx, SchedulesService_ListSchedules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulesServiceClient) PauseSchedule(ctx context.Context, in *PauseScheduleRequest, opts ...grpc.CallOption) (*PauseScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseScheduleResponse)
+	err := c.cc.Invoke(ctx, SchedulesService_PauseSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulesServiceClient) ResumeSchedule(ctx context.Context, in *ResumeScheduleRequest, opts ...grpc.CallOption) (*ResumeScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeScheduleResponse)
+	err := c.cc.Invoke(ctx, SchedulesService_ResumeSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulesServiceClient) CancelSchedule(ctx context.Context, in *CancelScheduleRequest, opts ...grpc.CallOption) (*CancelScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelScheduleResponse)
+	err := c.cc.Invoke(ctx, SchedulesService_CancelSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulesServiceClient) PreviewSchedule(ctx context.Context, in *PreviewScheduleRequest, opts ...grpc.CallOption) (*PreviewScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewScheduleResponse)
+	err := c.cc.Invoke(ctx, SchedulesService_PreviewSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SchedulesServiceServer is the server API for SchedulesService service.
+// All implementations must embed UnimplementedSchedulesServiceServer
+// for forward compatibility.
+//
+// SchedulesService manages the caller's recurring schedules: payment plans
+// in the payer's time zone whose occurrences are ordinary scheduled
+// payments, made ahead within the planner's horizon (each carries
+// schedule_id and its occurrence key, the nominal local date and time).
+// docs/API.md, "Recurring schedules", has the rules with examples.
+type SchedulesServiceServer interface {
+	// CreateSchedule makes a schedule. It requires an idempotency key, as
+	// CreateScheduledPayment does. A start in the past anchors the rule and
+	// charges nothing from before the schedule existed.
+	CreateSchedule(context.Context, *CreateScheduleRequest) (*CreateScheduleResponse, error)
+	// GetSchedule returns one of the caller's schedules with its latest
+	// occurrences made.
+	GetSchedule(context.Context, *GetScheduleRequest) (*GetScheduleResponse, error)
+	// ListSchedules pages through the caller's schedules, newest first.
+	ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error)
+	// PauseSchedule stops an active schedule, until resume_at when given:
+	// its occurrences made ahead and not yet due are cancelled (one already
+	// claimed goes ahead), and what falls due while paused follows its
+	// catch-up policy on resume.
+	PauseSchedule(context.Context, *PauseScheduleRequest) (*PauseScheduleResponse, error)
+	// ResumeSchedule resumes a paused schedule.
+	ResumeSchedule(context.Context, *ResumeScheduleRequest) (*ResumeScheduleResponse, error)
+	// CancelSchedule ends a schedule for good, withdrawing its occurrences
+	// made ahead as a pause does.
+	CancelSchedule(context.Context, *CancelScheduleRequest) (*CancelScheduleResponse, error)
+	// PreviewSchedule returns the next occurrences of a schedule, or of a
+	// plan not yet made into one, each with its nominal time, its instant
+	// and why it moved (month end, weekend, holiday, DST).
+	PreviewSchedule(context.Context, *PreviewScheduleRequest) (*PreviewScheduleResponse, error)
+	mustEmbedUnimplementedSchedulesServiceServer()
+}
+
+// UnimplementedSchedulesServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedSchedulesServiceServer struct{}
+
+func (UnimplementedSchedulesServiceServer) CreateSchedule(context.Context, *CreateScheduleRequest) (*CreateScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSchedule not implemented")
+}
+func (UnimplementedSchedulesServiceServer) GetSchedule(context.Context, *GetScheduleRequest) (*GetScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSchedule not implemented")
+}
+func (UnimplementedSchedulesServiceServer) ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSchedules not implemented")
+}
+func (UnimplementedSchedulesServiceServer) PauseSchedule(context.Context, *PauseScheduleRequest) (*PauseScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseSchedule not implemented")
+}
+func (UnimplementedSchedulesServiceServer) ResumeSchedule(context.Context, *ResumeScheduleRequest) (*ResumeScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeSchedule not implemented")
+}
+func (UnimplementedSchedulesServiceServer) CancelSchedule(context.Context, *CancelScheduleRequest) (*CancelScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelSchedule not implemented")
+}
+func (UnimplementedSchedulesServiceServer) PreviewSchedule(context.Context, *PreviewScheduleRequest) (*PreviewScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewSchedule not implemented")
+}
+func (UnimplementedSchedulesServiceServer) mustEmbedUnimplementedSchedulesServiceServer() {}
+func (UnimplementedSchedulesServiceServer) testEmbeddedByValue()                          {}
+
+// UnsafeSchedulesServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to SchedulesServiceServer will
+// result in compilation errors.
+type UnsafeSchedulesServiceServer interface {
+	mustEmbedUnimplementedSchedulesServiceServer()
+}
+
+func RegisterSchedulesServiceServer(s grpc.ServiceRegistrar, srv SchedulesServiceServer) {
+	// If the following call panics, it indicates UnimplementedSchedulesServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&SchedulesService_ServiceDesc, srv)
+}
+
+func _SchedulesService_CreateSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulesServiceServer).CreateSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulesService_CreateSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulesServiceServer).CreateSchedule(ctx, req.(*CreateScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchedulesService_GetSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulesServiceServer).GetSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulesService_GetSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulesServiceServer).GetSchedule(ctx, req.(*GetScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchedulesService_ListSchedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulesServiceServer).ListSchedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulesService_ListSchedules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulesServiceServer).ListSchedules(ctx, req.(*ListSchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchedulesService_PauseSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulesServiceServer).PauseSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulesService_PauseSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulesServiceServer).PauseSchedule(ctx, req.(*PauseScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchedulesService_ResumeSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulesServiceServer).ResumeSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulesService_ResumeSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulesServiceServer).ResumeSchedule(ctx, req.(*ResumeScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchedulesService_CancelSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulesServiceServer).CancelSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulesService_CancelSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulesServiceServer).CancelSchedule(ctx, req.(*CancelScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchedulesService_PreviewSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulesServiceServer).PreviewSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulesService_PreviewSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulesServiceServer).PreviewSchedule(ctx, req.(*PreviewScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// SchedulesService_ServiceDesc is the grpc.ServiceDesc for SchedulesService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var SchedulesService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "paysched.v1.SchedulesService",
+	HandlerType: (*SchedulesServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "CreateSchedule",
+			Handler:    _SchedulesService_CreateSchedule_Handler,
+		},
+		{
+			MethodName: "GetSchedule",
+			Handler:    _SchedulesService_GetSchedule_Handler,
+		},
+		{
+			MethodName: "ListSchedules",
+			Handler:    _SchedulesService_ListSchedules_Handler,
+		},
+		{
+			MethodName: "PauseSchedule",
+			Handler:    _SchedulesService_PauseSchedule_Handler,
+		},
+		{
+			MethodName: "ResumeSchedule",
+			Handler:    _SchedulesService_ResumeSchedule_Handler,
+		},
+		{
+			MethodName: "CancelSchedule",
+			Handler:    _SchedulesService_CancelSchedule_Handler,
+		},
+		{
+			MethodName: "PreviewSchedule",
+			Handler:    _SchedulesService_PreviewSchedule_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "paysched/v1/payments.proto",
+}

@@ -43,6 +43,8 @@ func ToProto(p *payment.Payment) *payschedv1.ScheduledPayment {
 		FailureReason: string(p.FailReason),
 		CreatedAt:     timestamppb.New(p.CreatedAt),
 		UpdatedAt:     timestamppb.New(p.UpdatedAt),
+		ScheduleId:    p.ScheduleID,
+		Occurrence:    p.Occurrence,
 	}
 	for _, a := range p.Attempts {
 		pa := &payschedv1.PaymentAttempt{

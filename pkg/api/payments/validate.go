@@ -48,29 +48,7 @@ func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time
 		vs = append(vs, apierr.Violation{Field: field, Description: fmt.Sprintf(format, args...)})
 	}
 
-	switch n := utf8.RuneCountInString(req.GetPayee()); {
-	case strings.TrimSpace(req.GetPayee()) == "":
-		bad("payee", "must not be empty")
-	case n > MaxPayeeLen:
-		bad("payee", "must be at most %d characters, got %d", MaxPayeeLen, n)
-	case !printable(req.GetPayee(), false):
-		bad("payee", "must be valid UTF-8 without control, format, separator or invisible characters")
-	}
-
-	switch a := req.GetAmount(); {
-	case a <= 0:
-		bad("amount", "must be greater than 0 (integer minor units)")
-	case a > r.AmountCap:
-		bad("amount", "must be at most %d minor units", r.AmountCap)
-	}
-
-	if req.GetCurrency() == "" {
-		req.Currency = r.DefaultCurrency
-	}
-	if !payment.KnownCurrency(req.GetCurrency()) {
-		bad("currency", "must be an ISO 4217 code in upper case, e.g. USD")
-	}
-
+	r.checkParties(bad, req.GetPayee(), req.GetAmount(), &req.Currency)
 	switch {
 	case req.GetDueAt() == nil:
 		bad("dueAt", "is required")
@@ -85,15 +63,47 @@ func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time
 			bad("dueAt", "must be at most %s ahead", humanDuration(r.Horizon))
 		}
 	}
+	checkText(bad, req.GetDescription(), req.GetMetadata())
+	return vs
+}
 
-	switch n := utf8.RuneCountInString(req.GetDescription()); {
+// checkParties checks what a payment and a schedule share of who pays
+// whom how much: payee, amount and currency (defaulted in place).
+func (r Rules) checkParties(bad func(field, format string, args ...any), payee string, amount int64, currency *string) {
+	switch n := utf8.RuneCountInString(payee); {
+	case strings.TrimSpace(payee) == "":
+		bad("payee", "must not be empty")
+	case n > MaxPayeeLen:
+		bad("payee", "must be at most %d characters, got %d", MaxPayeeLen, n)
+	case !printable(payee, false):
+		bad("payee", "must be valid UTF-8 without control, format, separator or invisible characters")
+	}
+
+	switch a := amount; {
+	case a <= 0:
+		bad("amount", "must be greater than 0 (integer minor units)")
+	case a > r.AmountCap:
+		bad("amount", "must be at most %d minor units", r.AmountCap)
+	}
+
+	if *currency == "" {
+		*currency = r.DefaultCurrency
+	}
+	if !payment.KnownCurrency(*currency) {
+		bad("currency", "must be an ISO 4217 code in upper case, e.g. USD")
+	}
+
+}
+
+// checkText checks a payment's or a schedule's description and metadata.
+func checkText(bad func(field, format string, args ...any), description string, md map[string]string) {
+	switch n := utf8.RuneCountInString(description); {
 	case n > MaxDescriptionLen:
 		bad("description", "must be at most %d characters, got %d", MaxDescriptionLen, n)
-	case !printable(req.GetDescription(), true):
+	case !printable(description, true):
 		bad("description", "must be valid UTF-8 without control, format, separator or invisible characters")
 	}
 
-	md := req.GetMetadata()
 	if len(md) > MaxMetadataKeys {
 		bad("metadata", "must have at most %d keys, got %d", MaxMetadataKeys, len(md))
 	}
@@ -113,7 +123,6 @@ func (r Rules) Normalize(req *payschedv1.CreateScheduledPaymentRequest, now time
 			bad("metadata."+k, "value must be valid UTF-8 without control, format, separator or invisible characters")
 		}
 	}
-	return vs
 }
 
 // CheckKey validates an idempotency key.

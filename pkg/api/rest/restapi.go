@@ -70,6 +70,8 @@ type Options struct {
 	// Webhooks, if set, serves a tenant's /v1/webhook-endpoints and
 	// /v1/webhook-attempts.
 	Webhooks payschedv1.WebhooksServiceServer
+	// Schedules, if set, serves the payer's /v1/schedules.
+	Schedules payschedv1.SchedulesServiceServer
 	// Admin, if set, serves /v1/admin/... (it checks the admin claim itself).
 	Admin payschedv1.AdminServiceServer
 	// CreateViolations validates a create body that failed to decode in
@@ -115,6 +117,11 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 	}
 	if o.Webhooks != nil {
 		if err := payschedv1.RegisterWebhooksServiceHandlerServer(ctx, gw, o.Webhooks); err != nil {
+			return nil, err
+		}
+	}
+	if o.Schedules != nil {
+		if err := payschedv1.RegisterSchedulesServiceHandlerServer(ctx, gw, o.Schedules); err != nil {
 			return nil, err
 		}
 	}

@@ -40,6 +40,26 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Defaults are a planner's defaults for its zero fields.
+var Defaults = Config{Horizon: 35 * 24 * time.Hour, Interval: 5 * time.Second, Batch: 500, Grace: time.Hour}
+
+// WithDefaults is c with Defaults in its zero fields.
+func (c Config) WithDefaults() Config {
+	if c.Horizon == 0 {
+		c.Horizon = Defaults.Horizon
+	}
+	if c.Interval == 0 {
+		c.Interval = Defaults.Interval
+	}
+	if c.Batch == 0 {
+		c.Batch = Defaults.Batch
+	}
+	if c.Grace == 0 {
+		c.Grace = Defaults.Grace
+	}
+	return c
+}
+
 // Validate reports the first configuration error.
 func (c Config) Validate() error {
 	switch {

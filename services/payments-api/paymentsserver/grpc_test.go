@@ -109,7 +109,7 @@ func TestReflectionListsServices(t *testing.T) {
 	}
 	sort.Strings(names)
 	// AdminService is admin-api's, never payments-api's.
-	want := "grpc.health.v1.Health grpc.reflection.v1.ServerReflection grpc.reflection.v1alpha.ServerReflection paysched.v1.PaymentsService paysched.v1.WebhooksService"
+	want := "grpc.health.v1.Health grpc.reflection.v1.ServerReflection grpc.reflection.v1alpha.ServerReflection paysched.v1.PaymentsService paysched.v1.SchedulesService paysched.v1.WebhooksService"
 	if strings.Join(names, " ") != want {
 		t.Fatalf("services %v", names)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/ratelimit"
 	"github.com/paysched/paysched/pkg/api/rest"
 	"github.com/paysched/paysched/pkg/api/server"
+	"github.com/paysched/paysched/pkg/engine/planner"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
@@ -54,6 +55,10 @@ type Config struct {
 	// WebhooksDatabaseURL is the webhooks' database (empty: the tables
 	// are in the schedule's).
 	WebhooksDatabaseURL string
+	// Planner makes recurring schedules' occurrences ahead (its Horizon
+	// within Rules.Horizon); every replica runs one unless NoPlanner.
+	Planner   planner.Config
+	NoPlanner bool
 }
 
 // Server is a running payments-api.
@@ -62,6 +67,7 @@ type Server struct {
 	hooks   *pgxpool.Pool // the webhooks' database, when apart
 	batcher *store.Batcher
 	horizon time.Duration
+	planner *planner.Planner
 	grpc    *grpc.Server
 	http    http.Handler
 	ready   func(context.Context) error
@@ -88,6 +94,15 @@ func (cfg Config) Validate() error {
 		return errors.New("--cursor-secret must not be empty")
 	case cfg.RateLimit.Rate < 0 || cfg.RateLimit.Burst < 0:
 		return errors.New("--actor-rate and --actor-burst must not be negative")
+	}
+	if cfg.NoPlanner {
+		return nil
+	}
+	if err := cfg.Planner.WithDefaults().Validate(); err != nil {
+		return err
+	}
+	if cfg.Planner.WithDefaults().Horizon > cfg.Rules.Horizon {
+		return fmt.Errorf("--schedule-horizon (%s) must not be beyond --horizon (%s): the partitions end there", cfg.Planner.Horizon, cfg.Rules.Horizon)
 	}
 	return nil
 }
@@ -136,9 +151,18 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	hooks := payments.NewWebhooks(hooksDB, cfg.LoopbackWebhooks, log)
 	hooks.DefaultTenant = cfg.Auth.DefaultTenant
 	payschedv1.RegisterWebhooksServiceServer(gs, hooks)
+	schedules := payments.NewSchedules(pool, cfg.Rules, cfg.CursorSecret, log)
+	payschedv1.RegisterSchedulesServiceServer(gs, schedules)
+	var plan *planner.Planner
+	if !cfg.NoPlanner {
+		if plan, err = planner.New(cfg.Planner.WithDefaults(), pool, reg, log.With("component", "planner")); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
 	ready := server.Pinger(pool)
 	h, err := rest.New(ctx, rest.Options{
-		Payments: pay, Webhooks: hooks, CreateViolations: pay.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
+		Payments: pay, Webhooks: hooks, Schedules: schedules, CreateViolations: pay.Violations, Verifier: verifier, Admit: limiter.Admit, Ready: ready,
 		OpenAPI: openapi.JSON, OpenAPIv3: openapi.JSONv3, RPC: rpcm, Log: log,
 	})
 	if err != nil {
@@ -149,7 +173,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
 	return &Server{
-		pool: pool, hooks: hooksPool, batcher: batcher, horizon: cfg.Rules.Horizon, grpc: gs, http: h, ready: ready,
+		pool: pool, hooks: hooksPool, batcher: batcher, horizon: cfg.Rules.Horizon, planner: plan, grpc: gs, http: h, ready: ready,
 		reg: reg, log: log, reflection: cfg.Reflection,
 	}, nil
 }
@@ -176,8 +200,17 @@ func (s *Server) Serve(ctx context.Context, l server.Listeners) error {
 		Grace: 20 * time.Second}.Run(ctx, s.upkeep)
 }
 
-// upkeep keeps partitions through the horizon, hourly.
+// upkeep keeps partitions through the horizon, hourly, and runs the
+// planner.
 func (s *Server) upkeep(ctx context.Context) error {
+	if s.planner != nil {
+		go func() {
+			// Partitions first: an occurrence due in a day without one
+			// would fail its batch.
+			s.ensurePartitions(ctx)
+			_ = s.planner.Run(ctx)
+		}()
+	}
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {

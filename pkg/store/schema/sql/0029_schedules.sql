@@ -10,6 +10,8 @@
 
 CREATE TABLE schedules (
     id              uuid        PRIMARY KEY,
+    -- Orders a payer's schedules for listing (newest has the highest).
+    seq             bigint      GENERATED ALWAYS AS IDENTITY,
     tenant          text        NOT NULL DEFAULT '',
     payer           text        NOT NULL,
     payee           text        NOT NULL,
@@ -48,7 +50,7 @@ CREATE UNIQUE INDEX schedules_idempotency_idx ON schedules (payer, idempotency_k
 -- falls due, and paused ones by when they resume.
 CREATE INDEX schedules_plan_idx ON schedules (next_at) WHERE state = 'ACTIVE';
 CREATE INDEX schedules_resume_idx ON schedules (resume_at) WHERE state = 'PAUSED';
-CREATE INDEX schedules_payer_idx ON schedules (payer, created_at DESC, id);
+CREATE INDEX schedules_payer_idx ON schedules (payer, seq DESC);
 
 -- One row per occurrence made: its key is the schedule and the nominal
 -- local date and time, never the shifted date or the instant.
