@@ -114,6 +114,9 @@ func CreateSchedule(ctx context.Context, db pgdb.DB, s Schedule) (_ *Schedule, r
 	if s.Metadata == nil {
 		meta = []byte("{}")
 	}
+	if s.Tenant == "" {
+		s.Tenant = DefaultTenant // its occurrences are shared among tenants as a payment without one is
+	}
 	got, err := scanSchedule(db.QueryRow(ctx, createScheduleSQL, s.ID, s.Tenant, s.Payer, s.Payee, s.Amount, s.Currency,
 		s.Description, string(meta), s.Rule, s.Start, s.Zone, s.MonthEnd, s.BusinessDays, s.Calendar, s.CatchUp, s.CatchUpBound,
 		s.NextAt, s.IdempotencyKey, s.RequestHash, s.LastOccurrence, s.LastIndex))
