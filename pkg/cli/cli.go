@@ -87,7 +87,7 @@ func New() *cobra.Command {
 	pf.StringVar(&g.adminAudience, "jwt-admin-audience", env("jwt-admin-audience", auth.DefaultAdminAudience), "admin tokens' audience (env PAYSCHED_JWT_ADMIN_AUDIENCE)")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "per-call timeout")
-	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), healthCmd(g), gatewayCmd(g), eventsCmd(g),
+	root.AddCommand(tokenCmd(g), createCmd(g), getCmd(g), listCmd(g), cancelCmd(g), schedulesCmd(g), healthCmd(g), gatewayCmd(g), eventsCmd(g),
 		deadLettersCmd(g), rescheduleCmd(g), reconcileCmd(g), runsCmd(g), tenantsCmd(g), webhooksCmd(g), requestsCmd(g))
 	root.AddCommand(operatorMoveCmds(g)...)
 	return root
@@ -127,8 +127,9 @@ type conn struct {
 	cc      *grpc.ClientConn
 	ctx     context.Context
 	cancel  context.CancelFunc
-	payment payschedv1.PaymentsServiceClient
-	admin   payschedv1.AdminServiceClient
+	payment   payschedv1.PaymentsServiceClient
+	schedules payschedv1.SchedulesServiceClient
+	admin     payschedv1.AdminServiceClient
 }
 
 func (g *globals) dial() (*conn, error) { return g.dialAs(false, g.timeout) }
@@ -208,7 +209,7 @@ func (g *globals) dialAs(admin bool, timeout time.Duration) (*conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
 	return &conn{cc: cc, ctx: ctx, cancel: cancel, payment: payschedv1.NewPaymentsServiceClient(cc),
-		admin: payschedv1.NewAdminServiceClient(cc)}, nil
+		schedules: payschedv1.NewSchedulesServiceClient(cc), admin: payschedv1.NewAdminServiceClient(cc)}, nil
 }
 
 // transport is TLS with --ca-file, plaintext otherwise; a bearer token

@@ -1,0 +1,272 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+)
+
+// planFlags are the flags of a plan: create's and preview's.
+type planFlags struct {
+	rule, start, zone, monthEnd, businessDays, calendar string
+}
+
+func (p *planFlags) register(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&p.rule, "rrule", "", `the RFC 5545 rule, e.g. "FREQ=MONTHLY;BYMONTHDAY=-1" (the last day of each month)`)
+	f.StringVar(&p.start, "start", "", "the first occurrence's local date and time, YYYY-MM-DDTHH:MM, in --time-zone")
+	f.StringVar(&p.zone, "time-zone", "UTC", "IANA time zone, e.g. Europe/Paris")
+	f.StringVar(&p.monthEnd, "month-end", "clamp", "a day the month lacks: clamp (its last day) or skip")
+	f.StringVar(&p.businessDays, "business-days", "none", "off a weekend or holiday: none, following, modified_following or preceding")
+	f.StringVar(&p.calendar, "calendar", "", "holiday calendar: a country code (US, GB, DE, ...); empty: weekends only")
+}
+
+func (p *planFlags) enums() (payschedv1.MonthEndPolicy, payschedv1.BusinessDayConvention, error) {
+	me, ok := payschedv1.MonthEndPolicy_value["MONTH_END_POLICY_"+strings.ToUpper(p.monthEnd)]
+	if !ok {
+		return 0, 0, fmt.Errorf("--month-end %q: want clamp or skip", p.monthEnd)
+	}
+	bd, ok := payschedv1.BusinessDayConvention_value["BUSINESS_DAY_CONVENTION_"+strings.ToUpper(p.businessDays)]
+	if !ok {
+		return 0, 0, fmt.Errorf("--business-days %q: want none, following, modified_following or preceding", p.businessDays)
+	}
+	return payschedv1.MonthEndPolicy(me), payschedv1.BusinessDayConvention(bd), nil
+}
+
+func schedulesCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "schedules",
+		Short: "Recurring schedules: payment plans whose occurrences are scheduled payments",
+		Args:  cobra.NoArgs,
+	}
+	c.AddCommand(scheduleCreateCmd(g), scheduleGetCmd(g), scheduleListCmd(g), schedulePreviewCmd(g),
+		scheduleChangeCmd(g, "pause", "Pause a schedule: its occurrences made ahead are cancelled until it resumes"),
+		scheduleChangeCmd(g, "resume", "Resume a paused schedule (what fell due meanwhile follows its catch-up policy)"),
+		scheduleChangeCmd(g, "cancel", "End a schedule for good, cancelling its occurrences made ahead"))
+	return c
+}
+
+func scheduleCreateCmd(g *globals) *cobra.Command {
+	var plan planFlags
+	var payee, currency, desc, key, catchUp string
+	var amount int64
+	var bound int32
+	var meta map[string]string
+	c := &cobra.Command{
+		Use:   "create --payee P --amount N --rrule RULE --start LOCAL --time-zone ZONE",
+		Short: "Make a schedule",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			me, bd, err := plan.enums()
+			if err != nil {
+				return err
+			}
+			cu, ok := payschedv1.CatchUpPolicy_value["CATCH_UP_POLICY_"+strings.ToUpper(catchUp)]
+			if !ok {
+				return fmt.Errorf("--catch-up %q: want skip_missed, latest_only or all", catchUp)
+			}
+			if key == "" {
+				key = uuid.NewString()
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.schedules.CreateSchedule(c.ctx, &payschedv1.CreateScheduleRequest{Payee: payee, Amount: amount,
+				Currency: currency, Description: desc, Metadata: meta, Rrule: plan.rule, Start: plan.start, TimeZone: plan.zone,
+				MonthEnd: me, BusinessDays: bd, Calendar: plan.calendar, CatchUp: payschedv1.CatchUpPolicy(cu), CatchUpBound: bound,
+				RequestId: key})
+			if err != nil {
+				return RPCError(err)
+			}
+			return g.printSchedules(resp, resp.GetSchedule())
+		},
+	}
+	plan.register(c)
+	f := c.Flags()
+	f.StringVar(&payee, "payee", "", "who is paid")
+	f.Int64Var(&amount, "amount", 0, "amount of each occurrence in minor units (cents)")
+	f.StringVar(&currency, "currency", "", "ISO 4217 code (default: the server's)")
+	f.StringVar(&desc, "description", "", "free text, copied to each occurrence")
+	f.StringToStringVar(&meta, "metadata", nil, "labels, k=v,k2=v2, copied to each occurrence")
+	f.StringVar(&catchUp, "catch-up", "skip_missed", "what fell due while paused: skip_missed, latest_only or all")
+	f.Int32Var(&bound, "catch-up-bound", 0, "with --catch-up all, at most this many (default 12)")
+	f.StringVar(&key, "idempotency-key", "", "idempotency key (default: a random UUID)")
+	return c
+}
+
+func scheduleGetCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get SCHEDULE_ID",
+		Short: "Show a schedule and its latest occurrences",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.schedules.GetSchedule(c.ctx, &payschedv1.GetScheduleRequest{ScheduleId: args[0]})
+			if err != nil {
+				return RPCError(err)
+			}
+			if g.json {
+				return printJSON(g.out, resp)
+			}
+			if err := g.printSchedules(nil, resp.GetSchedule()); err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "\nOCCURRENCE\tINDEX\tPAYMENT ID\tDUE AT")
+			for _, o := range resp.GetOccurrences() {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", o.GetOccurrence(), o.GetIndex(), o.GetPaymentId(), ts(o.GetDueAt()))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func scheduleListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List your schedules, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			all, err := allPages(func(tok string) ([]*payschedv1.Schedule, string, error) {
+				resp, err := c.schedules.ListSchedules(c.ctx, &payschedv1.ListSchedulesRequest{Cursor: tok, PageSize: 500})
+				return resp.GetSchedules(), resp.GetNextCursor(), err
+			})
+			if err != nil {
+				return err
+			}
+			return g.printSchedules(&payschedv1.ListSchedulesResponse{Schedules: all}, all...)
+		},
+	}
+}
+
+func schedulePreviewCmd(g *globals) *cobra.Command {
+	var plan planFlags
+	var count int32
+	c := &cobra.Command{
+		Use:   "preview [SCHEDULE_ID]",
+		Short: "The next occurrences of a schedule, or of a plan (--rrule, --start, ...), and why each moved",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			me, bd, err := plan.enums()
+			if err != nil {
+				return err
+			}
+			req := &payschedv1.PreviewScheduleRequest{Count: count, Rrule: plan.rule, Start: plan.start, TimeZone: plan.zone,
+				MonthEnd: me, BusinessDays: bd, Calendar: plan.calendar}
+			if len(args) == 1 {
+				req = &payschedv1.PreviewScheduleRequest{ScheduleId: args[0], Count: count}
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.schedules.PreviewSchedule(c.ctx, req)
+			if err != nil {
+				return RPCError(err)
+			}
+			if g.json {
+				return printJSON(g.out, resp)
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(tw, "#\tNOMINAL\tCHARGED (LOCAL)\tDUE AT (UTC)\tMOVED")
+			for _, o := range resp.GetOccurrences() {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", o.GetIndex(), o.GetNominal(), o.GetLocal(), ts(o.GetDueAt()),
+					strings.Join(o.GetMoved(), ","))
+			}
+			return tw.Flush()
+		},
+	}
+	plan.register(c)
+	c.Flags().Int32Var(&count, "count", 12, "how many occurrences")
+	return c
+}
+
+func scheduleChangeCmd(g *globals, verb, short string) *cobra.Command {
+	var resume string
+	c := &cobra.Command{
+		Use:   verb + " SCHEDULE_ID",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			var resp proto.Message
+			var sc *payschedv1.Schedule
+			switch verb {
+			case "pause":
+				req := &payschedv1.PauseScheduleRequest{ScheduleId: args[0]}
+				if resume != "" {
+					at, err := parseDue(resume)
+					if err != nil {
+						return fmt.Errorf("--resume-at: %w", err)
+					}
+					req.ResumeAt = timestamppb.New(at)
+				}
+				r, err := c.schedules.PauseSchedule(c.ctx, req)
+				if err != nil {
+					return RPCError(err)
+				}
+				resp, sc = r, r.GetSchedule()
+			case "resume":
+				r, err := c.schedules.ResumeSchedule(c.ctx, &payschedv1.ResumeScheduleRequest{ScheduleId: args[0]})
+				if err != nil {
+					return RPCError(err)
+				}
+				resp, sc = r, r.GetSchedule()
+			default:
+				r, err := c.schedules.CancelSchedule(c.ctx, &payschedv1.CancelScheduleRequest{ScheduleId: args[0]})
+				if err != nil {
+					return RPCError(err)
+				}
+				resp, sc = r, r.GetSchedule()
+			}
+			return g.printSchedules(resp, sc)
+		},
+	}
+	if verb == "pause" {
+		c.Flags().StringVar(&resume, "resume-at", "", "resume on its own then: RFC 3339, or a duration from now (+720h)")
+	}
+	return c
+}
+
+func (g *globals) printSchedules(msg proto.Message, ss ...*payschedv1.Schedule) error {
+	if g.json {
+		if msg == nil && len(ss) == 1 {
+			msg = ss[0]
+		}
+		return printJSON(g.out, msg)
+	}
+	tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE ID\tSTATE\tPAYEE\tAMOUNT\tRULE\tSTART\tZONE\tNEXT AT")
+	for _, s := range ss {
+		next := "-"
+		if s.GetNextAt() != nil {
+			next = ts(s.GetNextAt())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%s\t%s\t%s\t%s\n", s.GetScheduleId(), strings.TrimPrefix(s.GetState().String(), "SCHEDULE_STATE_"),
+			s.GetPayee(), s.GetAmount(), s.GetCurrency(), s.GetRrule(), s.GetStart(), s.GetTimeZone(), next)
+	}
+	return tw.Flush()
+}
