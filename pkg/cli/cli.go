@@ -124,9 +124,9 @@ func tokenCmd(g *globals) *cobra.Command {
 }
 
 type conn struct {
-	cc      *grpc.ClientConn
-	ctx     context.Context
-	cancel  context.CancelFunc
+	cc        *grpc.ClientConn
+	ctx       context.Context
+	cancel    context.CancelFunc
 	payment   payschedv1.PaymentsServiceClient
 	schedules payschedv1.SchedulesServiceClient
 	admin     payschedv1.AdminServiceClient
