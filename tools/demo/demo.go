@@ -177,6 +177,9 @@ func Run(o Options) error {
 	if err != nil {
 		return err
 	}
+	if err := d.schedules(); err != nil {
+		return err
+	}
 	if d.o.Timeout == 0 {
 		var why string
 		d.o.Timeout, why = Deadline(d.o.Within, d.o.MaxRequest, d.o.Backoff)
