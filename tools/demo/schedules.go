@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -21,7 +22,7 @@ func (d *demoRun) schedules() error {
 	if err != nil {
 		return err
 	}
-	ctx := metadata.AppendToOutgoingContext(d.ctx, "authorization", "Bearer "+tok)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
 	now := time.Now()
 	firstOfNext := time.Date(now.Year(), now.Month()+1, 1, 9, 0, 0, 0, time.UTC).Format("2006-01-02T15:04")
 	endOfJan := time.Date(now.Year()+1, 1, 31, 10, 0, 0, 0, time.UTC).Format("2006-01-02T15:04")
