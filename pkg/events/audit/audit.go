@@ -656,9 +656,20 @@ func noteData(r *envelope.Row, id, status string) []byte {
 	field("dueAt", r.DueTime)
 	field("failureReason", r.FailureReason)
 	field("gatewayRef", r.GatewayRef)
+	if present(r.Occurrence) {
+		// An occurrence of a recurring schedule says which; a one-off's
+		// data is as it always was.
+		field("occurrence", r.Occurrence)
+	}
 	field("payee", r.Payee)
 	field("payer", r.Payer)
 	field("paymentId", quote(id))
+	if present(r.ScheduleID) {
+		field("scheduleId", r.ScheduleID)
+	}
 	field("status", quote(status))
 	return append(b, '}')
 }
+
+// present says a raw JSON value is there and not null.
+func present(raw []byte) bool { return len(raw) > 0 && string(raw) != "null" }

@@ -266,3 +266,35 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	})
 }
+
+// TestOccurrenceNotificationsNameTheirSchedule: a payment made by a
+// recurring schedule notifies its scheduleId and occurrence key; a one-off's
+// data has neither (it is as it always was).
+func TestOccurrenceNotificationsNameTheirSchedule(t *testing.T) {
+	for _, c := range []struct {
+		after string
+		want  []string
+		not   []string
+	}{
+		{`{"id":"p1","status":"PENDING","schedule_id":"s1","occurrence":"2027-01-31T09:00:00"}`,
+			[]string{`"scheduleId":"s1"`, `"occurrence":"2027-01-31T09:00:00"`}, nil},
+		{`{"id":"p2","status":"PENDING","schedule_id":null,"occurrence":null}`, nil, []string{"scheduleId", "occurrence"}},
+		{`{"id":"p3","status":"PENDING"}`, nil, []string{"scheduleId", "occurrence"}},
+	} {
+		e, err := envelope.Parse([]byte(`{"before":null,"after":` + c.after + `,"op":"c"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := string(noteData(e.After(), "p", "PENDING"))
+		for _, w := range c.want {
+			if !strings.Contains(data, w) {
+				t.Errorf("%s: data %s lacks %s", c.after, data, w)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(data, n) {
+				t.Errorf("%s: data %s has %s", c.after, data, n)
+			}
+		}
+	}
+}

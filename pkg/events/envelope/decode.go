@@ -49,6 +49,9 @@ type Row struct {
 	// Tenant and UpdatedAt: whose the payment is, and when the row last
 	// moved (a notification's id is made of it).
 	Tenant, UpdatedAt []byte
+	// ScheduleID and Occurrence: the recurring schedule that made the
+	// payment and its occurrence key (null for a one-off).
+	ScheduleID, Occurrence []byte
 }
 
 // StringOf is a raw value as a Go string when it is a JSON string (nil
@@ -257,6 +260,10 @@ func (s *scanner) row(r *Row) error {
 			r.Tenant = v
 		case "updated_at":
 			r.UpdatedAt = v
+		case "schedule_id":
+			r.ScheduleID = v
+		case "occurrence":
+			r.Occurrence = v
 		}
 		return nil
 	})
