@@ -100,10 +100,14 @@ type run struct {
 	hooksDB *pgxpool.Pool
 	gwDB    *pgxpool.Pool
 	api     payschedv1.PaymentsServiceClient
-	admin   payschedv1.AdminServiceClient
-	gwAdm   gatewayv1.GatewayAdminServiceClient
-	conns   []*grpc.ClientConn
-	tls     devtls.Files // gateway-sim's certificate and token
+	// schedules is payments-api's SchedulesService; plans the run's
+	// schedules (schedules.go).
+	schedules payschedv1.SchedulesServiceClient
+	plans     []plan
+	admin     payschedv1.AdminServiceClient
+	gwAdm     gatewayv1.GatewayAdminServiceClient
+	conns     []*grpc.ClientConn
+	tls       devtls.Files // gateway-sim's certificate and token
 
 	mu     sync.Mutex
 	events []string       // what the driver did, in order
@@ -285,6 +289,17 @@ func (r *run) topology() {
 	}
 }
 
+// killPlanner kills payments-api (and so its planner) with kill -9 while
+// the schedules' first occurrences fall due, once besides the random kills.
+func (r *run) killPlanner() {
+	if p := r.proc("payments-api"); p != nil {
+		r.event("kill -9 payments-api (the planner)")
+		if err := p.kill9(time.Second); err != nil {
+			r.violation("restart payments-api: %v", err)
+		}
+	}
+}
+
 func (r *run) proc(name string) *proc {
 	for _, p := range r.procs {
 		if p.name == name {
@@ -362,6 +377,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := w.create(ctx, t0); err != nil {
 		return r.res, err
 	}
+	if err := r.makePlans(ctx, t0); err != nil {
+		return r.res, err
+	}
 	end := t0.Add(cfg.Spread).Add(5 * time.Second)
 	var wg sync.WaitGroup
 	wg.Add(6)
@@ -383,6 +401,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			_ = p.start()
 		}
 	}
+	r.cancelPlans(ctx)
 	r.check(ctx, w, t0)
 	for _, p := range r.procs {
 		p.mu.Lock()
@@ -437,6 +456,7 @@ func (r *run) connect(ctx context.Context) error {
 		return err
 	}
 	r.api, r.admin = payschedv1.NewPaymentsServiceClient(apiConn), payschedv1.NewAdminServiceClient(adminConn)
+	r.schedules = payschedv1.NewSchedulesServiceClient(apiConn)
 	r.gwAdm = gatewayv1.NewGatewayAdminServiceClient(gwConn)
 	// gateway-sim creates its database on start: wait for it.
 	deadline := time.Now().Add(60 * time.Second)
@@ -546,6 +566,7 @@ func (r *run) disrupt(ctx context.Context, t0, end time.Time) {
 		at time.Time
 		do func()
 	}{
+		{t0.Add(span / 8), r.killPlanner},
 		{t0.Add(span / 4), r.sigtermTier},
 		{t0.Add(span * 2 / 5), r.restartPostgres},
 		{t0.Add(span * 3 / 5), r.restartKafka},
