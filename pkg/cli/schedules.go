@@ -46,7 +46,7 @@ func schedulesCmd(g *globals) *cobra.Command {
 		Short: "Recurring schedules: payment plans whose occurrences are scheduled payments",
 		Args:  cobra.NoArgs,
 	}
-	c.AddCommand(scheduleCreateCmd(g), scheduleGetCmd(g), scheduleListCmd(g), schedulePreviewCmd(g),
+	c.AddCommand(scheduleCreateCmd(g), scheduleUpdateCmd(g), scheduleGetCmd(g), scheduleListCmd(g), schedulePreviewCmd(g),
 		scheduleChangeCmd(g, "pause", "Pause a schedule: its occurrences made ahead are cancelled until it resumes"),
 		scheduleChangeCmd(g, "resume", "Resume a paused schedule (what fell due meanwhile follows its catch-up policy)"),
 		scheduleChangeCmd(g, "cancel", "End a schedule for good, cancelling its occurrences made ahead"))
@@ -100,6 +100,52 @@ func scheduleCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&catchUp, "catch-up", "skip_missed", "what fell due while paused: skip_missed, latest_only or all")
 	f.Int32Var(&bound, "catch-up-bound", 0, "with --catch-up all, at most this many (default 12)")
 	f.StringVar(&key, "idempotency-key", "", "idempotency key (default: a random UUID)")
+	return c
+}
+
+func scheduleUpdateCmd(g *globals) *cobra.Command {
+	var plan planFlags
+	var payee, currency, desc, catchUp string
+	var amount int64
+	var bound int32
+	var meta map[string]string
+	c := &cobra.Command{
+		Use:   "update SCHEDULE_ID --payee P --amount N --rrule RULE --start LOCAL --time-zone ZONE",
+		Short: "Replace a schedule's payment and plan: what was made ahead is made again as it now reads",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			me, bd, err := plan.enums()
+			if err != nil {
+				return err
+			}
+			cu, ok := payschedv1.CatchUpPolicy_value["CATCH_UP_POLICY_"+strings.ToUpper(catchUp)]
+			if !ok {
+				return fmt.Errorf("--catch-up %q: want skip_missed, latest_only or all", catchUp)
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.schedules.UpdateSchedule(c.ctx, &payschedv1.UpdateScheduleRequest{ScheduleId: args[0], Payee: payee,
+				Amount: amount, Currency: currency, Description: desc, Metadata: meta, Rrule: plan.rule, Start: plan.start,
+				TimeZone: plan.zone, MonthEnd: me, BusinessDays: bd, Calendar: plan.calendar, CatchUp: payschedv1.CatchUpPolicy(cu),
+				CatchUpBound: bound})
+			if err != nil {
+				return RPCError(err)
+			}
+			return g.printSchedules(resp, resp.GetSchedule())
+		},
+	}
+	plan.register(c)
+	f := c.Flags()
+	f.StringVar(&payee, "payee", "", "who is paid")
+	f.Int64Var(&amount, "amount", 0, "amount of each occurrence in minor units (cents)")
+	f.StringVar(&currency, "currency", "", "ISO 4217 code (default: the server's)")
+	f.StringVar(&desc, "description", "", "free text, copied to each occurrence")
+	f.StringToStringVar(&meta, "metadata", nil, "labels, k=v,k2=v2, copied to each occurrence")
+	f.StringVar(&catchUp, "catch-up", "skip_missed", "what fell due while paused: skip_missed, latest_only or all")
+	f.Int32Var(&bound, "catch-up-bound", 0, "with --catch-up all, at most this many (default 12)")
 	return c
 }
 

@@ -64,6 +64,10 @@ func TestPayctlSchedules(t *testing.T) {
 	if out := run("schedules", "preview", id, "--count", "2"); strings.Count(out, "\n") != 3 {
 		t.Fatalf("preview of the schedule:\n%s", out)
 	}
+	if out := run("schedules", "update", id, "--payee", "landlord", "--amount", "125000", "--rrule", "FREQ=MONTHLY", "--start", from,
+		"--time-zone", "Europe/Paris"); !strings.Contains(out, "125000 EUR") {
+		t.Fatalf("update:\n%s", out)
+	}
 	if out := run("schedules", "pause", id, "--resume-at", "+720h"); !strings.Contains(out, "PAUSED") {
 		t.Fatalf("pause:\n%s", out)
 	}

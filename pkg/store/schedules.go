@@ -271,6 +271,60 @@ func withdraw(ctx context.Context, db pgdb.DB, now time.Time, payer string, id u
 	return s, int(tag.RowsAffected()), nil
 }
 
+// updateScheduleSQL replaces an active or paused schedule's payment and
+// plan, and sets its place to the new plan's (the occurrences before now
+// are behind it, none is caught up); its row stays locked for the rest of
+// the transaction.
+const updateScheduleSQL = `
+UPDATE schedules SET payee = $3, amount_minor = $4, currency = $5, description = $6, metadata = $7::jsonb, rrule = $8,
+       start_local = $9, time_zone = $10, month_end = $11, business_days = $12, calendar = $13, catch_up = $14,
+       catch_up_bound = $15, last_occurrence = nullif($16, ''), last_index = $17,
+       next_at = CASE WHEN state = 'ACTIVE' THEN $18 ELSE now() END, updated_at = now()
+WHERE id = $1 AND ($2 = '' OR payer = $2) AND state IN ('ACTIVE', 'PAUSED')
+RETURNING ` + scheduleCols
+
+// UpdateSchedule replaces payer's active or paused schedule's payment and
+// plan with s's (its place the new plan's from now), and withdraws the
+// occurrences made ahead under the old ones (fenced as a pause's: one a
+// sweeper claimed goes ahead), so the planner makes them again as they now
+// read. It returns the schedule and how many it withdrew; ErrNotFound and
+// ErrScheduleState as PauseSchedule.
+func UpdateSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, s Schedule) (*Schedule, int, error) {
+	meta, err := json.Marshal(s.Metadata)
+	if err != nil {
+		return nil, 0, fmt.Errorf("encode metadata: %w", err)
+	}
+	if s.Metadata == nil {
+		meta = []byte("{}")
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	got, err := scanSchedule(tx.QueryRow(ctx, updateScheduleSQL, s.ID, payer, s.Payee, s.Amount, s.Currency, s.Description,
+		string(meta), s.Rule, s.Start, s.Zone, s.MonthEnd, s.BusinessDays, s.Calendar, s.CatchUp, s.CatchUpBound,
+		s.LastOccurrence, s.LastIndex, s.NextAt))
+	if errors.Is(err, pgx.ErrNoRows) {
+		cur, gerr := GetSchedule(ctx, db, payer, s.ID)
+		if gerr != nil {
+			return nil, 0, gerr
+		}
+		return cur, 0, ErrScheduleState
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("update schedule: %w", err)
+	}
+	tag, err := tx.Exec(ctx, withdrawSQL, s.ID, now)
+	if err != nil {
+		return nil, 0, fmt.Errorf("withdraw occurrences: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, 0, fmt.Errorf("commit: %w", err)
+	}
+	return got, int(tag.RowsAffected()), nil
+}
+
 // ResumeSchedule resumes payer's paused schedule (ErrNotFound,
 // ErrScheduleState as PauseSchedule).
 func ResumeSchedule(ctx context.Context, db pgdb.DB, payer string, id uuid.UUID) (*Schedule, error) {

@@ -3229,6 +3229,225 @@ func (x *PauseScheduleResponse) GetWithdrawn() int32 {
 	return 0
 }
 
+// UpdateScheduleRequest is a schedule's new payment and plan: the fields
+// of CreateScheduleRequest, all of them.
+type UpdateScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id (UUID).
+	ScheduleId string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// Who is paid.
+	Payee string `protobuf:"bytes,2,opt,name=payee,proto3" json:"payee,omitempty"`
+	// Integer minor units.
+	Amount int64 `protobuf:"varint,3,opt,name=amount,proto3" json:"amount,omitempty"`
+	// ISO 4217 code; the configured default when empty.
+	Currency string `protobuf:"bytes,4,opt,name=currency,proto3" json:"currency,omitempty"`
+	// Free text.
+	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// Labels.
+	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The RRULE.
+	Rrule string `protobuf:"bytes,7,opt,name=rrule,proto3" json:"rrule,omitempty"`
+	// The local start.
+	Start string `protobuf:"bytes,8,opt,name=start,proto3" json:"start,omitempty"`
+	// IANA time zone.
+	TimeZone string `protobuf:"bytes,9,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// Default CLAMP.
+	MonthEnd MonthEndPolicy `protobuf:"varint,10,opt,name=month_end,json=monthEnd,proto3,enum=paysched.v1.MonthEndPolicy" json:"month_end,omitempty"`
+	// Default NONE.
+	BusinessDays BusinessDayConvention `protobuf:"varint,11,opt,name=business_days,json=businessDays,proto3,enum=paysched.v1.BusinessDayConvention" json:"business_days,omitempty"`
+	// Holiday calendar country code.
+	Calendar string `protobuf:"bytes,12,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	// Default SKIP_MISSED.
+	CatchUp CatchUpPolicy `protobuf:"varint,13,opt,name=catch_up,json=catchUp,proto3,enum=paysched.v1.CatchUpPolicy" json:"catch_up,omitempty"`
+	// Default 12.
+	CatchUpBound  int32 `protobuf:"varint,14,opt,name=catch_up_bound,json=catchUpBound,proto3" json:"catch_up_bound,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateScheduleRequest) Reset() {
+	*x = UpdateScheduleRequest{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateScheduleRequest) ProtoMessage() {}
+
+func (x *UpdateScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateScheduleRequest.ProtoReflect.Descriptor instead.
+func (*UpdateScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *UpdateScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetPayee() string {
+	if x != nil {
+		return x.Payee
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *UpdateScheduleRequest) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *UpdateScheduleRequest) GetRrule() string {
+	if x != nil {
+		return x.Rrule
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetStart() string {
+	if x != nil {
+		return x.Start
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetMonthEnd() MonthEndPolicy {
+	if x != nil {
+		return x.MonthEnd
+	}
+	return MonthEndPolicy_MONTH_END_POLICY_UNSPECIFIED
+}
+
+func (x *UpdateScheduleRequest) GetBusinessDays() BusinessDayConvention {
+	if x != nil {
+		return x.BusinessDays
+	}
+	return BusinessDayConvention_BUSINESS_DAY_CONVENTION_UNSPECIFIED
+}
+
+func (x *UpdateScheduleRequest) GetCalendar() string {
+	if x != nil {
+		return x.Calendar
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetCatchUp() CatchUpPolicy {
+	if x != nil {
+		return x.CatchUp
+	}
+	return CatchUpPolicy_CATCH_UP_POLICY_UNSPECIFIED
+}
+
+func (x *UpdateScheduleRequest) GetCatchUpBound() int32 {
+	if x != nil {
+		return x.CatchUpBound
+	}
+	return 0
+}
+
+// UpdateScheduleResponse carries the changed schedule.
+type UpdateScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule as it now reads.
+	Schedule *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// How many occurrences made ahead under the old plan were cancelled.
+	Withdrawn     int32 `protobuf:"varint,2,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateScheduleResponse) Reset() {
+	*x = UpdateScheduleResponse{}
+	mi := &file_paysched_v1_payments_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateScheduleResponse) ProtoMessage() {}
+
+func (x *UpdateScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_payments_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateScheduleResponse.ProtoReflect.Descriptor instead.
+func (*UpdateScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *UpdateScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *UpdateScheduleResponse) GetWithdrawn() int32 {
+	if x != nil {
+		return x.Withdrawn
+	}
+	return 0
+}
+
 // ResumeScheduleRequest names the schedule to resume.
 type ResumeScheduleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3240,7 +3459,7 @@ type ResumeScheduleRequest struct {
 
 func (x *ResumeScheduleRequest) Reset() {
 	*x = ResumeScheduleRequest{}
-	mi := &file_paysched_v1_payments_proto_msgTypes[40]
+	mi := &file_paysched_v1_payments_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3471,7 @@ func (x *ResumeScheduleRequest) String() string {
 func (*ResumeScheduleRequest) ProtoMessage() {}
 
 func (x *ResumeScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_payments_proto_msgTypes[40]
+	mi := &file_paysched_v1_payments_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3484,7 @@ func (x *ResumeScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ResumeScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{40}
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ResumeScheduleRequest) GetScheduleId() string {
@@ -3286,7 +3505,7 @@ type ResumeScheduleResponse struct {
 
 func (x *ResumeScheduleResponse) Reset() {
 	*x = ResumeScheduleResponse{}
-	mi := &file_paysched_v1_payments_proto_msgTypes[41]
+	mi := &file_paysched_v1_payments_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3517,7 @@ func (x *ResumeScheduleResponse) String() string {
 func (*ResumeScheduleResponse) ProtoMessage() {}
 
 func (x *ResumeScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_payments_proto_msgTypes[41]
+	mi := &file_paysched_v1_payments_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3530,7 @@ func (x *ResumeScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeScheduleResponse.ProtoReflect.Descriptor instead.
 func (*ResumeScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{41}
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ResumeScheduleResponse) GetSchedule() *Schedule {
@@ -3332,7 +3551,7 @@ type CancelScheduleRequest struct {
 
 func (x *CancelScheduleRequest) Reset() {
 	*x = CancelScheduleRequest{}
-	mi := &file_paysched_v1_payments_proto_msgTypes[42]
+	mi := &file_paysched_v1_payments_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3563,7 @@ func (x *CancelScheduleRequest) String() string {
 func (*CancelScheduleRequest) ProtoMessage() {}
 
 func (x *CancelScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_payments_proto_msgTypes[42]
+	mi := &file_paysched_v1_payments_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3576,7 @@ func (x *CancelScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduleRequest.ProtoReflect.Descriptor instead.
 func (*CancelScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{42}
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CancelScheduleRequest) GetScheduleId() string {
@@ -3380,7 +3599,7 @@ type CancelScheduleResponse struct {
 
 func (x *CancelScheduleResponse) Reset() {
 	*x = CancelScheduleResponse{}
-	mi := &file_paysched_v1_payments_proto_msgTypes[43]
+	mi := &file_paysched_v1_payments_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3611,7 @@ func (x *CancelScheduleResponse) String() string {
 func (*CancelScheduleResponse) ProtoMessage() {}
 
 func (x *CancelScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_payments_proto_msgTypes[43]
+	mi := &file_paysched_v1_payments_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,7 +3624,7 @@ func (x *CancelScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScheduleResponse.ProtoReflect.Descriptor instead.
 func (*CancelScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{43}
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CancelScheduleResponse) GetSchedule() *Schedule {
@@ -3447,7 +3666,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_paysched_v1_payments_proto_msgTypes[44]
+	mi := &file_paysched_v1_payments_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3678,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_payments_proto_msgTypes[44]
+	mi := &file_paysched_v1_payments_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3691,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{44}
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PreviewScheduleRequest) GetScheduleId() string {
@@ -3542,7 +3761,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_paysched_v1_payments_proto_msgTypes[45]
+	mi := &file_paysched_v1_payments_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3554,7 +3773,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_payments_proto_msgTypes[45]
+	mi := &file_paysched_v1_payments_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3567,7 +3786,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{45}
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PreviewScheduleResponse) GetOccurrences() []*PreviewOccurrence {
@@ -3598,7 +3817,7 @@ type PreviewOccurrence struct {
 
 func (x *PreviewOccurrence) Reset() {
 	*x = PreviewOccurrence{}
-	mi := &file_paysched_v1_payments_proto_msgTypes[46]
+	mi := &file_paysched_v1_payments_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +3829,7 @@ func (x *PreviewOccurrence) String() string {
 func (*PreviewOccurrence) ProtoMessage() {}
 
 func (x *PreviewOccurrence) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_payments_proto_msgTypes[46]
+	mi := &file_paysched_v1_payments_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +3842,7 @@ func (x *PreviewOccurrence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewOccurrence.ProtoReflect.Descriptor instead.
 func (*PreviewOccurrence) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{46}
+	return file_paysched_v1_payments_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PreviewOccurrence) GetIndex() int32 {
@@ -3916,6 +4135,29 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\tresume_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bresumeAt\"h\n" +
 	"\x15PauseScheduleResponse\x121\n" +
 	"\bschedule\x18\x01 \x01(\v2\x15.paysched.v1.ScheduleR\bschedule\x12\x1c\n" +
+	"\twithdrawn\x18\x02 \x01(\x05R\twithdrawn\"\xf4\x04\n" +
+	"\x15UpdateScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12\x14\n" +
+	"\x05payee\x18\x02 \x01(\tR\x05payee\x12\x16\n" +
+	"\x06amount\x18\x03 \x01(\x03R\x06amount\x12\x1a\n" +
+	"\bcurrency\x18\x04 \x01(\tR\bcurrency\x12 \n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12L\n" +
+	"\bmetadata\x18\x06 \x03(\v20.paysched.v1.UpdateScheduleRequest.MetadataEntryR\bmetadata\x12\x14\n" +
+	"\x05rrule\x18\a \x01(\tR\x05rrule\x12\x14\n" +
+	"\x05start\x18\b \x01(\tR\x05start\x12\x1b\n" +
+	"\ttime_zone\x18\t \x01(\tR\btimeZone\x128\n" +
+	"\tmonth_end\x18\n" +
+	" \x01(\x0e2\x1b.paysched.v1.MonthEndPolicyR\bmonthEnd\x12G\n" +
+	"\rbusiness_days\x18\v \x01(\x0e2\".paysched.v1.BusinessDayConventionR\fbusinessDays\x12\x1a\n" +
+	"\bcalendar\x18\f \x01(\tR\bcalendar\x125\n" +
+	"\bcatch_up\x18\r \x01(\x0e2\x1a.paysched.v1.CatchUpPolicyR\acatchUp\x12$\n" +
+	"\x0ecatch_up_bound\x18\x0e \x01(\x05R\fcatchUpBound\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"i\n" +
+	"\x16UpdateScheduleResponse\x121\n" +
+	"\bschedule\x18\x01 \x01(\v2\x15.paysched.v1.ScheduleR\bschedule\x12\x1c\n" +
 	"\twithdrawn\x18\x02 \x01(\x05R\twithdrawn\"8\n" +
 	"\x15ResumeScheduleRequest\x12\x1f\n" +
 	"\vschedule_id\x18\x01 \x01(\tR\n" +
@@ -3991,13 +4233,14 @@ const file_paysched_v1_payments_proto_rawDesc = "" +
 	"\x14RotateEndpointSecret\x12(.paysched.v1.RotateEndpointSecretRequest\x1a).paysched.v1.RotateEndpointSecretResponse\x12V\n" +
 	"\rResendMessage\x12!.paysched.v1.ResendMessageRequest\x1a\".paysched.v1.ResendMessageResponse\x12\\\n" +
 	"\x0fRecoverMessages\x12#.paysched.v1.RecoverMessagesRequest\x1a$.paysched.v1.RecoverMessagesResponse\x12S\n" +
-	"\fListAttempts\x12 .paysched.v1.ListAttemptsRequest\x1a!.paysched.v1.ListAttemptsResponse2\x83\x05\n" +
+	"\fListAttempts\x12 .paysched.v1.ListAttemptsRequest\x1a!.paysched.v1.ListAttemptsResponse2\xde\x05\n" +
 	"\x10SchedulesService\x12Y\n" +
 	"\x0eCreateSchedule\x12\".paysched.v1.CreateScheduleRequest\x1a#.paysched.v1.CreateScheduleResponse\x12P\n" +
 	"\vGetSchedule\x12\x1f.paysched.v1.GetScheduleRequest\x1a .paysched.v1.GetScheduleResponse\x12V\n" +
 	"\rListSchedules\x12!.paysched.v1.ListSchedulesRequest\x1a\".paysched.v1.ListSchedulesResponse\x12V\n" +
 	"\rPauseSchedule\x12!.paysched.v1.PauseScheduleRequest\x1a\".paysched.v1.PauseScheduleResponse\x12Y\n" +
 	"\x0eResumeSchedule\x12\".paysched.v1.ResumeScheduleRequest\x1a#.paysched.v1.ResumeScheduleResponse\x12Y\n" +
+	"\x0eUpdateSchedule\x12\".paysched.v1.UpdateScheduleRequest\x1a#.paysched.v1.UpdateScheduleResponse\x12Y\n" +
 	"\x0eCancelSchedule\x12\".paysched.v1.CancelScheduleRequest\x1a#.paysched.v1.CancelScheduleResponse\x12\\\n" +
 	"\x0fPreviewSchedule\x12#.paysched.v1.PreviewScheduleRequest\x1a$.paysched.v1.PreviewScheduleResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
 
@@ -4014,7 +4257,7 @@ func file_paysched_v1_payments_proto_rawDescGZIP() []byte {
 }
 
 var file_paysched_v1_payments_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_paysched_v1_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_paysched_v1_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_paysched_v1_payments_proto_goTypes = []any{
 	(PaymentStatus)(0),                           // 0: paysched.v1.PaymentStatus
 	(ScheduleState)(0),                           // 1: paysched.v1.ScheduleState
@@ -4062,31 +4305,34 @@ var file_paysched_v1_payments_proto_goTypes = []any{
 	(*ListSchedulesResponse)(nil),                // 43: paysched.v1.ListSchedulesResponse
 	(*PauseScheduleRequest)(nil),                 // 44: paysched.v1.PauseScheduleRequest
 	(*PauseScheduleResponse)(nil),                // 45: paysched.v1.PauseScheduleResponse
-	(*ResumeScheduleRequest)(nil),                // 46: paysched.v1.ResumeScheduleRequest
-	(*ResumeScheduleResponse)(nil),               // 47: paysched.v1.ResumeScheduleResponse
-	(*CancelScheduleRequest)(nil),                // 48: paysched.v1.CancelScheduleRequest
-	(*CancelScheduleResponse)(nil),               // 49: paysched.v1.CancelScheduleResponse
-	(*PreviewScheduleRequest)(nil),               // 50: paysched.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil),              // 51: paysched.v1.PreviewScheduleResponse
-	(*PreviewOccurrence)(nil),                    // 52: paysched.v1.PreviewOccurrence
-	nil,                                          // 53: paysched.v1.ScheduledPayment.MetadataEntry
-	nil,                                          // 54: paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
-	nil,                                          // 55: paysched.v1.Schedule.MetadataEntry
-	nil,                                          // 56: paysched.v1.CreateScheduleRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil),                // 57: google.protobuf.Timestamp
+	(*UpdateScheduleRequest)(nil),                // 46: paysched.v1.UpdateScheduleRequest
+	(*UpdateScheduleResponse)(nil),               // 47: paysched.v1.UpdateScheduleResponse
+	(*ResumeScheduleRequest)(nil),                // 48: paysched.v1.ResumeScheduleRequest
+	(*ResumeScheduleResponse)(nil),               // 49: paysched.v1.ResumeScheduleResponse
+	(*CancelScheduleRequest)(nil),                // 50: paysched.v1.CancelScheduleRequest
+	(*CancelScheduleResponse)(nil),               // 51: paysched.v1.CancelScheduleResponse
+	(*PreviewScheduleRequest)(nil),               // 52: paysched.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil),              // 53: paysched.v1.PreviewScheduleResponse
+	(*PreviewOccurrence)(nil),                    // 54: paysched.v1.PreviewOccurrence
+	nil,                                          // 55: paysched.v1.ScheduledPayment.MetadataEntry
+	nil,                                          // 56: paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
+	nil,                                          // 57: paysched.v1.Schedule.MetadataEntry
+	nil,                                          // 58: paysched.v1.CreateScheduleRequest.MetadataEntry
+	nil,                                          // 59: paysched.v1.UpdateScheduleRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil),                // 60: google.protobuf.Timestamp
 }
 var file_paysched_v1_payments_proto_depIdxs = []int32{
-	57, // 0: paysched.v1.ScheduledPayment.due_at:type_name -> google.protobuf.Timestamp
+	60, // 0: paysched.v1.ScheduledPayment.due_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: paysched.v1.ScheduledPayment.status:type_name -> paysched.v1.PaymentStatus
-	53, // 2: paysched.v1.ScheduledPayment.metadata:type_name -> paysched.v1.ScheduledPayment.MetadataEntry
-	57, // 3: paysched.v1.ScheduledPayment.created_at:type_name -> google.protobuf.Timestamp
-	57, // 4: paysched.v1.ScheduledPayment.updated_at:type_name -> google.protobuf.Timestamp
+	55, // 2: paysched.v1.ScheduledPayment.metadata:type_name -> paysched.v1.ScheduledPayment.MetadataEntry
+	60, // 3: paysched.v1.ScheduledPayment.created_at:type_name -> google.protobuf.Timestamp
+	60, // 4: paysched.v1.ScheduledPayment.updated_at:type_name -> google.protobuf.Timestamp
 	7,  // 5: paysched.v1.ScheduledPayment.attempts:type_name -> paysched.v1.PaymentAttempt
-	57, // 6: paysched.v1.ScheduledPayment.run_at:type_name -> google.protobuf.Timestamp
-	57, // 7: paysched.v1.PaymentAttempt.started_at:type_name -> google.protobuf.Timestamp
-	57, // 8: paysched.v1.PaymentAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	57, // 9: paysched.v1.CreateScheduledPaymentRequest.due_at:type_name -> google.protobuf.Timestamp
-	54, // 10: paysched.v1.CreateScheduledPaymentRequest.metadata:type_name -> paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
+	60, // 6: paysched.v1.ScheduledPayment.run_at:type_name -> google.protobuf.Timestamp
+	60, // 7: paysched.v1.PaymentAttempt.started_at:type_name -> google.protobuf.Timestamp
+	60, // 8: paysched.v1.PaymentAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	60, // 9: paysched.v1.CreateScheduledPaymentRequest.due_at:type_name -> google.protobuf.Timestamp
+	56, // 10: paysched.v1.CreateScheduledPaymentRequest.metadata:type_name -> paysched.v1.CreateScheduledPaymentRequest.MetadataEntry
 	6,  // 11: paysched.v1.CreateScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
 	6,  // 12: paysched.v1.GetScheduledPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
 	0,  // 13: paysched.v1.ListScheduledPaymentsRequest.status:type_name -> paysched.v1.PaymentStatus
@@ -4097,84 +4343,91 @@ var file_paysched_v1_payments_proto_depIdxs = []int32{
 	6,  // 18: paysched.v1.BatchCreateResult.payment:type_name -> paysched.v1.ScheduledPayment
 	18, // 19: paysched.v1.BatchCreateResult.field_violations:type_name -> paysched.v1.FieldViolation
 	17, // 20: paysched.v1.BatchCreateScheduledPaymentsResponse.results:type_name -> paysched.v1.BatchCreateResult
-	57, // 21: paysched.v1.WebhookEndpoint.failing_since:type_name -> google.protobuf.Timestamp
-	57, // 22: paysched.v1.WebhookEndpoint.rotate_until:type_name -> google.protobuf.Timestamp
-	57, // 23: paysched.v1.WebhookEndpoint.created_at:type_name -> google.protobuf.Timestamp
-	57, // 24: paysched.v1.WebhookAttempt.at:type_name -> google.protobuf.Timestamp
+	60, // 21: paysched.v1.WebhookEndpoint.failing_since:type_name -> google.protobuf.Timestamp
+	60, // 22: paysched.v1.WebhookEndpoint.rotate_until:type_name -> google.protobuf.Timestamp
+	60, // 23: paysched.v1.WebhookEndpoint.created_at:type_name -> google.protobuf.Timestamp
+	60, // 24: paysched.v1.WebhookAttempt.at:type_name -> google.protobuf.Timestamp
 	20, // 25: paysched.v1.CreateEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
 	20, // 26: paysched.v1.ListEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
-	57, // 27: paysched.v1.RecoverMessagesRequest.since:type_name -> google.protobuf.Timestamp
-	57, // 28: paysched.v1.RecoverMessagesRequest.until:type_name -> google.protobuf.Timestamp
+	60, // 27: paysched.v1.RecoverMessagesRequest.since:type_name -> google.protobuf.Timestamp
+	60, // 28: paysched.v1.RecoverMessagesRequest.until:type_name -> google.protobuf.Timestamp
 	21, // 29: paysched.v1.ListAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
-	55, // 30: paysched.v1.Schedule.metadata:type_name -> paysched.v1.Schedule.MetadataEntry
+	57, // 30: paysched.v1.Schedule.metadata:type_name -> paysched.v1.Schedule.MetadataEntry
 	2,  // 31: paysched.v1.Schedule.month_end:type_name -> paysched.v1.MonthEndPolicy
 	3,  // 32: paysched.v1.Schedule.business_days:type_name -> paysched.v1.BusinessDayConvention
 	4,  // 33: paysched.v1.Schedule.catch_up:type_name -> paysched.v1.CatchUpPolicy
 	1,  // 34: paysched.v1.Schedule.state:type_name -> paysched.v1.ScheduleState
-	57, // 35: paysched.v1.Schedule.resume_at:type_name -> google.protobuf.Timestamp
-	57, // 36: paysched.v1.Schedule.next_at:type_name -> google.protobuf.Timestamp
-	57, // 37: paysched.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
-	57, // 38: paysched.v1.Schedule.updated_at:type_name -> google.protobuf.Timestamp
-	56, // 39: paysched.v1.CreateScheduleRequest.metadata:type_name -> paysched.v1.CreateScheduleRequest.MetadataEntry
+	60, // 35: paysched.v1.Schedule.resume_at:type_name -> google.protobuf.Timestamp
+	60, // 36: paysched.v1.Schedule.next_at:type_name -> google.protobuf.Timestamp
+	60, // 37: paysched.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
+	60, // 38: paysched.v1.Schedule.updated_at:type_name -> google.protobuf.Timestamp
+	58, // 39: paysched.v1.CreateScheduleRequest.metadata:type_name -> paysched.v1.CreateScheduleRequest.MetadataEntry
 	2,  // 40: paysched.v1.CreateScheduleRequest.month_end:type_name -> paysched.v1.MonthEndPolicy
 	3,  // 41: paysched.v1.CreateScheduleRequest.business_days:type_name -> paysched.v1.BusinessDayConvention
 	4,  // 42: paysched.v1.CreateScheduleRequest.catch_up:type_name -> paysched.v1.CatchUpPolicy
 	36, // 43: paysched.v1.CreateScheduleResponse.schedule:type_name -> paysched.v1.Schedule
 	36, // 44: paysched.v1.GetScheduleResponse.schedule:type_name -> paysched.v1.Schedule
 	41, // 45: paysched.v1.GetScheduleResponse.occurrences:type_name -> paysched.v1.ScheduleOccurrence
-	57, // 46: paysched.v1.ScheduleOccurrence.due_at:type_name -> google.protobuf.Timestamp
+	60, // 46: paysched.v1.ScheduleOccurrence.due_at:type_name -> google.protobuf.Timestamp
 	36, // 47: paysched.v1.ListSchedulesResponse.schedules:type_name -> paysched.v1.Schedule
-	57, // 48: paysched.v1.PauseScheduleRequest.resume_at:type_name -> google.protobuf.Timestamp
+	60, // 48: paysched.v1.PauseScheduleRequest.resume_at:type_name -> google.protobuf.Timestamp
 	36, // 49: paysched.v1.PauseScheduleResponse.schedule:type_name -> paysched.v1.Schedule
-	36, // 50: paysched.v1.ResumeScheduleResponse.schedule:type_name -> paysched.v1.Schedule
-	36, // 51: paysched.v1.CancelScheduleResponse.schedule:type_name -> paysched.v1.Schedule
-	2,  // 52: paysched.v1.PreviewScheduleRequest.month_end:type_name -> paysched.v1.MonthEndPolicy
-	3,  // 53: paysched.v1.PreviewScheduleRequest.business_days:type_name -> paysched.v1.BusinessDayConvention
-	52, // 54: paysched.v1.PreviewScheduleResponse.occurrences:type_name -> paysched.v1.PreviewOccurrence
-	57, // 55: paysched.v1.PreviewOccurrence.due_at:type_name -> google.protobuf.Timestamp
-	8,  // 56: paysched.v1.PaymentsService.CreateScheduledPayment:input_type -> paysched.v1.CreateScheduledPaymentRequest
-	10, // 57: paysched.v1.PaymentsService.GetScheduledPayment:input_type -> paysched.v1.GetScheduledPaymentRequest
-	12, // 58: paysched.v1.PaymentsService.ListScheduledPayments:input_type -> paysched.v1.ListScheduledPaymentsRequest
-	14, // 59: paysched.v1.PaymentsService.CancelScheduledPayment:input_type -> paysched.v1.CancelScheduledPaymentRequest
-	16, // 60: paysched.v1.PaymentsService.BatchCreateScheduledPayments:input_type -> paysched.v1.BatchCreateScheduledPaymentsRequest
-	22, // 61: paysched.v1.WebhooksService.CreateEndpoint:input_type -> paysched.v1.CreateEndpointRequest
-	24, // 62: paysched.v1.WebhooksService.ListEndpoints:input_type -> paysched.v1.ListEndpointsRequest
-	26, // 63: paysched.v1.WebhooksService.SetEndpointEnabled:input_type -> paysched.v1.SetEndpointEnabledRequest
-	28, // 64: paysched.v1.WebhooksService.RotateEndpointSecret:input_type -> paysched.v1.RotateEndpointSecretRequest
-	30, // 65: paysched.v1.WebhooksService.ResendMessage:input_type -> paysched.v1.ResendMessageRequest
-	32, // 66: paysched.v1.WebhooksService.RecoverMessages:input_type -> paysched.v1.RecoverMessagesRequest
-	34, // 67: paysched.v1.WebhooksService.ListAttempts:input_type -> paysched.v1.ListAttemptsRequest
-	37, // 68: paysched.v1.SchedulesService.CreateSchedule:input_type -> paysched.v1.CreateScheduleRequest
-	39, // 69: paysched.v1.SchedulesService.GetSchedule:input_type -> paysched.v1.GetScheduleRequest
-	42, // 70: paysched.v1.SchedulesService.ListSchedules:input_type -> paysched.v1.ListSchedulesRequest
-	44, // 71: paysched.v1.SchedulesService.PauseSchedule:input_type -> paysched.v1.PauseScheduleRequest
-	46, // 72: paysched.v1.SchedulesService.ResumeSchedule:input_type -> paysched.v1.ResumeScheduleRequest
-	48, // 73: paysched.v1.SchedulesService.CancelSchedule:input_type -> paysched.v1.CancelScheduleRequest
-	50, // 74: paysched.v1.SchedulesService.PreviewSchedule:input_type -> paysched.v1.PreviewScheduleRequest
-	9,  // 75: paysched.v1.PaymentsService.CreateScheduledPayment:output_type -> paysched.v1.CreateScheduledPaymentResponse
-	11, // 76: paysched.v1.PaymentsService.GetScheduledPayment:output_type -> paysched.v1.GetScheduledPaymentResponse
-	13, // 77: paysched.v1.PaymentsService.ListScheduledPayments:output_type -> paysched.v1.ListScheduledPaymentsResponse
-	15, // 78: paysched.v1.PaymentsService.CancelScheduledPayment:output_type -> paysched.v1.CancelScheduledPaymentResponse
-	19, // 79: paysched.v1.PaymentsService.BatchCreateScheduledPayments:output_type -> paysched.v1.BatchCreateScheduledPaymentsResponse
-	23, // 80: paysched.v1.WebhooksService.CreateEndpoint:output_type -> paysched.v1.CreateEndpointResponse
-	25, // 81: paysched.v1.WebhooksService.ListEndpoints:output_type -> paysched.v1.ListEndpointsResponse
-	27, // 82: paysched.v1.WebhooksService.SetEndpointEnabled:output_type -> paysched.v1.SetEndpointEnabledResponse
-	29, // 83: paysched.v1.WebhooksService.RotateEndpointSecret:output_type -> paysched.v1.RotateEndpointSecretResponse
-	31, // 84: paysched.v1.WebhooksService.ResendMessage:output_type -> paysched.v1.ResendMessageResponse
-	33, // 85: paysched.v1.WebhooksService.RecoverMessages:output_type -> paysched.v1.RecoverMessagesResponse
-	35, // 86: paysched.v1.WebhooksService.ListAttempts:output_type -> paysched.v1.ListAttemptsResponse
-	38, // 87: paysched.v1.SchedulesService.CreateSchedule:output_type -> paysched.v1.CreateScheduleResponse
-	40, // 88: paysched.v1.SchedulesService.GetSchedule:output_type -> paysched.v1.GetScheduleResponse
-	43, // 89: paysched.v1.SchedulesService.ListSchedules:output_type -> paysched.v1.ListSchedulesResponse
-	45, // 90: paysched.v1.SchedulesService.PauseSchedule:output_type -> paysched.v1.PauseScheduleResponse
-	47, // 91: paysched.v1.SchedulesService.ResumeSchedule:output_type -> paysched.v1.ResumeScheduleResponse
-	49, // 92: paysched.v1.SchedulesService.CancelSchedule:output_type -> paysched.v1.CancelScheduleResponse
-	51, // 93: paysched.v1.SchedulesService.PreviewSchedule:output_type -> paysched.v1.PreviewScheduleResponse
-	75, // [75:94] is the sub-list for method output_type
-	56, // [56:75] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	59, // 50: paysched.v1.UpdateScheduleRequest.metadata:type_name -> paysched.v1.UpdateScheduleRequest.MetadataEntry
+	2,  // 51: paysched.v1.UpdateScheduleRequest.month_end:type_name -> paysched.v1.MonthEndPolicy
+	3,  // 52: paysched.v1.UpdateScheduleRequest.business_days:type_name -> paysched.v1.BusinessDayConvention
+	4,  // 53: paysched.v1.UpdateScheduleRequest.catch_up:type_name -> paysched.v1.CatchUpPolicy
+	36, // 54: paysched.v1.UpdateScheduleResponse.schedule:type_name -> paysched.v1.Schedule
+	36, // 55: paysched.v1.ResumeScheduleResponse.schedule:type_name -> paysched.v1.Schedule
+	36, // 56: paysched.v1.CancelScheduleResponse.schedule:type_name -> paysched.v1.Schedule
+	2,  // 57: paysched.v1.PreviewScheduleRequest.month_end:type_name -> paysched.v1.MonthEndPolicy
+	3,  // 58: paysched.v1.PreviewScheduleRequest.business_days:type_name -> paysched.v1.BusinessDayConvention
+	54, // 59: paysched.v1.PreviewScheduleResponse.occurrences:type_name -> paysched.v1.PreviewOccurrence
+	60, // 60: paysched.v1.PreviewOccurrence.due_at:type_name -> google.protobuf.Timestamp
+	8,  // 61: paysched.v1.PaymentsService.CreateScheduledPayment:input_type -> paysched.v1.CreateScheduledPaymentRequest
+	10, // 62: paysched.v1.PaymentsService.GetScheduledPayment:input_type -> paysched.v1.GetScheduledPaymentRequest
+	12, // 63: paysched.v1.PaymentsService.ListScheduledPayments:input_type -> paysched.v1.ListScheduledPaymentsRequest
+	14, // 64: paysched.v1.PaymentsService.CancelScheduledPayment:input_type -> paysched.v1.CancelScheduledPaymentRequest
+	16, // 65: paysched.v1.PaymentsService.BatchCreateScheduledPayments:input_type -> paysched.v1.BatchCreateScheduledPaymentsRequest
+	22, // 66: paysched.v1.WebhooksService.CreateEndpoint:input_type -> paysched.v1.CreateEndpointRequest
+	24, // 67: paysched.v1.WebhooksService.ListEndpoints:input_type -> paysched.v1.ListEndpointsRequest
+	26, // 68: paysched.v1.WebhooksService.SetEndpointEnabled:input_type -> paysched.v1.SetEndpointEnabledRequest
+	28, // 69: paysched.v1.WebhooksService.RotateEndpointSecret:input_type -> paysched.v1.RotateEndpointSecretRequest
+	30, // 70: paysched.v1.WebhooksService.ResendMessage:input_type -> paysched.v1.ResendMessageRequest
+	32, // 71: paysched.v1.WebhooksService.RecoverMessages:input_type -> paysched.v1.RecoverMessagesRequest
+	34, // 72: paysched.v1.WebhooksService.ListAttempts:input_type -> paysched.v1.ListAttemptsRequest
+	37, // 73: paysched.v1.SchedulesService.CreateSchedule:input_type -> paysched.v1.CreateScheduleRequest
+	39, // 74: paysched.v1.SchedulesService.GetSchedule:input_type -> paysched.v1.GetScheduleRequest
+	42, // 75: paysched.v1.SchedulesService.ListSchedules:input_type -> paysched.v1.ListSchedulesRequest
+	44, // 76: paysched.v1.SchedulesService.PauseSchedule:input_type -> paysched.v1.PauseScheduleRequest
+	48, // 77: paysched.v1.SchedulesService.ResumeSchedule:input_type -> paysched.v1.ResumeScheduleRequest
+	46, // 78: paysched.v1.SchedulesService.UpdateSchedule:input_type -> paysched.v1.UpdateScheduleRequest
+	50, // 79: paysched.v1.SchedulesService.CancelSchedule:input_type -> paysched.v1.CancelScheduleRequest
+	52, // 80: paysched.v1.SchedulesService.PreviewSchedule:input_type -> paysched.v1.PreviewScheduleRequest
+	9,  // 81: paysched.v1.PaymentsService.CreateScheduledPayment:output_type -> paysched.v1.CreateScheduledPaymentResponse
+	11, // 82: paysched.v1.PaymentsService.GetScheduledPayment:output_type -> paysched.v1.GetScheduledPaymentResponse
+	13, // 83: paysched.v1.PaymentsService.ListScheduledPayments:output_type -> paysched.v1.ListScheduledPaymentsResponse
+	15, // 84: paysched.v1.PaymentsService.CancelScheduledPayment:output_type -> paysched.v1.CancelScheduledPaymentResponse
+	19, // 85: paysched.v1.PaymentsService.BatchCreateScheduledPayments:output_type -> paysched.v1.BatchCreateScheduledPaymentsResponse
+	23, // 86: paysched.v1.WebhooksService.CreateEndpoint:output_type -> paysched.v1.CreateEndpointResponse
+	25, // 87: paysched.v1.WebhooksService.ListEndpoints:output_type -> paysched.v1.ListEndpointsResponse
+	27, // 88: paysched.v1.WebhooksService.SetEndpointEnabled:output_type -> paysched.v1.SetEndpointEnabledResponse
+	29, // 89: paysched.v1.WebhooksService.RotateEndpointSecret:output_type -> paysched.v1.RotateEndpointSecretResponse
+	31, // 90: paysched.v1.WebhooksService.ResendMessage:output_type -> paysched.v1.ResendMessageResponse
+	33, // 91: paysched.v1.WebhooksService.RecoverMessages:output_type -> paysched.v1.RecoverMessagesResponse
+	35, // 92: paysched.v1.WebhooksService.ListAttempts:output_type -> paysched.v1.ListAttemptsResponse
+	38, // 93: paysched.v1.SchedulesService.CreateSchedule:output_type -> paysched.v1.CreateScheduleResponse
+	40, // 94: paysched.v1.SchedulesService.GetSchedule:output_type -> paysched.v1.GetScheduleResponse
+	43, // 95: paysched.v1.SchedulesService.ListSchedules:output_type -> paysched.v1.ListSchedulesResponse
+	45, // 96: paysched.v1.SchedulesService.PauseSchedule:output_type -> paysched.v1.PauseScheduleResponse
+	49, // 97: paysched.v1.SchedulesService.ResumeSchedule:output_type -> paysched.v1.ResumeScheduleResponse
+	47, // 98: paysched.v1.SchedulesService.UpdateSchedule:output_type -> paysched.v1.UpdateScheduleResponse
+	51, // 99: paysched.v1.SchedulesService.CancelSchedule:output_type -> paysched.v1.CancelScheduleResponse
+	53, // 100: paysched.v1.SchedulesService.PreviewSchedule:output_type -> paysched.v1.PreviewScheduleResponse
+	81, // [81:101] is the sub-list for method output_type
+	61, // [61:81] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_payments_proto_init() }
@@ -4188,7 +4441,7 @@ func file_paysched_v1_payments_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_v1_payments_proto_rawDesc), len(file_paysched_v1_payments_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -676,6 +676,7 @@ const (
 	SchedulesService_ListSchedules_FullMethodName   = "/paysched.v1.SchedulesService/ListSchedules"
 	SchedulesService_PauseSchedule_FullMethodName   = "/paysched.v1.SchedulesService/PauseSchedule"
 	SchedulesService_ResumeSchedule_FullMethodName  = "/paysched.v1.SchedulesService/ResumeSchedule"
+	SchedulesService_UpdateSchedule_FullMethodName  = "/paysched.v1.SchedulesService/UpdateSchedule"
 	SchedulesService_CancelSchedule_FullMethodName  = "/paysched.v1.SchedulesService/CancelSchedule"
 	SchedulesService_PreviewSchedule_FullMethodName = "/paysched.v1.SchedulesService/PreviewSchedule"
 )
@@ -706,6 +707,12 @@ type SchedulesServiceClient interface {
 	PauseSchedule(ctx context.Context, in *PauseScheduleRequest, opts ...grpc.CallOption) (*PauseScheduleResponse, error)
 	// ResumeSchedule resumes a paused schedule.
 	ResumeSchedule(ctx context.Context, in *ResumeScheduleRequest, opts ...grpc.CallOption) (*ResumeScheduleResponse, error)
+	// UpdateSchedule replaces an active or paused schedule's payment and
+	// plan (every field, as create takes them). The occurrences made ahead
+	// under the old ones are cancelled (one already claimed goes ahead) and
+	// made again as they now read; the new plan starts from now, catching
+	// nothing up.
+	UpdateSchedule(ctx context.Context, in *UpdateScheduleRequest, opts ...grpc.CallOption) (*UpdateScheduleResponse, error)
 	// CancelSchedule ends a schedule for good, withdrawing its occurrences
 	// made ahead as a pause does.
 	CancelSchedule(ctx context.Context, in *CancelScheduleRequest, opts ...grpc.CallOption) (*CancelScheduleResponse, error)
@@ -773,6 +780,16 @@ func (c *schedulesServiceClient) ResumeSchedule(ctx context.Context, in *ResumeS
 	return out, nil
 }
 
+func (c *schedulesServiceClient) UpdateSchedule(ctx context.Context, in *UpdateScheduleRequest, opts ...grpc.CallOption) (*UpdateScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateScheduleResponse)
+	err := c.cc.Invoke(ctx, SchedulesService_UpdateSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *schedulesServiceClient) CancelSchedule(ctx context.Context, in *CancelScheduleRequest, opts ...grpc.CallOption) (*CancelScheduleResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelScheduleResponse)
@@ -819,6 +836,12 @@ type SchedulesServiceServer interface {
 	PauseSchedule(context.Context, *PauseScheduleRequest) (*PauseScheduleResponse, error)
 	// ResumeSchedule resumes a paused schedule.
 	ResumeSchedule(context.Context, *ResumeScheduleRequest) (*ResumeScheduleResponse, error)
+	// UpdateSchedule replaces an active or paused schedule's payment and
+	// plan (every field, as create takes them). The occurrences made ahead
+	// under the old ones are cancelled (one already claimed goes ahead) and
+	// made again as they now read; the new plan starts from now, catching
+	// nothing up.
+	UpdateSchedule(context.Context, *UpdateScheduleRequest) (*UpdateScheduleResponse, error)
 	// CancelSchedule ends a schedule for good, withdrawing its occurrences
 	// made ahead as a pause does.
 	CancelSchedule(context.Context, *CancelScheduleRequest) (*CancelScheduleResponse, error)
@@ -850,6 +873,9 @@ func (UnimplementedSchedulesServiceServer) PauseSchedule(context.Context, *Pause
 }
 func (UnimplementedSchedulesServiceServer) ResumeSchedule(context.Context, *ResumeScheduleRequest) (*ResumeScheduleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumeSchedule not implemented")
+}
+func (UnimplementedSchedulesServiceServer) UpdateSchedule(context.Context, *UpdateScheduleRequest) (*UpdateScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSchedule not implemented")
 }
 func (UnimplementedSchedulesServiceServer) CancelSchedule(context.Context, *CancelScheduleRequest) (*CancelScheduleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelSchedule not implemented")
@@ -968,6 +994,24 @@ func _SchedulesService_ResumeSchedule_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulesService_UpdateSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulesServiceServer).UpdateSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulesService_UpdateSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulesServiceServer).UpdateSchedule(ctx, req.(*UpdateScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SchedulesService_CancelSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelScheduleRequest)
 	if err := dec(in); err != nil {
@@ -1030,6 +1074,10 @@ var SchedulesService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeSchedule",
 			Handler:    _SchedulesService_ResumeSchedule_Handler,
+		},
+		{
+			MethodName: "UpdateSchedule",
+			Handler:    _SchedulesService_UpdateSchedule_Handler,
 		},
 		{
 			MethodName: "CancelSchedule",

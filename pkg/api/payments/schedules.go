@@ -147,6 +147,31 @@ func (s *Schedules) CreateSchedule(ctx context.Context, req *payschedv1.CreateSc
 	if err != nil {
 		return nil, err
 	}
+	row, err := s.prepare(req, s.now())
+	if err != nil {
+		return nil, err
+	}
+	if row.ID, err = uuid.NewV7(); err != nil {
+		return nil, s.internal("create schedule: id", err)
+	}
+	row.Tenant, row.Payer, row.IdempotencyKey, row.RequestHash = tenantOf(ctx), actorID, key, scheduleFingerprint(req)
+	got, replay, err := store.CreateSchedule(ctx, s.db, row)
+	switch {
+	case errors.Is(err, store.ErrScheduleKeyReused):
+		return nil, keyReused(key)
+	case err != nil:
+		return nil, s.internal("create schedule", err)
+	}
+	if replay {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(HeaderReplayed, "true"))
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(HeaderHTTPCode, "201"))
+	return &payschedv1.CreateScheduleResponse{Schedule: scheduleProto(got)}, nil
+}
+
+// prepare checks a schedule's fields, every mistake named by its field,
+// and places its plan at now: the row to write, without its identity.
+func (s *Schedules) prepare(req *payschedv1.CreateScheduleRequest, now time.Time) (store.Schedule, error) {
 	var vs violations
 	currency := req.GetCurrency()
 	s.rules.checkParties(vs.bad, req.GetPayee(), req.GetAmount(), &currency)
@@ -170,45 +195,49 @@ func (s *Schedules) CreateSchedule(ctx context.Context, req *payschedv1.CreateSc
 	if _, ok := payschedv1.BusinessDayConvention_name[int32(req.GetBusinessDays())]; !ok {
 		vs.bad("businessDays", "must be NONE, FOLLOWING, MODIFIED_FOLLOWING or PRECEDING")
 	}
-	if len(vs) > 0 {
-		return nil, apierr.Invalid("the request has invalid fields", vs)
+	if len(vs) > 0 || !planOK {
+		return store.Schedule{}, apierr.Invalid("the request has invalid fields", vs)
 	}
-	now := s.now()
 	place, first, err := planner.Place(plan, now)
 	if errors.Is(err, planner.ErrNoOccurrence) {
-		return nil, apierr.New(codes.InvalidArgument, ReasonNoOccurrence,
+		return store.Schedule{}, apierr.New(codes.InvalidArgument, ReasonNoOccurrence,
 			"the rule makes no occurrence from now on: its COUNT or UNTIL is behind it", nil)
 	}
-	if !planOK || err != nil {
-		return nil, s.internal("create schedule: place", err)
+	if err != nil {
+		return store.Schedule{}, s.internal("schedule: place", err)
 	}
 	if first.At.After(now.Add(s.rules.Horizon)) {
-		return nil, apierr.Invalid("the first occurrence is too far ahead", []apierr.Violation{{Field: "start",
+		return store.Schedule{}, apierr.Invalid("the first occurrence is too far ahead", []apierr.Violation{{Field: "start",
 			Description: fmt.Sprintf("the first occurrence (%s) must be at most %s ahead", first.Nominal, humanDuration(s.rules.Horizon))}})
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return nil, s.internal("create schedule: id", err)
-	}
 	spec := ps.spec()
-	row := store.Schedule{ID: id, Tenant: tenantOf(ctx), Payer: actorID, Payee: req.GetPayee(), Amount: req.GetAmount(), Currency: currency,
+	return store.Schedule{Payee: req.GetPayee(), Amount: req.GetAmount(), Currency: currency,
 		Description: req.GetDescription(), Metadata: req.GetMetadata(), Rule: plan.Rule.String(), Start: plan.Start.String(),
 		Zone: spec.Zone, MonthEnd: spec.MonthEnd, BusinessDays: spec.BusinessDays, Calendar: spec.Calendar,
 		CatchUp: enumName(req.GetCatchUp().String(), "CATCH_UP_POLICY_", "SKIP_MISSED"), CatchUpBound: bound,
-		NextAt: place.NextAt, LastOccurrence: place.LastOccurrence, LastIndex: place.LastIndex,
-		IdempotencyKey: key, RequestHash: scheduleFingerprint(req)}
-	got, replay, err := store.CreateSchedule(ctx, s.db, row)
-	switch {
-	case errors.Is(err, store.ErrScheduleKeyReused):
-		return nil, keyReused(key)
-	case err != nil:
-		return nil, s.internal("create schedule", err)
+		NextAt: place.NextAt, LastOccurrence: place.LastOccurrence, LastIndex: place.LastIndex}, nil
+}
+
+// UpdateSchedule implements SchedulesService.
+func (s *Schedules) UpdateSchedule(ctx context.Context, req *payschedv1.UpdateScheduleRequest) (*payschedv1.UpdateScheduleResponse, error) {
+	actorID, id, err := scheduleTarget(ctx, req.GetScheduleId())
+	if err != nil {
+		return nil, err
 	}
-	if replay {
-		_ = grpc.SetHeader(ctx, metadata.Pairs(HeaderReplayed, "true"))
+	now := s.now()
+	row, err := s.prepare(&payschedv1.CreateScheduleRequest{Payee: req.GetPayee(), Amount: req.GetAmount(), Currency: req.GetCurrency(),
+		Description: req.GetDescription(), Metadata: req.GetMetadata(), Rrule: req.GetRrule(), Start: req.GetStart(),
+		TimeZone: req.GetTimeZone(), MonthEnd: req.GetMonthEnd(), BusinessDays: req.GetBusinessDays(), Calendar: req.GetCalendar(),
+		CatchUp: req.GetCatchUp(), CatchUpBound: req.GetCatchUpBound()}, now)
+	if err != nil {
+		return nil, err
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(HeaderHTTPCode, "201"))
-	return &payschedv1.CreateScheduleResponse{Schedule: scheduleProto(got)}, nil
+	row.ID = id
+	sc, n, err := store.UpdateSchedule(ctx, s.db, now, actorID, row)
+	if err != nil {
+		return nil, changeErr(s, "changed", sc, err)
+	}
+	return &payschedv1.UpdateScheduleResponse{Schedule: scheduleProto(sc), Withdrawn: int32(n)}, nil
 }
 
 // scheduleTarget is the caller and the schedule a request names.

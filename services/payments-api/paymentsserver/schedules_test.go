@@ -105,6 +105,28 @@ func TestSchedulesOverREST(t *testing.T) {
 		t.Fatalf("list: %d %s", r.code, r.body)
 	}
 
+	// A change of amount withdraws what was made ahead at the old one; the
+	// planner makes them again at the new one, each key once.
+	r = e.do("PUT", "/v1/schedules/"+id, tok, nil,
+		`{"payee":"landlord","amount":130000,"currency":"EUR","rrule":"FREQ=DAILY","start":"`+from+`","timeZone":"Europe/Paris","description":"rent"}`)
+	if r.code != 200 || r.json(t)["withdrawn"].(float64) < 30 || r.json(t)["schedule"].(map[string]any)["amount"].(float64) != 130000 {
+		t.Fatalf("update: %d %s", r.code, r.body)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for e.count(`SELECT count(*) FROM payments WHERE schedule_id = $1 AND amount_minor = 130000 AND status = 'PENDING'`, id) < 30 {
+		if time.Now().After(deadline) {
+			t.Fatal("the planner did not make the occurrences again at the new amount in 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := e.count(`SELECT count(*) FROM (SELECT 1 FROM payments WHERE schedule_id = $1 AND status <> 'CANCELLED'
+		GROUP BY occurrence HAVING count(*) > 1) d`, id); n != 0 {
+		t.Fatalf("%d occurrences have two live payments after the change", n)
+	}
+	if r := e.do("PUT", "/v1/schedules/"+id, tok, nil, `{"payee":"landlord","amount":1,"rrule":"FREQ=SECONDLY","start":"`+from+`","timeZone":"UTC"}`); r.code != 400 || !r.fields(t)["rrule"] {
+		t.Fatalf("a bad change: %d %s", r.code, r.body)
+	}
+
 	// Pause withdraws what was made ahead; a second pause is refused;
 	// resume and cancel; cancel again answers the same.
 	r = e.do("POST", "/v1/schedules/"+id+":pause", tok, nil, `{}`)
