@@ -9,6 +9,7 @@ import (
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/payment"
 )
 
 // planCount recurring schedules run in chaos: daily plans in several zones
@@ -87,15 +88,16 @@ func (r *run) cancelPlans(ctx context.Context) {
 func (r *run) checkPlans(ctx context.Context) {
 	made, missing, dup := 0, 0, 0
 	for _, p := range r.plans {
-		n := r.count(ctx, `SELECT count(*) FROM payments WHERE schedule_id = $1 AND occurrence = $2 AND status <> 'CANCELLED'`, p.id, p.first)
+		n := r.count(ctx, `SELECT count(*) FROM payments WHERE schedule_id = $1 AND occurrence = $2 AND status <> $3`, p.id, p.first,
+			string(payment.Cancelled))
 		made += max(n, 0)
 		if n != 1 {
 			missing++
 			r.violation("schedule %s: its first occurrence %s has %d payments (want exactly one)", p.id, p.first, n)
 		}
 	}
-	dup = r.count(ctx, `SELECT count(*) FROM (SELECT 1 FROM payments WHERE schedule_id IS NOT NULL AND status <> 'CANCELLED'
-		GROUP BY schedule_id, occurrence HAVING count(*) > 1) d`)
+	dup = r.count(ctx, `SELECT count(*) FROM (SELECT 1 FROM payments WHERE schedule_id IS NOT NULL AND status <> $1
+		GROUP BY schedule_id, occurrence HAVING count(*) > 1) d`, string(payment.Cancelled))
 	if dup != 0 {
 		r.violation("schedules: %d occurrences have more than one payment", dup)
 	}
