@@ -233,8 +233,13 @@ func flags(t *testing.T, name string) map[string]bool {
 	if bytes.Contains(b, []byte("svc.Boot(")) || bytes.Contains(b, []byte("svc.Main(")) {
 		out["pprof-addr"] = true
 	}
-	if bytes.Contains(b, []byte("config.RegisterMode(fs")) {
+	if bytes.Contains(b, []byte("config.RegisterMode(fs")) || bytes.Contains(b, []byte("config.RegisterService(fs")) {
 		out["dev"] = true
+	}
+	// config.RegisterService(fs, "name", ...) registers --dev and --name,
+	// the service's database.
+	for _, m := range regexp.MustCompile(`config\.RegisterService\(fs,\s*"([a-z0-9-]+)"`).FindAllStringSubmatch(string(b), -1) {
+		out[m[1]] = true
 	}
 	// config.SecretVar(fs, "name", ...) registers --name and --name-file.
 	for _, m := range regexp.MustCompile(`config\.SecretVar\(fs,\s*"([a-z0-9-]+)"`).FindAllStringSubmatch(string(b), -1) {
@@ -281,6 +286,12 @@ func flags(t *testing.T, name string) map[string]bool {
 		// The Kafka TLS and SASL flags every Kafka client shares.
 		kfs := flag.NewFlagSet(name, flag.ContinueOnError)
 		kafkaauth.Register(kfs)
+		kfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
+	}
+	if bytes.Contains(b, []byte("kafkaauth.RegisterClient(fs")) {
+		// The seed brokers and the security flags of a Kafka client.
+		kfs := flag.NewFlagSet(name, flag.ContinueOnError)
+		kafkaauth.RegisterClient(kfs)
 		kfs.VisitAll(func(f *flag.Flag) { out[f.Name] = true })
 	}
 	return out
