@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools:$(PATH)
 
-.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync bench-fair bench-console bench-webhooks bench-compare console-shots chaos clean
+.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync bench-fair bench-console bench-webhooks bench-schedules bench-compare console-shots chaos clean
 
 help:
 	@echo "make up         build and start the local stack (Postgres, payments-api and the engine)"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench-fair  fair claims: one tenant of N=200000 and 100 of 100 due together, fair against due order"
 	@echo "make bench-steady RATE=1000 payments due every second for STEADY_FOR=120s, full stack with CDC and gateway faults"
 	@echo "make bench-webhooks N=100000 payments executed, their notifications signed and delivered to 3 tenants' endpoints (one failing, one hanging); SOURCE=notifications: the dispatcher alone"
+	@echo "make bench-schedules the recurring schedules' planner: SCHEDULES (1,000,000) monthly schedules in every zone, planned beside make bench's engine figure"
 	@echo "make bench-compare BASE=<rev> [BENCH=bench] [PAIRS=5] [METRIC=executed_per_s]: alternated pairs of BASE and HEAD, each pair's ratio and their median (BASE unset: BASE_BENCH against BENCH on HEAD)"
 	@echo "make console-shots retake docs/console's screenshots in headless chromium (the console's browser tests)"
 	@echo "make bench-sync what a synchronous standby costs an acknowledged write (API creates, pgbench), async against sync"
@@ -101,6 +102,9 @@ bench-console: build
 
 bench-webhooks: build
 	@deploy/local/bench-webhooks.sh
+
+bench-schedules: build
+	@SCHEDULES=$(or $(SCHEDULES),1000000) PLANNERS=$(or $(PLANNERS),2) deploy/local/bench-schedules.sh
 
 # Alternated pairs and their median ratio (docs/PERFORMANCE.md): every
 # "not slower" and every ratio target is judged by it.

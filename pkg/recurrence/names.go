@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	// Zone data goes with the binary: a host without zoneinfo still reads
@@ -63,7 +64,7 @@ func (s Spec) Plan() (Plan, error) {
 	if s.Zone == "" || strings.EqualFold(s.Zone, "local") {
 		return Plan{}, fmt.Errorf("%w: time zone %q: want an IANA name such as Europe/Paris", ErrRule, s.Zone)
 	}
-	loc, err := time.LoadLocation(s.Zone)
+	loc, err := location(s.Zone)
 	if err != nil {
 		return Plan{}, fmt.Errorf("%w: time zone %q is not an IANA zone", ErrRule, s.Zone)
 	}
@@ -75,7 +76,7 @@ func (s Spec) Plan() (Plan, error) {
 		return Plan{}, err
 	}
 	if s.Calendar != "" {
-		if p.Calendar, err = CalendarFor(s.Calendar); err != nil {
+		if p.Calendar, err = calendar(s.Calendar); err != nil {
 			return Plan{}, err
 		}
 	}
@@ -87,4 +88,33 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// locations and calendars are read once per process: a planner reads
+// thousands of plans a second, and time.LoadLocation parses the zone's
+// file each time. Both are immutable once made.
+var locations, calendars sync.Map
+
+func location(name string) (*time.Location, error) {
+	if l, ok := locations.Load(name); ok {
+		return l.(*time.Location), nil
+	}
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	locations.Store(name, l)
+	return l, nil
+}
+
+func calendar(country string) (Calendar, error) {
+	if c, ok := calendars.Load(country); ok {
+		return c.(Calendar), nil
+	}
+	c, err := CalendarFor(country)
+	if err != nil {
+		return nil, err
+	}
+	calendars.Store(country, c)
+	return c, nil
 }

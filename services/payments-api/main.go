@@ -39,7 +39,7 @@ func main() {
 	hooksURL := fs.String("webhooks-database-url", "", "the webhooks' database (migrate --webhooks-database-url), where tenants' endpoints are; empty: the tables are in --database-url")
 	planHorizon := fs.Duration("schedule-horizon", 35*24*time.Hour, "how far ahead the planner makes recurring schedules' occurrences (a month's exists, and can be seen and cancelled, before it falls due); at most --horizon")
 	planInterval := fs.Duration("planner-interval", 5*time.Second, "pause between planner passes that found little to do")
-	planBatch := fs.Int("planner-batch", 500, "schedules one planner pass (one transaction) plans")
+	planBatch := fs.Int("planner-batch", 2000, "schedules one planner pass (one transaction) plans")
 	planGrace := fs.Duration("planner-grace", time.Hour, "how late an occurrence may be made and still be charged at once; later ones follow the schedule's catch-up policy")
 	noPlanner := fs.Bool("no-planner", false, "run no planner in this replica (another makes the occurrences)")
 	maxPending := fs.Int("max-pending", payments.DefaultMaxPending, "payments one actor may have scheduled and not yet due (per instance, recounted every 10 s); 0: no cap")

@@ -41,7 +41,7 @@ type Config struct {
 }
 
 // Defaults are a planner's defaults for its zero fields.
-var Defaults = Config{Horizon: 35 * 24 * time.Hour, Interval: 5 * time.Second, Batch: 500, Grace: time.Hour}
+var Defaults = Config{Horizon: 35 * 24 * time.Hour, Interval: 5 * time.Second, Batch: 2000, Grace: time.Hour}
 
 // WithDefaults is c with Defaults in its zero fields.
 func (c Config) WithDefaults() Config {
