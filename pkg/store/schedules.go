@@ -191,7 +191,7 @@ UPDATE schedules SET state = 'CANCELLED', resume_at = NULL, next_at = NULL, upda
 WHERE id = $1 AND ($2 = '' OR payer = $2) AND state IN ('ACTIVE', 'PAUSED')
 RETURNING ` + scheduleCols
 	resumeSQL = `
-UPDATE schedules SET state = 'ACTIVE', resume_at = NULL, next_at = now(), updated_at = now()
+UPDATE schedules SET state = 'ACTIVE', resume_at = NULL, next_at = $3, updated_at = now()
 WHERE id = $1 AND ($2 = '' OR payer = $2) AND state = 'PAUSED'
 RETURNING ` + scheduleCols
 )
@@ -325,10 +325,10 @@ func UpdateSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string
 	return got, int(tag.RowsAffected()), nil
 }
 
-// ResumeSchedule resumes payer's paused schedule (ErrNotFound,
-// ErrScheduleState as PauseSchedule).
-func ResumeSchedule(ctx context.Context, db pgdb.DB, payer string, id uuid.UUID) (*Schedule, error) {
-	s, err := scanSchedule(db.QueryRow(ctx, resumeSQL, id, payer))
+// ResumeSchedule resumes payer's paused schedule, to be planned from now
+// (ErrNotFound, ErrScheduleState as PauseSchedule).
+func ResumeSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID) (*Schedule, error) {
+	s, err := scanSchedule(db.QueryRow(ctx, resumeSQL, id, payer, now))
 	if errors.Is(err, pgx.ErrNoRows) {
 		cur, gerr := GetSchedule(ctx, db, payer, id)
 		if gerr != nil {

@@ -36,6 +36,7 @@ const ReasonNoOccurrence = "NO_OCCURRENCE"
 // Limits of a schedule's fields.
 const (
 	MaxRuleLen        = 500
+	MaxStartYearsBack = 10
 	MaxCatchUpBound   = 120
 	DefaultCatchUp    = 12
 	DefaultPreview    = 12
@@ -92,8 +93,14 @@ func checkPlan(bad func(field, format string, args ...any), p planSpec) (recurre
 		bad("rrule", "%s", strings.TrimPrefix(err.Error(), recurrence.ErrRule.Error()+": "))
 		ok = false
 	}
-	if _, err := recurrence.ParseWall(p.start); err != nil {
+	if w, err := recurrence.ParseWall(p.start); err != nil {
 		bad("start", "must be a local date and time, YYYY-MM-DDTHH:MM[:SS], without a zone or offset")
+		ok = false
+	} else if w.Year < time.Now().Year()-MaxStartYearsBack {
+		// A start in the past only anchors the rule, and placing a plan
+		// walks it from there: a start centuries back would cost a
+		// request as much as it likes.
+		bad("start", "must be at most %d years in the past", MaxStartYearsBack)
 		ok = false
 	}
 	if p.zone == "" {
@@ -363,7 +370,7 @@ func (s *Schedules) ResumeSchedule(ctx context.Context, req *payschedv1.ResumeSc
 	if err != nil {
 		return nil, err
 	}
-	sc, err := store.ResumeSchedule(ctx, s.db, actorID, id)
+	sc, err := store.ResumeSchedule(ctx, s.db, s.now(), actorID, id)
 	if err != nil {
 		return nil, changeErr(s, "resumed", sc, err)
 	}

@@ -265,7 +265,7 @@ func TestCatchUpAcrossAPause(t *testing.T) {
 				t.Fatalf("the pause withdrew %d occurrences, want Feb 15's", withdrawn)
 			}
 			clk.set(time.Date(2027, 5, 1, 0, 0, 0, 0, time.UTC)) // Feb, Mar and Apr 15 passed paused
-			if _, err := store.ResumeSchedule(ctx, db, s.Payer, s.ID); err != nil {
+			if _, err := store.ResumeSchedule(ctx, db, clk.now(), s.Payer, s.ID); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := p.Pass(ctx); err != nil {

@@ -32,6 +32,7 @@ func TestSchedulesOverREST(t *testing.T) {
 		{scheduleBody("FREQ=HOURLY", from, "Europe/Paris", ""), "rrule"},
 		{scheduleBody("FREQ=MONTHLY;BYDAY=2WE,FR", from, "Europe/Paris", ""), "rrule"},
 		{scheduleBody("FREQ=MONTHLY", "2027-02-30T09:00", "Europe/Paris", ""), "start"},
+		{scheduleBody("FREQ=DAILY", "0001-01-01T09:00", "Europe/Paris", ""), "start"},
 		{scheduleBody("FREQ=MONTHLY", from, "Mars/Olympus", ""), "timeZone"},
 		{scheduleBody("FREQ=MONTHLY", from, "Europe/Paris", `,"calendar":"XX"`), "calendar"},
 		{scheduleBody("FREQ=MONTHLY", from, "Europe/Paris", `,"catchUpBound":1000`), "catchUpBound"},
@@ -42,19 +43,23 @@ func TestSchedulesOverREST(t *testing.T) {
 			t.Fatalf("%s: %d %s, want 400 naming %s", c.body, r.code, r.body, c.field)
 		}
 	}
-	if r := e.do("POST", "/v1/schedules", tok, key("ended"), scheduleBody("FREQ=DAILY;COUNT=2", "2020-01-01T09:00", "UTC", "")); r.code != 400 || r.reason(t) != "NO_OCCURRENCE" {
+	if r := e.do("POST", "/v1/schedules", tok, key("ended"), scheduleBody("FREQ=DAILY;COUNT=2", time.Now().UTC().AddDate(-2, 0, 0).Format("2006-01-02T15:04"), "UTC", "")); r.code != 400 || r.reason(t) != "NO_OCCURRENCE" {
 		t.Fatalf("a rule with nothing left: %d %s", r.code, r.body)
 	}
 
 	// Preview before making it: Jan 31 under clamp, with the month end said.
+	// (A year ahead of whenever the test runs: a fixed year would pass
+	// and leave nothing to preview.)
+	year := time.Now().Year() + 2
+	febEnd := fmt.Sprintf("%d-02-%02d", year, time.Date(year, 3, 0, 0, 0, 0, 0, time.UTC).Day())
 	r := e.do("POST", "/v1/schedules:preview", tok, nil,
-		`{"rrule":"FREQ=MONTHLY;COUNT=3","start":"2030-01-31T09:00","timeZone":"Europe/Paris","count":3}`)
+		fmt.Sprintf(`{"rrule":"FREQ=MONTHLY;COUNT=3","start":"%d-01-31T09:00","timeZone":"Europe/Paris","count":3}`, year))
 	if r.code != 200 {
 		t.Fatalf("preview: %d %s", r.code, r.body)
 	}
 	occ := r.json(t)["occurrences"].([]any)
 	feb := occ[1].(map[string]any)
-	if len(occ) != 3 || feb["nominal"] != "2030-02-28T09:00:00" || feb["moved"].([]any)[0] != "MONTH_END" || feb["dueAt"] != "2030-02-28T08:00:00Z" {
+	if len(occ) != 3 || feb["nominal"] != febEnd+"T09:00:00" || feb["moved"].([]any)[0] != "MONTH_END" || feb["dueAt"] != febEnd+"T08:00:00Z" {
 		t.Fatalf("preview: %s", r.body)
 	}
 
