@@ -53,99 +53,102 @@ func schedulesCmd(g *globals) *cobra.Command {
 	return c
 }
 
+// scheduleFlags are a schedule's fields, create's and update's.
+type scheduleFlags struct {
+	plan                           planFlags
+	payee, currency, desc, catchUp string
+	amount                         int64
+	bound                          int32
+	meta                           map[string]string
+}
+
+func (sf *scheduleFlags) register(c *cobra.Command) {
+	sf.plan.register(c)
+	f := c.Flags()
+	f.StringVar(&sf.payee, "payee", "", "who is paid")
+	f.Int64Var(&sf.amount, "amount", 0, "amount of each occurrence in minor units (cents)")
+	f.StringVar(&sf.currency, "currency", "", "ISO 4217 code (default: the server's)")
+	f.StringVar(&sf.desc, "description", "", "free text, copied to each occurrence")
+	f.StringToStringVar(&sf.meta, "metadata", nil, "labels, k=v,k2=v2, copied to each occurrence")
+	f.StringVar(&sf.catchUp, "catch-up", "skip_missed", "what fell due while paused: skip_missed, latest_only or all")
+	f.Int32Var(&sf.bound, "catch-up-bound", 0, "with --catch-up all, at most this many (default 12)")
+}
+
+// request is the fields as a create request (update takes the same).
+func (sf *scheduleFlags) request() (*payschedv1.CreateScheduleRequest, error) {
+	me, bd, err := sf.plan.enums()
+	if err != nil {
+		return nil, err
+	}
+	cu, ok := payschedv1.CatchUpPolicy_value["CATCH_UP_POLICY_"+strings.ToUpper(sf.catchUp)]
+	if !ok {
+		return nil, fmt.Errorf("--catch-up %q: want skip_missed, latest_only or all", sf.catchUp)
+	}
+	return &payschedv1.CreateScheduleRequest{Payee: sf.payee, Amount: sf.amount, Currency: sf.currency, Description: sf.desc,
+		Metadata: sf.meta, Rrule: sf.plan.rule, Start: sf.plan.start, TimeZone: sf.plan.zone, MonthEnd: me, BusinessDays: bd,
+		Calendar: sf.plan.calendar, CatchUp: payschedv1.CatchUpPolicy(cu), CatchUpBound: sf.bound}, nil
+}
+
 func scheduleCreateCmd(g *globals) *cobra.Command {
-	var plan planFlags
-	var payee, currency, desc, key, catchUp string
-	var amount int64
-	var bound int32
-	var meta map[string]string
+	var sf scheduleFlags
+	var key string
 	c := &cobra.Command{
 		Use:   "create --payee P --amount N --rrule RULE --start LOCAL --time-zone ZONE",
 		Short: "Make a schedule",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			me, bd, err := plan.enums()
+			req, err := sf.request()
 			if err != nil {
 				return err
-			}
-			cu, ok := payschedv1.CatchUpPolicy_value["CATCH_UP_POLICY_"+strings.ToUpper(catchUp)]
-			if !ok {
-				return fmt.Errorf("--catch-up %q: want skip_missed, latest_only or all", catchUp)
 			}
 			if key == "" {
 				key = uuid.NewString()
 			}
+			req.RequestId = key
 			c, err := g.dial()
 			if err != nil {
 				return err
 			}
 			defer c.close()
-			resp, err := c.schedules.CreateSchedule(c.ctx, &payschedv1.CreateScheduleRequest{Payee: payee, Amount: amount,
-				Currency: currency, Description: desc, Metadata: meta, Rrule: plan.rule, Start: plan.start, TimeZone: plan.zone,
-				MonthEnd: me, BusinessDays: bd, Calendar: plan.calendar, CatchUp: payschedv1.CatchUpPolicy(cu), CatchUpBound: bound,
-				RequestId: key})
+			resp, err := c.schedules.CreateSchedule(c.ctx, req)
 			if err != nil {
 				return RPCError(err)
 			}
 			return g.printSchedules(resp, resp.GetSchedule())
 		},
 	}
-	plan.register(c)
-	f := c.Flags()
-	f.StringVar(&payee, "payee", "", "who is paid")
-	f.Int64Var(&amount, "amount", 0, "amount of each occurrence in minor units (cents)")
-	f.StringVar(&currency, "currency", "", "ISO 4217 code (default: the server's)")
-	f.StringVar(&desc, "description", "", "free text, copied to each occurrence")
-	f.StringToStringVar(&meta, "metadata", nil, "labels, k=v,k2=v2, copied to each occurrence")
-	f.StringVar(&catchUp, "catch-up", "skip_missed", "what fell due while paused: skip_missed, latest_only or all")
-	f.Int32Var(&bound, "catch-up-bound", 0, "with --catch-up all, at most this many (default 12)")
-	f.StringVar(&key, "idempotency-key", "", "idempotency key (default: a random UUID)")
+	sf.register(c)
+	c.Flags().StringVar(&key, "idempotency-key", "", "idempotency key (default: a random UUID)")
 	return c
 }
 
 func scheduleUpdateCmd(g *globals) *cobra.Command {
-	var plan planFlags
-	var payee, currency, desc, catchUp string
-	var amount int64
-	var bound int32
-	var meta map[string]string
+	var sf scheduleFlags
 	c := &cobra.Command{
 		Use:   "update SCHEDULE_ID --payee P --amount N --rrule RULE --start LOCAL --time-zone ZONE",
 		Short: "Replace a schedule's payment and plan: what was made ahead is made again as it now reads",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			me, bd, err := plan.enums()
+			r, err := sf.request()
 			if err != nil {
 				return err
-			}
-			cu, ok := payschedv1.CatchUpPolicy_value["CATCH_UP_POLICY_"+strings.ToUpper(catchUp)]
-			if !ok {
-				return fmt.Errorf("--catch-up %q: want skip_missed, latest_only or all", catchUp)
 			}
 			c, err := g.dial()
 			if err != nil {
 				return err
 			}
 			defer c.close()
-			resp, err := c.schedules.UpdateSchedule(c.ctx, &payschedv1.UpdateScheduleRequest{ScheduleId: args[0], Payee: payee,
-				Amount: amount, Currency: currency, Description: desc, Metadata: meta, Rrule: plan.rule, Start: plan.start,
-				TimeZone: plan.zone, MonthEnd: me, BusinessDays: bd, Calendar: plan.calendar, CatchUp: payschedv1.CatchUpPolicy(cu),
-				CatchUpBound: bound})
+			resp, err := c.schedules.UpdateSchedule(c.ctx, &payschedv1.UpdateScheduleRequest{ScheduleId: args[0], Payee: r.Payee,
+				Amount: r.Amount, Currency: r.Currency, Description: r.Description, Metadata: r.Metadata, Rrule: r.Rrule,
+				Start: r.Start, TimeZone: r.TimeZone, MonthEnd: r.MonthEnd, BusinessDays: r.BusinessDays, Calendar: r.Calendar,
+				CatchUp: r.CatchUp, CatchUpBound: r.CatchUpBound})
 			if err != nil {
 				return RPCError(err)
 			}
 			return g.printSchedules(resp, resp.GetSchedule())
 		},
 	}
-	plan.register(c)
-	f := c.Flags()
-	f.StringVar(&payee, "payee", "", "who is paid")
-	f.Int64Var(&amount, "amount", 0, "amount of each occurrence in minor units (cents)")
-	f.StringVar(&currency, "currency", "", "ISO 4217 code (default: the server's)")
-	f.StringVar(&desc, "description", "", "free text, copied to each occurrence")
-	f.StringToStringVar(&meta, "metadata", nil, "labels, k=v,k2=v2, copied to each occurrence")
-	f.StringVar(&catchUp, "catch-up", "skip_missed", "what fell due while paused: skip_missed, latest_only or all")
-	f.Int32Var(&bound, "catch-up-bound", 0, "with --catch-up all, at most this many (default 12)")
+	sf.register(c)
 	return c
 }
 

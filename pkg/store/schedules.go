@@ -107,12 +107,9 @@ const scheduleByKeySQL = `SELECT ` + scheduleCols + ` FROM schedules WHERE payer
 // already, returns that one with replay true; a key reused with another
 // request hash is ErrScheduleKeyReused.
 func CreateSchedule(ctx context.Context, db pgdb.DB, s Schedule) (_ *Schedule, replay bool, err error) {
-	meta, err := json.Marshal(s.Metadata)
+	meta, err := metadataJSON(s.Metadata)
 	if err != nil {
-		return nil, false, fmt.Errorf("encode metadata: %w", err)
-	}
-	if s.Metadata == nil {
-		meta = []byte("{}")
+		return nil, false, err
 	}
 	if s.Tenant == "" {
 		s.Tenant = DefaultTenant // its occurrences are shared among tenants as a payment without one is
@@ -232,16 +229,21 @@ WHERE s.id = $1`
 // is no such schedule, ErrScheduleState (with the schedule as it stands)
 // when it is in no state the change may leave.
 func PauseSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID, resumeAt *time.Time) (*Schedule, int, error) {
-	return withdraw(ctx, db, now, payer, id, pauseSQL, resumeAt)
+	return withdraw(ctx, db, now, payer, id, pauseSQL, true, resumeAt)
 }
 
 // CancelSchedule ends payer's active or paused schedule for good; see
 // PauseSchedule.
 func CancelSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID) (*Schedule, int, error) {
-	return withdraw(ctx, db, now, payer, id, cancelScheduleSQL)
+	return withdraw(ctx, db, now, payer, id, cancelScheduleSQL, true)
 }
 
-func withdraw(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID, sql string, args ...any) (*Schedule, int, error) {
+// withdraw changes a schedule with sql (its $1 the id, $2 the payer, then
+// args) and withdraws what was made ahead of now, in one transaction;
+// placeBack moves its place back to its latest occurrence still made (an
+// update sets a place of its own).
+func withdraw(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID, sql string, placeBack bool,
+	args ...any) (*Schedule, int, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("begin: %w", err)
@@ -249,11 +251,8 @@ func withdraw(ctx context.Context, db pgdb.DB, now time.Time, payer string, id u
 	defer tx.Rollback(ctx)
 	s, err := scanSchedule(tx.QueryRow(ctx, sql, append([]any{id, payer}, args...)...))
 	if errors.Is(err, pgx.ErrNoRows) {
-		cur, gerr := GetSchedule(ctx, db, payer, id)
-		if gerr != nil {
-			return nil, 0, gerr
-		}
-		return cur, 0, ErrScheduleState
+		cur, err := notInState(ctx, db, payer, id)
+		return cur, 0, err
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("change schedule state: %w", err)
@@ -262,8 +261,10 @@ func withdraw(ctx context.Context, db pgdb.DB, now time.Time, payer string, id u
 	if err != nil {
 		return nil, 0, fmt.Errorf("withdraw occurrences: %w", err)
 	}
-	if _, err := tx.Exec(ctx, placeSQL, id); err != nil {
-		return nil, 0, fmt.Errorf("move place back: %w", err)
+	if placeBack {
+		if _, err := tx.Exec(ctx, placeSQL, id); err != nil {
+			return nil, 0, fmt.Errorf("move place back: %w", err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, 0, fmt.Errorf("commit: %w", err)
@@ -290,39 +291,36 @@ RETURNING ` + scheduleCols
 // read. It returns the schedule and how many it withdrew; ErrNotFound and
 // ErrScheduleState as PauseSchedule.
 func UpdateSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, s Schedule) (*Schedule, int, error) {
-	meta, err := json.Marshal(s.Metadata)
+	meta, err := metadataJSON(s.Metadata)
 	if err != nil {
-		return nil, 0, fmt.Errorf("encode metadata: %w", err)
+		return nil, 0, err
 	}
-	if s.Metadata == nil {
-		meta = []byte("{}")
-	}
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return nil, 0, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback(ctx)
-	got, err := scanSchedule(tx.QueryRow(ctx, updateScheduleSQL, s.ID, payer, s.Payee, s.Amount, s.Currency, s.Description,
+	return withdraw(ctx, db, now, payer, s.ID, updateScheduleSQL, false, s.Payee, s.Amount, s.Currency, s.Description,
 		string(meta), s.Rule, s.Start, s.Zone, s.MonthEnd, s.BusinessDays, s.Calendar, s.CatchUp, s.CatchUpBound,
-		s.LastOccurrence, s.LastIndex, s.NextAt))
-	if errors.Is(err, pgx.ErrNoRows) {
-		cur, gerr := GetSchedule(ctx, db, payer, s.ID)
-		if gerr != nil {
-			return nil, 0, gerr
-		}
-		return cur, 0, ErrScheduleState
-	}
+		s.LastOccurrence, s.LastIndex, s.NextAt)
+}
+
+// notInState answers a change that found payer's schedule in no state it
+// may leave: the schedule as it stands and ErrScheduleState, or
+// ErrNotFound.
+func notInState(ctx context.Context, db pgdb.DB, payer string, id uuid.UUID) (*Schedule, error) {
+	cur, err := GetSchedule(ctx, db, payer, id)
 	if err != nil {
-		return nil, 0, fmt.Errorf("update schedule: %w", err)
+		return nil, err
 	}
-	tag, err := tx.Exec(ctx, withdrawSQL, s.ID, now)
+	return cur, ErrScheduleState
+}
+
+// metadataJSON is a schedule's metadata as stored: an object, {} for none.
+func metadataJSON(m map[string]string) ([]byte, error) {
+	if m == nil {
+		return []byte("{}"), nil
+	}
+	b, err := json.Marshal(m)
 	if err != nil {
-		return nil, 0, fmt.Errorf("withdraw occurrences: %w", err)
+		return nil, fmt.Errorf("encode metadata: %w", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, 0, fmt.Errorf("commit: %w", err)
-	}
-	return got, int(tag.RowsAffected()), nil
+	return b, nil
 }
 
 // ResumeSchedule resumes payer's paused schedule, to be planned from now
@@ -330,11 +328,7 @@ func UpdateSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string
 func ResumeSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID) (*Schedule, error) {
 	s, err := scanSchedule(db.QueryRow(ctx, resumeSQL, id, payer, now))
 	if errors.Is(err, pgx.ErrNoRows) {
-		cur, gerr := GetSchedule(ctx, db, payer, id)
-		if gerr != nil {
-			return nil, gerr
-		}
-		return cur, ErrScheduleState
+		return notInState(ctx, db, payer, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("resume schedule: %w", err)

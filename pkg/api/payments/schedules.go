@@ -2,7 +2,6 @@ package payments
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -139,9 +138,7 @@ func (v *violations) bad(field, format string, args ...any) {
 func scheduleFingerprint(req *payschedv1.CreateScheduleRequest) []byte {
 	req = proto.CloneOf(req)
 	req.RequestId = ""
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(req)
-	h := sha256.Sum256(b)
-	return h[:]
+	return bodyHash(req)
 }
 
 // CreateSchedule implements SchedulesService.
@@ -249,12 +246,19 @@ func (s *Schedules) UpdateSchedule(ctx context.Context, req *payschedv1.UpdateSc
 
 // scheduleTarget is the caller and the schedule a request names.
 func scheduleTarget(ctx context.Context, scheduleID string) (string, uuid.UUID, error) {
-	actorID, err := actor(ctx)
-	if err != nil {
-		return "", uuid.Nil, err
+	return targetOf(ctx, "scheduleId", scheduleID)
+}
+
+// load reads the caller's schedule: NOT_FOUND for another's or none.
+func (s *Schedules) load(ctx context.Context, actorID string, id uuid.UUID) (*store.Schedule, error) {
+	sc, err := store.GetSchedule(ctx, s.db, actorID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, scheduleNotFound()
 	}
-	id, err := apierr.ParseID("scheduleId", scheduleID)
-	return actorID, id, err
+	if err != nil {
+		return nil, s.internal("read schedule", err)
+	}
+	return sc, nil
 }
 
 func scheduleNotFound() error {
@@ -267,12 +271,9 @@ func (s *Schedules) GetSchedule(ctx context.Context, req *payschedv1.GetSchedule
 	if err != nil {
 		return nil, err
 	}
-	sc, err := store.GetSchedule(ctx, s.db, actorID, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, scheduleNotFound()
-	}
+	sc, err := s.load(ctx, actorID, id)
 	if err != nil {
-		return nil, s.internal("get schedule", err)
+		return nil, err
 	}
 	occ, err := store.ScheduleOccurrences(ctx, s.db, id, scheduleRecentMax)
 	if err != nil {
@@ -292,15 +293,9 @@ func (s *Schedules) ListSchedules(ctx context.Context, req *payschedv1.ListSched
 	if err != nil {
 		return nil, err
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, apierr.Invalid("pageSize must not be negative",
-			[]apierr.Violation{{Field: "pageSize", Description: "must be between 1 and 500 (0 means the default, 50)"}})
-	case size == 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	// The cursor is bound to the actor: reused by another it fails
 	// verification like a tampered one.
@@ -414,12 +409,9 @@ func (s *Schedules) PreviewSchedule(ctx context.Context, req *payschedv1.Preview
 		if err != nil {
 			return nil, err
 		}
-		sc, err := store.GetSchedule(ctx, s.db, actorID, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, scheduleNotFound()
-		}
+		sc, err := s.load(ctx, actorID, id)
 		if err != nil {
-			return nil, s.internal("preview schedule", err)
+			return nil, err
 		}
 		if plan, err = planner.Plan(sc); err != nil {
 			return nil, s.internal("preview schedule: plan", err)

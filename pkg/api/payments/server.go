@@ -127,7 +127,12 @@ func idempotencyKey(ctx context.Context, requestID string) (string, error) {
 // replay must carry the same body to be answered from the store.
 func fingerprint(req *payschedv1.CreateScheduledPaymentRequest) []byte {
 	req.RequestId = ""
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	return bodyHash(req)
+}
+
+// bodyHash is the SHA-256 of m's deterministic encoding.
+func bodyHash(m proto.Message) []byte {
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	h := sha256.Sum256(b)
 	return h[:]
 }
@@ -332,12 +337,31 @@ func reject(out *payschedv1.BatchCreateResult, reason, msg string, vs []apierr.V
 
 // target is the caller and the payment a Get or Cancel names.
 func target(ctx context.Context, paymentID string) (string, uuid.UUID, error) {
+	return targetOf(ctx, "paymentId", paymentID)
+}
+
+// targetOf is the caller and the resource id a request names in field.
+func targetOf(ctx context.Context, field, id string) (string, uuid.UUID, error) {
 	actorID, err := actor(ctx)
 	if err != nil {
 		return "", uuid.Nil, err
 	}
-	id, err := apierr.ParseID("paymentId", paymentID)
-	return actorID, id, err
+	parsed, err := apierr.ParseID(field, id)
+	return actorID, parsed, err
+}
+
+// pageSize is a list request's page size: DefaultPageSize for 0, at most
+// MaxPageSize, a negative one refused.
+func pageSize(n int32) (int, error) {
+	switch size := int(n); {
+	case size < 0:
+		return 0, apierr.Invalid("pageSize must not be negative",
+			[]apierr.Violation{{Field: "pageSize", Description: "must be between 1 and 500 (0 means the default, 50)"}})
+	case size == 0:
+		return DefaultPageSize, nil
+	default:
+		return min(size, MaxPageSize), nil
+	}
 }
 
 func notFound() error {
@@ -375,15 +399,9 @@ func (s *Server) ListScheduledPayments(ctx context.Context, req *payschedv1.List
 		return nil, apierr.Invalid("unknown status filter",
 			[]apierr.Violation{{Field: "status", Description: "must be one of PENDING, PROCESSING, COMPLETED, FAILED, CANCELLED, DEAD_LETTERED"}})
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, apierr.Invalid("pageSize must not be negative",
-			[]apierr.Violation{{Field: "pageSize", Description: "must be between 1 and 500 (0 means the default, 50)"}})
-	case size == 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	// The cursor is bound to the actor and the filter: reusing it elsewhere
 	// fails verification like a tampered one.
