@@ -447,12 +447,17 @@ type Planned struct {
 
 // setPlannedSQL moves schedules' places. The planner holds each row's lock
 // (DueSchedules), so nothing moved them meanwhile; a schedule paused or
-// cancelled since is not locked by it and so not among them.
+// cancelled since is not locked by it and so not among them. The
+// statement names the planner as the actor of the schedule events it
+// causes (an end; a pause's resume time come): the setting is local to
+// the planner's transaction, and the events' trigger reads it at the
+// statement's end.
 const setPlannedSQL = `
+WITH actor AS (SELECT set_config('paysched.actor', 'planner', true) AS who)
 UPDATE schedules s SET last_occurrence = nullif(p.last_occurrence, ''), last_index = p.last_index, next_at = p.next_at,
        state = p.state, resume_at = CASE WHEN p.state = 'ACTIVE' THEN NULL ELSE s.resume_at END, updated_at = now()
-FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::text[]) AS p(id, last_occurrence, last_index, next_at, state)
-WHERE s.id = p.id`
+FROM actor, unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::text[]) AS p(id, last_occurrence, last_index, next_at, state)
+WHERE s.id = p.id AND actor.who = 'planner'`
 
 // SetPlanned records where each schedule's planning stands.
 func SetPlanned(ctx context.Context, db pgdb.DB, ps []Planned) error {

@@ -60,4 +60,18 @@ func TestTheAPIRolePlansSchedules(t *testing.T) {
 			VALUES ('`+s.ID.String()+`', 'x', 1, gen_random_uuid(), now())`)
 		e.refused(t, role, `UPDATE schedules SET amount_minor = 1`)
 	}
+	// A schedule's events are the database's: the role that changes
+	// schedules wrote two (created, paused) through them, and no role
+	// writes, changes or removes one by itself.
+	var events int
+	if err := e.admin.QueryRow(ctx, `SELECT count(*) FROM schedule_events WHERE schedule_id = $1`, s.ID).Scan(&events); err != nil || events != 2 {
+		t.Fatalf("%d schedule events (%v), want created and paused", events, err)
+	}
+	for _, role := range []string{"paysched_api", "paysched_admin", "paysched_cdc", "paysched_audit"} {
+		e.refused(t, role, `INSERT INTO schedule_events (schedule_id, tenant, kind, actor, data)
+			VALUES ('`+s.ID.String()+`', '', 'RESUMED', 'payer', '{}')`)
+		e.refused(t, role, `UPDATE schedule_events SET actor = 'someone'`)
+		e.refused(t, role, `DELETE FROM schedule_events`)
+	}
+	e.refused(t, "paysched_api", `SELECT paysched_schedule_event()`)
 }

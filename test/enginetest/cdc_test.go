@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -29,7 +30,7 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 	c.stop() // the engine starts once the pipeline is up
 	// The slot is this package's own: slot names are the cluster's, and
 	// other test packages stream from other databases of it meanwhile.
-	seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Actions, kafka.DefaultTopics.Notifications, kafka.DefaultTopics.Heartbeat)
+	seeds := kafkatest.NewCluster(t, kafka.DefaultTopics.Payments, kafka.DefaultTopics.Attempts, kafka.DefaultTopics.Actions, kafka.DefaultTopics.ScheduleEvents, kafka.DefaultTopics.Notifications, kafka.DefaultTopics.Heartbeat)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	conn, err := cdc.New(cdc.Config{DatabaseURL: c.db.Config().ConnString(), Slot: "enginetest_cdc", Publication: "paysched",
@@ -125,6 +126,33 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 		t.Fatal("audit_events accepted a DELETE")
 	}
 
+	// A recurring schedule's life reaches the audit log and the
+	// notifications: its creation and its pause.
+	next := time.Now().AddDate(0, 1, 0)
+	sched := store.Schedule{ID: uuid.New(), Tenant: "acme", Payer: "rita", Payee: "landlord", Amount: 1000, Currency: "EUR",
+		Rule: "FREQ=MONTHLY", Start: next.UTC().Format("2006-01-02T15:04:05"), Zone: "UTC", MonthEnd: "CLAMP",
+		BusinessDays: "NONE", CatchUp: "SKIP_MISSED", CatchUpBound: 12, NextAt: &next}
+	if _, _, err := store.CreateSchedule(ctx, c.db, sched); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.PauseSchedule(ctx, c.db, time.Now(), "rita", sched.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var n int
+		if err := c.db.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE table_name = 'schedule_events'
+			AND event::json->'after'->>'schedule_id' = $1`, sched.ID.String()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the schedule's 2 events reached audit_events", n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
 	// Kafka: per payment, events in commit order, each change following the last.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(kafka.DefaultTopics.Payments, kafka.DefaultTopics.Notifications),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -145,7 +173,7 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed++ // ids[0] was announced failed before its repair
-	want := len(ids) + completed + failed
+	want := len(ids) + completed + failed + 2 // and the schedule's two
 	kafkatest.Drain(ctx, cl, func() bool { return len(notes) >= want }, func(r *kgo.Record) {
 		if r.Topic == kafka.DefaultTopics.Notifications {
 			var id, typ string
@@ -183,7 +211,8 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 		}
 	}
 	if perType["paysched.payment.created"] != len(ids) || perType["paysched.payment.completed"] != completed ||
-		perType["paysched.payment.failed"] != failed || len(notes) != want {
+		perType["paysched.payment.failed"] != failed || perType["paysched.schedule.created"] != 1 ||
+		perType["paysched.schedule.paused"] != 1 || len(notes) != want {
 		t.Fatalf("notifications by type %v (distinct %d), want created=%d completed=%d failed=%d", perType, len(notes), len(ids), completed, failed)
 	}
 }

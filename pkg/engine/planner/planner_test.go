@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,5 +344,78 @@ func TestPlaceSkipsWhatCameBeforeTheSchedule(t *testing.T) {
 	plan.Rule = r
 	if _, _, err := planner.Place(plan, day0); !errors.Is(err, planner.ErrNoOccurrence) {
 		t.Fatalf("a finished rule: %v", err)
+	}
+}
+
+// lifeOf is a schedule's events, "KIND by actor", oldest first.
+func lifeOf(t *testing.T, db pgdb.DB, id uuid.UUID) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT kind || ' by ' || actor FROM schedule_events WHERE schedule_id = $1 ORDER BY id`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestAScheduleLivesAsEvents: each change of a schedule's life writes one
+// event naming who made it (the payer, or the planner for a resume time
+// come and an end), and the planner's progress writes none.
+func TestAScheduleLivesAsEvents(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ensurePartitions(t, db, day0, day0.AddDate(0, 6, 0))
+	ctx := context.Background()
+	clk := &clock{}
+	clk.set(day0)
+	s := createSchedule(t, db, clk.now(), "FREQ=MONTHLY;COUNT=5", "2027-01-15T09:00", "Europe/Paris", "SKIP_MISSED")
+	other := createSchedule(t, db, clk.now(), "FREQ=WEEKLY", "2027-01-11T09:00", "UTC", "SKIP_MISSED")
+	p := newPlanner(t, db, clk, 40*24*time.Hour)
+	for range 3 {
+		if _, err := p.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := lifeOf(t, db, s.ID); !slices.Equal(got, []string{"CREATED by payer"}) {
+		t.Fatalf("after the planner's passes: %v", got)
+	}
+	clk.set(time.Date(2027, 1, 20, 0, 0, 0, 0, time.UTC))
+	resume := time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)
+	paused, _, err := store.PauseSchedule(ctx, db, clk.now(), s.Payer, s.ID, &resume)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused.Amount = 99000
+	if _, _, err := store.UpdateSchedule(ctx, db, clk.now(), s.Payer, *paused); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.CancelSchedule(ctx, db, clk.now(), other.Payer, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(resume.Add(24 * time.Hour))
+	if _, err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(time.Date(2027, 6, 1, 0, 0, 0, 0, time.UTC))
+	if _, err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"CREATED by payer", "PAUSED by payer", "UPDATED by payer", "RESUMED by planner", "ENDED by planner"}
+	if got := lifeOf(t, db, s.ID); !slices.Equal(got, want) {
+		t.Errorf("the schedule's life: %v, want %v", got, want)
+	}
+	if got := lifeOf(t, db, other.ID); !slices.Equal(got, []string{"CREATED by payer", "CANCELLED by payer"}) {
+		t.Errorf("the cancelled schedule's life: %v", got)
+	}
+	var data string
+	if err := db.QueryRow(ctx, `SELECT data::text FROM schedule_events WHERE schedule_id = $1 AND kind = 'UPDATED'`, s.ID).Scan(&data); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{`"amount": 99000`, `"state": "PAUSED"`, `"timeZone": "Europe/Paris"`, `"scheduleId": "` + s.ID.String()} {
+		if !strings.Contains(data, w) {
+			t.Errorf("the update's data %s lacks %s", data, w)
+		}
 	}
 }

@@ -113,7 +113,7 @@ func New(cfg Config, schedule, auditLog *pgxpool.Pool, reg prometheus.Registerer
 	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.WithLogger(kafka.ClientLogger(log)),
-		kgo.ConsumeTopics(cfg.Topics.Payments, cfg.Topics.Attempts, cfg.Topics.Actions),
+		kgo.ConsumeTopics(cfg.Topics.Payments, cfg.Topics.Attempts, cfg.Topics.Actions, cfg.Topics.ScheduleEvents),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		// Offsets are committed by hand, after the audit rows and the
 		// notifications are written.
@@ -606,6 +606,9 @@ func paymentID(e *envelope.Event) string {
 // noteRecord is the CloudEvent (binary mode) Notified names, as a
 // record for the notifications topic; nil when the change emits none.
 func noteRecord(e *envelope.Event) *kgo.Record {
+	if e.Source.Table == "schedule_events" {
+		return scheduleNote(e)
+	}
 	typ, ceID, ok := Notified(e)
 	if !ok {
 		return nil
@@ -673,3 +676,27 @@ func noteData(r *envelope.Row, id, status string) []byte {
 
 // present says a raw JSON value is there and not null.
 func present(raw []byte) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// scheduleNote is the notification of a schedule event (a row of
+// schedule_events, written by the database as the schedule changed): its
+// type from the event's kind, its data the schedule as the change left
+// it. Nil for anything but a well-formed insert (or its snapshot).
+func scheduleNote(e *envelope.Event) *kgo.Record {
+	after := e.After()
+	if after == nil || (e.Op != "c" && e.Op != "r") {
+		return nil
+	}
+	id, kind, data := envelope.StringOf(after.ScheduleID), envelope.StringOf(after.Kind), envelope.StringOf(after.Data)
+	n, err := strconv.ParseInt(string(after.ID), 10, 64)
+	if id == nil || kind == nil || data == nil || err != nil || !json.Valid([]byte(*data)) {
+		return nil
+	}
+	var tenant string
+	if p := envelope.StringOf(after.Tenant); p != nil {
+		tenant = *p
+	}
+	typ := notification.ScheduleTypePrefix + strings.ToLower(*kind)
+	return notification.Note{ID: notification.ScheduleEventID(*id, typ, n), Type: typ, Source: notification.SourceSchedules,
+		Time: time.UnixMilli(e.Source.TsMs), Subject: *id, Tenant: tenant, Key: []byte(*id), Data: []byte(*data),
+		Replay: e.Op == "r"}.Record(kafka.DefaultTopics.Notifications)
+}

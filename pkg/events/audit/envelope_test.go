@@ -41,6 +41,9 @@ func refLeft(e refEnvelope) any {
 }
 
 func refNotification(e refEnvelope) *kgo.Record {
+	if e.Source.Table == "schedule_events" {
+		return refScheduleNote(e)
+	}
 	if e.Source.Table != "payments" || e.After == nil {
 		return nil
 	}
@@ -296,5 +299,83 @@ func TestOccurrenceNotificationsNameTheirSchedule(t *testing.T) {
 				t.Errorf("%s: data %s has %s", c.after, data, n)
 			}
 		}
+	}
+}
+
+// refScheduleNote is a schedule event's notification read with
+// encoding/json.
+func refScheduleNote(e refEnvelope) *kgo.Record {
+	if e.After == nil || (e.Op != "c" && e.Op != "r") {
+		return nil
+	}
+	id, ok1 := e.After["schedule_id"].(string)
+	kind, ok2 := e.After["kind"].(string)
+	data, ok3 := e.After["data"].(string)
+	n, ok4 := e.After["id"].(float64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || n != float64(int64(n)) || !json.Valid([]byte(data)) {
+		return nil
+	}
+	typ := "paysched.schedule." + strings.ToLower(kind)
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d", id, typ, int64(n)))
+	return &kgo.Record{Key: []byte(id), Value: []byte(data), Headers: []kgo.RecordHeader{
+		{Key: "ce_id", Value: []byte(hex.EncodeToString(sum[:16]))},
+		{Key: "ce_type", Value: []byte(typ)},
+		{Key: "ce_source", Value: []byte("/paysched/schedules")},
+		{Key: "ce_time", Value: []byte(time.UnixMilli(e.Source.TsMs).UTC().Format(time.RFC3339Nano))},
+	}}
+}
+
+func TestScheduleEventsAreNotified(t *testing.T) {
+	const data = `{"state": "PAUSED", "amount": 1250, "scheduleId": "0197a000-0000-7000-8000-000000000001"}`
+	row := func(id, kind, data string) string {
+		return fmt.Sprintf(`{"id":%s,"schedule_id":"0197a000-0000-7000-8000-000000000001","tenant":"acme","kind":%q,"actor":"payer","data":%q}`,
+			id, kind, data)
+	}
+	for _, c := range []struct {
+		name, op, after, typ string
+	}{
+		{"a pause", "c", row("7", "PAUSED", data), "paysched.schedule.paused"},
+		{"a creation", "c", row("8", "CREATED", data), "paysched.schedule.created"},
+		{"a snapshot, replayed", "r", row("9", "ENDED", data), "paysched.schedule.ended"},
+		{"an update of the row is no event", "u", row("7", "PAUSED", data), ""},
+		{"data that is not JSON", "c", row("7", "PAUSED", "{"), ""},
+		{"no kind", "c", `{"id":7,"schedule_id":"s","data":"{}"}`, ""},
+		{"an id that is no integer", "c", row("7.5", "PAUSED", data), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := []byte(fmt.Sprintf(`{"before":null,"after":%s,"source":{"table":"schedule_events","lsn":5,"ts_ms":1790000000000},"op":%q}`, c.after, c.op))
+			if d := agree(b); d != "" {
+				t.Fatalf("disagrees with encoding/json: %s", d)
+			}
+			e, err := envelope.Parse(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := noteRecord(e)
+			if c.typ == "" {
+				if r != nil {
+					t.Fatalf("notified %s", header(r, "ce_type"))
+				}
+				return
+			}
+			if r == nil {
+				t.Fatal("no notification")
+			}
+			if got := header(r, "ce_type"); got != c.typ {
+				t.Errorf("type %s, want %s", got, c.typ)
+			}
+			if header(r, "ce_tenant") != "acme" || string(r.Key) != "0197a000-0000-7000-8000-000000000001" || string(r.Value) != data {
+				t.Errorf("tenant %q key %q data %s", header(r, "ce_tenant"), r.Key, r.Value)
+			}
+			if (header(r, "ce_replay") == "true") != (c.op == "r") {
+				t.Errorf("replay header %q on op %s", header(r, "ce_replay"), c.op)
+			}
+			// The same event read again has the same id; another has another.
+			again := noteRecord(e)
+			other, _ := envelope.Parse(bytes.Replace(b, []byte(`"id":`), []byte(`"id":1`), 1))
+			if header(again, "ce_id") != header(r, "ce_id") || header(noteRecord(other), "ce_id") == header(r, "ce_id") {
+				t.Error("the id does not follow the event")
+			}
+		})
 	}
 }

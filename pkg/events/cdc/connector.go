@@ -146,7 +146,7 @@ func New(cfg Config, db *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logg
 }
 
 // PublishedTables are the tables the connector streams.
-var PublishedTables = []string{"payments", "payment_attempts", "payment_actions", "cdc_heartbeat"}
+var PublishedTables = []string{"payments", "payment_attempts", "payment_actions", "schedule_events", "cdc_heartbeat"}
 
 // ensureTable runs create only when table does not exist yet. The
 // migrations make cdc's tables, and CREATE TABLE IF NOT EXISTS checks for

@@ -116,6 +116,7 @@ var resyncTables = []struct{ table, changed string }{
 	{"payments", "updated_at"},
 	{"payment_attempts", "coalesce(finished_at, started_at)"},
 	{"payment_actions", "at"},
+	{"schedule_events", "at"},
 }
 
 // resync emits a snapshot event (op r, source.snapshot "true") for every

@@ -52,6 +52,9 @@ type Row struct {
 	// ScheduleID and Occurrence: the recurring schedule that made the
 	// payment and its occurrence key (null for a one-off).
 	ScheduleID, Occurrence []byte
+	// Kind and Data: a schedule event's kind (CREATED, PAUSED, ...) and
+	// the schedule as it left it (a JSON string holding the jsonb).
+	Kind, Data []byte
 }
 
 // StringOf is a raw value as a Go string when it is a JSON string (nil
@@ -179,6 +182,8 @@ func intern(b []byte) string {
 		return "payment_attempts"
 	case "payment_actions":
 		return "payment_actions"
+	case "schedule_events":
+		return "schedule_events"
 	}
 	return string(b)
 }
@@ -264,6 +269,10 @@ func (s *scanner) row(r *Row) error {
 			r.ScheduleID = v
 		case "occurrence":
 			r.Occurrence = v
+		case "kind":
+			r.Kind = v
+		case "data":
+			r.Data = v
 		}
 		return nil
 	})

@@ -18,12 +18,15 @@ import (
 // notifications to <prefix>.notifications. cdc and the audit-consumer take
 // the prefix as --topic-prefix; every other reader uses DefaultTopics.
 type Topics struct {
-	Prefix        string
-	Payments      string
-	Attempts      string
-	Actions       string
-	Notifications string
-	Heartbeat     string
+	Prefix   string
+	Payments string
+	Attempts string
+	Actions  string
+	// ScheduleEvents carries recurring schedules' lives (created, paused,
+	// resumed, ended, cancelled, updated).
+	ScheduleEvents string
+	Notifications  string
+	Heartbeat      string
 }
 
 // DefaultPrefix is the logical server name of the local stack and of the
@@ -33,12 +36,13 @@ const DefaultPrefix = "paysched"
 // TopicsFor names the topics of the logical server prefix.
 func TopicsFor(prefix string) Topics {
 	return Topics{
-		Prefix:        prefix,
-		Payments:      ChangeTopic(prefix, "public", "payments"),
-		Attempts:      ChangeTopic(prefix, "public", "payment_attempts"),
-		Actions:       ChangeTopic(prefix, "public", "payment_actions"),
-		Notifications: prefix + ".notifications",
-		Heartbeat:     "__debezium-heartbeat." + prefix,
+		Prefix:         prefix,
+		Payments:       ChangeTopic(prefix, "public", "payments"),
+		Attempts:       ChangeTopic(prefix, "public", "payment_attempts"),
+		Actions:        ChangeTopic(prefix, "public", "payment_actions"),
+		ScheduleEvents: ChangeTopic(prefix, "public", "schedule_events"),
+		Notifications:  prefix + ".notifications",
+		Heartbeat:      "__debezium-heartbeat." + prefix,
 	}
 }
 
@@ -53,7 +57,7 @@ func ChangeTopic(prefix, schema, table string) string { return prefix + "." + sc
 // keyed by payment, so partitions bound the consumers' parallelism, not
 // ordering.
 func (t Topics) Partitions() map[string]int32 {
-	return map[string]int32{t.Payments: 6, t.Attempts: 6, t.Actions: 3, t.Notifications: 6, t.Heartbeat: 1}
+	return map[string]int32{t.Payments: 6, t.Attempts: 6, t.Actions: 3, t.ScheduleEvents: 3, t.Notifications: 6, t.Heartbeat: 1}
 }
 
 // Drain polls cl and hands every record to fn until three polls in a row

@@ -40,6 +40,8 @@ const (
 const (
 	SourcePayments = "/paysched/payments"
 	SourceWebhooks = "/paysched/webhooks"
+	// SourceSchedules is the source of a recurring schedule's events.
+	SourceSchedules = "/paysched/schedules"
 )
 
 // TypePrefix starts every payment notification's type
@@ -48,6 +50,19 @@ const TypePrefix = "paysched.payment."
 
 // Created is the type of a payment's creation.
 const Created = TypePrefix + "created"
+
+// ScheduleTypePrefix starts every schedule notification's type
+// ("paysched.schedule.paused"): created, updated, paused, resumed, ended
+// and cancelled.
+const ScheduleTypePrefix = "paysched.schedule."
+
+// ScheduleEventID is a schedule notification's id: its schedule, its type
+// and the event's own number (schedule_events.id), so the same event read
+// again (a redelivery, `cdc --resync`) has the same id.
+func ScheduleEventID(scheduleID, typ string, event int64) string {
+	sum := sha256.Sum256([]byte(scheduleID + "|" + typ + "|" + strconv.FormatInt(event, 10)))
+	return hex.EncodeToString(sum[:16])
+}
 
 // Note is one notification.
 type Note struct {
