@@ -18,6 +18,8 @@ import (
 const (
 	countsEvery   = 10 * time.Second
 	forecastEvery = time.Minute
+	// weeksEvery: the weekly forecast expands every active schedule.
+	weeksEvery = 10 * time.Minute
 	sampleEvery   = 10 * time.Second
 	// countCap bounds an exact count through a partial index; past it the
 	// page shows "100,000+".
@@ -72,6 +74,7 @@ type cache struct {
 	countsAt   time.Time
 	forecast   []ForecastPoint
 	forecastAt time.Time
+	weeks      WeekForecast
 	samples    []Sample
 	sampledTo  time.Time
 	// tenantRates is executed/s per tenant over the last fine interval
@@ -109,13 +112,17 @@ func newCache(db pgdb.DB, log *slog.Logger) *cache { return &cache{db: db, log: 
 func (c *cache) run(ctx context.Context) {
 	tick := time.NewTicker(sampleEvery)
 	defer tick.Stop()
-	var lastForecast time.Time
+	var lastForecast, lastWeeks time.Time
 	for {
 		c.refreshCounts(ctx)
 		c.sample(ctx)
 		if time.Since(lastForecast) >= forecastEvery {
 			c.refreshForecast(ctx)
 			lastForecast = time.Now()
+		}
+		if time.Since(lastWeeks) >= weeksEvery {
+			c.refreshWeeks(ctx)
+			lastWeeks = time.Now()
 		}
 		select {
 		case <-ctx.Done():
@@ -214,6 +221,21 @@ func (c *cache) refreshForecast(ctx context.Context) {
 	}
 	c.mu.Lock()
 	c.forecast, c.forecastAt = out, time.Now()
+	c.mu.Unlock()
+}
+
+func (c *cache) refreshWeeks(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	out, err := loadWeekForecast(ctx, c.db, time.Now())
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("console: weekly forecast", "err", err)
+		}
+		return
+	}
+	c.mu.Lock()
+	c.weeks = out
 	c.mu.Unlock()
 }
 
@@ -334,13 +356,14 @@ type snapshot struct {
 	CountsAt   time.Time
 	Forecast   []ForecastPoint
 	ForecastAt time.Time
+	Weeks      WeekForecast
 	Samples    []Sample
 }
 
 func (c *cache) snapshot() snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return snapshot{Counts: c.counts, CountsAt: c.countsAt, Forecast: c.forecast, ForecastAt: c.forecastAt,
+	return snapshot{Counts: c.counts, CountsAt: c.countsAt, Forecast: c.forecast, ForecastAt: c.forecastAt, Weeks: c.weeks,
 		Samples: append([]Sample(nil), c.samples...)}
 }
 
@@ -351,6 +374,7 @@ func (c *Console) Refresh(ctx context.Context) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for name, f := range map[string]func(context.Context){
 		"counts": c.cache.refreshCounts, "forecast": c.cache.refreshForecast, "samples": c.cache.sample,
+		"weeks": c.cache.refreshWeeks,
 	} {
 		t0 := time.Now()
 		f(ctx)

@@ -188,6 +188,8 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+Prefix+"/requests", c.page(Operator, c.bulkRequest))
 	m.HandleFunc("GET "+Prefix+"/requests", c.page(Viewer, c.requestsPage))
 	m.HandleFunc("GET "+Prefix+"/actions", c.page(Viewer, c.actionsPage))
+	m.HandleFunc("GET "+Prefix+"/schedules", c.page(Viewer, c.schedulesPage))
+	m.HandleFunc("GET "+Prefix+"/schedules/{id}", c.page(Viewer, c.schedulePage))
 	m.HandleFunc("GET "+Prefix+"/tenants", c.page(Viewer, c.tenantsPage))
 	m.HandleFunc("GET "+Prefix+"/tenants/{tenant}", c.page(Viewer, c.tenantPage))
 	m.HandleFunc("POST "+Prefix+"/tenants/{tenant}/limits", c.page(Admin, c.requestLimits))

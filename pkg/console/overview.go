@@ -22,6 +22,9 @@ type overviewData struct {
 	Buckets    []bucket
 	Forecast   []currencyForecast
 	ForecastAt string
+	// Weeks is the coming weeks' load, occurrences not yet made included.
+	Weeks   WeekForecast
+	WeeksAt string
 }
 
 type cdcSlot struct {
@@ -98,6 +101,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, v *view) {
 	d.Forecast = forecastByCurrency(snap.Forecast, now)
 	if !snap.ForecastAt.IsZero() {
 		d.ForecastAt = ago(now, snap.ForecastAt)
+	}
+	d.Weeks = snap.Weeks
+	if !snap.Weeks.At.IsZero() {
+		d.WeeksAt = ago(now, snap.Weeks.At)
 	}
 	v.Title, v.Data, v.Live = "Overview", d, 10
 	c.render(w, http.StatusOK, "overview.html", v)

@@ -501,3 +501,139 @@ func ScheduleOccurrences(ctx context.Context, db pgdb.DB, id uuid.UUID, limit in
 	}
 	return out, rows.Err()
 }
+
+// allSchedulesSQL pages through every payer's schedules for the console,
+// newest first, in a state ('' for any) and a tenant ('' for any).
+const allSchedulesSQL = `
+SELECT ` + scheduleCols + ` FROM schedules
+WHERE ($1 = 0 OR seq < $1) AND ($2 = '' OR state = $2) AND ($3 = '' OR tenant = $3)
+ORDER BY seq DESC LIMIT $4`
+
+// AllSchedules is a page of every payer's schedules (the operators'
+// view), newest first, before seq before (0: from the newest), in state
+// and tenant when given.
+func AllSchedules(ctx context.Context, db pgdb.DB, before int64, state ScheduleState, tenant string, limit int) ([]Schedule, error) {
+	rows, err := db.Query(ctx, allSchedulesSQL, before, string(state), tenant, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list all schedules: %w", err)
+	}
+	return collectSchedules(rows)
+}
+
+func collectSchedules(rows pgx.Rows) ([]Schedule, error) {
+	defer rows.Close()
+	var out []Schedule
+	for rows.Next() {
+		s, err := scanSchedule(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *s)
+	}
+	return out, rows.Err()
+}
+
+// activeSchedulesSQL walks the active schedules by id, for the forecast.
+const activeSchedulesSQL = `
+SELECT ` + scheduleCols + ` FROM schedules
+WHERE state = 'ACTIVE' AND id > $1 ORDER BY id LIMIT $2`
+
+// ActiveSchedules is a page of the active schedules after id after (the
+// nil uuid: from the first), in id order.
+func ActiveSchedules(ctx context.Context, db pgdb.DB, after uuid.UUID, limit int) ([]Schedule, error) {
+	rows, err := db.Query(ctx, activeSchedulesSQL, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("active schedules: %w", err)
+	}
+	return collectSchedules(rows)
+}
+
+// MadeOccurrence is an occurrence made, with its payment as it stands.
+type MadeOccurrence struct {
+	Occurrence
+	// Status is its payment's status ('' when the payment is gone to
+	// retention).
+	Status string
+}
+
+// scheduleHistorySQL is a schedule's occurrences made, newest first, with
+// their payments' status (each payment found by its id and due time, so
+// one partition is read per row).
+const scheduleHistorySQL = `
+SELECT o.occurrence, o.idx, o.payment_id, o.due_time, coalesce(p.status, '')
+FROM schedule_occurrences o
+LEFT JOIN payments p ON p.id = o.payment_id AND p.due_time = o.due_time
+WHERE o.schedule_id = $1
+ORDER BY o.occurrence DESC LIMIT $2`
+
+// ScheduleHistory is up to limit of a schedule's occurrences made, newest
+// first, with their payments' status.
+func ScheduleHistory(ctx context.Context, db pgdb.DB, id uuid.UUID, limit int) ([]MadeOccurrence, error) {
+	rows, err := db.Query(ctx, scheduleHistorySQL, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("schedule history: %w", err)
+	}
+	defer rows.Close()
+	var out []MadeOccurrence
+	for rows.Next() {
+		o := MadeOccurrence{Occurrence: Occurrence{Schedule: id}}
+		if err := rows.Scan(&o.Key, &o.Index, &o.Payment, &o.DueAt, &o.Status); err != nil {
+			return nil, fmt.Errorf("schedule history: %w", err)
+		}
+		o.DueAt = o.DueAt.UTC()
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// ScheduleEvent is one change of a schedule's life (schedule_events).
+type ScheduleEvent struct {
+	ID    int64
+	Kind  string
+	Actor string
+	At    time.Time
+}
+
+// ScheduleEvents is up to limit of a schedule's events, newest first.
+func ScheduleEvents(ctx context.Context, db pgdb.DB, id uuid.UUID, limit int) ([]ScheduleEvent, error) {
+	rows, err := db.Query(ctx, `SELECT id, kind, actor, at FROM schedule_events WHERE schedule_id = $1 ORDER BY id DESC LIMIT $2`, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("schedule events: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ScheduleEvent])
+	if err != nil {
+		return nil, fmt.Errorf("schedule events: %w", err)
+	}
+	return out, nil
+}
+
+// pendingByDaySQL is what is made and still to run, per day and
+// currency, from $1 to $2 (the sweep index's range: PENDING rows by
+// run_at), bounded by due time for partition pruning ($3).
+const pendingByDaySQL = `
+SELECT date_trunc('day', run_at, 'UTC') AS d, currency, count(*), sum(amount_minor)::bigint
+FROM payments
+WHERE status = 'PENDING' AND run_at >= $1 AND run_at < $2 AND due_time <= $3
+GROUP BY 1, 2`
+
+// DayLoad is what falls due on one UTC day in one currency.
+type DayLoad struct {
+	Day      time.Time
+	Currency string
+	Count    int64
+	Amount   int64
+}
+
+// PendingByDay is the PENDING payments per UTC day and currency that run
+// in [from, until).
+func PendingByDay(ctx context.Context, db pgdb.DB, from, until time.Time) ([]DayLoad, error) {
+	rows, err := db.Query(ctx, pendingByDaySQL, from, until, DueBound(until))
+	if err != nil {
+		return nil, fmt.Errorf("pending by day: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DayLoad])
+	if err != nil {
+		return nil, fmt.Errorf("pending by day: %w", err)
+	}
+	return out, nil
+}

@@ -265,3 +265,32 @@ func Place(plan recurrence.Plan, now time.Time) (store.Planned, recurrence.Occur
 		place.LastOccurrence, place.LastIndex = o.Nominal.String(), o.Index
 	}
 }
+
+// Ahead calls fn with each occurrence of an active schedule not made yet
+// (after its place) that falls due before until, in order, and stops at
+// max of them: the console's forecast counts what the planner will make.
+// A schedule that no longer reads yields nothing (the planner ends it).
+func Ahead(s *store.Schedule, until time.Time, max int, fn func(recurrence.Occurrence)) {
+	if s.State != store.ScheduleActive {
+		return
+	}
+	plan, err := Plan(s)
+	if err != nil {
+		return
+	}
+	it := plan.Iter()
+	if s.LastOccurrence != "" {
+		last, err := recurrence.ParseWall(s.LastOccurrence)
+		if err != nil {
+			return
+		}
+		it = plan.IterAfter(last, s.LastIndex)
+	}
+	for range max {
+		o, ok := it.Next()
+		if !ok || !o.At.Before(until) {
+			return
+		}
+		fn(o)
+	}
+}

@@ -1,0 +1,247 @@
+package console
+
+// Schedules: the list of every payer's recurring schedules (by state and
+// tenant), one schedule's page (its plan, its next occurrences and why
+// each moved, the occurrences made with their payments, and its life as
+// schedule_events recorded it), and the forecast of what falls due over
+// the coming weeks, occurrences not yet made included.
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/engine/planner"
+	"github.com/paysched/paysched/pkg/platform/pgdb"
+	"github.com/paysched/paysched/pkg/recurrence"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// scheduleStates are the states the list filters by.
+var scheduleStates = []store.ScheduleState{store.ScheduleActive, store.SchedulePaused, store.ScheduleEnded, store.ScheduleCancelled}
+
+func (c *Console) schedulesPage(w http.ResponseWriter, r *http.Request, v *view) {
+	q := r.URL.Query()
+	state, tenant := store.ScheduleState(q.Get("state")), q.Get("tenant")
+	if state != "" && !slices.Contains(scheduleStates, state) {
+		c.fail(w, r, v, http.StatusBadRequest, "There is no schedule state "+strconv.Quote(string(state))+": choose one from the list.")
+		return
+	}
+	if tenant != "" {
+		if err := auth.CheckTenant(tenant); err != nil {
+			c.fail(w, r, v, http.StatusBadRequest, "That is not a tenant name: "+err.Error()+".")
+			return
+		}
+	}
+	var before int64
+	if b := q.Get("before"); b != "" {
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n <= 0 {
+			c.fail(w, r, v, http.StatusBadRequest, "The page link is damaged: open the list again.")
+			return
+		}
+		before = n
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	list, err := store.AllSchedules(ctx, c.db, before, state, tenant, pageSize+1)
+	if err != nil {
+		c.dbFail(w, r, v, "list schedules", err)
+		return
+	}
+	data := map[string]any{"States": scheduleStates, "State": string(state), "Tenant": tenant}
+	if len(list) > pageSize {
+		list = list[:pageSize]
+		next := url.Values{"before": {strconv.FormatInt(list[len(list)-1].Seq, 10)}}
+		if state != "" {
+			next.Set("state", string(state))
+		}
+		if tenant != "" {
+			next.Set("tenant", tenant)
+		}
+		data["NextURL"] = Prefix + "/schedules?" + next.Encode()
+	}
+	data["Schedules"] = list
+	v.Title, v.Data = "Schedules", data
+	c.render(w, http.StatusOK, "schedules.html", v)
+}
+
+// previewShown is how many next occurrences a schedule's page shows.
+const previewShown = 12
+
+// upcoming is one next occurrence on a schedule's page.
+type upcoming struct {
+	Index   int
+	Nominal string
+	At      time.Time
+	Local   string
+	Moved   []recurrence.Reason
+	Made    bool
+}
+
+func (c *Console) schedulePage(w http.ResponseWriter, r *http.Request, v *view) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, v, http.StatusBadRequest, "That is not a schedule id (a UUID).")
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	s, err := store.GetSchedule(ctx, c.db, "", id)
+	if err == store.ErrNotFound {
+		c.fail(w, r, v, http.StatusNotFound, "There is no schedule "+id.String()+".")
+		return
+	}
+	if err != nil {
+		c.dbFail(w, r, v, "read schedule", err)
+		return
+	}
+	made, err := store.ScheduleHistory(ctx, c.db, id, pageSize)
+	if err != nil {
+		c.dbFail(w, r, v, "schedule history", err)
+		return
+	}
+	life, err := store.ScheduleEvents(ctx, c.db, id, pageSize)
+	if err != nil {
+		c.dbFail(w, r, v, "schedule events", err)
+		return
+	}
+	data := map[string]any{"S": s, "Made": made, "Life": life}
+	if s.State == store.ScheduleActive || s.State == store.SchedulePaused {
+		// What the plan makes next from now, made already or not: the
+		// payer's preview, with the occurrences the planner has made marked.
+		plan, err := planner.Plan(s)
+		if err != nil {
+			data["PlanError"] = err.Error()
+		} else {
+			madeKeys := map[string]bool{}
+			for _, m := range made {
+				madeKeys[m.Key] = true
+			}
+			var next []upcoming
+			for _, o := range plan.Next(time.Now(), previewShown) {
+				next = append(next, upcoming{Index: o.Index, Nominal: o.Nominal.String(), At: o.At, Local: o.At.In(plan.Zone).Format("2006-01-02 15:04 MST"),
+					Moved: o.Moved, Made: madeKeys[o.Nominal.String()]})
+			}
+			data["Next"] = next
+		}
+	}
+	v.Title, v.Data = "Schedule "+id.String(), data
+	c.render(w, http.StatusOK, "schedule.html", v)
+}
+
+// Forecast of the coming weeks.
+const (
+	// weeksAhead is how far the overview's weekly forecast looks.
+	weeksAhead = 8
+	// forecastSchedules bounds the schedules one refresh expands (the
+	// forecast then says "at least").
+	forecastSchedules = 2_000_000
+	// forecastPerSchedule bounds one schedule's occurrences in the window
+	// (a DAILY rule makes 56).
+	forecastPerSchedule = 500
+)
+
+// WeekLoad is what falls due in one week in one currency: the payments
+// made (PENDING) and the occurrences of active schedules not made yet.
+type WeekLoad struct {
+	Week                   time.Time
+	Currency               string
+	Made, MadeAmount       int64
+	Planned, PlannedAmount int64
+}
+
+// WeekForecast is the overview's forecast of the coming weeks.
+type WeekForecast struct {
+	Weeks []WeekLoad
+	// Capped: more schedules than one refresh expands; Planned is at least.
+	Capped bool
+	At     time.Time
+}
+
+// loadWeekForecast reads what falls due from now over weeksAhead weeks,
+// per week (from now, 7 days each) and currency: the payments made, from
+// the sweep index, and every active schedule's occurrences after its
+// place, expanded as the planner will (its place is the last one made).
+func loadWeekForecast(ctx context.Context, db pgdb.DB, now time.Time) (WeekForecast, error) {
+	until := now.Add(weeksAhead * 7 * 24 * time.Hour)
+	week := func(t time.Time) time.Time {
+		return now.Add(time.Duration(int64(t.Sub(now)/(7*24*time.Hour))) * 7 * 24 * time.Hour)
+	}
+	type key struct {
+		week     time.Time
+		currency string
+	}
+	loads := map[key]*WeekLoad{}
+	at := func(t time.Time, cur string) *WeekLoad {
+		k := key{week(t), cur}
+		if loads[k] == nil {
+			loads[k] = &WeekLoad{Week: k.week, Currency: cur}
+		}
+		return loads[k]
+	}
+	days, err := store.PendingByDay(ctx, db, now, until)
+	if err != nil {
+		return WeekForecast{}, err
+	}
+	for _, d := range days {
+		t := d.Day
+		if t.Before(now) {
+			t = now
+		}
+		l := at(t, d.Currency)
+		l.Made += d.Count
+		l.MadeAmount += d.Amount
+	}
+	out := WeekForecast{At: now}
+	var after uuid.UUID
+	for seen := 0; ; {
+		page, err := store.ActiveSchedules(ctx, db, after, 2000)
+		if err != nil {
+			return WeekForecast{}, err
+		}
+		for i := range page {
+			s := &page[i]
+			planner.Ahead(s, until, forecastPerSchedule, func(o recurrence.Occurrence) {
+				t := o.At
+				if t.Before(now) {
+					t = now // the planner is behind: due at once
+				}
+				l := at(t, s.Currency)
+				l.Planned++
+				l.PlannedAmount += s.Amount
+			})
+		}
+		seen += len(page)
+		if len(page) < 2000 {
+			break
+		}
+		if seen >= forecastSchedules {
+			out.Capped = true
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	for _, l := range loads {
+		out.Weeks = append(out.Weeks, *l)
+	}
+	slices.SortFunc(out.Weeks, func(a, b WeekLoad) int {
+		if c := a.Week.Compare(b.Week); c != 0 {
+			return c
+		}
+		if a.Currency < b.Currency {
+			return -1
+		}
+		if a.Currency > b.Currency {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}

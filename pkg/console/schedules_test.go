@@ -1,0 +1,112 @@
+package console
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/paysched/paysched/pkg/engine/planner"
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// TestSchedulesPagesAndForecast: the list and a schedule's page show a
+// schedule, its next occurrences, what was made and its life; bad input
+// is a client error; and the weekly forecast counts the occurrences the
+// planner has not made yet beside the payments it made, and none of a
+// paused schedule's.
+func TestSchedulesPagesAndForecast(t *testing.T) {
+	h := newHarness(t, Config{})
+	ctx := context.Background()
+	now := time.Now().UTC()
+	if _, err := store.EnsurePartitions(ctx, h.db, now.AddDate(0, 0, -1), now.AddDate(0, 0, 12)); err != nil {
+		t.Fatal(err)
+	}
+	tomorrow := now.AddDate(0, 0, 1).Format("2006-01-02") + "T09:00:00"
+	mk := func(payer, currency string) *store.Schedule {
+		s := store.Schedule{ID: uuid.New(), Tenant: "acme", Payer: payer, Payee: "landlord", Amount: 5000, Currency: currency,
+			Rule: "FREQ=WEEKLY", Start: tomorrow, Zone: "UTC", MonthEnd: "CLAMP", BusinessDays: "NONE", CatchUp: "SKIP_MISSED", CatchUpBound: 12}
+		plan, err := planner.Plan(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		place, _, err := planner.Place(plan, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.NextAt = place.NextAt
+		got, _, err := store.CreateSchedule(ctx, h.db, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	weekly, paused := mk("rita", "EUR"), mk("sam", "GBP")
+	if _, _, err := store.PauseSchedule(ctx, h.db, now, "sam", paused.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The planner makes what falls due within 10 days: tomorrow's and the
+	// next week's.
+	p, err := planner.New(planner.Config{Horizon: 10 * 24 * time.Hour, Interval: time.Second, Batch: 10, Grace: time.Hour},
+		h.db, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	f, err := loadWeekForecast(ctx, h.db, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made, planned int64
+	for _, w := range f.Weeks {
+		if w.Currency != "EUR" {
+			t.Errorf("a week of %s: %+v (the GBP schedule is paused)", w.Currency, w)
+		}
+		made, planned = made+w.Made, planned+w.Planned
+		if w.MadeAmount != 5000*w.Made || w.PlannedAmount != 5000*w.Planned {
+			t.Errorf("amounts of %+v", w)
+		}
+	}
+	// Eight weekly occurrences from tomorrow fall within the eight weeks.
+	if made != 2 || planned != 6 || f.Capped {
+		t.Errorf("forecast made %d, not made yet %d (capped %v), want 2 and 6: %+v", made, planned, f.Capped, f.Weeks)
+	}
+
+	viewer := h.as("vera", Viewer)
+	for _, c := range []struct {
+		path string
+		code int
+		want []string
+	}{
+		{Prefix + "/schedules", http.StatusOK, []string{weekly.ID.String(), paused.ID.String(), "FREQ=WEEKLY"}},
+		{Prefix + "/schedules?state=PAUSED", http.StatusOK, []string{paused.ID.String()}},
+		{Prefix + "/schedules?state=BOGUS", http.StatusBadRequest, nil},
+		{Prefix + "/schedules?before=x", http.StatusBadRequest, nil},
+		{Prefix + "/schedules/" + weekly.ID.String(), http.StatusOK, []string{"Next occurrences", tomorrow, "PENDING", "created", "payer"}},
+		{Prefix + "/schedules/" + paused.ID.String(), http.StatusOK, []string{"paused", "None yet."}},
+		{Prefix + "/schedules/not-a-uuid", http.StatusBadRequest, nil},
+		{Prefix + "/schedules/" + uuid.NewString(), http.StatusNotFound, nil},
+	} {
+		rec := h.get(viewer, c.path)
+		if rec.Code != c.code {
+			t.Errorf("GET %s: %d, want %d: %s", c.path, rec.Code, c.code, rec.Body)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(rec.Body.String(), w) {
+				t.Errorf("GET %s lacks %q", c.path, w)
+			}
+		}
+	}
+	if rec := h.get(viewer, Prefix+"/schedules?state=PAUSED"); strings.Contains(rec.Body.String(), weekly.ID.String()) {
+		t.Error("the PAUSED filter shows an active schedule")
+	}
+}
