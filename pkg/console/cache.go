@@ -19,8 +19,8 @@ const (
 	countsEvery   = 10 * time.Second
 	forecastEvery = time.Minute
 	// weeksEvery: the weekly forecast expands every active schedule.
-	weeksEvery = 10 * time.Minute
-	sampleEvery   = 10 * time.Second
+	weeksEvery  = 10 * time.Minute
+	sampleEvery = 10 * time.Second
 	// countCap bounds an exact count through a partial index; past it the
 	// page shows "100,000+".
 	countCap = 100000

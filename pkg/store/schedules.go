@@ -503,7 +503,7 @@ func ScheduleOccurrences(ctx context.Context, db pgdb.DB, id uuid.UUID, limit in
 }
 
 // allSchedulesSQL pages through every payer's schedules for the console,
-// newest first, in a state ('' for any) and a tenant ('' for any).
+// newest first, in a state (” for any) and a tenant (” for any).
 const allSchedulesSQL = `
 SELECT ` + scheduleCols + ` FROM schedules
 WHERE ($1 = 0 OR seq < $1) AND ($2 = '' OR state = $2) AND ($3 = '' OR tenant = $3)
@@ -636,4 +636,97 @@ func PendingByDay(ctx context.Context, db pgdb.DB, from, until time.Time) ([]Day
 		return nil, fmt.Errorf("pending by day: %w", err)
 	}
 	return out, nil
+}
+
+// nextApprovedSQL takes the oldest approved operator request on a
+// schedule still in time, locked: two planners never apply one twice.
+const nextApprovedSQL = `
+SELECT id, action, schedule_id, resume_at, requested_name, decided_name FROM schedule_requests
+WHERE state = 'APPROVED' AND expires_at > now()
+ORDER BY id LIMIT 1
+FOR UPDATE SKIP LOCKED`
+
+// ApplyScheduleRequests applies up to limit operator requests a second
+// admin approved (schedule_requests: a pause, resume or cancel of a
+// payer's schedule), each in a transaction of its own, and returns how
+// many it applied or found too late. The schedule's event names both
+// operators; a schedule that moved meanwhile (cancelled by its payer, or
+// resumed already) leaves its request NOT_APPLIED, with why.
+//
+// Why it is safe: it runs as payments-api's role, the one that changes
+// schedules and withdraws their occurrences (as the payer's own pause
+// does: the same statements, fenced the same way); the request is locked
+// and moved out of APPROVED in the transaction that applies it, so it is
+// applied once, and the database lets this role move a request only from
+// APPROVED to APPLIED or NOT_APPLIED.
+func ApplyScheduleRequests(ctx context.Context, db pgdb.DB, now time.Time, limit int) (int, error) {
+	n := 0
+	for ; n < limit; n++ {
+		done, err := applyScheduleRequest(ctx, db, now)
+		if err != nil {
+			return n, err
+		}
+		if !done {
+			break
+		}
+	}
+	return n, nil
+}
+
+func applyScheduleRequest(ctx context.Context, db pgdb.DB, now time.Time) (bool, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after a commit it does nothing
+	var (
+		id                  int64
+		action              string
+		sched               uuid.UUID
+		resumeAt            *time.Time
+		requester, approver string
+	)
+	err = tx.QueryRow(ctx, nextApprovedSQL).Scan(&id, &action, &sched, &resumeAt, &requester, &approver)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("next approved schedule request: %w", err)
+	}
+	actor := "admin:" + requester + ", approved by " + approver
+	if _, err := tx.Exec(ctx, `SELECT set_config('paysched.actor', $1, true)`, actor); err != nil {
+		return false, fmt.Errorf("name the actor: %w", err)
+	}
+	withdrawn := 0
+	switch action {
+	case "PAUSE":
+		_, withdrawn, err = PauseSchedule(ctx, tx, now, "", sched, resumeAt)
+	case "CANCEL":
+		_, withdrawn, err = CancelSchedule(ctx, tx, now, "", sched)
+	case "RESUME":
+		_, err = ResumeSchedule(ctx, tx, now, "", sched)
+	default:
+		err = fmt.Errorf("unknown action %q", action)
+	}
+	state, why := "APPLIED", ""
+	switch {
+	case errors.Is(err, ErrScheduleState):
+		cur, _ := GetSchedule(ctx, tx, "", sched)
+		state, why = "NOT_APPLIED", "the schedule had moved meanwhile"
+		if cur != nil {
+			why = "the schedule is " + string(cur.State) + " now"
+		}
+	case errors.Is(err, ErrNotFound):
+		state, why = "NOT_APPLIED", "the schedule is gone"
+	case err != nil:
+		return false, fmt.Errorf("apply schedule request %d: %w", id, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE schedule_requests SET state = $2, applied_at = now(), withdrawn = $3, error = nullif($4, '') WHERE id = $1`,
+		id, state, withdrawn, why); err != nil {
+		return false, fmt.Errorf("close schedule request %d: %w", id, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("commit schedule request %d: %w", id, err)
+	}
+	return true, nil
 }

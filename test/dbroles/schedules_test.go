@@ -2,6 +2,7 @@ package dbroles
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -74,4 +75,33 @@ func TestTheAPIRolePlansSchedules(t *testing.T) {
 		e.refused(t, role, `DELETE FROM schedule_events`)
 	}
 	e.refused(t, "paysched_api", `SELECT paysched_schedule_event()`)
+
+	// An operator's change of a schedule is a request: the admin role asks
+	// and decides, never changes a schedule nor applies a request; the API
+	// role (its planner) applies an approved one and cannot approve.
+	e.refused(t, "paysched_admin", `UPDATE schedules SET state = 'ACTIVE'`)
+	var rid int64
+	if err := e.pools["paysched_admin"].QueryRow(ctx, `INSERT INTO schedule_requests (action, schedule_id, reason, requested_by, requested_name, expires_at)
+		VALUES ('RESUME', $1, 'payer asked', 'token:idp#ada', 'ada', now() + interval '1 hour') RETURNING id`, s.ID).Scan(&rid); err != nil {
+		t.Fatalf("the admin role asks: %v", err)
+	}
+	where := fmt.Sprintf(` WHERE id = %d`, rid)
+	e.refused(t, "paysched_api", `UPDATE schedule_requests SET state = 'APPROVED', decided_by = 'token:idp#bea'`+where)
+	e.refused(t, "paysched_api", `UPDATE schedule_requests SET state = 'APPLIED'`+where) // not approved yet
+	e.refused(t, "paysched_admin", `UPDATE schedule_requests SET state = 'APPLIED'`+where)
+	e.refused(t, "paysched_admin", `UPDATE schedule_requests SET reason = 'something else'`+where)
+	if _, err := e.pools["paysched_admin"].Exec(ctx, `UPDATE schedule_requests SET state = 'APPROVED', decided_by = 'token:idp#bea',
+		decided_name = 'bea', decided_at = now()`+where); err != nil {
+		t.Fatalf("the admin role approves: %v", err)
+	}
+	e.refused(t, "paysched_admin", `UPDATE schedule_requests SET state = 'APPLIED'`+where)
+	e.refused(t, "paysched_admin", `UPDATE schedule_requests SET decided_by = 'token:idp#cy'`+where)
+	if n, err := store.ApplyScheduleRequests(ctx, api, now, 10); err != nil || n != 1 {
+		t.Fatalf("the API role applies the approved request: %d %v", n, err)
+	}
+	var st, state string
+	if err := e.admin.QueryRow(ctx, `SELECT r.state, s.state FROM schedule_requests r JOIN schedules s ON s.id = r.schedule_id`+
+		` WHERE r.id = $1`, rid).Scan(&st, &state); err != nil || st != "APPLIED" || state != "ACTIVE" {
+		t.Fatalf("after its application: request %s, schedule %s (%v)", st, state, err)
+	}
 }

@@ -172,7 +172,7 @@ func TestEveryChangeReachesKafkaAndTheAuditLog(t *testing.T) {
 		Scan(&completed, &failed); err != nil {
 		t.Fatal(err)
 	}
-	failed++ // ids[0] was announced failed before its repair
+	failed++                                  // ids[0] was announced failed before its repair
 	want := len(ids) + completed + failed + 2 // and the schedule's two
 	kafkatest.Drain(ctx, cl, func() bool { return len(notes) >= want }, func(r *kgo.Record) {
 		if r.Topic == kafka.DefaultTopics.Notifications {

@@ -22,22 +22,146 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RequestScheduleChangeRequest names the schedule and the change.
+type RequestScheduleChangeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule's id.
+	ScheduleId string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// PAUSE (an ACTIVE schedule), RESUME (a PAUSED one) or CANCEL (either).
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// A PAUSE's end (optional): the planner resumes it then.
+	ResumeAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=resume_at,json=resumeAt,proto3" json:"resume_at,omitempty"`
+	// Why, for the approver and the record (required, at most 500
+	// characters).
+	Note          string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestScheduleChangeRequest) Reset() {
+	*x = RequestScheduleChangeRequest{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestScheduleChangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestScheduleChangeRequest) ProtoMessage() {}
+
+func (x *RequestScheduleChangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestScheduleChangeRequest.ProtoReflect.Descriptor instead.
+func (*RequestScheduleChangeRequest) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RequestScheduleChangeRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *RequestScheduleChangeRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *RequestScheduleChangeRequest) GetResumeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResumeAt
+	}
+	return nil
+}
+
+func (x *RequestScheduleChangeRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// RequestScheduleChangeResponse is the request, awaiting a second admin.
+type RequestScheduleChangeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request, AWAITING_APPROVAL.
+	Request       *OperatorRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestScheduleChangeResponse) Reset() {
+	*x = RequestScheduleChangeResponse{}
+	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestScheduleChangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestScheduleChangeResponse) ProtoMessage() {}
+
+func (x *RequestScheduleChangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestScheduleChangeResponse.ProtoReflect.Descriptor instead.
+func (*RequestScheduleChangeResponse) Descriptor() ([]byte, []int) {
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RequestScheduleChangeResponse) GetRequest() *OperatorRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
 // OperatorRequest is an operator's action as a request: a move of
 // payments (name "moves/<id>"), a change of a tenant's limits
-// ("limits/<id>"), or a webhook endpoint's rotation or recovery
-// ("endpoints/<id>"). What the policy lets one admin do is applied at once;
+// ("limits/<id>"), a webhook endpoint's rotation or recovery
+// ("endpoints/<id>"), or a recurring schedule's pause, resume or cancel
+// ("schedules/<id>"). What the policy lets one admin do is applied at once;
 // the rest waits for a second admin's approval, pinned to the payments as
 // they were (status and attempt), and expires unrun.
 type OperatorRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "moves/<id>", "limits/<id>" or "endpoints/<id>".
+	// "moves/<id>", "limits/<id>", "endpoints/<id>" or "schedules/<id>".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// REDRIVE, RESOLVE, CANCEL, HOLD, RELEASE, CANCEL_PENDING, CANCEL_HELD,
-	// RESCHEDULE, RUN_NOW, SET_LIMITS, ROTATE or RECOVER.
+	// RESCHEDULE, RUN_NOW, SET_LIMITS, ROTATE or RECOVER; a schedule's
+	// PAUSE, RESUME or CANCEL.
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	// AWAITING_APPROVAL, APPROVED, QUEUED (one admin may take it alone),
 	// RUNNING, DONE, REJECTED, EXPIRED; a limit change: AWAITING_APPROVAL,
-	// APPLIED, REJECTED, EXPIRED; an endpoint's: the same, or NOT_APPLIED.
+	// APPLIED, REJECTED, EXPIRED; an endpoint's: the same, or NOT_APPLIED;
+	// a schedule's: AWAITING_APPROVAL, APPROVED (the planner applies it at
+	// its next pass), APPLIED, NOT_APPLIED, REJECTED, EXPIRED.
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// The payments it acts on (the first 100), and the attempt each was
 	// pinned at: one changed since is skipped, not acted on.
@@ -97,14 +221,20 @@ type OperatorRequest struct {
 	// approval, shown once; never stored with the request.
 	Secret string `protobuf:"bytes,30,opt,name=secret,proto3" json:"secret,omitempty"`
 	// Why its application failed (state NOT_APPLIED).
-	Error         string `protobuf:"bytes,31,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,31,opt,name=error,proto3" json:"error,omitempty"`
+	// A schedule request's schedule.
+	ScheduleId string `protobuf:"bytes,32,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// A schedule PAUSE's end, when it names one.
+	ResumeAt *timestamppb.Timestamp `protobuf:"bytes,33,opt,name=resume_at,json=resumeAt,proto3" json:"resume_at,omitempty"`
+	// A schedule request's occurrences withdrawn, once applied.
+	Withdrawn     int32 `protobuf:"varint,34,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OperatorRequest) Reset() {
 	*x = OperatorRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	mi := &file_paysched_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -116,7 +246,7 @@ func (x *OperatorRequest) String() string {
 func (*OperatorRequest) ProtoMessage() {}
 
 func (x *OperatorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[0]
+	mi := &file_paysched_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -129,7 +259,7 @@ func (x *OperatorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorRequest.ProtoReflect.Descriptor instead.
 func (*OperatorRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *OperatorRequest) GetName() string {
@@ -349,6 +479,27 @@ func (x *OperatorRequest) GetError() string {
 	return ""
 }
 
+func (x *OperatorRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetResumeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResumeAt
+	}
+	return nil
+}
+
+func (x *OperatorRequest) GetWithdrawn() int32 {
+	if x != nil {
+		return x.Withdrawn
+	}
+	return 0
+}
+
 // CurrencyAmount is a total in one currency.
 type CurrencyAmount struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -362,7 +513,7 @@ type CurrencyAmount struct {
 
 func (x *CurrencyAmount) Reset() {
 	*x = CurrencyAmount{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	mi := &file_paysched_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +525,7 @@ func (x *CurrencyAmount) String() string {
 func (*CurrencyAmount) ProtoMessage() {}
 
 func (x *CurrencyAmount) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[1]
+	mi := &file_paysched_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +538,7 @@ func (x *CurrencyAmount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CurrencyAmount.ProtoReflect.Descriptor instead.
 func (*CurrencyAmount) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CurrencyAmount) GetCurrency() string {
@@ -415,7 +566,7 @@ type ListOperatorRequestsRequest struct {
 
 func (x *ListOperatorRequestsRequest) Reset() {
 	*x = ListOperatorRequestsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	mi := &file_paysched_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +578,7 @@ func (x *ListOperatorRequestsRequest) String() string {
 func (*ListOperatorRequestsRequest) ProtoMessage() {}
 
 func (x *ListOperatorRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[2]
+	mi := &file_paysched_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +591,7 @@ func (x *ListOperatorRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperatorRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperatorRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListOperatorRequestsRequest) GetState() string {
@@ -461,7 +612,7 @@ type ListOperatorRequestsResponse struct {
 
 func (x *ListOperatorRequestsResponse) Reset() {
 	*x = ListOperatorRequestsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	mi := &file_paysched_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +624,7 @@ func (x *ListOperatorRequestsResponse) String() string {
 func (*ListOperatorRequestsResponse) ProtoMessage() {}
 
 func (x *ListOperatorRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[3]
+	mi := &file_paysched_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +637,7 @@ func (x *ListOperatorRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperatorRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperatorRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListOperatorRequestsResponse) GetRequests() []*OperatorRequest {
@@ -499,7 +650,7 @@ func (x *ListOperatorRequestsResponse) GetRequests() []*OperatorRequest {
 // GetOperatorRequestRequest names a request.
 type GetOperatorRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "moves/<id>", "limits/<id>" or "endpoints/<id>".
+	// "moves/<id>", "limits/<id>", "endpoints/<id>" or "schedules/<id>".
 	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -507,7 +658,7 @@ type GetOperatorRequestRequest struct {
 
 func (x *GetOperatorRequestRequest) Reset() {
 	*x = GetOperatorRequestRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	mi := &file_paysched_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +670,7 @@ func (x *GetOperatorRequestRequest) String() string {
 func (*GetOperatorRequestRequest) ProtoMessage() {}
 
 func (x *GetOperatorRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[4]
+	mi := &file_paysched_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +683,7 @@ func (x *GetOperatorRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperatorRequestRequest.ProtoReflect.Descriptor instead.
 func (*GetOperatorRequestRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetOperatorRequestRequest) GetName() string {
@@ -553,7 +704,7 @@ type GetOperatorRequestResponse struct {
 
 func (x *GetOperatorRequestResponse) Reset() {
 	*x = GetOperatorRequestResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	mi := &file_paysched_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +716,7 @@ func (x *GetOperatorRequestResponse) String() string {
 func (*GetOperatorRequestResponse) ProtoMessage() {}
 
 func (x *GetOperatorRequestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[5]
+	mi := &file_paysched_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +729,7 @@ func (x *GetOperatorRequestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperatorRequestResponse.ProtoReflect.Descriptor instead.
 func (*GetOperatorRequestResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetOperatorRequestResponse) GetRequest() *OperatorRequest {
@@ -591,7 +742,7 @@ func (x *GetOperatorRequestResponse) GetRequest() *OperatorRequest {
 // ApproveOperatorRequestRequest names the request to approve.
 type ApproveOperatorRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "moves/<id>", "limits/<id>" or "endpoints/<id>".
+	// "moves/<id>", "limits/<id>", "endpoints/<id>" or "schedules/<id>".
 	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -599,7 +750,7 @@ type ApproveOperatorRequestRequest struct {
 
 func (x *ApproveOperatorRequestRequest) Reset() {
 	*x = ApproveOperatorRequestRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[6]
+	mi := &file_paysched_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +762,7 @@ func (x *ApproveOperatorRequestRequest) String() string {
 func (*ApproveOperatorRequestRequest) ProtoMessage() {}
 
 func (x *ApproveOperatorRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[6]
+	mi := &file_paysched_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +775,7 @@ func (x *ApproveOperatorRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveOperatorRequestRequest.ProtoReflect.Descriptor instead.
 func (*ApproveOperatorRequestRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApproveOperatorRequestRequest) GetName() string {
@@ -646,7 +797,7 @@ type ApproveOperatorRequestResponse struct {
 
 func (x *ApproveOperatorRequestResponse) Reset() {
 	*x = ApproveOperatorRequestResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	mi := &file_paysched_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +809,7 @@ func (x *ApproveOperatorRequestResponse) String() string {
 func (*ApproveOperatorRequestResponse) ProtoMessage() {}
 
 func (x *ApproveOperatorRequestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[7]
+	mi := &file_paysched_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +822,7 @@ func (x *ApproveOperatorRequestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveOperatorRequestResponse.ProtoReflect.Descriptor instead.
 func (*ApproveOperatorRequestResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApproveOperatorRequestResponse) GetRequest() *OperatorRequest {
@@ -684,7 +835,7 @@ func (x *ApproveOperatorRequestResponse) GetRequest() *OperatorRequest {
 // RejectOperatorRequestRequest names the request to reject.
 type RejectOperatorRequestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "moves/<id>", "limits/<id>" or "endpoints/<id>".
+	// "moves/<id>", "limits/<id>", "endpoints/<id>" or "schedules/<id>".
 	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -692,7 +843,7 @@ type RejectOperatorRequestRequest struct {
 
 func (x *RejectOperatorRequestRequest) Reset() {
 	*x = RejectOperatorRequestRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	mi := &file_paysched_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +855,7 @@ func (x *RejectOperatorRequestRequest) String() string {
 func (*RejectOperatorRequestRequest) ProtoMessage() {}
 
 func (x *RejectOperatorRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[8]
+	mi := &file_paysched_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +868,7 @@ func (x *RejectOperatorRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectOperatorRequestRequest.ProtoReflect.Descriptor instead.
 func (*RejectOperatorRequestRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RejectOperatorRequestRequest) GetName() string {
@@ -738,7 +889,7 @@ type RejectOperatorRequestResponse struct {
 
 func (x *RejectOperatorRequestResponse) Reset() {
 	*x = RejectOperatorRequestResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	mi := &file_paysched_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +901,7 @@ func (x *RejectOperatorRequestResponse) String() string {
 func (*RejectOperatorRequestResponse) ProtoMessage() {}
 
 func (x *RejectOperatorRequestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[9]
+	mi := &file_paysched_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +914,7 @@ func (x *RejectOperatorRequestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectOperatorRequestResponse.ProtoReflect.Descriptor instead.
 func (*RejectOperatorRequestResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RejectOperatorRequestResponse) GetRequest() *OperatorRequest {
@@ -794,7 +945,7 @@ type CreateWebhookEndpointRequest struct {
 
 func (x *CreateWebhookEndpointRequest) Reset() {
 	*x = CreateWebhookEndpointRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[10]
+	mi := &file_paysched_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +957,7 @@ func (x *CreateWebhookEndpointRequest) String() string {
 func (*CreateWebhookEndpointRequest) ProtoMessage() {}
 
 func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[10]
+	mi := &file_paysched_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +970,7 @@ func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateWebhookEndpointRequest) GetTenant() string {
@@ -877,7 +1028,7 @@ type CreateWebhookEndpointResponse struct {
 
 func (x *CreateWebhookEndpointResponse) Reset() {
 	*x = CreateWebhookEndpointResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[11]
+	mi := &file_paysched_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1040,7 @@ func (x *CreateWebhookEndpointResponse) String() string {
 func (*CreateWebhookEndpointResponse) ProtoMessage() {}
 
 func (x *CreateWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[11]
+	mi := &file_paysched_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1053,7 @@ func (x *CreateWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookEndpointResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateWebhookEndpointResponse) GetEndpoint() *WebhookEndpoint {
@@ -930,7 +1081,7 @@ type ListWebhookEndpointsRequest struct {
 
 func (x *ListWebhookEndpointsRequest) Reset() {
 	*x = ListWebhookEndpointsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[12]
+	mi := &file_paysched_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1093,7 @@ func (x *ListWebhookEndpointsRequest) String() string {
 func (*ListWebhookEndpointsRequest) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[12]
+	mi := &file_paysched_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1106,7 @@ func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListWebhookEndpointsRequest) GetTenant() string {
@@ -976,7 +1127,7 @@ type ListWebhookEndpointsResponse struct {
 
 func (x *ListWebhookEndpointsResponse) Reset() {
 	*x = ListWebhookEndpointsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[13]
+	mi := &file_paysched_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1139,7 @@ func (x *ListWebhookEndpointsResponse) String() string {
 func (*ListWebhookEndpointsResponse) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[13]
+	mi := &file_paysched_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1152,7 @@ func (x *ListWebhookEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListWebhookEndpointsResponse) GetEndpoints() []*WebhookEndpoint {
@@ -1024,7 +1175,7 @@ type SetWebhookEndpointEnabledRequest struct {
 
 func (x *SetWebhookEndpointEnabledRequest) Reset() {
 	*x = SetWebhookEndpointEnabledRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[14]
+	mi := &file_paysched_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1187,7 @@ func (x *SetWebhookEndpointEnabledRequest) String() string {
 func (*SetWebhookEndpointEnabledRequest) ProtoMessage() {}
 
 func (x *SetWebhookEndpointEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[14]
+	mi := &file_paysched_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1200,7 @@ func (x *SetWebhookEndpointEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebhookEndpointEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetWebhookEndpointEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetWebhookEndpointEnabledRequest) GetEndpointId() string {
@@ -1075,7 +1226,7 @@ type SetWebhookEndpointEnabledResponse struct {
 
 func (x *SetWebhookEndpointEnabledResponse) Reset() {
 	*x = SetWebhookEndpointEnabledResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[15]
+	mi := &file_paysched_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1238,7 @@ func (x *SetWebhookEndpointEnabledResponse) String() string {
 func (*SetWebhookEndpointEnabledResponse) ProtoMessage() {}
 
 func (x *SetWebhookEndpointEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[15]
+	mi := &file_paysched_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1251,7 @@ func (x *SetWebhookEndpointEnabledResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use SetWebhookEndpointEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetWebhookEndpointEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 // RotateWebhookSecretRequest names the endpoint and the overlap.
@@ -1116,7 +1267,7 @@ type RotateWebhookSecretRequest struct {
 
 func (x *RotateWebhookSecretRequest) Reset() {
 	*x = RotateWebhookSecretRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[16]
+	mi := &file_paysched_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1279,7 @@ func (x *RotateWebhookSecretRequest) String() string {
 func (*RotateWebhookSecretRequest) ProtoMessage() {}
 
 func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[16]
+	mi := &file_paysched_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1292,7 @@ func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RotateWebhookSecretRequest) GetEndpointId() string {
@@ -1173,7 +1324,7 @@ type RotateWebhookSecretResponse struct {
 
 func (x *RotateWebhookSecretResponse) Reset() {
 	*x = RotateWebhookSecretResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[17]
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1336,7 @@ func (x *RotateWebhookSecretResponse) String() string {
 func (*RotateWebhookSecretResponse) ProtoMessage() {}
 
 func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[17]
+	mi := &file_paysched_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1349,7 @@ func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretResponse.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RotateWebhookSecretResponse) GetSecret() string {
@@ -1228,7 +1379,7 @@ type ResendWebhookRequest struct {
 
 func (x *ResendWebhookRequest) Reset() {
 	*x = ResendWebhookRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[18]
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1391,7 @@ func (x *ResendWebhookRequest) String() string {
 func (*ResendWebhookRequest) ProtoMessage() {}
 
 func (x *ResendWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[18]
+	mi := &file_paysched_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1404,7 @@ func (x *ResendWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendWebhookRequest.ProtoReflect.Descriptor instead.
 func (*ResendWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResendWebhookRequest) GetEndpointId() string {
@@ -1279,7 +1430,7 @@ type ResendWebhookResponse struct {
 
 func (x *ResendWebhookResponse) Reset() {
 	*x = ResendWebhookResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	mi := &file_paysched_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1442,7 @@ func (x *ResendWebhookResponse) String() string {
 func (*ResendWebhookResponse) ProtoMessage() {}
 
 func (x *ResendWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[19]
+	mi := &file_paysched_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1455,7 @@ func (x *ResendWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendWebhookResponse.ProtoReflect.Descriptor instead.
 func (*ResendWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 // RecoverWebhooksRequest names the endpoint and the window.
@@ -1322,7 +1473,7 @@ type RecoverWebhooksRequest struct {
 
 func (x *RecoverWebhooksRequest) Reset() {
 	*x = RecoverWebhooksRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	mi := &file_paysched_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1485,7 @@ func (x *RecoverWebhooksRequest) String() string {
 func (*RecoverWebhooksRequest) ProtoMessage() {}
 
 func (x *RecoverWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[20]
+	mi := &file_paysched_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1498,7 @@ func (x *RecoverWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*RecoverWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RecoverWebhooksRequest) GetEndpointId() string {
@@ -1385,7 +1536,7 @@ type RecoverWebhooksResponse struct {
 
 func (x *RecoverWebhooksResponse) Reset() {
 	*x = RecoverWebhooksResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[21]
+	mi := &file_paysched_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1548,7 @@ func (x *RecoverWebhooksResponse) String() string {
 func (*RecoverWebhooksResponse) ProtoMessage() {}
 
 func (x *RecoverWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[21]
+	mi := &file_paysched_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1561,7 @@ func (x *RecoverWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*RecoverWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RecoverWebhooksResponse) GetRecovered() int64 {
@@ -1442,7 +1593,7 @@ type ListWebhookAttemptsRequest struct {
 
 func (x *ListWebhookAttemptsRequest) Reset() {
 	*x = ListWebhookAttemptsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[22]
+	mi := &file_paysched_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1605,7 @@ func (x *ListWebhookAttemptsRequest) String() string {
 func (*ListWebhookAttemptsRequest) ProtoMessage() {}
 
 func (x *ListWebhookAttemptsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[22]
+	mi := &file_paysched_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1618,7 @@ func (x *ListWebhookAttemptsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookAttemptsRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookAttemptsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListWebhookAttemptsRequest) GetPaymentId() string {
@@ -1502,7 +1653,7 @@ type ListWebhookAttemptsResponse struct {
 
 func (x *ListWebhookAttemptsResponse) Reset() {
 	*x = ListWebhookAttemptsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[23]
+	mi := &file_paysched_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1665,7 @@ func (x *ListWebhookAttemptsResponse) String() string {
 func (*ListWebhookAttemptsResponse) ProtoMessage() {}
 
 func (x *ListWebhookAttemptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[23]
+	mi := &file_paysched_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1678,7 @@ func (x *ListWebhookAttemptsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookAttemptsResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookAttemptsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListWebhookAttemptsResponse) GetAttempts() []*WebhookAttempt {
@@ -1555,7 +1706,7 @@ type TenantLimits struct {
 
 func (x *TenantLimits) Reset() {
 	*x = TenantLimits{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[24]
+	mi := &file_paysched_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1718,7 @@ func (x *TenantLimits) String() string {
 func (*TenantLimits) ProtoMessage() {}
 
 func (x *TenantLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[24]
+	mi := &file_paysched_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1731,7 @@ func (x *TenantLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLimits.ProtoReflect.Descriptor instead.
 func (*TenantLimits) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TenantLimits) GetWeight() int32 {
@@ -1626,7 +1777,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[25]
+	mi := &file_paysched_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1789,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[25]
+	mi := &file_paysched_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1802,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Tenant) GetTenant() string {
@@ -1709,7 +1860,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[26]
+	mi := &file_paysched_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1872,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[26]
+	mi := &file_paysched_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1885,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListTenantsRequest) GetPageSize() int32 {
@@ -1764,7 +1915,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[27]
+	mi := &file_paysched_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1927,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[27]
+	mi := &file_paysched_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +1940,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -1822,7 +1973,7 @@ type SetTenantLimitsRequest struct {
 
 func (x *SetTenantLimitsRequest) Reset() {
 	*x = SetTenantLimitsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[28]
+	mi := &file_paysched_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1985,7 @@ func (x *SetTenantLimitsRequest) String() string {
 func (*SetTenantLimitsRequest) ProtoMessage() {}
 
 func (x *SetTenantLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[28]
+	mi := &file_paysched_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1998,7 @@ func (x *SetTenantLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantLimitsRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetTenantLimitsRequest) GetTenant() string {
@@ -1887,7 +2038,7 @@ type SetTenantLimitsResponse struct {
 
 func (x *SetTenantLimitsResponse) Reset() {
 	*x = SetTenantLimitsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[29]
+	mi := &file_paysched_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2050,7 @@ func (x *SetTenantLimitsResponse) String() string {
 func (*SetTenantLimitsResponse) ProtoMessage() {}
 
 func (x *SetTenantLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[29]
+	mi := &file_paysched_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2063,7 @@ func (x *SetTenantLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantLimitsResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetTenantLimitsResponse) GetTenant() *Tenant {
@@ -1944,7 +2095,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[30]
+	mi := &file_paysched_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2107,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[30]
+	mi := &file_paysched_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2120,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeadLetter) GetPayment() *ScheduledPayment {
@@ -2006,7 +2157,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[31]
+	mi := &file_paysched_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2169,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[31]
+	mi := &file_paysched_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2182,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -2061,7 +2212,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[32]
+	mi := &file_paysched_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2224,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[32]
+	mi := &file_paysched_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2237,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -2116,7 +2267,7 @@ type RedrivePaymentRequest struct {
 
 func (x *RedrivePaymentRequest) Reset() {
 	*x = RedrivePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[33]
+	mi := &file_paysched_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2279,7 @@ func (x *RedrivePaymentRequest) String() string {
 func (*RedrivePaymentRequest) ProtoMessage() {}
 
 func (x *RedrivePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[33]
+	mi := &file_paysched_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2292,7 @@ func (x *RedrivePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePaymentRequest.ProtoReflect.Descriptor instead.
 func (*RedrivePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RedrivePaymentRequest) GetPaymentId() string {
@@ -2175,7 +2326,7 @@ type RedrivePaymentResponse struct {
 
 func (x *RedrivePaymentResponse) Reset() {
 	*x = RedrivePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[34]
+	mi := &file_paysched_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2338,7 @@ func (x *RedrivePaymentResponse) String() string {
 func (*RedrivePaymentResponse) ProtoMessage() {}
 
 func (x *RedrivePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[34]
+	mi := &file_paysched_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2351,7 @@ func (x *RedrivePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePaymentResponse.ProtoReflect.Descriptor instead.
 func (*RedrivePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RedrivePaymentResponse) GetPayment() *ScheduledPayment {
@@ -2237,7 +2388,7 @@ type ResolvePaymentRequest struct {
 
 func (x *ResolvePaymentRequest) Reset() {
 	*x = ResolvePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[35]
+	mi := &file_paysched_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2400,7 @@ func (x *ResolvePaymentRequest) String() string {
 func (*ResolvePaymentRequest) ProtoMessage() {}
 
 func (x *ResolvePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[35]
+	mi := &file_paysched_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2413,7 @@ func (x *ResolvePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvePaymentRequest.ProtoReflect.Descriptor instead.
 func (*ResolvePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResolvePaymentRequest) GetPaymentId() string {
@@ -2296,7 +2447,7 @@ type ResolvePaymentResponse struct {
 
 func (x *ResolvePaymentResponse) Reset() {
 	*x = ResolvePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[36]
+	mi := &file_paysched_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2459,7 @@ func (x *ResolvePaymentResponse) String() string {
 func (*ResolvePaymentResponse) ProtoMessage() {}
 
 func (x *ResolvePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[36]
+	mi := &file_paysched_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2472,7 @@ func (x *ResolvePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvePaymentResponse.ProtoReflect.Descriptor instead.
 func (*ResolvePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResolvePaymentResponse) GetPayment() *ScheduledPayment {
@@ -2358,7 +2509,7 @@ type CancelPaymentRequest struct {
 
 func (x *CancelPaymentRequest) Reset() {
 	*x = CancelPaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[37]
+	mi := &file_paysched_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2521,7 @@ func (x *CancelPaymentRequest) String() string {
 func (*CancelPaymentRequest) ProtoMessage() {}
 
 func (x *CancelPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[37]
+	mi := &file_paysched_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2534,7 @@ func (x *CancelPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelPaymentRequest) GetPaymentId() string {
@@ -2419,7 +2570,7 @@ type CancelPaymentResponse struct {
 
 func (x *CancelPaymentResponse) Reset() {
 	*x = CancelPaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[38]
+	mi := &file_paysched_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2582,7 @@ func (x *CancelPaymentResponse) String() string {
 func (*CancelPaymentResponse) ProtoMessage() {}
 
 func (x *CancelPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[38]
+	mi := &file_paysched_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2595,7 @@ func (x *CancelPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CancelPaymentResponse) GetPayment() *ScheduledPayment {
@@ -2488,7 +2639,7 @@ type HoldPaymentRequest struct {
 
 func (x *HoldPaymentRequest) Reset() {
 	*x = HoldPaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[39]
+	mi := &file_paysched_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2651,7 @@ func (x *HoldPaymentRequest) String() string {
 func (*HoldPaymentRequest) ProtoMessage() {}
 
 func (x *HoldPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[39]
+	mi := &file_paysched_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2664,7 @@ func (x *HoldPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldPaymentRequest.ProtoReflect.Descriptor instead.
 func (*HoldPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HoldPaymentRequest) GetPaymentId() string {
@@ -2545,7 +2696,7 @@ type HoldPaymentResponse struct {
 
 func (x *HoldPaymentResponse) Reset() {
 	*x = HoldPaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[40]
+	mi := &file_paysched_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2708,7 @@ func (x *HoldPaymentResponse) String() string {
 func (*HoldPaymentResponse) ProtoMessage() {}
 
 func (x *HoldPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[40]
+	mi := &file_paysched_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2721,7 @@ func (x *HoldPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldPaymentResponse.ProtoReflect.Descriptor instead.
 func (*HoldPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *HoldPaymentResponse) GetPayment() *ScheduledPayment {
@@ -2600,7 +2751,7 @@ type ReleasePaymentRequest struct {
 
 func (x *ReleasePaymentRequest) Reset() {
 	*x = ReleasePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[41]
+	mi := &file_paysched_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2612,7 +2763,7 @@ func (x *ReleasePaymentRequest) String() string {
 func (*ReleasePaymentRequest) ProtoMessage() {}
 
 func (x *ReleasePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[41]
+	mi := &file_paysched_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2625,7 +2776,7 @@ func (x *ReleasePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasePaymentRequest.ProtoReflect.Descriptor instead.
 func (*ReleasePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReleasePaymentRequest) GetPaymentId() string {
@@ -2657,7 +2808,7 @@ type ReleasePaymentResponse struct {
 
 func (x *ReleasePaymentResponse) Reset() {
 	*x = ReleasePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[42]
+	mi := &file_paysched_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2820,7 @@ func (x *ReleasePaymentResponse) String() string {
 func (*ReleasePaymentResponse) ProtoMessage() {}
 
 func (x *ReleasePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[42]
+	mi := &file_paysched_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2833,7 @@ func (x *ReleasePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasePaymentResponse.ProtoReflect.Descriptor instead.
 func (*ReleasePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReleasePaymentResponse) GetPayment() *ScheduledPayment {
@@ -2716,7 +2867,7 @@ type ReschedulePaymentRequest struct {
 
 func (x *ReschedulePaymentRequest) Reset() {
 	*x = ReschedulePaymentRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[43]
+	mi := &file_paysched_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2879,7 @@ func (x *ReschedulePaymentRequest) String() string {
 func (*ReschedulePaymentRequest) ProtoMessage() {}
 
 func (x *ReschedulePaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[43]
+	mi := &file_paysched_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2892,7 @@ func (x *ReschedulePaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentRequest.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReschedulePaymentRequest) GetPaymentId() string {
@@ -2780,7 +2931,7 @@ type ReschedulePaymentResponse struct {
 
 func (x *ReschedulePaymentResponse) Reset() {
 	*x = ReschedulePaymentResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[44]
+	mi := &file_paysched_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2943,7 @@ func (x *ReschedulePaymentResponse) String() string {
 func (*ReschedulePaymentResponse) ProtoMessage() {}
 
 func (x *ReschedulePaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[44]
+	mi := &file_paysched_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2956,7 @@ func (x *ReschedulePaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentResponse.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReschedulePaymentResponse) GetPayment() *ScheduledPayment {
@@ -2835,7 +2986,7 @@ type RunPaymentNowRequest struct {
 
 func (x *RunPaymentNowRequest) Reset() {
 	*x = RunPaymentNowRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[45]
+	mi := &file_paysched_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +2998,7 @@ func (x *RunPaymentNowRequest) String() string {
 func (*RunPaymentNowRequest) ProtoMessage() {}
 
 func (x *RunPaymentNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[45]
+	mi := &file_paysched_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2860,7 +3011,7 @@ func (x *RunPaymentNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentNowRequest.ProtoReflect.Descriptor instead.
 func (*RunPaymentNowRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RunPaymentNowRequest) GetPaymentId() string {
@@ -2892,7 +3043,7 @@ type RunPaymentNowResponse struct {
 
 func (x *RunPaymentNowResponse) Reset() {
 	*x = RunPaymentNowResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[46]
+	mi := &file_paysched_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3055,7 @@ func (x *RunPaymentNowResponse) String() string {
 func (*RunPaymentNowResponse) ProtoMessage() {}
 
 func (x *RunPaymentNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[46]
+	mi := &file_paysched_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3068,7 @@ func (x *RunPaymentNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentNowResponse.ProtoReflect.Descriptor instead.
 func (*RunPaymentNowResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RunPaymentNowResponse) GetPayment() *ScheduledPayment {
@@ -2955,7 +3106,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[47]
+	mi := &file_paysched_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3118,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[47]
+	mi := &file_paysched_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3131,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReconciliationItem) GetKind() string {
@@ -3058,7 +3209,7 @@ type ReconciliationRun struct {
 
 func (x *ReconciliationRun) Reset() {
 	*x = ReconciliationRun{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[48]
+	mi := &file_paysched_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3221,7 @@ func (x *ReconciliationRun) String() string {
 func (*ReconciliationRun) ProtoMessage() {}
 
 func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[48]
+	mi := &file_paysched_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3234,7 @@ func (x *ReconciliationRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationRun.ProtoReflect.Descriptor instead.
 func (*ReconciliationRun) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReconciliationRun) GetRunId() int64 {
@@ -3185,7 +3336,7 @@ type ListReconciliationRunsRequest struct {
 
 func (x *ListReconciliationRunsRequest) Reset() {
 	*x = ListReconciliationRunsRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[49]
+	mi := &file_paysched_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3348,7 @@ func (x *ListReconciliationRunsRequest) String() string {
 func (*ListReconciliationRunsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[49]
+	mi := &file_paysched_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3361,7 @@ func (x *ListReconciliationRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListReconciliationRunsRequest) GetDay() string {
@@ -3247,7 +3398,7 @@ type ListReconciliationRunsResponse struct {
 
 func (x *ListReconciliationRunsResponse) Reset() {
 	*x = ListReconciliationRunsResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[50]
+	mi := &file_paysched_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3410,7 @@ func (x *ListReconciliationRunsResponse) String() string {
 func (*ListReconciliationRunsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[50]
+	mi := &file_paysched_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3423,7 @@ func (x *ListReconciliationRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationRunsResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListReconciliationRunsResponse) GetRuns() []*ReconciliationRun {
@@ -3300,7 +3451,7 @@ type TriggerReconciliationRunRequest struct {
 
 func (x *TriggerReconciliationRunRequest) Reset() {
 	*x = TriggerReconciliationRunRequest{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[51]
+	mi := &file_paysched_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3463,7 @@ func (x *TriggerReconciliationRunRequest) String() string {
 func (*TriggerReconciliationRunRequest) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[51]
+	mi := &file_paysched_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3476,7 @@ func (x *TriggerReconciliationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunRequest.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunRequest) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TriggerReconciliationRunRequest) GetDay() string {
@@ -3346,7 +3497,7 @@ type TriggerReconciliationRunResponse struct {
 
 func (x *TriggerReconciliationRunResponse) Reset() {
 	*x = TriggerReconciliationRunResponse{}
-	mi := &file_paysched_v1_admin_proto_msgTypes[52]
+	mi := &file_paysched_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3358,7 +3509,7 @@ func (x *TriggerReconciliationRunResponse) String() string {
 func (*TriggerReconciliationRunResponse) ProtoMessage() {}
 
 func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paysched_v1_admin_proto_msgTypes[52]
+	mi := &file_paysched_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3371,7 +3522,7 @@ func (x *TriggerReconciliationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerReconciliationRunResponse.ProtoReflect.Descriptor instead.
 func (*TriggerReconciliationRunResponse) Descriptor() ([]byte, []int) {
-	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_paysched_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TriggerReconciliationRunResponse) GetRun() *ReconciliationRun {
@@ -3385,7 +3536,15 @@ var File_paysched_v1_admin_proto protoreflect.FileDescriptor
 
 const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17paysched/v1/admin.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1apaysched/v1/payments.proto\"\xd4\b\n" +
+	"\x17paysched/v1/admin.proto\x12\vpaysched.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1apaysched/v1/payments.proto\"\xa4\x01\n" +
+	"\x1cRequestScheduleChangeRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x127\n" +
+	"\tresume_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bresumeAt\x12\x12\n" +
+	"\x04note\x18\x04 \x01(\tR\x04note\"W\n" +
+	"\x1dRequestScheduleChangeResponse\x126\n" +
+	"\arequest\x18\x01 \x01(\v2\x1c.paysched.v1.OperatorRequestR\arequest\"\xcc\t\n" +
 	"\x0fOperatorRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
@@ -3423,7 +3582,11 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x05until\x18\x1c \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1c\n" +
 	"\trecovered\x18\x1d \x01(\x03R\trecovered\x12\x16\n" +
 	"\x06secret\x18\x1e \x01(\tR\x06secret\x12\x14\n" +
-	"\x05error\x18\x1f \x01(\tR\x05error\"B\n" +
+	"\x05error\x18\x1f \x01(\tR\x05error\x12\x1f\n" +
+	"\vschedule_id\x18  \x01(\tR\n" +
+	"scheduleId\x127\n" +
+	"\tresume_at\x18! \x01(\v2\x1a.google.protobuf.TimestampR\bresumeAt\x12\x1c\n" +
+	"\twithdrawn\x18\" \x01(\x05R\twithdrawn\"B\n" +
 	"\x0eCurrencyAmount\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\"3\n" +
@@ -3621,7 +3784,7 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x1fTriggerReconciliationRunRequest\x12\x10\n" +
 	"\x03day\x18\x01 \x01(\tR\x03day\"T\n" +
 	" TriggerReconciliationRunResponse\x120\n" +
-	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\x99\x12\n" +
+	"\x03run\x18\x01 \x01(\v2\x1e.paysched.v1.ReconciliationRunR\x03run2\x89\x13\n" +
 	"\fAdminService\x12\\\n" +
 	"\x0fListDeadLetters\x12#.paysched.v1.ListDeadLettersRequest\x1a$.paysched.v1.ListDeadLettersResponse\x12Y\n" +
 	"\x0eRedrivePayment\x12\".paysched.v1.RedrivePaymentRequest\x1a#.paysched.v1.RedrivePaymentResponse\x12Y\n" +
@@ -3645,7 +3808,8 @@ const file_paysched_v1_admin_proto_rawDesc = "" +
 	"\x14ListOperatorRequests\x12(.paysched.v1.ListOperatorRequestsRequest\x1a).paysched.v1.ListOperatorRequestsResponse\x12e\n" +
 	"\x12GetOperatorRequest\x12&.paysched.v1.GetOperatorRequestRequest\x1a'.paysched.v1.GetOperatorRequestResponse\x12q\n" +
 	"\x16ApproveOperatorRequest\x12*.paysched.v1.ApproveOperatorRequestRequest\x1a+.paysched.v1.ApproveOperatorRequestResponse\x12n\n" +
-	"\x15RejectOperatorRequest\x12).paysched.v1.RejectOperatorRequestRequest\x1a*.paysched.v1.RejectOperatorRequestResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
+	"\x15RejectOperatorRequest\x12).paysched.v1.RejectOperatorRequestRequest\x1a*.paysched.v1.RejectOperatorRequestResponse\x12n\n" +
+	"\x15RequestScheduleChange\x12).paysched.v1.RequestScheduleChangeRequest\x1a*.paysched.v1.RequestScheduleChangeResponseB9Z7github.com/paysched/paysched/gen/paysched/v1;payschedv1b\x06proto3"
 
 var (
 	file_paysched_v1_admin_proto_rawDescOnce sync.Once
@@ -3659,168 +3823,175 @@ func file_paysched_v1_admin_proto_rawDescGZIP() []byte {
 	return file_paysched_v1_admin_proto_rawDescData
 }
 
-var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_paysched_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_paysched_v1_admin_proto_goTypes = []any{
-	(*OperatorRequest)(nil),                   // 0: paysched.v1.OperatorRequest
-	(*CurrencyAmount)(nil),                    // 1: paysched.v1.CurrencyAmount
-	(*ListOperatorRequestsRequest)(nil),       // 2: paysched.v1.ListOperatorRequestsRequest
-	(*ListOperatorRequestsResponse)(nil),      // 3: paysched.v1.ListOperatorRequestsResponse
-	(*GetOperatorRequestRequest)(nil),         // 4: paysched.v1.GetOperatorRequestRequest
-	(*GetOperatorRequestResponse)(nil),        // 5: paysched.v1.GetOperatorRequestResponse
-	(*ApproveOperatorRequestRequest)(nil),     // 6: paysched.v1.ApproveOperatorRequestRequest
-	(*ApproveOperatorRequestResponse)(nil),    // 7: paysched.v1.ApproveOperatorRequestResponse
-	(*RejectOperatorRequestRequest)(nil),      // 8: paysched.v1.RejectOperatorRequestRequest
-	(*RejectOperatorRequestResponse)(nil),     // 9: paysched.v1.RejectOperatorRequestResponse
-	(*CreateWebhookEndpointRequest)(nil),      // 10: paysched.v1.CreateWebhookEndpointRequest
-	(*CreateWebhookEndpointResponse)(nil),     // 11: paysched.v1.CreateWebhookEndpointResponse
-	(*ListWebhookEndpointsRequest)(nil),       // 12: paysched.v1.ListWebhookEndpointsRequest
-	(*ListWebhookEndpointsResponse)(nil),      // 13: paysched.v1.ListWebhookEndpointsResponse
-	(*SetWebhookEndpointEnabledRequest)(nil),  // 14: paysched.v1.SetWebhookEndpointEnabledRequest
-	(*SetWebhookEndpointEnabledResponse)(nil), // 15: paysched.v1.SetWebhookEndpointEnabledResponse
-	(*RotateWebhookSecretRequest)(nil),        // 16: paysched.v1.RotateWebhookSecretRequest
-	(*RotateWebhookSecretResponse)(nil),       // 17: paysched.v1.RotateWebhookSecretResponse
-	(*ResendWebhookRequest)(nil),              // 18: paysched.v1.ResendWebhookRequest
-	(*ResendWebhookResponse)(nil),             // 19: paysched.v1.ResendWebhookResponse
-	(*RecoverWebhooksRequest)(nil),            // 20: paysched.v1.RecoverWebhooksRequest
-	(*RecoverWebhooksResponse)(nil),           // 21: paysched.v1.RecoverWebhooksResponse
-	(*ListWebhookAttemptsRequest)(nil),        // 22: paysched.v1.ListWebhookAttemptsRequest
-	(*ListWebhookAttemptsResponse)(nil),       // 23: paysched.v1.ListWebhookAttemptsResponse
-	(*TenantLimits)(nil),                      // 24: paysched.v1.TenantLimits
-	(*Tenant)(nil),                            // 25: paysched.v1.Tenant
-	(*ListTenantsRequest)(nil),                // 26: paysched.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),               // 27: paysched.v1.ListTenantsResponse
-	(*SetTenantLimitsRequest)(nil),            // 28: paysched.v1.SetTenantLimitsRequest
-	(*SetTenantLimitsResponse)(nil),           // 29: paysched.v1.SetTenantLimitsResponse
-	(*DeadLetter)(nil),                        // 30: paysched.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),            // 31: paysched.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),           // 32: paysched.v1.ListDeadLettersResponse
-	(*RedrivePaymentRequest)(nil),             // 33: paysched.v1.RedrivePaymentRequest
-	(*RedrivePaymentResponse)(nil),            // 34: paysched.v1.RedrivePaymentResponse
-	(*ResolvePaymentRequest)(nil),             // 35: paysched.v1.ResolvePaymentRequest
-	(*ResolvePaymentResponse)(nil),            // 36: paysched.v1.ResolvePaymentResponse
-	(*CancelPaymentRequest)(nil),              // 37: paysched.v1.CancelPaymentRequest
-	(*CancelPaymentResponse)(nil),             // 38: paysched.v1.CancelPaymentResponse
-	(*HoldPaymentRequest)(nil),                // 39: paysched.v1.HoldPaymentRequest
-	(*HoldPaymentResponse)(nil),               // 40: paysched.v1.HoldPaymentResponse
-	(*ReleasePaymentRequest)(nil),             // 41: paysched.v1.ReleasePaymentRequest
-	(*ReleasePaymentResponse)(nil),            // 42: paysched.v1.ReleasePaymentResponse
-	(*ReschedulePaymentRequest)(nil),          // 43: paysched.v1.ReschedulePaymentRequest
-	(*ReschedulePaymentResponse)(nil),         // 44: paysched.v1.ReschedulePaymentResponse
-	(*RunPaymentNowRequest)(nil),              // 45: paysched.v1.RunPaymentNowRequest
-	(*RunPaymentNowResponse)(nil),             // 46: paysched.v1.RunPaymentNowResponse
-	(*ReconciliationItem)(nil),                // 47: paysched.v1.ReconciliationItem
-	(*ReconciliationRun)(nil),                 // 48: paysched.v1.ReconciliationRun
-	(*ListReconciliationRunsRequest)(nil),     // 49: paysched.v1.ListReconciliationRunsRequest
-	(*ListReconciliationRunsResponse)(nil),    // 50: paysched.v1.ListReconciliationRunsResponse
-	(*TriggerReconciliationRunRequest)(nil),   // 51: paysched.v1.TriggerReconciliationRunRequest
-	(*TriggerReconciliationRunResponse)(nil),  // 52: paysched.v1.TriggerReconciliationRunResponse
-	(*timestamppb.Timestamp)(nil),             // 53: google.protobuf.Timestamp
-	(*WebhookEndpoint)(nil),                   // 54: paysched.v1.WebhookEndpoint
-	(*WebhookAttempt)(nil),                    // 55: paysched.v1.WebhookAttempt
-	(*ScheduledPayment)(nil),                  // 56: paysched.v1.ScheduledPayment
-	(PaymentStatus)(0),                        // 57: paysched.v1.PaymentStatus
+	(*RequestScheduleChangeRequest)(nil),      // 0: paysched.v1.RequestScheduleChangeRequest
+	(*RequestScheduleChangeResponse)(nil),     // 1: paysched.v1.RequestScheduleChangeResponse
+	(*OperatorRequest)(nil),                   // 2: paysched.v1.OperatorRequest
+	(*CurrencyAmount)(nil),                    // 3: paysched.v1.CurrencyAmount
+	(*ListOperatorRequestsRequest)(nil),       // 4: paysched.v1.ListOperatorRequestsRequest
+	(*ListOperatorRequestsResponse)(nil),      // 5: paysched.v1.ListOperatorRequestsResponse
+	(*GetOperatorRequestRequest)(nil),         // 6: paysched.v1.GetOperatorRequestRequest
+	(*GetOperatorRequestResponse)(nil),        // 7: paysched.v1.GetOperatorRequestResponse
+	(*ApproveOperatorRequestRequest)(nil),     // 8: paysched.v1.ApproveOperatorRequestRequest
+	(*ApproveOperatorRequestResponse)(nil),    // 9: paysched.v1.ApproveOperatorRequestResponse
+	(*RejectOperatorRequestRequest)(nil),      // 10: paysched.v1.RejectOperatorRequestRequest
+	(*RejectOperatorRequestResponse)(nil),     // 11: paysched.v1.RejectOperatorRequestResponse
+	(*CreateWebhookEndpointRequest)(nil),      // 12: paysched.v1.CreateWebhookEndpointRequest
+	(*CreateWebhookEndpointResponse)(nil),     // 13: paysched.v1.CreateWebhookEndpointResponse
+	(*ListWebhookEndpointsRequest)(nil),       // 14: paysched.v1.ListWebhookEndpointsRequest
+	(*ListWebhookEndpointsResponse)(nil),      // 15: paysched.v1.ListWebhookEndpointsResponse
+	(*SetWebhookEndpointEnabledRequest)(nil),  // 16: paysched.v1.SetWebhookEndpointEnabledRequest
+	(*SetWebhookEndpointEnabledResponse)(nil), // 17: paysched.v1.SetWebhookEndpointEnabledResponse
+	(*RotateWebhookSecretRequest)(nil),        // 18: paysched.v1.RotateWebhookSecretRequest
+	(*RotateWebhookSecretResponse)(nil),       // 19: paysched.v1.RotateWebhookSecretResponse
+	(*ResendWebhookRequest)(nil),              // 20: paysched.v1.ResendWebhookRequest
+	(*ResendWebhookResponse)(nil),             // 21: paysched.v1.ResendWebhookResponse
+	(*RecoverWebhooksRequest)(nil),            // 22: paysched.v1.RecoverWebhooksRequest
+	(*RecoverWebhooksResponse)(nil),           // 23: paysched.v1.RecoverWebhooksResponse
+	(*ListWebhookAttemptsRequest)(nil),        // 24: paysched.v1.ListWebhookAttemptsRequest
+	(*ListWebhookAttemptsResponse)(nil),       // 25: paysched.v1.ListWebhookAttemptsResponse
+	(*TenantLimits)(nil),                      // 26: paysched.v1.TenantLimits
+	(*Tenant)(nil),                            // 27: paysched.v1.Tenant
+	(*ListTenantsRequest)(nil),                // 28: paysched.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 29: paysched.v1.ListTenantsResponse
+	(*SetTenantLimitsRequest)(nil),            // 30: paysched.v1.SetTenantLimitsRequest
+	(*SetTenantLimitsResponse)(nil),           // 31: paysched.v1.SetTenantLimitsResponse
+	(*DeadLetter)(nil),                        // 32: paysched.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),            // 33: paysched.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),           // 34: paysched.v1.ListDeadLettersResponse
+	(*RedrivePaymentRequest)(nil),             // 35: paysched.v1.RedrivePaymentRequest
+	(*RedrivePaymentResponse)(nil),            // 36: paysched.v1.RedrivePaymentResponse
+	(*ResolvePaymentRequest)(nil),             // 37: paysched.v1.ResolvePaymentRequest
+	(*ResolvePaymentResponse)(nil),            // 38: paysched.v1.ResolvePaymentResponse
+	(*CancelPaymentRequest)(nil),              // 39: paysched.v1.CancelPaymentRequest
+	(*CancelPaymentResponse)(nil),             // 40: paysched.v1.CancelPaymentResponse
+	(*HoldPaymentRequest)(nil),                // 41: paysched.v1.HoldPaymentRequest
+	(*HoldPaymentResponse)(nil),               // 42: paysched.v1.HoldPaymentResponse
+	(*ReleasePaymentRequest)(nil),             // 43: paysched.v1.ReleasePaymentRequest
+	(*ReleasePaymentResponse)(nil),            // 44: paysched.v1.ReleasePaymentResponse
+	(*ReschedulePaymentRequest)(nil),          // 45: paysched.v1.ReschedulePaymentRequest
+	(*ReschedulePaymentResponse)(nil),         // 46: paysched.v1.ReschedulePaymentResponse
+	(*RunPaymentNowRequest)(nil),              // 47: paysched.v1.RunPaymentNowRequest
+	(*RunPaymentNowResponse)(nil),             // 48: paysched.v1.RunPaymentNowResponse
+	(*ReconciliationItem)(nil),                // 49: paysched.v1.ReconciliationItem
+	(*ReconciliationRun)(nil),                 // 50: paysched.v1.ReconciliationRun
+	(*ListReconciliationRunsRequest)(nil),     // 51: paysched.v1.ListReconciliationRunsRequest
+	(*ListReconciliationRunsResponse)(nil),    // 52: paysched.v1.ListReconciliationRunsResponse
+	(*TriggerReconciliationRunRequest)(nil),   // 53: paysched.v1.TriggerReconciliationRunRequest
+	(*TriggerReconciliationRunResponse)(nil),  // 54: paysched.v1.TriggerReconciliationRunResponse
+	(*timestamppb.Timestamp)(nil),             // 55: google.protobuf.Timestamp
+	(*WebhookEndpoint)(nil),                   // 56: paysched.v1.WebhookEndpoint
+	(*WebhookAttempt)(nil),                    // 57: paysched.v1.WebhookAttempt
+	(*ScheduledPayment)(nil),                  // 58: paysched.v1.ScheduledPayment
+	(PaymentStatus)(0),                        // 59: paysched.v1.PaymentStatus
 }
 var file_paysched_v1_admin_proto_depIdxs = []int32{
-	1,  // 0: paysched.v1.OperatorRequest.amounts:type_name -> paysched.v1.CurrencyAmount
-	53, // 1: paysched.v1.OperatorRequest.run_at:type_name -> google.protobuf.Timestamp
-	24, // 2: paysched.v1.OperatorRequest.limits:type_name -> paysched.v1.TenantLimits
-	53, // 3: paysched.v1.OperatorRequest.requested_at:type_name -> google.protobuf.Timestamp
-	53, // 4: paysched.v1.OperatorRequest.decided_at:type_name -> google.protobuf.Timestamp
-	53, // 5: paysched.v1.OperatorRequest.expires_at:type_name -> google.protobuf.Timestamp
-	53, // 6: paysched.v1.OperatorRequest.since:type_name -> google.protobuf.Timestamp
-	53, // 7: paysched.v1.OperatorRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 8: paysched.v1.ListOperatorRequestsResponse.requests:type_name -> paysched.v1.OperatorRequest
-	0,  // 9: paysched.v1.GetOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
-	0,  // 10: paysched.v1.ApproveOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
-	0,  // 11: paysched.v1.RejectOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
-	54, // 12: paysched.v1.CreateWebhookEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
-	54, // 13: paysched.v1.ListWebhookEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
-	0,  // 14: paysched.v1.RotateWebhookSecretResponse.request:type_name -> paysched.v1.OperatorRequest
-	53, // 15: paysched.v1.RecoverWebhooksRequest.since:type_name -> google.protobuf.Timestamp
-	53, // 16: paysched.v1.RecoverWebhooksRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 17: paysched.v1.RecoverWebhooksResponse.request:type_name -> paysched.v1.OperatorRequest
-	55, // 18: paysched.v1.ListWebhookAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
-	24, // 19: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
-	25, // 20: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
-	24, // 21: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
-	25, // 22: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
-	0,  // 23: paysched.v1.SetTenantLimitsResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 24: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
-	30, // 25: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
-	56, // 26: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	57, // 27: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	0,  // 28: paysched.v1.RedrivePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 29: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	57, // 30: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	0,  // 31: paysched.v1.ResolvePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 32: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	57, // 33: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
-	0,  // 34: paysched.v1.CancelPaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 35: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	0,  // 36: paysched.v1.HoldPaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 37: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	0,  // 38: paysched.v1.ReleasePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	53, // 39: paysched.v1.ReschedulePaymentRequest.run_at:type_name -> google.protobuf.Timestamp
-	56, // 40: paysched.v1.ReschedulePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	0,  // 41: paysched.v1.ReschedulePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
-	56, // 42: paysched.v1.RunPaymentNowResponse.payment:type_name -> paysched.v1.ScheduledPayment
-	0,  // 43: paysched.v1.RunPaymentNowResponse.request:type_name -> paysched.v1.OperatorRequest
-	53, // 44: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
-	53, // 45: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
-	47, // 46: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
-	48, // 47: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
-	48, // 48: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
-	31, // 49: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
-	33, // 50: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
-	35, // 51: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
-	37, // 52: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
-	39, // 53: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
-	41, // 54: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
-	43, // 55: paysched.v1.AdminService.ReschedulePayment:input_type -> paysched.v1.ReschedulePaymentRequest
-	45, // 56: paysched.v1.AdminService.RunPaymentNow:input_type -> paysched.v1.RunPaymentNowRequest
-	49, // 57: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
-	51, // 58: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
-	26, // 59: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
-	28, // 60: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
-	10, // 61: paysched.v1.AdminService.CreateWebhookEndpoint:input_type -> paysched.v1.CreateWebhookEndpointRequest
-	12, // 62: paysched.v1.AdminService.ListWebhookEndpoints:input_type -> paysched.v1.ListWebhookEndpointsRequest
-	14, // 63: paysched.v1.AdminService.SetWebhookEndpointEnabled:input_type -> paysched.v1.SetWebhookEndpointEnabledRequest
-	16, // 64: paysched.v1.AdminService.RotateWebhookSecret:input_type -> paysched.v1.RotateWebhookSecretRequest
-	18, // 65: paysched.v1.AdminService.ResendWebhook:input_type -> paysched.v1.ResendWebhookRequest
-	20, // 66: paysched.v1.AdminService.RecoverWebhooks:input_type -> paysched.v1.RecoverWebhooksRequest
-	22, // 67: paysched.v1.AdminService.ListWebhookAttempts:input_type -> paysched.v1.ListWebhookAttemptsRequest
-	2,  // 68: paysched.v1.AdminService.ListOperatorRequests:input_type -> paysched.v1.ListOperatorRequestsRequest
-	4,  // 69: paysched.v1.AdminService.GetOperatorRequest:input_type -> paysched.v1.GetOperatorRequestRequest
-	6,  // 70: paysched.v1.AdminService.ApproveOperatorRequest:input_type -> paysched.v1.ApproveOperatorRequestRequest
-	8,  // 71: paysched.v1.AdminService.RejectOperatorRequest:input_type -> paysched.v1.RejectOperatorRequestRequest
-	32, // 72: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
-	34, // 73: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
-	36, // 74: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
-	38, // 75: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
-	40, // 76: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
-	42, // 77: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
-	44, // 78: paysched.v1.AdminService.ReschedulePayment:output_type -> paysched.v1.ReschedulePaymentResponse
-	46, // 79: paysched.v1.AdminService.RunPaymentNow:output_type -> paysched.v1.RunPaymentNowResponse
-	50, // 80: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
-	52, // 81: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
-	27, // 82: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
-	29, // 83: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
-	11, // 84: paysched.v1.AdminService.CreateWebhookEndpoint:output_type -> paysched.v1.CreateWebhookEndpointResponse
-	13, // 85: paysched.v1.AdminService.ListWebhookEndpoints:output_type -> paysched.v1.ListWebhookEndpointsResponse
-	15, // 86: paysched.v1.AdminService.SetWebhookEndpointEnabled:output_type -> paysched.v1.SetWebhookEndpointEnabledResponse
-	17, // 87: paysched.v1.AdminService.RotateWebhookSecret:output_type -> paysched.v1.RotateWebhookSecretResponse
-	19, // 88: paysched.v1.AdminService.ResendWebhook:output_type -> paysched.v1.ResendWebhookResponse
-	21, // 89: paysched.v1.AdminService.RecoverWebhooks:output_type -> paysched.v1.RecoverWebhooksResponse
-	23, // 90: paysched.v1.AdminService.ListWebhookAttempts:output_type -> paysched.v1.ListWebhookAttemptsResponse
-	3,  // 91: paysched.v1.AdminService.ListOperatorRequests:output_type -> paysched.v1.ListOperatorRequestsResponse
-	5,  // 92: paysched.v1.AdminService.GetOperatorRequest:output_type -> paysched.v1.GetOperatorRequestResponse
-	7,  // 93: paysched.v1.AdminService.ApproveOperatorRequest:output_type -> paysched.v1.ApproveOperatorRequestResponse
-	9,  // 94: paysched.v1.AdminService.RejectOperatorRequest:output_type -> paysched.v1.RejectOperatorRequestResponse
-	72, // [72:95] is the sub-list for method output_type
-	49, // [49:72] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	55, // 0: paysched.v1.RequestScheduleChangeRequest.resume_at:type_name -> google.protobuf.Timestamp
+	2,  // 1: paysched.v1.RequestScheduleChangeResponse.request:type_name -> paysched.v1.OperatorRequest
+	3,  // 2: paysched.v1.OperatorRequest.amounts:type_name -> paysched.v1.CurrencyAmount
+	55, // 3: paysched.v1.OperatorRequest.run_at:type_name -> google.protobuf.Timestamp
+	26, // 4: paysched.v1.OperatorRequest.limits:type_name -> paysched.v1.TenantLimits
+	55, // 5: paysched.v1.OperatorRequest.requested_at:type_name -> google.protobuf.Timestamp
+	55, // 6: paysched.v1.OperatorRequest.decided_at:type_name -> google.protobuf.Timestamp
+	55, // 7: paysched.v1.OperatorRequest.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 8: paysched.v1.OperatorRequest.since:type_name -> google.protobuf.Timestamp
+	55, // 9: paysched.v1.OperatorRequest.until:type_name -> google.protobuf.Timestamp
+	55, // 10: paysched.v1.OperatorRequest.resume_at:type_name -> google.protobuf.Timestamp
+	2,  // 11: paysched.v1.ListOperatorRequestsResponse.requests:type_name -> paysched.v1.OperatorRequest
+	2,  // 12: paysched.v1.GetOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
+	2,  // 13: paysched.v1.ApproveOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
+	2,  // 14: paysched.v1.RejectOperatorRequestResponse.request:type_name -> paysched.v1.OperatorRequest
+	56, // 15: paysched.v1.CreateWebhookEndpointResponse.endpoint:type_name -> paysched.v1.WebhookEndpoint
+	56, // 16: paysched.v1.ListWebhookEndpointsResponse.endpoints:type_name -> paysched.v1.WebhookEndpoint
+	2,  // 17: paysched.v1.RotateWebhookSecretResponse.request:type_name -> paysched.v1.OperatorRequest
+	55, // 18: paysched.v1.RecoverWebhooksRequest.since:type_name -> google.protobuf.Timestamp
+	55, // 19: paysched.v1.RecoverWebhooksRequest.until:type_name -> google.protobuf.Timestamp
+	2,  // 20: paysched.v1.RecoverWebhooksResponse.request:type_name -> paysched.v1.OperatorRequest
+	57, // 21: paysched.v1.ListWebhookAttemptsResponse.attempts:type_name -> paysched.v1.WebhookAttempt
+	26, // 22: paysched.v1.Tenant.limits:type_name -> paysched.v1.TenantLimits
+	27, // 23: paysched.v1.ListTenantsResponse.tenants:type_name -> paysched.v1.Tenant
+	26, // 24: paysched.v1.SetTenantLimitsRequest.limits:type_name -> paysched.v1.TenantLimits
+	27, // 25: paysched.v1.SetTenantLimitsResponse.tenant:type_name -> paysched.v1.Tenant
+	2,  // 26: paysched.v1.SetTenantLimitsResponse.request:type_name -> paysched.v1.OperatorRequest
+	58, // 27: paysched.v1.DeadLetter.payment:type_name -> paysched.v1.ScheduledPayment
+	32, // 28: paysched.v1.ListDeadLettersResponse.dead_letters:type_name -> paysched.v1.DeadLetter
+	58, // 29: paysched.v1.RedrivePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	59, // 30: paysched.v1.RedrivePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	2,  // 31: paysched.v1.RedrivePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	58, // 32: paysched.v1.ResolvePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	59, // 33: paysched.v1.ResolvePaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	2,  // 34: paysched.v1.ResolvePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	58, // 35: paysched.v1.CancelPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	59, // 36: paysched.v1.CancelPaymentResponse.previous_status:type_name -> paysched.v1.PaymentStatus
+	2,  // 37: paysched.v1.CancelPaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	58, // 38: paysched.v1.HoldPaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	2,  // 39: paysched.v1.HoldPaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	58, // 40: paysched.v1.ReleasePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	2,  // 41: paysched.v1.ReleasePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	55, // 42: paysched.v1.ReschedulePaymentRequest.run_at:type_name -> google.protobuf.Timestamp
+	58, // 43: paysched.v1.ReschedulePaymentResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	2,  // 44: paysched.v1.ReschedulePaymentResponse.request:type_name -> paysched.v1.OperatorRequest
+	58, // 45: paysched.v1.RunPaymentNowResponse.payment:type_name -> paysched.v1.ScheduledPayment
+	2,  // 46: paysched.v1.RunPaymentNowResponse.request:type_name -> paysched.v1.OperatorRequest
+	55, // 47: paysched.v1.ReconciliationRun.started_at:type_name -> google.protobuf.Timestamp
+	55, // 48: paysched.v1.ReconciliationRun.finished_at:type_name -> google.protobuf.Timestamp
+	49, // 49: paysched.v1.ReconciliationRun.items:type_name -> paysched.v1.ReconciliationItem
+	50, // 50: paysched.v1.ListReconciliationRunsResponse.runs:type_name -> paysched.v1.ReconciliationRun
+	50, // 51: paysched.v1.TriggerReconciliationRunResponse.run:type_name -> paysched.v1.ReconciliationRun
+	33, // 52: paysched.v1.AdminService.ListDeadLetters:input_type -> paysched.v1.ListDeadLettersRequest
+	35, // 53: paysched.v1.AdminService.RedrivePayment:input_type -> paysched.v1.RedrivePaymentRequest
+	37, // 54: paysched.v1.AdminService.ResolvePayment:input_type -> paysched.v1.ResolvePaymentRequest
+	39, // 55: paysched.v1.AdminService.CancelPayment:input_type -> paysched.v1.CancelPaymentRequest
+	41, // 56: paysched.v1.AdminService.HoldPayment:input_type -> paysched.v1.HoldPaymentRequest
+	43, // 57: paysched.v1.AdminService.ReleasePayment:input_type -> paysched.v1.ReleasePaymentRequest
+	45, // 58: paysched.v1.AdminService.ReschedulePayment:input_type -> paysched.v1.ReschedulePaymentRequest
+	47, // 59: paysched.v1.AdminService.RunPaymentNow:input_type -> paysched.v1.RunPaymentNowRequest
+	51, // 60: paysched.v1.AdminService.ListReconciliationRuns:input_type -> paysched.v1.ListReconciliationRunsRequest
+	53, // 61: paysched.v1.AdminService.TriggerReconciliationRun:input_type -> paysched.v1.TriggerReconciliationRunRequest
+	28, // 62: paysched.v1.AdminService.ListTenants:input_type -> paysched.v1.ListTenantsRequest
+	30, // 63: paysched.v1.AdminService.SetTenantLimits:input_type -> paysched.v1.SetTenantLimitsRequest
+	12, // 64: paysched.v1.AdminService.CreateWebhookEndpoint:input_type -> paysched.v1.CreateWebhookEndpointRequest
+	14, // 65: paysched.v1.AdminService.ListWebhookEndpoints:input_type -> paysched.v1.ListWebhookEndpointsRequest
+	16, // 66: paysched.v1.AdminService.SetWebhookEndpointEnabled:input_type -> paysched.v1.SetWebhookEndpointEnabledRequest
+	18, // 67: paysched.v1.AdminService.RotateWebhookSecret:input_type -> paysched.v1.RotateWebhookSecretRequest
+	20, // 68: paysched.v1.AdminService.ResendWebhook:input_type -> paysched.v1.ResendWebhookRequest
+	22, // 69: paysched.v1.AdminService.RecoverWebhooks:input_type -> paysched.v1.RecoverWebhooksRequest
+	24, // 70: paysched.v1.AdminService.ListWebhookAttempts:input_type -> paysched.v1.ListWebhookAttemptsRequest
+	4,  // 71: paysched.v1.AdminService.ListOperatorRequests:input_type -> paysched.v1.ListOperatorRequestsRequest
+	6,  // 72: paysched.v1.AdminService.GetOperatorRequest:input_type -> paysched.v1.GetOperatorRequestRequest
+	8,  // 73: paysched.v1.AdminService.ApproveOperatorRequest:input_type -> paysched.v1.ApproveOperatorRequestRequest
+	10, // 74: paysched.v1.AdminService.RejectOperatorRequest:input_type -> paysched.v1.RejectOperatorRequestRequest
+	0,  // 75: paysched.v1.AdminService.RequestScheduleChange:input_type -> paysched.v1.RequestScheduleChangeRequest
+	34, // 76: paysched.v1.AdminService.ListDeadLetters:output_type -> paysched.v1.ListDeadLettersResponse
+	36, // 77: paysched.v1.AdminService.RedrivePayment:output_type -> paysched.v1.RedrivePaymentResponse
+	38, // 78: paysched.v1.AdminService.ResolvePayment:output_type -> paysched.v1.ResolvePaymentResponse
+	40, // 79: paysched.v1.AdminService.CancelPayment:output_type -> paysched.v1.CancelPaymentResponse
+	42, // 80: paysched.v1.AdminService.HoldPayment:output_type -> paysched.v1.HoldPaymentResponse
+	44, // 81: paysched.v1.AdminService.ReleasePayment:output_type -> paysched.v1.ReleasePaymentResponse
+	46, // 82: paysched.v1.AdminService.ReschedulePayment:output_type -> paysched.v1.ReschedulePaymentResponse
+	48, // 83: paysched.v1.AdminService.RunPaymentNow:output_type -> paysched.v1.RunPaymentNowResponse
+	52, // 84: paysched.v1.AdminService.ListReconciliationRuns:output_type -> paysched.v1.ListReconciliationRunsResponse
+	54, // 85: paysched.v1.AdminService.TriggerReconciliationRun:output_type -> paysched.v1.TriggerReconciliationRunResponse
+	29, // 86: paysched.v1.AdminService.ListTenants:output_type -> paysched.v1.ListTenantsResponse
+	31, // 87: paysched.v1.AdminService.SetTenantLimits:output_type -> paysched.v1.SetTenantLimitsResponse
+	13, // 88: paysched.v1.AdminService.CreateWebhookEndpoint:output_type -> paysched.v1.CreateWebhookEndpointResponse
+	15, // 89: paysched.v1.AdminService.ListWebhookEndpoints:output_type -> paysched.v1.ListWebhookEndpointsResponse
+	17, // 90: paysched.v1.AdminService.SetWebhookEndpointEnabled:output_type -> paysched.v1.SetWebhookEndpointEnabledResponse
+	19, // 91: paysched.v1.AdminService.RotateWebhookSecret:output_type -> paysched.v1.RotateWebhookSecretResponse
+	21, // 92: paysched.v1.AdminService.ResendWebhook:output_type -> paysched.v1.ResendWebhookResponse
+	23, // 93: paysched.v1.AdminService.RecoverWebhooks:output_type -> paysched.v1.RecoverWebhooksResponse
+	25, // 94: paysched.v1.AdminService.ListWebhookAttempts:output_type -> paysched.v1.ListWebhookAttemptsResponse
+	5,  // 95: paysched.v1.AdminService.ListOperatorRequests:output_type -> paysched.v1.ListOperatorRequestsResponse
+	7,  // 96: paysched.v1.AdminService.GetOperatorRequest:output_type -> paysched.v1.GetOperatorRequestResponse
+	9,  // 97: paysched.v1.AdminService.ApproveOperatorRequest:output_type -> paysched.v1.ApproveOperatorRequestResponse
+	11, // 98: paysched.v1.AdminService.RejectOperatorRequest:output_type -> paysched.v1.RejectOperatorRequestResponse
+	1,  // 99: paysched.v1.AdminService.RequestScheduleChange:output_type -> paysched.v1.RequestScheduleChangeResponse
+	76, // [76:100] is the sub-list for method output_type
+	52, // [52:76] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_paysched_v1_admin_proto_init() }
@@ -3835,7 +4006,7 @@ func file_paysched_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paysched_v1_admin_proto_rawDesc), len(file_paysched_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	AdminService_GetOperatorRequest_FullMethodName        = "/paysched.v1.AdminService/GetOperatorRequest"
 	AdminService_ApproveOperatorRequest_FullMethodName    = "/paysched.v1.AdminService/ApproveOperatorRequest"
 	AdminService_RejectOperatorRequest_FullMethodName     = "/paysched.v1.AdminService/RejectOperatorRequest"
+	AdminService_RequestScheduleChange_FullMethodName     = "/paysched.v1.AdminService/RequestScheduleChange"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -132,6 +133,14 @@ type AdminServiceClient interface {
 	// RejectOperatorRequest rejects a request awaiting approval (not one's
 	// own): it does nothing.
 	RejectOperatorRequest(ctx context.Context, in *RejectOperatorRequestRequest, opts ...grpc.CallOption) (*RejectOperatorRequestResponse, error)
+	// RequestScheduleChange asks to pause, resume or cancel a payer's
+	// recurring schedule ("schedules/<id>"). It always takes a second
+	// admin's approval (ApproveOperatorRequest): a pause and a cancel
+	// withdraw the occurrences made ahead, a resume makes them again.
+	// payments-api's planner applies the approved request at its next pass
+	// (APPLIED, or NOT_APPLIED when the schedule moved meanwhile), and the
+	// schedule's event names both admins.
+	RequestScheduleChange(ctx context.Context, in *RequestScheduleChangeRequest, opts ...grpc.CallOption) (*RequestScheduleChangeResponse, error)
 }
 
 type adminServiceClient struct {
@@ -372,6 +381,16 @@ func (c *adminServiceClient) RejectOperatorRequest(ctx context.Context, in *Reje
 	return out, nil
 }
 
+func (c *adminServiceClient) RequestScheduleChange(ctx context.Context, in *RequestScheduleChangeRequest, opts ...grpc.CallOption) (*RequestScheduleChangeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestScheduleChangeResponse)
+	err := c.cc.Invoke(ctx, AdminService_RequestScheduleChange_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -460,6 +479,14 @@ type AdminServiceServer interface {
 	// RejectOperatorRequest rejects a request awaiting approval (not one's
 	// own): it does nothing.
 	RejectOperatorRequest(context.Context, *RejectOperatorRequestRequest) (*RejectOperatorRequestResponse, error)
+	// RequestScheduleChange asks to pause, resume or cancel a payer's
+	// recurring schedule ("schedules/<id>"). It always takes a second
+	// admin's approval (ApproveOperatorRequest): a pause and a cancel
+	// withdraw the occurrences made ahead, a resume makes them again.
+	// payments-api's planner applies the approved request at its next pass
+	// (APPLIED, or NOT_APPLIED when the schedule moved meanwhile), and the
+	// schedule's event names both admins.
+	RequestScheduleChange(context.Context, *RequestScheduleChangeRequest) (*RequestScheduleChangeResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -538,6 +565,9 @@ func (UnimplementedAdminServiceServer) ApproveOperatorRequest(context.Context, *
 }
 func (UnimplementedAdminServiceServer) RejectOperatorRequest(context.Context, *RejectOperatorRequestRequest) (*RejectOperatorRequestResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RejectOperatorRequest not implemented")
+}
+func (UnimplementedAdminServiceServer) RequestScheduleChange(context.Context, *RequestScheduleChangeRequest) (*RequestScheduleChangeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestScheduleChange not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -974,6 +1004,24 @@ func _AdminService_RejectOperatorRequest_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_RequestScheduleChange_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestScheduleChangeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RequestScheduleChange(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RequestScheduleChange_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RequestScheduleChange(ctx, req.(*RequestScheduleChangeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1072,6 +1120,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RejectOperatorRequest",
 			Handler:    _AdminService_RejectOperatorRequest_Handler,
+		},
+		{
+			MethodName: "RequestScheduleChange",
+			Handler:    _AdminService_RequestScheduleChange_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -205,15 +205,16 @@ func noteCancelled(ctx context.Context, ref string) {
 	}
 }
 
-// requestName parses "moves/<id>", "limits/<id>" or "endpoints/<id>".
+// requestName parses "moves/<id>", "limits/<id>", "endpoints/<id>" or
+// "schedules/<id>".
 func requestName(name string) (kind string, id int64, err error) {
 	kind, n, ok := strings.Cut(name, "/")
-	if ok && (kind == "moves" || kind == "limits" || kind == "endpoints") {
+	if ok && (kind == "moves" || kind == "limits" || kind == "endpoints" || kind == "schedules") {
 		if id, err = strconv.ParseInt(n, 10, 64); err == nil && id > 0 {
 			return kind, id, nil
 		}
 	}
-	return "", 0, invalid("name", `must be "moves/<id>", "limits/<id>" or "endpoints/<id>"`)
+	return "", 0, invalid("name", `must be "moves/<id>", "limits/<id>", "endpoints/<id>" or "schedules/<id>"`)
 }
 
 func (s *Server) requestErr(err error) error {
@@ -262,6 +263,15 @@ func (s *Server) ListOperatorRequests(ctx context.Context, req *payschedv1.ListO
 			out.Requests = append(out.Requests, endpointToProto(e, ""))
 		}
 	}
+	scheds, err := s.Requests.ListScheduleRequests(ctx, uuid.Nil)
+	if err != nil {
+		return nil, s.internal("list schedule requests", err)
+	}
+	for _, r := range scheds {
+		if req.GetState() == "" || r.State == req.GetState() {
+			out.Requests = append(out.Requests, scheduleRequestToProto(r))
+		}
+	}
 	return out, nil
 }
 
@@ -295,6 +305,12 @@ func (s *Server) readRequest(ctx context.Context, name string) (*payschedv1.Oper
 			return nil, s.requestErr(err)
 		}
 		return endpointToProto(e, ""), nil
+	case "schedules":
+		r, err := s.Requests.GetScheduleRequest(ctx, id)
+		if err != nil {
+			return nil, s.requestErr(err)
+		}
+		return scheduleRequestToProto(r), nil
 	}
 	r, err := s.Requests.Get(ctx, id)
 	if err != nil {
@@ -331,6 +347,12 @@ func (s *Server) decide(ctx context.Context, name string, approve bool) (*paysch
 			s.log.Warn("endpoint request failed", "request", id, "err", err)
 		}
 		return endpointToProto(e, secret), nil
+	case "schedules":
+		// Approved, payments-api's planner applies it at its next pass.
+		if err := s.Requests.DecideSchedule(ctx, id, approve, who); err != nil {
+			return nil, s.requestErr(err)
+		}
+		return s.readRequest(ctx, name)
 	}
 	if err := s.Requests.Decide(ctx, id, approve, who); err != nil {
 		return nil, s.requestErr(err)

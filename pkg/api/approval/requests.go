@@ -377,5 +377,9 @@ func (q *Requests) Expire(ctx context.Context) (int, error) {
 		WHERE state = 'AWAITING_APPROVAL' AND expires_at <= now()`); err != nil {
 		return len(ids), fmt.Errorf("expire endpoint requests: %w", err)
 	}
+	if _, err := q.db.Exec(ctx, `UPDATE schedule_requests SET state = 'EXPIRED'
+		WHERE state IN ('AWAITING_APPROVAL', 'APPROVED') AND expires_at <= now()`); err != nil {
+		return len(ids), fmt.Errorf("expire schedule requests: %w", err)
+	}
 	return len(ids), nil
 }

@@ -128,15 +128,20 @@ func (p *Planner) Run(ctx context.Context) error {
 	}
 }
 
-// Pass plans one batch of schedules in one transaction and returns how
-// many it planned.
+// Pass applies the operators' approved schedule requests (a pause, a
+// resume or a cancel a second admin approved; each in its own
+// transaction), then plans one batch of schedules in one transaction and
+// returns how many it planned.
 func (p *Planner) Pass(ctx context.Context) (int, error) {
+	now := p.cfg.Now()
+	if _, err := store.ApplyScheduleRequests(ctx, p.db, now, maxRequestsPerPass); err != nil {
+		return 0, fmt.Errorf("operators' schedule requests: %w", err)
+	}
 	tx, err := p.db.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx)
-	now := p.cfg.Now()
 	scheds, err := store.DueSchedules(ctx, tx, now, now.Add(p.cfg.Horizon), p.cfg.Batch)
 	if err != nil {
 		return 0, err
@@ -236,6 +241,10 @@ func (p *Planner) plan(s *store.Schedule, now time.Time) ([]store.Occurrence, st
 
 // maxPerPass bounds the occurrences one schedule makes in one pass.
 const maxPerPass = 1000
+
+// maxRequestsPerPass bounds the operators' requests one pass applies (the
+// rest wait for the next).
+const maxRequestsPerPass = 100
 
 // Plan reads a stored schedule's plan.
 func Plan(s *store.Schedule) (recurrence.Plan, error) {

@@ -1,0 +1,168 @@
+package approval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/store"
+)
+
+// The actions on a recurring schedule an operator may ask for. Each takes
+// a second admin, whatever the policy: a pause and a cancel withdraw the
+// occurrences made ahead (their payments are cancelled), a resume makes
+// them again.
+const (
+	SchedulePause  = "PAUSE"
+	ScheduleResume = "RESUME"
+	ScheduleCancel = "CANCEL"
+)
+
+// scheduleFrom is the states each action may leave.
+var scheduleFrom = map[string][]store.ScheduleState{
+	SchedulePause:  {store.ScheduleActive},
+	ScheduleResume: {store.SchedulePaused},
+	ScheduleCancel: {store.ScheduleActive, store.SchedulePaused},
+}
+
+// ErrScheduleAction means the action is not one a schedule request takes.
+var ErrScheduleAction = errors.New("want PAUSE, RESUME or CANCEL")
+
+// ScheduleRequest is an operator's pause, resume or cancel of a payer's
+// schedule. It is approved by a second identity, and applied by
+// payments-api's planner at its next pass (the role that changes
+// schedules): APPLIED, or NOT_APPLIED when the schedule had moved.
+type ScheduleRequest struct {
+	ID            int64
+	Action        string
+	Schedule      uuid.UUID
+	ResumeAt      *time.Time
+	Reason        string
+	State         string
+	RequestedBy   string
+	RequestedName string
+	RequestedAt   time.Time
+	DecidedBy     string
+	DecidedName   string
+	DecidedAt     *time.Time
+	ExpiresAt     time.Time
+	AppliedAt     *time.Time
+	Withdrawn     *int
+	Error         string
+}
+
+const scheduleRequestCols = `id, action, schedule_id, resume_at, reason, state, requested_by, requested_name, requested_at,
+       coalesce(decided_by, ''), coalesce(decided_name, ''), decided_at, expires_at, applied_at, withdrawn, coalesce(error, '')`
+
+func scanScheduleRequest(row pgx.Row) (*ScheduleRequest, error) {
+	var r ScheduleRequest
+	err := row.Scan(&r.ID, &r.Action, &r.Schedule, &r.ResumeAt, &r.Reason, &r.State, &r.RequestedBy, &r.RequestedName, &r.RequestedAt,
+		&r.DecidedBy, &r.DecidedName, &r.DecidedAt, &r.ExpiresAt, &r.AppliedAt, &r.Withdrawn, &r.Error)
+	return &r, err
+}
+
+// ScheduleStateError says a schedule is in no state the action may leave.
+type ScheduleStateError struct {
+	Action string
+	State  store.ScheduleState
+}
+
+func (e *ScheduleStateError) Error() string {
+	return fmt.Sprintf("a schedule that is %s cannot be asked to %s", e.State, e.Action)
+}
+
+// RequestSchedule records who's action on schedule id, awaiting a second
+// identity. The schedule must exist (store.ErrNotFound) and be in a state
+// the action may leave (*ScheduleStateError); it is checked again when
+// the approved request is applied.
+func (q *Requests) RequestSchedule(ctx context.Context, action string, id uuid.UUID, resumeAt *time.Time, reason string, who Identity) (int64, error) {
+	from, ok := scheduleFrom[action]
+	if !ok {
+		return 0, ErrScheduleAction
+	}
+	if action != SchedulePause {
+		resumeAt = nil
+	}
+	s, err := store.GetSchedule(ctx, q.db, "", id)
+	if err != nil {
+		return 0, err
+	}
+	ok = false
+	for _, st := range from {
+		ok = ok || s.State == st
+	}
+	if !ok {
+		return 0, &ScheduleStateError{Action: action, State: s.State}
+	}
+	var rid int64
+	err = q.db.QueryRow(ctx, `INSERT INTO schedule_requests (action, schedule_id, resume_at, reason, requested_by, requested_name, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, now() + $7::interval) RETURNING id`,
+		action, id, resumeAt, reason, who.Operator, who.Name, q.policy.Expiry).Scan(&rid)
+	if err != nil {
+		return 0, fmt.Errorf("request %s of schedule %s: %w", action, id, err)
+	}
+	q.log.Info("approval: schedule change requested", "id", rid, "action", action, "schedule", id, "operator", who.Name, "identity", who.Operator)
+	return rid, nil
+}
+
+// decideScheduleSQL approves or rejects a waiting, unexpired request,
+// never the requester's own (by identity; a CHECK holds it too).
+const decideScheduleSQL = `
+UPDATE schedule_requests SET state = $2, decided_by = $3, decided_name = $4, decided_at = now()
+WHERE id = $1 AND state = 'AWAITING_APPROVAL' AND requested_by <> $3 AND expires_at > now()
+RETURNING id`
+
+// DecideSchedule approves (APPROVED: payments-api's planner applies it at
+// its next pass) or rejects schedule request id as by.
+func (q *Requests) DecideSchedule(ctx context.Context, id int64, approve bool, by Identity) error {
+	state := "REJECTED"
+	if approve {
+		state = "APPROVED"
+	}
+	var got int64
+	err := q.db.QueryRow(ctx, decideScheduleSQL, id, state, by.Operator, by.Name).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		r, gerr := q.GetScheduleRequest(ctx, id)
+		switch {
+		case gerr != nil:
+			return gerr
+		case r.RequestedBy == by.Operator:
+			return ErrOwnRequest
+		}
+		return ErrNotAwaiting
+	}
+	if err != nil {
+		return fmt.Errorf("decide schedule request %d: %w", id, err)
+	}
+	q.log.Info("approval: schedule change decided", "request", id, "state", state, "operator", by.Name, "identity", by.Operator)
+	return nil
+}
+
+// GetScheduleRequest reads schedule request id (ErrNotFound).
+func (q *Requests) GetScheduleRequest(ctx context.Context, id int64) (*ScheduleRequest, error) {
+	r, err := scanScheduleRequest(q.db.QueryRow(ctx, `SELECT `+scheduleRequestCols+` FROM schedule_requests WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read schedule request %d: %w", id, err)
+	}
+	return r, nil
+}
+
+// ListScheduleRequests is the schedule requests awaiting approval or
+// approved, then the latest 50 closed; of one schedule when id is not the
+// nil uuid.
+func (q *Requests) ListScheduleRequests(ctx context.Context, id uuid.UUID) ([]*ScheduleRequest, error) {
+	rows, err := q.db.Query(ctx, `
+(SELECT `+scheduleRequestCols+` FROM schedule_requests
+ WHERE state IN ('AWAITING_APPROVAL', 'APPROVED') AND ($1 = '00000000-0000-0000-0000-000000000000'::uuid OR schedule_id = $1) ORDER BY id LIMIT 200)
+UNION ALL
+(SELECT `+scheduleRequestCols+` FROM schedule_requests
+ WHERE state NOT IN ('AWAITING_APPROVAL', 'APPROVED') AND ($1 = '00000000-0000-0000-0000-000000000000'::uuid OR schedule_id = $1) ORDER BY id DESC LIMIT 50)`, id)
+	return collect(rows, err, scanScheduleRequest, "list schedule requests")
+}
