@@ -114,6 +114,8 @@ func what(r *payschedv1.OperatorRequest) string {
 	switch {
 	case r.GetEndpointId() != "":
 		return "endpoint " + r.GetEndpointId()
+	case r.GetScheduleId() != "":
+		return "schedule " + r.GetScheduleId()
 	case r.GetTenant() != "":
 		l := r.GetLimits()
 		return fmt.Sprintf("tenant %s (weight %d, max in flight %d, max rate %g)", r.GetTenant(), l.GetWeight(), l.GetMaxInflight(), l.GetMaxRate())

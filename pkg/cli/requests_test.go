@@ -81,4 +81,23 @@ func TestPayctlRequests(t *testing.T) {
 	if out, err := as("bea", "requests", "approve", "moves/1"); err != nil || !strings.Contains(out, `"DONE"`) || status() != "PENDING" {
 		t.Fatalf("approve by a second admin: %q %v (payment %s)", out, err, status())
 	}
+	// A schedule's pause, likewise: asked by one, approved by another
+	// (payments-api's planner applies it).
+	next := time.Now().AddDate(0, 1, 0)
+	sched := store.Schedule{ID: uuid.New(), Tenant: "t", Payer: "alice", Payee: "landlord", Amount: 1000, Currency: "EUR",
+		Rule: "FREQ=MONTHLY", Start: next.UTC().Format("2006-01-02T15:04:05"), Zone: "UTC", MonthEnd: "CLAMP",
+		BusinessDays: "NONE", CatchUp: "SKIP_MISSED", CatchUpBound: 12, NextAt: &next}
+	if _, _, err := store.CreateSchedule(context.Background(), db, sched); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := as("ada", "schedules", "request", sched.ID.String(), "pause", "--note", "the payer asked"); err != nil ||
+		!strings.Contains(out, "request schedules/1 (PAUSE on schedule "+sched.ID.String()+")") {
+		t.Fatalf("schedules request: %q %v", out, err)
+	}
+	if _, err := as("ada", "schedules", "request", sched.ID.String(), "pause"); err == nil || !strings.Contains(err.Error(), "note") {
+		t.Fatalf("a request without a note: %v", err)
+	}
+	if out, err := as("bea", "requests", "approve", "schedules/1"); err != nil || !strings.Contains(out, `"APPROVED"`) {
+		t.Fatalf("approve the schedule's pause: %q %v", out, err)
+	}
 }

@@ -49,7 +49,46 @@ func schedulesCmd(g *globals) *cobra.Command {
 	c.AddCommand(scheduleCreateCmd(g), scheduleUpdateCmd(g), scheduleGetCmd(g), scheduleListCmd(g), schedulePreviewCmd(g),
 		scheduleChangeCmd(g, "pause", "Pause a schedule: its occurrences made ahead are cancelled until it resumes"),
 		scheduleChangeCmd(g, "resume", "Resume a paused schedule (what fell due meanwhile follows its catch-up policy)"),
-		scheduleChangeCmd(g, "cancel", "End a schedule for good, cancelling its occurrences made ahead"))
+		scheduleChangeCmd(g, "cancel", "End a schedule for good, cancelling its occurrences made ahead"),
+		scheduleRequestCmd(g))
+	return c
+}
+
+// scheduleRequestCmd is an operator's pause, resume or cancel of any
+// payer's schedule, through admin-api: a request a second admin approves.
+func scheduleRequestCmd(g *globals) *cobra.Command {
+	var note, resume string
+	c := &cobra.Command{
+		Use:   "request SCHEDULE_ID pause|resume|cancel --note WHY",
+		Short: "Ask, as an operator, to pause, resume or cancel a payer's schedule: a second admin approves it (admin)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			action := strings.ToUpper(args[1])
+			if action != "PAUSE" && action != "RESUME" && action != "CANCEL" {
+				return fmt.Errorf("%q: want pause, resume or cancel", args[1])
+			}
+			req := &payschedv1.RequestScheduleChangeRequest{ScheduleId: args[0], Action: action, Note: note}
+			if resume != "" {
+				at, err := parseDue(resume)
+				if err != nil {
+					return fmt.Errorf("--resume-at: %w", err)
+				}
+				req.ResumeAt = timestamppb.New(at)
+			}
+			c, err := g.dialAs(true, g.timeout)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			resp, err := c.admin.RequestScheduleChange(c.ctx, req)
+			if err != nil {
+				return RPCError(err)
+			}
+			return g.printRequest(resp.GetRequest())
+		},
+	}
+	c.Flags().StringVar(&note, "note", "", "why (required)")
+	c.Flags().StringVar(&resume, "resume-at", "", "a pause's end: RFC 3339, or a duration from now (+720h)")
 	return c
 }
 

@@ -190,6 +190,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix+"/actions", c.page(Viewer, c.actionsPage))
 	m.HandleFunc("GET "+Prefix+"/schedules", c.page(Viewer, c.schedulesPage))
 	m.HandleFunc("GET "+Prefix+"/schedules/{id}", c.page(Viewer, c.schedulePage))
+	m.HandleFunc("POST "+Prefix+"/schedules/{id}/requests", c.page(Operator, c.requestSchedule))
+	m.HandleFunc("POST "+Prefix+"/schedules/{id}/requests/{rid}/decide", c.page(Admin, c.decideSchedule))
 	m.HandleFunc("GET "+Prefix+"/tenants", c.page(Viewer, c.tenantsPage))
 	m.HandleFunc("GET "+Prefix+"/tenants/{tenant}", c.page(Viewer, c.tenantPage))
 	m.HandleFunc("POST "+Prefix+"/tenants/{tenant}/limits", c.page(Admin, c.requestLimits))

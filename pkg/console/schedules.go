@@ -8,14 +8,18 @@ package console
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
+	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/engine/planner"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
@@ -112,7 +116,13 @@ func (c *Console) schedulePage(w http.ResponseWriter, r *http.Request, v *view) 
 		c.dbFail(w, r, v, "schedule events", err)
 		return
 	}
-	data := map[string]any{"S": s, "Made": made, "Life": life}
+	reqs, err := c.requests.ListScheduleRequests(ctx, id)
+	if err != nil {
+		c.dbFail(w, r, v, "schedule requests", err)
+		return
+	}
+	data := map[string]any{"S": s, "Made": made, "Life": life, "Requests": reqs, "CanAsk": v.Session.Role >= Operator,
+		"CanDecide": v.Session.Role >= Admin, "Me": v.Session.Operator}
 	if s.State == store.ScheduleActive || s.State == store.SchedulePaused {
 		// What the plan makes next from now, made already or not: the
 		// payer's preview, with the occurrences the planner has made marked.
@@ -244,4 +254,76 @@ func loadWeekForecast(ctx context.Context, db pgdb.DB, now time.Time) (WeekForec
 		return 0
 	})
 	return out, nil
+}
+
+// requestSchedule records an operator's pause, resume or cancel of a
+// schedule: it applies once a second admin approves it (payments-api's
+// planner applies it at its next pass).
+func (c *Console) requestSchedule(w http.ResponseWriter, r *http.Request, v *view) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, v, http.StatusBadRequest, "That is not a schedule id (a UUID).")
+		return
+	}
+	action := r.PostForm.Get("action")
+	if action != approval.SchedulePause && action != approval.ScheduleResume && action != approval.ScheduleCancel {
+		c.fail(w, r, v, http.StatusBadRequest, "Choose pause, resume or cancel.")
+		return
+	}
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	if reason == "" || !utf8.ValidString(reason) || utf8.RuneCountInString(reason) > 300 ||
+		strings.ContainsFunc(reason, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		c.fail(w, r, v, http.StatusBadRequest, "A reason is required: one line of at most 300 characters.")
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	who := v.Session.who()
+	_, err = c.requests.RequestSchedule(ctx, action, id, nil, reason, approval.Identity(who))
+	var stateErr *approval.ScheduleStateError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		c.fail(w, r, v, http.StatusNotFound, "There is no schedule "+id.String()+".")
+		return
+	case errors.As(err, &stateErr):
+		c.fail(w, r, v, http.StatusConflict, "Not asked: "+stateErr.Error()+".")
+		return
+	case err != nil:
+		c.dbFail(w, r, v, "request schedule change", err)
+		return
+	}
+	c.log.Info("console: schedule change requested", "schedule", id, "action", action, "operator", who.Name, "identity", who.Operator)
+	http.Redirect(w, r, Prefix+"/schedules/"+id.String(), http.StatusSeeOther)
+}
+
+// decideSchedule approves or rejects a schedule request, as a second admin.
+func (c *Console) decideSchedule(w http.ResponseWriter, r *http.Request, v *view) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	rid, err2 := strconv.ParseInt(r.PathValue("rid"), 10, 64)
+	if err != nil || err2 != nil {
+		c.fail(w, r, v, http.StatusBadRequest, "That is not a request.")
+		return
+	}
+	approve, ok := c.decision(w, r, v)
+	if !ok {
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	if q, err := c.requests.GetScheduleRequest(ctx, rid); errors.Is(err, approval.ErrNotFound) || (err == nil && q.Schedule != id) {
+		c.fail(w, r, v, http.StatusNotFound, "There is no such request on this schedule.")
+		return
+	}
+	by := v.Session.who()
+	err = c.requests.DecideSchedule(ctx, rid, approve, approval.Identity(by))
+	if errors.Is(err, approval.ErrOwnRequest) || errors.Is(err, approval.ErrNotAwaiting) {
+		c.fail(w, r, v, http.StatusConflict, "Not decided: it is not awaiting approval, or it is your own request: a second operator must decide.")
+		return
+	}
+	if err != nil {
+		c.dbFail(w, r, v, "decide schedule request", err)
+		return
+	}
+	c.log.Info("console: schedule change decided", "schedule", id, "request", rid, "approved", approve, "operator", by.Name, "identity", by.Operator)
+	http.Redirect(w, r, Prefix+"/schedules/"+id.String(), http.StatusSeeOther)
 }

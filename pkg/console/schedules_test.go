@@ -2,9 +2,11 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +110,44 @@ func TestSchedulesPagesAndForecast(t *testing.T) {
 	}
 	if rec := h.get(viewer, Prefix+"/schedules?state=PAUSED"); strings.Contains(rec.Body.String(), weekly.ID.String()) {
 		t.Error("the PAUSED filter shows an active schedule")
+	}
+
+	// An operator asks to pause it; they cannot approve it themselves,
+	// even as an admin; a second admin does; nothing changes meanwhile.
+	ask := h.as("olga", Admin)
+	page := Prefix + "/schedules/" + weekly.ID.String()
+	if rec := h.post(viewer, page+"/requests", url.Values{"action": {"PAUSE"}, "reason": {"x"}}); rec.Code != http.StatusForbidden {
+		t.Errorf("a viewer asking: %d", rec.Code)
+	}
+	for _, bad := range []url.Values{{"action": {"DELETE"}, "reason": {"x"}}, {"action": {"PAUSE"}}} {
+		if rec := h.post(ask, page+"/requests", bad); rec.Code != http.StatusBadRequest {
+			t.Errorf("asking %v: %d", bad, rec.Code)
+		}
+	}
+	if rec := h.post(ask, Prefix+"/schedules/"+paused.ID.String()+"/requests", url.Values{"action": {"PAUSE"}, "reason": {"x"}}); rec.Code != http.StatusConflict {
+		t.Errorf("asking to pause a paused schedule: %d", rec.Code)
+	}
+	if rec := h.post(ask, page+"/requests", url.Values{"action": {"PAUSE"}, "reason": {"the payer asked"}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("asking: %d %s", rec.Code, rec.Body)
+	}
+	reqs, err := h.c.requests.ListScheduleRequests(ctx, weekly.ID)
+	if err != nil || len(reqs) != 1 || reqs[0].State != "AWAITING_APPROVAL" {
+		t.Fatalf("the request: %+v %v", reqs, err)
+	}
+	decide := fmt.Sprintf("%s/requests/%d/decide", page, reqs[0].ID)
+	if rec := h.post(ask, decide, url.Values{"decision": {"approve"}}); rec.Code != http.StatusConflict {
+		t.Errorf("the requester approving: %d", rec.Code)
+	}
+	if rec := h.post(h.as("ben", Admin), decide, url.Values{"decision": {"approve"}}); rec.Code != http.StatusSeeOther {
+		t.Errorf("a second admin approving: %d %s", rec.Code, rec.Body)
+	}
+	if got, _ := h.c.requests.GetScheduleRequest(ctx, reqs[0].ID); got == nil || got.State != "APPROVED" || got.DecidedName != "ben" {
+		t.Errorf("after the approval: %+v", got)
+	}
+	if s, _ := store.GetSchedule(ctx, h.db, "", weekly.ID); s.State != store.ScheduleActive {
+		t.Errorf("the console changed the schedule itself: %s", s.State)
+	}
+	if rec := h.get(viewer, page); !strings.Contains(rec.Body.String(), "APPROVED by ben") {
+		t.Error("the schedule's page does not show the approved request")
 	}
 }
