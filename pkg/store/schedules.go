@@ -730,3 +730,174 @@ func applyScheduleRequest(ctx context.Context, db pgdb.DB, now time.Time) (bool,
 	}
 	return true, nil
 }
+
+// ActiveZones are the zones of the active schedules, each once.
+func ActiveZones(ctx context.Context, db pgdb.DB) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT DISTINCT time_zone FROM schedules WHERE state = 'ACTIVE'`)
+	if err != nil {
+		return nil, fmt.Errorf("active zones: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("active zones: %w", err)
+	}
+	return out, nil
+}
+
+// ZoneRulesPlanned is the fingerprint of each zone's rules the planner
+// last planned with (schedule_zone_rules), by zone.
+func ZoneRulesPlanned(ctx context.Context, db pgdb.DB) (map[string]string, error) {
+	rows, err := db.Query(ctx, `SELECT zone, rules FROM schedule_zone_rules`)
+	if err != nil {
+		return nil, fmt.Errorf("zone rules: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var z, r string
+		if err := rows.Scan(&z, &r); err != nil {
+			return nil, fmt.Errorf("zone rules: %w", err)
+		}
+		out[z] = r
+	}
+	return out, rows.Err()
+}
+
+// SetZoneRules records the fingerprint of zone's rules the planner plans
+// with.
+func SetZoneRules(ctx context.Context, db pgdb.DB, zone, rules string) error {
+	_, err := db.Exec(ctx, `INSERT INTO schedule_zone_rules (zone, rules) VALUES ($1, $2)
+		ON CONFLICT (zone) DO UPDATE SET rules = excluded.rules, checked_at = now()`, zone, rules)
+	if err != nil {
+		return fmt.Errorf("set zone rules of %s: %w", zone, err)
+	}
+	return nil
+}
+
+// AheadInZones is the occurrences made ahead (due after now) of the
+// active schedules in zones whose payments are still PENDING and never
+// claimed, with their schedules: what a change of the zones' rules may
+// move. One statement for all the zones: a planner reads it when zones'
+// rules changed or were never recorded, which is rare.
+func AheadInZones(ctx context.Context, db pgdb.DB, zones []string, now time.Time) ([]Schedule, []Occurrence, error) {
+	rows, err := db.Query(ctx, `
+SELECT o.schedule_id, o.occurrence, o.idx, o.payment_id, o.due_time
+FROM schedules s
+JOIN schedule_occurrences o ON o.schedule_id = s.id AND o.due_time > $2
+JOIN payments p ON p.id = o.payment_id AND p.due_time = o.due_time
+WHERE s.time_zone = ANY ($1) AND s.state = 'ACTIVE' AND p.status = 'PENDING' AND NOT p.probe_first
+ORDER BY o.schedule_id, o.occurrence`, zones, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("occurrences ahead: %w", err)
+	}
+	var occs []Occurrence
+	for rows.Next() {
+		var o Occurrence
+		if err := rows.Scan(&o.Schedule, &o.Key, &o.Index, &o.Payment, &o.DueAt); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("occurrences ahead: %w", err)
+		}
+		o.DueAt = o.DueAt.UTC()
+		occs = append(occs, o)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("occurrences ahead: %w", err)
+	}
+	rows, err = db.Query(ctx, `SELECT `+scheduleCols+` FROM schedules WHERE id IN (
+		SELECT DISTINCT schedule_id FROM unnest($1::uuid[]) AS u(schedule_id))`, scheduleIDs(occs))
+	if err != nil {
+		return nil, nil, fmt.Errorf("schedules of occurrences ahead: %w", err)
+	}
+	scheds, err := collectSchedules(rows)
+	if err != nil {
+		return nil, nil, err
+	}
+	return scheds, occs, nil
+}
+
+func scheduleIDs(os []Occurrence) []uuid.UUID {
+	out := make([]uuid.UUID, len(os))
+	for i, o := range os {
+		out[i] = o.Schedule
+	}
+	return out
+}
+
+// withdrawKeysSQL withdraws the named occurrences (schedule and key) as
+// a pause withdraws them, and returns the keys it released.
+//
+// Why it is safe: as withdrawSQL, each payment is cancelled from PENDING
+// only and not probe_first, so one a sweeper claimed (or that may have
+// charged) is left to run at the time it was made for, and only the keys
+// of the payments cancelled here are released, in the same statement.
+const withdrawKeysSQL = `
+WITH input AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[]) AS t(schedule_id, occurrence)
+), made AS (
+    SELECT o.schedule_id, o.occurrence, o.payment_id, o.due_time
+    FROM schedule_occurrences o JOIN input i USING (schedule_id, occurrence)
+), cancelled AS (
+    UPDATE payments p SET status = 'CANCELLED', updated_at = now()
+    FROM made m
+    WHERE p.id = m.payment_id AND p.due_time = m.due_time AND p.status = 'PENDING' AND NOT p.probe_first
+    RETURNING m.schedule_id, m.occurrence
+)
+DELETE FROM schedule_occurrences o USING cancelled c
+WHERE o.schedule_id = c.schedule_id AND o.occurrence = c.occurrence
+RETURNING o.schedule_id, o.occurrence`
+
+// RemakeOccurrences re-makes occurrences whose charge time moved (a
+// tzdata change): each one's payment is withdrawn (cancelled, its key
+// released) and a new payment made for the same key at its new due time,
+// in one transaction. One whose payment a sweeper claimed meanwhile is
+// left alone, and not re-made. It returns how many it re-made.
+func RemakeOccurrences(ctx context.Context, db pgdb.DB, os []Occurrence) (int, error) {
+	if len(os) == 0 {
+		return 0, nil
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after a commit it does nothing
+	keys := make([]string, len(os))
+	for i, o := range os {
+		keys[i] = o.Key
+	}
+	rows, err := tx.Query(ctx, withdrawKeysSQL, scheduleIDs(os), keys)
+	if err != nil {
+		return 0, fmt.Errorf("withdraw moved occurrences: %w", err)
+	}
+	type key struct {
+		s uuid.UUID
+		k string
+	}
+	released := map[key]bool{}
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.s, &k.k); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("withdraw moved occurrences: %w", err)
+		}
+		released[k] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("withdraw moved occurrences: %w", err)
+	}
+	var again []Occurrence
+	for _, o := range os {
+		if released[key{o.Schedule, o.Key}] {
+			again = append(again, o)
+		}
+	}
+	n, err := MakeOccurrences(ctx, tx, again)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	return n, nil
+}

@@ -49,6 +49,9 @@ func TestTheAPIRolePlansSchedules(t *testing.T) {
 	if n, err := p.Pass(ctx); err != nil || n != 1 {
 		t.Fatalf("the API role's planner pass: %d %v", n, err)
 	}
+	if _, err := p.CheckZones(ctx); err != nil {
+		t.Fatalf("the API role's check of the zone rules: %v", err)
+	}
 	var made int
 	if err := e.admin.QueryRow(ctx, `SELECT count(*) FROM payments WHERE schedule_id = $1`, s.ID).Scan(&made); err != nil || made < 4 {
 		t.Fatalf("made %d occurrences (%v)", made, err)

@@ -77,12 +77,13 @@ func (c Config) Validate() error {
 
 // Planner makes schedules' occurrences.
 type Planner struct {
-	cfg  Config
-	db   pgdb.DB
-	log  *slog.Logger
-	made prometheus.Counter
-	seen prometheus.Counter
-	bad  prometheus.Counter
+	cfg    Config
+	db     pgdb.DB
+	log    *slog.Logger
+	made   prometheus.Counter
+	seen   prometheus.Counter
+	bad    prometheus.Counter
+	remade prometheus.Counter
 }
 
 // New returns a planner over db (a pool: each pass is a transaction),
@@ -101,9 +102,11 @@ func New(cfg Config, db pgdb.DB, reg prometheus.Registerer, log *slog.Logger) (*
 			Help: "Schedules the planner planned (one per schedule per pass)."}),
 		bad: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_planner_unreadable_total",
 			Help: "Schedules the planner could not read (their plan no longer parses): ended, never charged."}),
+		remade: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_planner_remade_total",
+			Help: "Occurrences re-made because the zone rules (tzdata) moved their charge time."}),
 	}
 	if reg != nil {
-		reg.MustRegister(p.made, p.seen, p.bad)
+		reg.MustRegister(p.made, p.seen, p.bad, p.remade)
 	}
 	return p, nil
 }
@@ -111,7 +114,16 @@ func New(cfg Config, db pgdb.DB, reg prometheus.Registerer, log *slog.Logger) (*
 // Run plans until ctx ends: at once again after a full batch, else after
 // the interval.
 func (p *Planner) Run(ctx context.Context) error {
+	var zonesChecked time.Time
 	for {
+		if time.Since(zonesChecked) >= zoneCheckEvery {
+			if n, err := p.CheckZones(ctx); err != nil && ctx.Err() == nil {
+				p.log.Warn("planner: zone rules check failed; the next tries again", "err", err)
+			} else if n > 0 {
+				p.log.Info("planner: occurrences re-made after a change of zone rules", "remade", n)
+			}
+			zonesChecked = time.Now()
+		}
 		n, err := p.Pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			p.log.Warn("planner pass failed; the next pass tries again", "err", err)
@@ -302,4 +314,93 @@ func Ahead(s *store.Schedule, until time.Time, max int, fn func(recurrence.Occur
 		}
 		fn(o)
 	}
+}
+
+// zoneCheckEvery is how often a running planner compares the zone rules
+// it reads with those the occurrences were made with (and at its start:
+// a new build or a host's tzdata update starts a new process).
+const zoneCheckEvery = time.Hour
+
+// CheckZones re-makes the occurrences made ahead whose charge time the
+// zone rules this process reads (its tzdata) move: for each zone of an
+// active schedule whose rules' fingerprint differs from the one recorded
+// when it last planned (or that has none recorded), it reads the zone's
+// PENDING occurrences made ahead again and re-makes those whose instant
+// differs (store.RemakeOccurrences: one a sweeper claimed is left alone),
+// then records its fingerprint. It returns how many it re-made.
+func (p *Planner) CheckZones(ctx context.Context) (int, error) {
+	zones, err := store.ActiveZones(ctx, p.db)
+	if err != nil {
+		return 0, err
+	}
+	planned, err := store.ZoneRulesPlanned(ctx, p.db)
+	if err != nil {
+		return 0, err
+	}
+	changed := map[string]string{}
+	var names []string
+	for _, zone := range zones {
+		rules, err := recurrence.ZoneRules(zone)
+		if err != nil {
+			continue // a zone this build does not know: its schedules end at their next pass
+		}
+		if planned[zone] != rules {
+			changed[zone] = rules
+			names = append(names, zone)
+		}
+	}
+	if len(names) == 0 {
+		return 0, nil
+	}
+	remade, err := p.replan(ctx, names)
+	if err != nil {
+		return 0, fmt.Errorf("re-plan %d zones: %w", len(names), err)
+	}
+	p.remade.Add(float64(remade))
+	for zone, rules := range changed {
+		if err := store.SetZoneRules(ctx, p.db, zone, rules); err != nil {
+			return remade, err
+		}
+	}
+	return remade, nil
+}
+
+// replan re-makes the occurrences made ahead in zones whose instant, read
+// now, differs from the one they were made with.
+func (p *Planner) replan(ctx context.Context, zones []string) (int, error) {
+	now := p.cfg.Now()
+	scheds, occs, err := store.AheadInZones(ctx, p.db, zones, now)
+	if err != nil {
+		return 0, err
+	}
+	plans := map[uuid.UUID]recurrence.Plan{}
+	for i := range scheds {
+		if plan, err := Plan(&scheds[i]); err == nil {
+			plans[scheds[i].ID] = plan
+		}
+	}
+	var moved []store.Occurrence
+	for _, o := range occs {
+		plan, ok := plans[o.Schedule]
+		if !ok {
+			continue
+		}
+		w, err := recurrence.ParseWall(o.Key)
+		if err != nil {
+			continue
+		}
+		at := plan.OccurrenceOf(o.Index, w).At
+		if at.Before(now) {
+			at = now // moved into the past: due at once, as a late one is
+		}
+		if at.Equal(o.DueAt) {
+			continue
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			id = uuid.New()
+		}
+		moved = append(moved, store.Occurrence{Schedule: o.Schedule, Key: o.Key, Index: o.Index, Payment: id, DueAt: at.UTC()})
+	}
+	return store.RemakeOccurrences(ctx, p.db, moved)
 }

@@ -419,3 +419,80 @@ func TestAScheduleLivesAsEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestAZoneRulesChangeRemakesWhatItMoves: occurrences made under other
+// zone rules (their instants an hour off, as a tzdata release moving a
+// DST date would leave them) are re-made at the instants this process
+// reads, under the same keys; one a sweeper claimed is left alone, the
+// others are untouched, and a second check with the rules recorded does
+// nothing.
+func TestAZoneRulesChangeRemakesWhatItMoves(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ensurePartitions(t, db, day0, day0.AddDate(0, 3, 0))
+	ctx := context.Background()
+	clk := &clock{}
+	clk.set(day0)
+	s := createSchedule(t, db, clk.now(), "FREQ=WEEKLY", "2027-01-11T09:00", "Europe/London", "SKIP_MISSED")
+	p := newPlanner(t, db, clk, 40*24*time.Hour)
+	if _, err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	occ, err := store.ScheduleOccurrences(ctx, db, s.ID, 100)
+	if err != nil || len(occ) < 4 {
+		t.Fatalf("made %d occurrences (%v)", len(occ), err)
+	}
+	// The planner records the rules it planned with.
+	if n, err := p.CheckZones(ctx); err != nil || n != 0 {
+		t.Fatalf("a check with the rules planned with: %d %v", n, err)
+	}
+	// Two occurrences as older rules made them: an hour later. One of
+	// them has been claimed since.
+	shifted, claimed := occ[0], occ[1]
+	for _, o := range []store.Occurrence{shifted, claimed} {
+		for _, q := range []string{
+			`UPDATE payments SET due_time = due_time + interval '1 hour', run_at = run_at + interval '1 hour' WHERE id = $1`,
+			`UPDATE payment_index SET due_time = due_time + interval '1 hour' WHERE id = $1`,
+			`UPDATE schedule_occurrences SET due_time = due_time + interval '1 hour' WHERE payment_id = $1`,
+		} {
+			if _, err := db.Exec(ctx, q, o.Payment); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := db.Exec(ctx, `UPDATE payments SET probe_first = true WHERE id = $1`, claimed.Payment); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE schedule_zone_rules SET rules = 'older tzdata' WHERE zone = 'Europe/London'`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.CheckZones(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("re-made %d (%v), want the unclaimed shifted one", n, err)
+	}
+	after, err := store.ScheduleOccurrences(ctx, db, s.ID, 100)
+	if err != nil || len(after) != len(occ) {
+		t.Fatalf("after the re-plan: %d occurrences (%v), want %d", len(after), err, len(occ))
+	}
+	byKey := map[string]store.Occurrence{}
+	for _, o := range after {
+		byKey[o.Key] = o
+	}
+	if o := byKey[shifted.Key]; o.Payment == shifted.Payment || !o.DueAt.Equal(shifted.DueAt) {
+		t.Errorf("the shifted occurrence: %+v, want a new payment due %s", o, shifted.DueAt)
+	}
+	if o := byKey[claimed.Key]; o.Payment != claimed.Payment || !o.DueAt.Equal(claimed.DueAt.Add(time.Hour)) {
+		t.Errorf("the claimed occurrence was touched: %+v", o)
+	}
+	for _, o := range occ[2:] {
+		if byKey[o.Key].Payment != o.Payment {
+			t.Errorf("an occurrence that did not move was re-made: %s", o.Key)
+		}
+	}
+	var st string
+	if err := db.QueryRow(ctx, `SELECT status FROM payments WHERE id = $1`, shifted.Payment).Scan(&st); err != nil || st != "CANCELLED" {
+		t.Errorf("the old payment of the re-made occurrence: %s %v", st, err)
+	}
+	if n, err := p.CheckZones(ctx); err != nil || n != 0 {
+		t.Fatalf("a second check: %d %v", n, err)
+	}
+}
