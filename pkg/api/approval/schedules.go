@@ -71,6 +71,7 @@ type ScheduleStateError struct {
 	State  store.ScheduleState
 }
 
+// Error says which action the state refuses.
 func (e *ScheduleStateError) Error() string {
 	return fmt.Sprintf("a schedule that is %s cannot be asked to %s", e.State, e.Action)
 }
