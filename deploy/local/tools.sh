@@ -16,6 +16,8 @@ tools=(
   "stripe-mock github.com/stripe/stripe-mock@v0.203.0"
   "staticcheck honnef.co/go/tools/cmd/staticcheck@v0.8.2"
   "errcheck github.com/kisielk/errcheck@v1.30.0"
+  "oasdiff github.com/oasdiff/oasdiff@v1.39.0"
+  "oapi-codegen github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2"
 )
 for t in "${tools[@]}"; do
   read -r name pkg <<<"$t"

@@ -14,6 +14,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi2"
 	"github.com/getkin/kin-openapi/openapi2conv"
+	"github.com/getkin/kin-openapi/openapi3"
 )
 
 func main() {
@@ -39,6 +40,11 @@ func convert(in, out string) error {
 	v3, err := openapi2conv.ToV3(&v2)
 	if err != nil {
 		return fmt.Errorf("convert %s: %w", in, err)
+	}
+	if len(v3.Servers) == 0 {
+		// The document is served by the API it describes (GET
+		// /v1/openapi.json): its paths are relative to that host.
+		v3.Servers = openapi3.Servers{{URL: "/", Description: "the host that serves this document"}}
 	}
 	if err := v3.Validate(context.Background()); err != nil {
 		return fmt.Errorf("the OpenAPI 3 rendering of %s is invalid: %w", in, err)
