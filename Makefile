@@ -59,9 +59,9 @@ proto-check:
 
 lint: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
-	go vet ./...
-	.tools/staticcheck $$(go list ./... | grep -v /gen/)
-	.tools/errcheck -exclude .errcheck-excludes $$(go list ./... | grep -v /gen/)
+	go vet ./... ./sdk/go/...
+	.tools/staticcheck $$(go list ./... ./sdk/go/... | grep -v /gen/ | grep -v /sdk/go/api$$)
+	.tools/errcheck -exclude .errcheck-excludes $$(go list ./... ./sdk/go/... | grep -v /gen/ | grep -v /sdk/go/api$$)
 	.tools/buf lint
 	go test -count=1 ./test/layout/
 

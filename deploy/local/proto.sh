@@ -18,6 +18,12 @@ gen() { # gen OUTDIR
   for d in payments admin; do
     go run ./tools/cmd/openapi3 "$1/gen/openapi/paysched/v1/$d.swagger.json" "$1/gen/openapi/paysched/v1/$d.openapi3.json"
   done
+  # The Go SDK's generated layer, from the public document.
+  local out
+  mkdir -p "$1/sdk/go/api"
+  out=$(cd "$1" && pwd)
+  (cd sdk/go/api && "$ROOT/.tools/oapi-codegen" -config oapi-codegen.yaml -o "$out/sdk/go/api/api.gen.go" \
+    "$out/gen/openapi/paysched/v1/payments.openapi3.json")
 }
 case "${1:-gen}" in
   gen)
@@ -35,7 +41,7 @@ case "${1:-gen}" in
     done < <(find "$tmp" -type f)
     while IFS= read -r f; do
       [ -f "$tmp/$f" ] || { echo "stale generated file: $f (run 'make proto')" >&2; status=1; }
-    done < <(find gen -type f \( -name '*.pb.go' -o -name '*.pb.gw.go' -o -name '*.swagger.json' -o -name '*.openapi3.json' \))
+    done < <(find gen sdk/go/api -type f \( -name '*.pb.go' -o -name '*.pb.gw.go' -o -name '*.swagger.json' -o -name '*.openapi3.json' -o -name '*.gen.go' \))
     exit $status
     ;;
   *) echo "usage: proto.sh gen|check" >&2; exit 2 ;;

@@ -18,12 +18,14 @@ step "install what is missing"
 step "gofmt, go vet, buf lint, generated code in sync"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
-go vet ./...
+# The Go SDK (sdk/go) is a module of its own in the workspace (go.work):
+# its packages are named beside the server's.
+go vet ./... ./sdk/go/...
 # Real linters beside vet (generated code aside): staticcheck for bugs
 # (an error shadowed, a value never used), deprecated calls, dead code and
 # doc comments that name what they document (staticcheck.conf); errcheck
 # for every error dropped unsaid (.errcheck-excludes says which may be).
-lintpkgs=$(cd "$ROOT" && go list ./... | grep -v /gen/)
+lintpkgs=$(cd "$ROOT" && go list ./... ./sdk/go/... | grep -v /gen/ | grep -v /sdk/go/api$)
 "$ROOT/.tools/staticcheck" $lintpkgs
 "$ROOT/.tools/errcheck" -exclude "$ROOT/.errcheck-excludes" $lintpkgs
 "$ROOT/deploy/local/proto.sh" check
@@ -36,4 +38,4 @@ export PAYSCHED_REQUIRE_STRIPE_MOCK=1
 export PAYSCHED_REQUIRE_NODE=1
 # The console's real-browser tests (test/e2e) need chromium: fail, not skip.
 export PAYSCHED_REQUIRE_BROWSER=1
-"$ROOT/deploy/local/with-pg.sh" go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} ./...
+"$ROOT/deploy/local/with-pg.sh" go test -race -count=1 -timeout 20m ${GOTESTFLAGS:-} ./... ./sdk/go/...
