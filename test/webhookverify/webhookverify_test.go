@@ -1,7 +1,8 @@
 // Package webhookverify checks the webhook-dispatcher's signed deliveries
 // with two verifiers nobody on the project wrote: the npm packages
 // standardwebhooks and svix (receive.mjs), during a secret rotation, so
-// that each delivery must verify under the old and the new secret alike.
+// that each delivery must verify under the old and the new secret alike;
+// and with the Go SDK's (sdk/go/webhook), on a second endpoint.
 // Notifications go through Kafka (kfake) into the dispatcher as in
 // production.
 package webhookverify_test
@@ -12,10 +13,13 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +32,8 @@ import (
 	"github.com/paysched/paysched/test/kafkatest"
 	"github.com/paysched/paysched/test/nodetest"
 	"github.com/paysched/paysched/test/pgtest"
+
+	"github.com/paysched/paysched/sdk/go/webhook"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -66,6 +72,44 @@ func TestTwoVerifiersAcceptEveryDelivery(t *testing.T) {
 		t.Fatalf("receiver: %q %v", line, err)
 	}
 	if _, err := db.Exec(ctx, `UPDATE webhook_endpoints SET url = $2 WHERE id = $1`, ep.ID, "http://127.0.0.1:"+port+"/hook"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A second endpoint of the tenant, received in Go and verified by the
+	// Go SDK (sdk/go/webhook) with its rotated secret alone: the
+	// dispatcher signs with the old and the new.
+	var sdkMu sync.Mutex
+	sdkSeen, sdkRefused := map[string]bool{}, []string{}
+	ep2, _, err := tenanthook.CreateEndpoint(ctx, db, tenanthook.Endpoint{Tenant: "acme", URL: "http://127.0.0.1:1/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep2Secret, err := tenanthook.RotateSecret(ctx, db, "acme", ep2.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := webhook.NewVerifier(ep2Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goReceiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var msg struct {
+			Data struct{ PaymentID string } `json:"data"`
+		}
+		_, verr := verifier.Verify(r.Header, body)
+		_ = json.Unmarshal(body, &msg)
+		sdkMu.Lock()
+		defer sdkMu.Unlock()
+		if verr != nil {
+			sdkRefused = append(sdkRefused, msg.Data.PaymentID+": "+verr.Error())
+			http.Error(w, verr.Error(), http.StatusUnauthorized)
+			return
+		}
+		sdkSeen[msg.Data.PaymentID] = true
+	}))
+	defer goReceiver.Close()
+	if _, err := db.Exec(ctx, `UPDATE webhook_endpoints SET url = $2 WHERE id = $1`, ep2.ID, goReceiver.URL+"/hook"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -112,19 +156,29 @@ func TestTwoVerifiersAcceptEveryDelivery(t *testing.T) {
 		if len(refused) > 0 {
 			t.Fatalf("refused by a verifier: %v", refused)
 		}
+		sdkMu.Lock()
+		if len(sdkRefused) > 0 {
+			t.Fatalf("refused by the Go SDK: %v", sdkRefused)
+		}
+		sdkMu.Unlock()
 		var succeeded int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE state = $1`, tenanthook.DeliveredState).Scan(&succeeded); err != nil {
 			t.Fatalf("%d of %d delivered: %v", len(seen), n, err)
 		}
-		if succeeded == n {
+		if succeeded == 2*n {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	seen, _ = receiverLog(t, logPath)
+	sdkMu.Lock()
+	defer sdkMu.Unlock()
 	for id := range want {
 		if !seen[id] {
 			t.Errorf("delivery %s never reached the receiver", id)
+		}
+		if !sdkSeen[id] {
+			t.Errorf("delivery %s never reached the Go SDK's receiver", id)
 		}
 	}
 }
