@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
+	paysched "github.com/paysched/paysched/sdk/go"
 )
 
 // Config says what to run.
@@ -188,4 +189,23 @@ func Batch(cfg Config, concurrency int) (Result, error) {
 		return nil
 	})
 	return r, nil
+}
+
+// SDK creates one payment per request through the Go SDK (sdk/go), over
+// the same transport as REST: its idempotency key, its retry layer and its
+// decoding are what it adds.
+func SDK(cfg Config) (Result, error) {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}, Timeout: 30 * time.Second}
+	c, err := paysched.New(cfg.HTTPBase, paysched.WithToken(cfg.Token), paysched.WithHTTPClient(hc))
+	if err != nil {
+		return Result{}, err
+	}
+	dueAt := time.Now().Add(24 * time.Hour)
+	currency := "USD"
+	return run("sdk-create", cfg.Concurrency, cfg.Duration, 1, func(w, i int) error {
+		payee, amount := fmt.Sprintf("payee-%d", w), int64(100+i)
+		_, err := c.CreatePayment(context.Background(), paysched.NewPayment{Payee: &payee, Amount: &amount, Currency: &currency, DueAt: &dueAt},
+			paysched.WithIdempotencyKey(fmt.Sprintf("%s-s-%d-%d", cfg.RunID, w, i)))
+		return err
+	}), nil
 }
