@@ -28,6 +28,13 @@ gen() { # gen OUTDIR
 case "${1:-gen}" in
   gen)
     gen .
+    # The TypeScript SDK's types, from the same document (test/sdkts
+    # fails when they are stale).
+    if command -v npm >/dev/null; then
+      (cd sdk/ts && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && npm run --silent generate)
+    else
+      echo "proto.sh: npm not found: sdk/ts/src/schema.ts not regenerated" >&2
+    fi
     ;;
   check)
     tmp=$(mktemp -d)

@@ -37,10 +37,20 @@ func Require(t *testing.T, what string, tools ...string) {
 // returns the folder.
 func Install(t *testing.T, files ...string) string {
 	t.Helper()
+	return InstallFrom(t, ".", files...)
+}
+
+// InstallFrom is Install of files (paths relative to from, kept so in the
+// copy) from another folder: a package of the repository (sdk/ts).
+func InstallFrom(t *testing.T, from string, files ...string) string {
+	t.Helper()
 	dir := t.TempDir()
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := os.ReadFile(filepath.Join(from, f))
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {

@@ -12,8 +12,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -23,10 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paysched/paysched/pkg/api/auth"
-	"github.com/paysched/paysched/pkg/api/payments"
-	"github.com/paysched/paysched/pkg/api/server"
-	"github.com/paysched/paysched/services/payments-api/paymentsserver"
+	"github.com/paysched/paysched/test/apitest"
 	"github.com/paysched/paysched/test/nodetest"
 	"github.com/paysched/paysched/test/pgtest"
 
@@ -36,51 +31,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-const secret = "sdkgo-test-secret-of-enough-length"
-
-// startAPI runs a payments-api in process over a fresh database and
-// returns its REST base URL.
-func startAPI(t *testing.T) string {
-	t.Helper()
-	cfg := paymentsserver.Config{
-		DatabaseURL: pgtest.NewURL(t),
-		DBMaxConns:  8,
-		Auth: auth.Config{HS256Secret: []byte(secret), Issuer: auth.DefaultIssuer,
-			Audience: auth.DefaultAudience},
-		Rules:            payments.Rules{DefaultCurrency: "EUR", AmountCap: 1_000_000, Horizon: 365 * 24 * time.Hour},
-		CursorSecret:     []byte("cursor"),
-		LoopbackWebhooks: true,
-		NoPlanner:        true,
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := paymentsserver.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	l, err := server.Listen("127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0")
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("payments-api: %v", err)
-		}
-	})
-	return "http://" + l.HTTP.Addr().String()
-}
-
 func client(t *testing.T, base, actor, tenant string) *paysched.Client {
 	t.Helper()
-	tok, err := auth.MintFor([]byte(secret), auth.DefaultIssuer, auth.DefaultAudience, actor, tenant, false, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := paysched.New(base, paysched.WithToken(tok), paysched.WithRetry(paysched.RetryPolicy{Attempts: 4,
+	c, err := paysched.New(base, paysched.WithToken(apitest.Token(t, actor, tenant)), paysched.WithRetry(paysched.RetryPolicy{Attempts: 4,
 		Base: 10 * time.Millisecond, Max: 100 * time.Millisecond, MaxRetryAfter: time.Second}))
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +48,7 @@ func newPayment(amount int64) paysched.NewPayment {
 }
 
 func TestTheSDKAgainstTheServer(t *testing.T) {
-	base := startAPI(t)
+	base := apitest.Start(t)
 	ctx := context.Background()
 	c := client(t, base, "rita", "")
 
@@ -180,7 +133,7 @@ func TestTheSDKAgainstTheServer(t *testing.T) {
 // that lost the answer would; the SDK sends it again with the same key
 // and the server answers the payment it made: one payment.
 func TestALostAnswerIsRetriedIntoOnePayment(t *testing.T) {
-	base := startAPI(t)
+	base := apitest.Start(t)
 	target, _ := url.Parse(base)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	var lost atomic.Int32
@@ -220,7 +173,7 @@ func TestALostAnswerIsRetriedIntoOnePayment(t *testing.T) {
 }
 
 func TestSchedulesAndEndpointsThroughTheSDK(t *testing.T) {
-	base := startAPI(t)
+	base := apitest.Start(t)
 	ctx := context.Background()
 	c := client(t, base, "tina", "acme")
 	start := time.Now().UTC().AddDate(0, 0, 2).Format("2006-01-02") + "T09:00:00"
