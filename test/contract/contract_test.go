@@ -13,11 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/paysched/paysched/test/nodetest"
+
+	paysched "github.com/paysched/paysched/sdk/go"
 )
 
 // docs are the documents, generated (gen/) and released.
@@ -168,5 +171,38 @@ func TestTheReleasedContractIsInTheChangelog(t *testing.T) {
 		if v == "" || !strings.Contains(string(log), entry) {
 			t.Errorf("CHANGELOG.md has no entry %q for the released %s document", entry, d)
 		}
+	}
+}
+
+// TestTheSDKsCoverEveryOperation: every operation of the public document
+// has its SDK methods (sdk/operations.json), and the Go SDK has each.
+func TestTheSDKsCoverEveryOperation(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "sdk", "operations.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops map[string]json.RawMessage
+	if err := json.Unmarshal(b, &ops); err != nil {
+		t.Fatal(err)
+	}
+	client := reflect.TypeOf(&paysched.Client{})
+	paths, _ := readDoc(t, current("payments"))["paths"].(map[string]any)
+	n := 0
+	for _, item := range paths {
+		for _, op := range item.(map[string]any) {
+			id, _ := op.(map[string]any)["operationId"].(string)
+			n++
+			var m struct{ Go, TS string }
+			if err := json.Unmarshal(ops[id], &m); err != nil || m.Go == "" || m.TS == "" {
+				t.Errorf("operation %s has no SDK methods in sdk/operations.json", id)
+				continue
+			}
+			if _, ok := client.MethodByName(m.Go); !ok {
+				t.Errorf("operation %s: the Go SDK has no method %s", id, m.Go)
+			}
+		}
+	}
+	if n != len(ops)-1 { // the "//" note
+		t.Errorf("the document has %d operations, sdk/operations.json %d", n, len(ops)-1)
 	}
 }

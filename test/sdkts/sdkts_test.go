@@ -72,7 +72,8 @@ func TestTheTypeScriptSDK(t *testing.T) {
 		"headers": map[string]string{"webhook-id": "msg_1", "webhook-timestamp": strconv.FormatInt(ts, 10), "webhook-signature": sig}})
 
 	base := apitest.Start(t)
-	out := nodetest.Run(t, dir, []string{"PAYSCHED_BASE=" + base, "PAYSCHED_TOKEN=" + apitest.Token(t, "rita", ""),
+	ops, _ := filepath.Abs(filepath.Join("..", "..", "sdk", "operations.json"))
+	out := nodetest.Run(t, dir, []string{"PAYSCHED_BASE=" + base, "PAYSCHED_OPERATIONS=" + ops, "PAYSCHED_TOKEN=" + apitest.Token(t, "rita", ""),
 		"PAYSCHED_TOKEN_LOST=" + apitest.Token(t, "sam", ""), "PAYSCHED_TOKEN_TENANT=" + apitest.Token(t, "tina", "acme"),
 		"PAYSCHED_SIGNED=" + string(signed)}, "node", "--test", "dist/test/")
 	if !strings.Contains(out, "# fail 0") || !strings.Contains(out, "# skipped 0") {

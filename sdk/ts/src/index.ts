@@ -216,6 +216,34 @@ export class Paysched {
     return answer(data, error, response).secret ?? "";
   }
 
+  /** Replaces a schedule's payment and plan (every field); what was made ahead is made again as it now reads. */
+  async updateSchedule(id: string, s: Schemas["SchedulesServiceUpdateScheduleBody"]) {
+    const { data, error, response } = await this.api.PUT("/v1/schedules/{scheduleId}", { params: { path: { scheduleId: id } }, body: s });
+    return answer(data, error, response);
+  }
+
+  /** The delivery log of a payment or an endpoint, newest first. */
+  async webhookAttempts(f: { paymentId?: string; endpointId?: string; pageSize?: number }) {
+    const { data, error, response } = await this.api.GET("/v1/webhook-attempts", { params: { query: f } });
+    return answer(data, error, response).attempts ?? [];
+  }
+
+  /** Delivers one message (by its webhook-id) to an endpoint again, now. */
+  async resendMessage(endpointId: string, webhookId: string): Promise<void> {
+    const { data, error, response } = await this.api.POST("/v1/webhook-endpoints/{endpointId}:resend", {
+      params: { path: { endpointId } }, body: { webhookId },
+    });
+    answer(data, error, response);
+  }
+
+  /** Delivers again every failed message of an endpoint noted since (and before until); returns how many. */
+  async recoverMessages(endpointId: string, since: Date, until?: Date): Promise<number> {
+    const { data, error, response } = await this.api.POST("/v1/webhook-endpoints/{endpointId}:recover", {
+      params: { path: { endpointId } }, body: { since: since.toISOString(), until: until?.toISOString() },
+    });
+    return Number(answer(data, error, response).recovered ?? 0);
+  }
+
   /** Enables or disables an endpoint. */
   async setEndpointEnabled(id: string, enabled: boolean): Promise<void> {
     const { data, error, response } = await this.api.POST("/v1/webhook-endpoints/{endpointId}:setEnabled", {
