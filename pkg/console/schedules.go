@@ -196,18 +196,14 @@ func loadWeekForecast(ctx context.Context, db pgdb.DB, now time.Time) (WeekForec
 		}
 		return loads[k]
 	}
-	days, err := store.PendingByDay(ctx, db, now, until)
+	weeks, err := store.PendingByWeek(ctx, db, now, weeksAhead)
 	if err != nil {
 		return WeekForecast{}, err
 	}
-	for _, d := range days {
-		t := d.Day
-		if t.Before(now) {
-			t = now
-		}
-		l := at(t, d.Currency)
-		l.Made += d.Count
-		l.MadeAmount += d.Amount
+	for _, w := range weeks {
+		l := at(now.Add(time.Duration(w.Week)*7*24*time.Hour), w.Currency)
+		l.Made += w.Count
+		l.MadeAmount += w.Amount
 	}
 	out := WeekForecast{At: now}
 	var after uuid.UUID
@@ -218,7 +214,7 @@ func loadWeekForecast(ctx context.Context, db pgdb.DB, now time.Time) (WeekForec
 		}
 		for i := range page {
 			s := &page[i]
-			planner.Ahead(s, until, forecastPerSchedule, func(o recurrence.Occurrence) {
+			planner.Ahead(s, now, until, forecastPerSchedule, func(o recurrence.Occurrence) {
 				t := o.At
 				if t.Before(now) {
 					t = now // the planner is behind: due at once

@@ -63,12 +63,23 @@ func TestSchedulesPagesAndForecast(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A schedule the planner is behind on by ten weeks (its place at its
+	// start): skip_missed, so only what falls due from now counts.
+	behind := mk("ursula", "CHF")
+	if _, err := h.db.Exec(ctx, `UPDATE schedules SET start_local = $2, last_occurrence = NULL, last_index = 0 WHERE id = $1`,
+		behind.ID, now.AddDate(0, 0, -70).Format("2006-01-02")+"T09:00:00"); err != nil {
+		t.Fatal(err)
+	}
 	f, err := loadWeekForecast(ctx, h.db, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var made, planned int64
+	var made, planned, behindPlanned int64
 	for _, w := range f.Weeks {
+		if w.Currency == "CHF" {
+			behindPlanned += w.Planned
+			continue
+		}
 		if w.Currency != "EUR" {
 			t.Errorf("a week of %s: %+v (the GBP schedule is paused)", w.Currency, w)
 		}
@@ -80,6 +91,9 @@ func TestSchedulesPagesAndForecast(t *testing.T) {
 	// Eight weekly occurrences from tomorrow fall within the eight weeks.
 	if made != 2 || planned != 6 || f.Capped {
 		t.Errorf("forecast made %d, not made yet %d (capped %v), want 2 and 6: %+v", made, planned, f.Capped, f.Weeks)
+	}
+	if behindPlanned != 8 {
+		t.Errorf("the schedule ten weeks behind counts %d, want the 8 from now (its missed ones are skipped)", behindPlanned)
 	}
 
 	viewer := h.as("vera", Viewer)

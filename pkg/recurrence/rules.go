@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -26,6 +27,21 @@ var (
 // agree; a tzdata release that moves any of its transitions in the span,
 // or an offset, changes it.
 func ZoneRules(zone string) (string, error) {
+	if r, ok := zoneRules.Load(zone); ok {
+		return r.(string), nil
+	}
+	r, err := readZoneRules(zone)
+	if err == nil {
+		zoneRules.Store(zone, r)
+	}
+	return r, err
+}
+
+// zoneRules caches ZoneRules: a zone is read once per process, as
+// location reads it (a host's tzdata update takes a restart).
+var zoneRules sync.Map
+
+func readZoneRules(zone string) (string, error) {
 	loc, err := location(zone)
 	if err != nil {
 		return "", err

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -378,6 +380,9 @@ type Occurrence struct {
 	Payment uuid.UUID
 	// DueAt is when it is charged.
 	DueAt time.Time
+	// Rules is the fingerprint of the zone rules DueAt was read with
+	// (recurrence.ZoneRules; empty: unknown).
+	Rules string
 }
 
 // makeOccurrencesSQL writes occurrence payments: a schedule_occurrences
@@ -394,10 +399,11 @@ type Occurrence struct {
 // payment guard requires of every insert.
 const makeOccurrencesSQL = `
 WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::timestamptz[], $5::int[]) AS t(schedule_id, occurrence, id, due_time, idx)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::timestamptz[], $5::int[], $6::text[])
+        AS t(schedule_id, occurrence, id, due_time, idx, rules)
 ), occ AS (
-    INSERT INTO schedule_occurrences (schedule_id, occurrence, payment_id, due_time, idx)
-    SELECT schedule_id, occurrence, id, due_time, idx FROM input ORDER BY schedule_id, occurrence
+    INSERT INTO schedule_occurrences (schedule_id, occurrence, payment_id, due_time, idx, rules)
+    SELECT schedule_id, occurrence, id, due_time, idx, nullif(rules, '') FROM input ORDER BY schedule_id, occurrence
     ON CONFLICT (schedule_id, occurrence) DO NOTHING
     RETURNING payment_id
 ), src AS (
@@ -422,12 +428,12 @@ func MakeOccurrences(ctx context.Context, db pgdb.DB, os []Occurrence) (int, err
 	if len(os) == 0 {
 		return 0, nil
 	}
-	scheds, keys, ids, dues, idxs := make([]uuid.UUID, len(os)), make([]string, len(os)), make([]uuid.UUID, len(os)),
-		make([]time.Time, len(os)), make([]int32, len(os))
+	scheds, keys, ids, dues, idxs, rules := make([]uuid.UUID, len(os)), make([]string, len(os)), make([]uuid.UUID, len(os)),
+		make([]time.Time, len(os)), make([]int32, len(os)), make([]string, len(os))
 	for i, o := range os {
-		scheds[i], keys[i], ids[i], dues[i], idxs[i] = o.Schedule, o.Key, o.Payment, o.DueAt, int32(o.Index)
+		scheds[i], keys[i], ids[i], dues[i], idxs[i], rules[i] = o.Schedule, o.Key, o.Payment, o.DueAt, int32(o.Index), o.Rules
 	}
-	tag, err := db.Exec(ctx, makeOccurrencesSQL, scheds, keys, ids, dues, idxs)
+	tag, err := db.Exec(ctx, makeOccurrencesSQL, scheds, keys, ids, dues, idxs, rules)
 	if err != nil {
 		return 0, fmt.Errorf("make occurrences: %w", err)
 	}
@@ -502,18 +508,33 @@ func ScheduleOccurrences(ctx context.Context, db pgdb.DB, id uuid.UUID, limit in
 	return out, rows.Err()
 }
 
-// allSchedulesSQL pages through every payer's schedules for the console,
-// newest first, in a state (” for any) and a tenant (” for any).
-const allSchedulesSQL = `
+// allSchedulesSQL and tenantSchedulesSQL page through every payer's
+// schedules for the console, newest first, in a state (” for any): the
+// first down schedules_seq_idx, the second down one tenant's range of
+// schedules_tenant_seq_idx.
+const (
+	allSchedulesSQL = `
 SELECT ` + scheduleCols + ` FROM schedules
-WHERE ($1 = 0 OR seq < $1) AND ($2 = '' OR state = $2) AND ($3 = '' OR tenant = $3)
-ORDER BY seq DESC LIMIT $4`
+WHERE seq < $1 AND ($2 = '' OR state = $2)
+ORDER BY seq DESC LIMIT $3`
+	tenantSchedulesSQL = `
+SELECT ` + scheduleCols + ` FROM schedules
+WHERE tenant = $4 AND seq < $1 AND ($2 = '' OR state = $2)
+ORDER BY tenant, seq DESC LIMIT $3`
+)
 
 // AllSchedules is a page of every payer's schedules (the operators'
 // view), newest first, before seq before (0: from the newest), in state
 // and tenant when given.
 func AllSchedules(ctx context.Context, db pgdb.DB, before int64, state ScheduleState, tenant string, limit int) ([]Schedule, error) {
-	rows, err := db.Query(ctx, allSchedulesSQL, before, string(state), tenant, limit)
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	sql, args := allSchedulesSQL, []any{before, string(state), limit}
+	if tenant != "" {
+		sql, args = tenantSchedulesSQL, append(args, tenant)
+	}
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list all schedules: %w", err)
 	}
@@ -607,33 +628,35 @@ func ScheduleEvents(ctx context.Context, db pgdb.DB, id uuid.UUID, limit int) ([
 	return out, nil
 }
 
-// pendingByDaySQL is what is made and still to run, per day and
-// currency, from $1 to $2 (the sweep index's range: PENDING rows by
-// run_at), bounded by due time for partition pruning ($3).
-const pendingByDaySQL = `
-SELECT date_trunc('day', run_at, 'UTC') AS d, currency, count(*), sum(amount_minor)::bigint
+// pendingByWeekSQL is what is made and still to run, per week from $1
+// (week 0 starts then) and currency, for $2 weeks: a range of the sweep
+// index (PENDING rows by run_at), bounded by due time for partition
+// pruning ($3).
+const pendingByWeekSQL = `
+SELECT floor(extract(epoch FROM run_at - $1::timestamptz) / 604800)::int AS w, currency, count(*), sum(amount_minor)::bigint
 FROM payments
-WHERE status = 'PENDING' AND run_at >= $1 AND run_at < $2 AND due_time <= $3
+WHERE status = 'PENDING' AND run_at >= $1::timestamptz AND run_at < $1::timestamptz + make_interval(weeks => $2) AND due_time <= $3
 GROUP BY 1, 2`
 
-// DayLoad is what falls due on one UTC day in one currency.
-type DayLoad struct {
-	Day      time.Time
+// PendingWeek is what falls due in one week from a start, in one currency.
+type PendingWeek struct {
+	// Week is the week's number from the start (0: the first 7 days).
+	Week     int
 	Currency string
 	Count    int64
 	Amount   int64
 }
 
-// PendingByDay is the PENDING payments per UTC day and currency that run
-// in [from, until).
-func PendingByDay(ctx context.Context, db pgdb.DB, from, until time.Time) ([]DayLoad, error) {
-	rows, err := db.Query(ctx, pendingByDaySQL, from, until, DueBound(until))
+// PendingByWeek is the PENDING payments per week from from, for weeks
+// weeks, and currency.
+func PendingByWeek(ctx context.Context, db pgdb.DB, from time.Time, weeks int) ([]PendingWeek, error) {
+	rows, err := db.Query(ctx, pendingByWeekSQL, from, weeks, DueBound(from.Add(time.Duration(weeks)*7*24*time.Hour)))
 	if err != nil {
-		return nil, fmt.Errorf("pending by day: %w", err)
+		return nil, fmt.Errorf("pending by week: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DayLoad])
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[PendingWeek])
 	if err != nil {
-		return nil, fmt.Errorf("pending by day: %w", err)
+		return nil, fmt.Errorf("pending by week: %w", err)
 	}
 	return out, nil
 }
@@ -719,7 +742,14 @@ func applyScheduleRequest(ctx context.Context, db pgdb.DB, now time.Time) (bool,
 	case errors.Is(err, ErrNotFound):
 		state, why = "NOT_APPLIED", "the schedule is gone"
 	case err != nil:
-		return false, fmt.Errorf("apply schedule request %d: %w", id, err)
+		// Not a state it can explain: closed as NOT_APPLIED with the error,
+		// so one request that cannot apply does not stop the ones after it.
+		_ = tx.Rollback(ctx)
+		if _, cerr := db.Exec(ctx, `UPDATE schedule_requests SET state = 'NOT_APPLIED', applied_at = now(), error = left($2, 500)
+			WHERE id = $1 AND state = 'APPROVED'`, id, err.Error()); cerr != nil {
+			return false, fmt.Errorf("apply schedule request %d: %w (and closing it: %v)", id, err, cerr)
+		}
+		return true, fmt.Errorf("apply schedule request %d: %w", id, err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE schedule_requests SET state = $2, applied_at = now(), withdrawn = $3, error = nullif($4, '') WHERE id = $1`,
 		id, state, withdrawn, why); err != nil {
@@ -744,56 +774,29 @@ func ActiveZones(ctx context.Context, db pgdb.DB) ([]string, error) {
 	return out, nil
 }
 
-// ZoneRulesPlanned is the fingerprint of each zone's rules the planner
-// last planned with (schedule_zone_rules), by zone.
-func ZoneRulesPlanned(ctx context.Context, db pgdb.DB) (map[string]string, error) {
-	rows, err := db.Query(ctx, `SELECT zone, rules FROM schedule_zone_rules`)
-	if err != nil {
-		return nil, fmt.Errorf("zone rules: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var z, r string
-		if err := rows.Scan(&z, &r); err != nil {
-			return nil, fmt.Errorf("zone rules: %w", err)
-		}
-		out[z] = r
-	}
-	return out, rows.Err()
-}
-
-// SetZoneRules records the fingerprint of zone's rules the planner plans
-// with.
-func SetZoneRules(ctx context.Context, db pgdb.DB, zone, rules string) error {
-	_, err := db.Exec(ctx, `INSERT INTO schedule_zone_rules (zone, rules) VALUES ($1, $2)
-		ON CONFLICT (zone) DO UPDATE SET rules = excluded.rules, checked_at = now()`, zone, rules)
-	if err != nil {
-		return fmt.Errorf("set zone rules of %s: %w", zone, err)
-	}
-	return nil
-}
-
-// AheadInZones is the occurrences made ahead (due after now) of the
-// active schedules in zones whose payments are still PENDING and never
-// claimed, with their schedules: what a change of the zones' rules may
-// move. One statement for all the zones: a planner reads it when zones'
-// rules changed or were never recorded, which is rare.
-func AheadInZones(ctx context.Context, db pgdb.DB, zones []string, now time.Time) ([]Schedule, []Occurrence, error) {
+// AheadWithOtherRules is up to limit occurrences made ahead (due after
+// now) of the active schedules in zones[i] whose recorded zone rules are
+// not rules[i], whose payments are still PENDING, never claimed and not
+// moved by an operator (run_at still their due time), with their
+// schedules: what a change of zone rules may have moved. One statement
+// for every zone.
+func AheadWithOtherRules(ctx context.Context, db pgdb.DB, zones, rules []string, now time.Time, limit int) ([]Schedule, []Occurrence, error) {
 	rows, err := db.Query(ctx, `
-SELECT o.schedule_id, o.occurrence, o.idx, o.payment_id, o.due_time
-FROM schedules s
-JOIN schedule_occurrences o ON o.schedule_id = s.id AND o.due_time > $2
+SELECT o.schedule_id, o.occurrence, o.idx, o.payment_id, o.due_time, coalesce(o.rules, '')
+FROM unnest($1::text[], $2::text[]) AS z(zone, rules)
+JOIN schedules s ON s.time_zone = z.zone AND s.state = 'ACTIVE'
+JOIN schedule_occurrences o ON o.schedule_id = s.id AND o.due_time > $3 AND o.rules IS DISTINCT FROM z.rules
 JOIN payments p ON p.id = o.payment_id AND p.due_time = o.due_time
-WHERE s.time_zone = ANY ($1) AND s.state = 'ACTIVE' AND p.status = 'PENDING' AND NOT p.probe_first
-ORDER BY o.schedule_id, o.occurrence`, zones, now)
+WHERE p.status = 'PENDING' AND NOT p.probe_first AND p.run_at = p.due_time
+ORDER BY o.schedule_id, o.occurrence
+LIMIT $4`, zones, rules, now, limit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("occurrences ahead: %w", err)
 	}
 	var occs []Occurrence
 	for rows.Next() {
 		var o Occurrence
-		if err := rows.Scan(&o.Schedule, &o.Key, &o.Index, &o.Payment, &o.DueAt); err != nil {
+		if err := rows.Scan(&o.Schedule, &o.Key, &o.Index, &o.Payment, &o.DueAt, &o.Rules); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("occurrences ahead: %w", err)
 		}
@@ -803,6 +806,9 @@ ORDER BY o.schedule_id, o.occurrence`, zones, now)
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("occurrences ahead: %w", err)
+	}
+	if len(occs) == 0 {
+		return nil, nil, nil
 	}
 	rows, err = db.Query(ctx, `SELECT `+scheduleCols+` FROM schedules WHERE id IN (
 		SELECT DISTINCT schedule_id FROM unnest($1::uuid[]) AS u(schedule_id))`, scheduleIDs(occs))
@@ -816,6 +822,25 @@ ORDER BY o.schedule_id, o.occurrence`, zones, now)
 	return scheds, occs, nil
 }
 
+// StampRules records that occurrences (schedule and key) still fall due
+// when they were made for under the zone rules each carries.
+func StampRules(ctx context.Context, db pgdb.DB, os []Occurrence) error {
+	if len(os) == 0 {
+		return nil
+	}
+	keys, rules := make([]string, len(os)), make([]string, len(os))
+	for i, o := range os {
+		keys[i], rules[i] = o.Key, o.Rules
+	}
+	_, err := db.Exec(ctx, `UPDATE schedule_occurrences o SET rules = i.rules
+		FROM unnest($1::uuid[], $2::text[], $3::text[]) AS i(schedule_id, occurrence, rules)
+		WHERE o.schedule_id = i.schedule_id AND o.occurrence = i.occurrence`, scheduleIDs(os), keys, rules)
+	if err != nil {
+		return fmt.Errorf("stamp zone rules: %w", err)
+	}
+	return nil
+}
+
 func scheduleIDs(os []Occurrence) []uuid.UUID {
 	out := make([]uuid.UUID, len(os))
 	for i, o := range os {
@@ -824,8 +849,9 @@ func scheduleIDs(os []Occurrence) []uuid.UUID {
 	return out
 }
 
-// withdrawKeysSQL withdraws the named occurrences (schedule and key) as
-// a pause withdraws them, and returns the keys it released.
+// withdrawKeysSQL withdraws the named occurrences (schedule, key and the
+// payment read for it) as a pause withdraws them, and returns the keys it
+// released.
 //
 // Why it is safe: as withdrawSQL, each payment is cancelled from PENDING
 // only and not probe_first, so one a sweeper claimed (or that may have
@@ -833,10 +859,10 @@ func scheduleIDs(os []Occurrence) []uuid.UUID {
 // of the payments cancelled here are released, in the same statement.
 const withdrawKeysSQL = `
 WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[]) AS t(schedule_id, occurrence)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS t(schedule_id, occurrence, payment_id)
 ), made AS (
     SELECT o.schedule_id, o.occurrence, o.payment_id, o.due_time
-    FROM schedule_occurrences o JOIN input i USING (schedule_id, occurrence)
+    FROM schedule_occurrences o JOIN input i USING (schedule_id, occurrence, payment_id)
 ), cancelled AS (
     UPDATE payments p SET status = 'CANCELLED', updated_at = now()
     FROM made m
@@ -848,12 +874,16 @@ WHERE o.schedule_id = c.schedule_id AND o.occurrence = c.occurrence
 RETURNING o.schedule_id, o.occurrence`
 
 // RemakeOccurrences re-makes occurrences whose charge time moved (a
-// tzdata change): each one's payment is withdrawn (cancelled, its key
-// released) and a new payment made for the same key at its new due time,
-// in one transaction. One whose payment a sweeper claimed meanwhile is
-// left alone, and not re-made. It returns how many it re-made.
-func RemakeOccurrences(ctx context.Context, db pgdb.DB, os []Occurrence) (int, error) {
-	if len(os) == 0 {
+// tzdata change): each one's payment (o.Payment, as read) is withdrawn
+// (cancelled, its key released) and a new one made for the same key at
+// moved[i]'s due time and rules, in one transaction. The schedules are
+// locked first and only active ones' occurrences are re-made, so a pause,
+// a cancel or an update of the payer waits for it, or it for them, and
+// either way no payment stands on a schedule that was stopped. One whose
+// payment a sweeper claimed meanwhile is left alone, and not re-made. It
+// returns how many it re-made.
+func RemakeOccurrences(ctx context.Context, db pgdb.DB, read, moved []Occurrence) (int, error) {
+	if len(read) == 0 {
 		return 0, nil
 	}
 	tx, err := db.Begin(ctx)
@@ -861,11 +891,25 @@ func RemakeOccurrences(ctx context.Context, db pgdb.DB, os []Occurrence) (int, e
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after a commit it does nothing
-	keys := make([]string, len(os))
-	for i, o := range os {
-		keys[i] = o.Key
+	rows, err := tx.Query(ctx, `SELECT id FROM schedules WHERE id = ANY ($1) AND state = 'ACTIVE' ORDER BY id FOR UPDATE`, scheduleIDs(read))
+	if err != nil {
+		return 0, fmt.Errorf("lock schedules: %w", err)
 	}
-	rows, err := tx.Query(ctx, withdrawKeysSQL, scheduleIDs(os), keys)
+	active, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return 0, fmt.Errorf("lock schedules: %w", err)
+	}
+	var keep []int
+	for i, o := range read {
+		if slices.Contains(active, o.Schedule) {
+			keep = append(keep, i)
+		}
+	}
+	keys, payments, scheds := make([]string, len(keep)), make([]uuid.UUID, len(keep)), make([]uuid.UUID, len(keep))
+	for j, i := range keep {
+		keys[j], payments[j], scheds[j] = read[i].Key, read[i].Payment, read[i].Schedule
+	}
+	rows, err = tx.Query(ctx, withdrawKeysSQL, scheds, keys, payments)
 	if err != nil {
 		return 0, fmt.Errorf("withdraw moved occurrences: %w", err)
 	}
@@ -887,7 +931,7 @@ func RemakeOccurrences(ctx context.Context, db pgdb.DB, os []Occurrence) (int, e
 		return 0, fmt.Errorf("withdraw moved occurrences: %w", err)
 	}
 	var again []Occurrence
-	for _, o := range os {
+	for _, o := range moved {
 		if released[key{o.Schedule, o.Key}] {
 			again = append(again, o)
 		}

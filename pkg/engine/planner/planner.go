@@ -146,8 +146,10 @@ func (p *Planner) Run(ctx context.Context) error {
 // returns how many it planned.
 func (p *Planner) Pass(ctx context.Context) (int, error) {
 	now := p.cfg.Now()
-	if _, err := store.ApplyScheduleRequests(ctx, p.db, now, maxRequestsPerPass); err != nil {
-		return 0, fmt.Errorf("operators' schedule requests: %w", err)
+	if _, err := store.ApplyScheduleRequests(ctx, p.db, now, maxRequestsPerPass); err != nil && ctx.Err() == nil {
+		// The operators' requests wait for the next pass; the payers'
+		// schedules are planned meanwhile.
+		p.log.Warn("planner: applying the operators' schedule requests failed", "err", err)
 	}
 	tx, err := p.db.Begin(ctx)
 	if err != nil {
@@ -237,6 +239,7 @@ func (p *Planner) plan(s *store.Schedule, now time.Time) ([]store.Occurrence, st
 		}
 	}
 	var out []store.Occurrence
+	rules, _ := recurrence.ZoneRules(s.Zone) // read once per zone per process
 	for _, o := range append(catch.Keep(missed, s.CatchUpBound), onTime...) {
 		due := o.At
 		if due.Before(now) {
@@ -246,7 +249,7 @@ func (p *Planner) plan(s *store.Schedule, now time.Time) ([]store.Occurrence, st
 		if err != nil {
 			id = uuid.New()
 		}
-		out = append(out, store.Occurrence{Schedule: s.ID, Key: o.Nominal.String(), Index: o.Index, Payment: id, DueAt: due.UTC()})
+		out = append(out, store.Occurrence{Schedule: s.ID, Key: o.Nominal.String(), Index: o.Index, Payment: id, DueAt: due.UTC(), Rules: rules})
 	}
 	return out, place
 }
@@ -288,10 +291,12 @@ func Place(plan recurrence.Plan, now time.Time) (store.Planned, recurrence.Occur
 }
 
 // Ahead calls fn with each occurrence of an active schedule not made yet
-// (after its place) that falls due before until, in order, and stops at
-// max of them: the console's forecast counts what the planner will make.
-// A schedule that no longer reads yields nothing (the planner ends it).
-func Ahead(s *store.Schedule, until time.Time, max int, fn func(recurrence.Occurrence)) {
+// (after its place) that the planner will make due before until, and
+// stops at max of them: the console's forecast. Those already due by now
+// (a schedule just resumed, a planner behind) count as the planner counts
+// them, by the schedule's catch-up policy. A schedule that no longer reads
+// yields nothing (the planner ends it).
+func Ahead(s *store.Schedule, now, until time.Time, max int, fn func(recurrence.Occurrence)) {
 	if s.State != store.ScheduleActive {
 		return
 	}
@@ -307,10 +312,24 @@ func Ahead(s *store.Schedule, until time.Time, max int, fn func(recurrence.Occur
 		}
 		it = plan.IterAfter(last, s.LastIndex)
 	}
+	catch, err := recurrence.ParseCatchUp(s.CatchUp)
+	if err != nil {
+		catch = recurrence.SkipMissed
+	}
+	var missed []recurrence.Occurrence
+	defer func() {
+		for _, o := range catch.Keep(missed, s.CatchUpBound) {
+			fn(o)
+		}
+	}()
 	for range max {
 		o, ok := it.Next()
 		if !ok || !o.At.Before(until) {
 			return
+		}
+		if o.At.Before(now) {
+			missed = append(missed, o)
+			continue
 		}
 		fn(o)
 	}
@@ -322,71 +341,70 @@ func Ahead(s *store.Schedule, until time.Time, max int, fn func(recurrence.Occur
 const zoneCheckEvery = time.Hour
 
 // CheckZones re-makes the occurrences made ahead whose charge time the
-// zone rules this process reads (its tzdata) move: for each zone of an
-// active schedule whose rules' fingerprint differs from the one recorded
-// when it last planned (or that has none recorded), it reads the zone's
-// PENDING occurrences made ahead again and re-makes those whose instant
-// differs (store.RemakeOccurrences: one a sweeper claimed is left alone),
-// then records its fingerprint. It returns how many it re-made.
+// zone rules this process reads (its tzdata) move. Each occurrence records
+// the fingerprint of the rules it was made with; for the active
+// schedules' zones, the PENDING occurrences made ahead with other rules
+// (by an older build, or another host's tzdata) are read again, a batch
+// at a time: those whose instant differs are re-made (store.
+// RemakeOccurrences: one a sweeper claimed, or an operator rescheduled, is
+// left alone), the others stamped with this process's rules. It returns
+// how many it re-made.
 func (p *Planner) CheckZones(ctx context.Context) (int, error) {
 	zones, err := store.ActiveZones(ctx, p.db)
 	if err != nil {
 		return 0, err
 	}
-	planned, err := store.ZoneRulesPlanned(ctx, p.db)
-	if err != nil {
-		return 0, err
-	}
-	changed := map[string]string{}
-	var names []string
+	var names, rules []string
 	for _, zone := range zones {
-		rules, err := recurrence.ZoneRules(zone)
+		r, err := recurrence.ZoneRules(zone)
 		if err != nil {
 			continue // a zone this build does not know: its schedules end at their next pass
 		}
-		if planned[zone] != rules {
-			changed[zone] = rules
-			names = append(names, zone)
-		}
+		names, rules = append(names, zone), append(rules, r)
 	}
 	if len(names) == 0 {
 		return 0, nil
 	}
-	remade, err := p.replan(ctx, names)
-	if err != nil {
-		return 0, fmt.Errorf("re-plan %d zones: %w", len(names), err)
-	}
-	p.remade.Add(float64(remade))
-	for zone, rules := range changed {
-		if err := store.SetZoneRules(ctx, p.db, zone, rules); err != nil {
+	remade := 0
+	for range maxRecheckBatches {
+		n, done, err := p.recheck(ctx, names, rules)
+		remade += n
+		p.remade.Add(float64(n))
+		if err != nil || done {
 			return remade, err
 		}
 	}
 	return remade, nil
 }
 
-// replan re-makes the occurrences made ahead in zones whose instant, read
-// now, differs from the one they were made with.
-func (p *Planner) replan(ctx context.Context, zones []string) (int, error) {
+// Rechecks are bounded per call: the next check goes on.
+const (
+	recheckBatch      = 1000
+	maxRecheckBatches = 100
+)
+
+// recheck reads one batch of occurrences made with other rules, re-makes
+// the moved ones and stamps the rest; done is true once none was left.
+func (p *Planner) recheck(ctx context.Context, zones, rules []string) (int, bool, error) {
 	now := p.cfg.Now()
-	scheds, occs, err := store.AheadInZones(ctx, p.db, zones, now)
-	if err != nil {
-		return 0, err
+	scheds, occs, err := store.AheadWithOtherRules(ctx, p.db, zones, rules, now, recheckBatch)
+	if err != nil || len(occs) == 0 {
+		return 0, true, err
 	}
 	plans := map[uuid.UUID]recurrence.Plan{}
+	zoneOf := map[uuid.UUID]string{}
 	for i := range scheds {
 		if plan, err := Plan(&scheds[i]); err == nil {
 			plans[scheds[i].ID] = plan
+			zoneOf[scheds[i].ID] = scheds[i].Zone
 		}
 	}
-	var moved []store.Occurrence
+	var read, moved, stamp []store.Occurrence
 	for _, o := range occs {
 		plan, ok := plans[o.Schedule]
-		if !ok {
-			continue
-		}
 		w, err := recurrence.ParseWall(o.Key)
-		if err != nil {
+		current, rerr := recurrence.ZoneRules(zoneOf[o.Schedule])
+		if !ok || err != nil || rerr != nil {
 			continue
 		}
 		at := plan.OccurrenceOf(o.Index, w).At
@@ -394,13 +412,25 @@ func (p *Planner) replan(ctx context.Context, zones []string) (int, error) {
 			at = now // moved into the past: due at once, as a late one is
 		}
 		if at.Equal(o.DueAt) {
+			o.Rules = current
+			stamp = append(stamp, o)
 			continue
 		}
 		id, err := uuid.NewV7()
 		if err != nil {
 			id = uuid.New()
 		}
-		moved = append(moved, store.Occurrence{Schedule: o.Schedule, Key: o.Key, Index: o.Index, Payment: id, DueAt: at.UTC()})
+		read = append(read, o)
+		moved = append(moved, store.Occurrence{Schedule: o.Schedule, Key: o.Key, Index: o.Index, Payment: id, DueAt: at.UTC(), Rules: current})
 	}
-	return store.RemakeOccurrences(ctx, p.db, moved)
+	if err := store.StampRules(ctx, p.db, stamp); err != nil {
+		return 0, false, err
+	}
+	n, err := store.RemakeOccurrences(ctx, p.db, read, moved)
+	if err != nil {
+		return 0, false, err
+	}
+	// A batch in which nothing changed (each one left alone: claimed
+	// meanwhile) would be read again: stop until the next check.
+	return n, len(stamp) == 0 && n == 0, nil
 }

@@ -409,6 +409,15 @@ func TestAScheduleLivesAsEvents(t *testing.T) {
 	if got := lifeOf(t, db, other.ID); !slices.Equal(got, []string{"CREATED by payer", "CANCELLED by payer"}) {
 		t.Errorf("the cancelled schedule's life: %v", got)
 	}
+	// A schedule whose rule has nothing left is made ENDED: both events.
+	ended := store.Schedule{ID: uuid.New(), Payer: "payer-ended", Payee: "landlord", Amount: 100, Currency: "EUR", Rule: "FREQ=DAILY;COUNT=1",
+		Start: "2027-01-01T09:00:00", Zone: "UTC", MonthEnd: "CLAMP", BusinessDays: "NONE", CatchUp: "SKIP_MISSED", CatchUpBound: 12}
+	if _, _, err := store.CreateSchedule(ctx, db, ended); err != nil {
+		t.Fatal(err)
+	}
+	if got := lifeOf(t, db, ended.ID); !slices.Equal(got, []string{"CREATED by payer", "ENDED by payer"}) {
+		t.Errorf("a schedule made ended: %v", got)
+	}
 	var data string
 	if err := db.QueryRow(ctx, `SELECT data::text FROM schedule_events WHERE schedule_id = $1 AND kind = 'UPDATED'`, s.ID).Scan(&data); err != nil {
 		t.Fatal(err)
@@ -423,9 +432,9 @@ func TestAScheduleLivesAsEvents(t *testing.T) {
 // TestAZoneRulesChangeRemakesWhatItMoves: occurrences made under other
 // zone rules (their instants an hour off, as a tzdata release moving a
 // DST date would leave them) are re-made at the instants this process
-// reads, under the same keys; one a sweeper claimed is left alone, the
-// others are untouched, and a second check with the rules recorded does
-// nothing.
+// reads, under the same keys; one a sweeper claimed and one an operator
+// rescheduled are left alone, those that did not move are only stamped
+// with this build's rules, and a second check does nothing.
 func TestAZoneRulesChangeRemakesWhatItMoves(t *testing.T) {
 	db := pgtest.NewPool(t)
 	ensurePartitions(t, db, day0, day0.AddDate(0, 3, 0))
@@ -441,14 +450,19 @@ func TestAZoneRulesChangeRemakesWhatItMoves(t *testing.T) {
 	if err != nil || len(occ) < 4 {
 		t.Fatalf("made %d occurrences (%v)", len(occ), err)
 	}
-	// The planner records the rules it planned with.
+	// Each occurrence records the rules it was made with: a check finds
+	// nothing to do.
 	if n, err := p.CheckZones(ctx); err != nil || n != 0 {
 		t.Fatalf("a check with the rules planned with: %d %v", n, err)
 	}
-	// Two occurrences as older rules made them: an hour later. One of
-	// them has been claimed since.
-	shifted, claimed := occ[0], occ[1]
-	for _, o := range []store.Occurrence{shifted, claimed} {
+	// Every occurrence as an older build made them; three of them an hour
+	// later (its rules moved them). One of those has been claimed since,
+	// one rescheduled by an operator.
+	shifted, claimed, rescheduled := occ[0], occ[1], occ[2]
+	if _, err := db.Exec(ctx, `UPDATE schedule_occurrences SET rules = 'older tzdata' WHERE schedule_id = $1`, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []store.Occurrence{shifted, claimed, rescheduled} {
 		for _, q := range []string{
 			`UPDATE payments SET due_time = due_time + interval '1 hour', run_at = run_at + interval '1 hour' WHERE id = $1`,
 			`UPDATE payment_index SET due_time = due_time + interval '1 hour' WHERE id = $1`,
@@ -462,7 +476,7 @@ func TestAZoneRulesChangeRemakesWhatItMoves(t *testing.T) {
 	if _, err := db.Exec(ctx, `UPDATE payments SET probe_first = true WHERE id = $1`, claimed.Payment); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(ctx, `UPDATE schedule_zone_rules SET rules = 'older tzdata' WHERE zone = 'Europe/London'`); err != nil {
+	if _, err := db.Exec(ctx, `UPDATE payments SET run_at = run_at + interval '2 hours' WHERE id = $1`, rescheduled.Payment); err != nil {
 		t.Fatal(err)
 	}
 	n, err := p.CheckZones(ctx)
@@ -480,10 +494,17 @@ func TestAZoneRulesChangeRemakesWhatItMoves(t *testing.T) {
 	if o := byKey[shifted.Key]; o.Payment == shifted.Payment || !o.DueAt.Equal(shifted.DueAt) {
 		t.Errorf("the shifted occurrence: %+v, want a new payment due %s", o, shifted.DueAt)
 	}
-	if o := byKey[claimed.Key]; o.Payment != claimed.Payment || !o.DueAt.Equal(claimed.DueAt.Add(time.Hour)) {
-		t.Errorf("the claimed occurrence was touched: %+v", o)
+	for _, o := range []store.Occurrence{claimed, rescheduled} {
+		if got := byKey[o.Key]; got.Payment != o.Payment || !got.DueAt.Equal(o.DueAt.Add(time.Hour)) {
+			t.Errorf("a claimed or rescheduled occurrence was touched: %+v", got)
+		}
 	}
-	for _, o := range occ[2:] {
+	var stamped int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM schedule_occurrences WHERE schedule_id = $1 AND rules <> 'older tzdata'`, s.ID).Scan(&stamped); err != nil ||
+		stamped != len(occ)-2 {
+		t.Errorf("%d occurrences carry this build's rules (%v), want all but the two left alone (%d)", stamped, err, len(occ)-2)
+	}
+	for _, o := range occ[3:] {
 		if byKey[o.Key].Payment != o.Payment {
 			t.Errorf("an occurrence that did not move was re-made: %s", o.Key)
 		}

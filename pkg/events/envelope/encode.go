@@ -61,8 +61,9 @@ type Datum struct {
 }
 
 // AppendKey appends the record key of a change to b: the table's key
-// columns (payments: id; payment_attempts: payment_id, attempt), as
-// Debezium writes them. t is the after tuple, or the before one of a delete.
+// columns (payments: id; payment_attempts: payment_id, attempt;
+// payment_actions: id), as Debezium writes them; schedule_events: its
+// schedule_id (message.key.columns). t is the after tuple, or the before one of a delete.
 func AppendKey(b []byte, r *Relation, t []Datum) ([]byte, error) {
 	if len(t) != len(r.Columns) {
 		return nil, fmt.Errorf("%s.%s: tuple has %d columns, relation %d", r.Schema, r.Table, len(t), len(r.Columns))
@@ -94,6 +95,12 @@ func keyColumn(r *Relation, c *Column) bool {
 		return c.Name == "id"
 	case "payment_attempts":
 		return c.Name == "payment_id" || c.Name == "attempt"
+	case "payment_actions":
+		return c.Name == "id"
+	case "schedule_events":
+		// A schedule's events share its key, and so a partition: they
+		// reach the notifications in the order they happened.
+		return c.Name == "schedule_id"
 	}
 	return c.Key
 }

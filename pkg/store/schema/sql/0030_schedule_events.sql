@@ -25,6 +25,11 @@ CREATE TABLE schedule_events (
 );
 CREATE INDEX schedule_events_schedule_idx ON schedule_events (schedule_id, id);
 
+-- The operators' list of every payer's schedules, newest first, and by
+-- tenant (the console pages by seq).
+CREATE INDEX schedules_seq_idx ON schedules (seq DESC);
+CREATE INDEX schedules_tenant_seq_idx ON schedules (tenant, seq DESC);
+
 CREATE FUNCTION paysched_schedule_event() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
@@ -36,7 +41,7 @@ BEGIN
         kinds := ARRAY['CREATED'];
         IF NEW.state = 'ENDED' THEN
             -- A rule with nothing left from its start ends as it is made.
-            kinds := kinds || 'ENDED';
+            kinds := array_append(kinds, 'ENDED');
         END IF;
     ELSIF NEW.state IS DISTINCT FROM OLD.state THEN
         kinds := ARRAY[CASE WHEN NEW.state = 'ACTIVE' THEN 'RESUMED' ELSE NEW.state END];

@@ -56,7 +56,9 @@ BEGIN
         RETURN NEW;
     END IF;
     -- Undecided, or approved and not applied, by its end: it does nothing.
-    IF OLD.state IN ('AWAITING_APPROVAL', 'APPROVED') AND NEW.state = 'EXPIRED' AND OLD.expires_at <= now() THEN
+    IF OLD.state IN ('AWAITING_APPROVAL', 'APPROVED') AND NEW.state = 'EXPIRED' AND OLD.expires_at <= now()
+       AND (NEW.decided_by, NEW.decided_name, NEW.decided_at) IS NOT DISTINCT FROM (OLD.decided_by, OLD.decided_name, OLD.decided_at)
+       AND (NEW.applied_at, NEW.withdrawn, NEW.error) IS NOT DISTINCT FROM (OLD.applied_at, OLD.withdrawn, OLD.error) THEN
         RETURN NEW;
     END IF;
     IF OLD.state = 'APPROVED' AND NEW.state IN ('APPLIED', 'NOT_APPLIED') AND paysched_acts_as('client')
@@ -69,6 +71,11 @@ $$;
 CREATE TRIGGER paysched_guard_schedule_request BEFORE UPDATE ON schedule_requests
     FOR EACH ROW EXECUTE FUNCTION paysched_guard_schedule_request();
 
-GRANT SELECT, INSERT ON schedule_requests TO paysched_admin;
+-- The admin role asks: only the ask's columns, so a request starts
+-- AWAITING_APPROVAL and undecided, whatever the INSERT says; and it may
+-- wait for at most 30 days (the policy's longest).
+ALTER TABLE schedule_requests ADD CHECK (expires_at <= requested_at + interval '30 days');
+GRANT SELECT ON schedule_requests TO paysched_admin;
+GRANT INSERT (action, schedule_id, resume_at, reason, requested_by, requested_name, expires_at) ON schedule_requests TO paysched_admin;
 GRANT UPDATE (state, decided_by, decided_name, decided_at) ON schedule_requests TO paysched_admin;
 GRANT SELECT, UPDATE (state, applied_at, withdrawn, error) ON schedule_requests TO paysched_api;
