@@ -103,7 +103,7 @@ const Version = "0.1.0"
 
 // API is the generated client of every operation of the payments API,
 // sending through this client's credentials and retries (a POST is
-// retried only when it carries an idempotency key or a requestId).
+// retried only when it carries an Idempotency-Key header).
 func (c *Client) API() *api.ClientWithResponses { return c.raw }
 
 // transport is a call that got no answer (after its retries).

@@ -291,8 +291,61 @@ func TestABatchIsSplitAndEachItemKeyed(t *testing.T) {
 		}
 		seen[*r.Payment.PaymentId] = true
 	}
-	if *res[7].Payment.PaymentId != mine || items[0].RequestId != nil {
-		t.Fatalf("the caller's key was not kept, or the caller's items were changed")
+	if *res[7].Payment.PaymentId != mine || items[0].RequestId == nil || *items[0].RequestId != *res[0].Payment.PaymentId {
+		t.Fatalf("the caller's key was not kept, or the keys were not left in the caller's items")
+	}
+	// Called again with the same items (after an error, say), it sends
+	// the same keys: the server makes each payment once.
+	again, err := c.CreatePayments(context.Background(), items)
+	if err != nil || *again[2499].Payment.PaymentId != *res[2499].Payment.PaymentId {
+		t.Fatalf("a second call sent other keys: %v", err)
+	}
+}
+
+func TestABatchIsSplitByItsSize(t *testing.T) {
+	var sizes []int
+	f := newFake(t, func(_ int, w http.ResponseWriter, _ *http.Request, body string) {
+		var req struct{ Items []json.RawMessage }
+		_ = json.Unmarshal([]byte(body), &req)
+		sizes = append(sizes, len(req.Items))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"results":[]}`)
+	})
+	c, _ := f.client(t)
+	big := strings.Repeat("x", 400)
+	meta := map[string]string{}
+	for i := range 20 {
+		meta[fmt.Sprint("k", i)] = big // about 8.5 KB an item
+	}
+	items := make([]NewPayment, 1000)
+	for i := range items {
+		items[i].Metadata = &meta
+	}
+	if _, err := c.CreatePayments(context.Background(), items); err != nil {
+		t.Fatal(err)
+	}
+	if len(sizes) < 2 || sizes[0]+sizes[1]+func() int {
+		n := 0
+		for _, s := range sizes[2:] {
+			n += s
+		}
+		return n
+	}() != 1000 {
+		t.Fatalf("batches of %v items: want 1,000 split under 4 MiB", sizes)
+	}
+}
+
+func TestAProxysRefusalIsTyped(t *testing.T) {
+	f := newFake(t, func(_ int, w http.ResponseWriter, _ *http.Request, _ string) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, "<html>upstream down</html>")
+	})
+	c, _ := f.client(t)
+	_, err := c.GetPayment(context.Background(), "p1")
+	var e *Error
+	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &e) || e.Message != "<html>upstream down</html>" || len(f.reqs) != 4 {
+		t.Fatalf("%v after %d requests", err, len(f.reqs))
 	}
 }
 

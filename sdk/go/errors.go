@@ -49,10 +49,26 @@ func (e *Error) Error() string {
 }
 
 // Is matches target when it is a reason sentinel (ErrNotFound...) with
-// this error's reason.
+// this error's reason; a refusal with no reason (a proxy's 503 or 429)
+// matches by its status.
 func (e *Error) Is(target error) bool {
 	r, ok := target.(reason)
-	return ok && string(r) == e.Reason
+	if !ok {
+		return false
+	}
+	if e.Reason == "" {
+		switch e.HTTPStatus {
+		case http.StatusServiceUnavailable:
+			return r == ErrUnavailable
+		case http.StatusTooManyRequests:
+			return r == ErrRateLimited
+		case http.StatusNotFound:
+			return r == ErrNotFound
+		case http.StatusUnauthorized:
+			return r == ErrUnauthenticated
+		}
+	}
+	return string(r) == e.Reason
 }
 
 // reason is a sentinel error naming an ErrorInfo reason.
@@ -87,8 +103,8 @@ var (
 	ErrNoTenant error = reason("NO_TENANT")
 )
 
-// status is google.rpc.Status as grpc-gateway writes it.
-type status struct {
+// rpcStatus is google.rpc.Status as grpc-gateway writes it.
+type rpcStatus struct {
 	Code    json.RawMessage   `json:"code"`
 	Message string            `json:"message"`
 	Details []json.RawMessage `json:"details"`
@@ -112,7 +128,7 @@ var codeNames = []string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEAD
 // errorFrom reads an answer that is not the one wanted as an *Error.
 func errorFrom(status int, header http.Header, body []byte) *Error {
 	e := &Error{HTTPStatus: status, RequestID: header.Get("X-Request-Id")}
-	var s statusBody
+	var s rpcStatus
 	if json.Unmarshal(body, &s) != nil {
 		e.Message = strings.TrimSpace(string(body))
 		if len(e.Message) > 200 {
@@ -143,5 +159,3 @@ func errorFrom(status int, header http.Header, body []byte) *Error {
 	}
 	return e
 }
-
-type statusBody = status

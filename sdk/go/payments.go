@@ -3,6 +3,7 @@ package paysched
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"net/http"
@@ -179,22 +180,37 @@ func deref[T any](p *[]T) []T {
 	return *p
 }
 
-// CreatePayments schedules many payments in batches of at most MaxBatch,
-// each item's requestId (its idempotency key) filled when empty, so a
-// retried batch makes each payment once. The results are in items' order,
-// each Index the item's in items; a batch the server refused as a whole
-// ends the call with its error and the results of the batches before it.
+// maxBatchBytes bounds one batch's body, under the server's 8 MiB.
+const maxBatchBytes = 4 << 20
+
+// CreatePayments schedules many payments in batches of at most MaxBatch
+// items (and 4 MiB), and returns the results in items' order, each Index
+// the item's in items. Each item's RequestId (its idempotency key) is
+// filled in items itself when empty: after an error (a batch the server
+// refused as a whole ends the call, with the results of the batches
+// before it), calling again with the same items makes each payment once.
 func (c *Client) CreatePayments(ctx context.Context, items []NewPayment) ([]BatchResult, error) {
-	out := make([]BatchResult, 0, len(items))
-	for from := 0; from < len(items); from += MaxBatch {
-		chunk := make([]NewPayment, min(MaxBatch, len(items)-from))
-		copy(chunk, items[from:])
-		for i := range chunk {
-			if chunk[i].RequestId == nil || *chunk[i].RequestId == "" {
-				k := NewKey()
-				chunk[i].RequestId = &k
-			}
+	for i := range items {
+		if items[i].RequestId == nil || *items[i].RequestId == "" {
+			k := NewKey()
+			items[i].RequestId = &k
 		}
+	}
+	out := make([]BatchResult, 0, len(items))
+	for from := 0; from < len(items); {
+		to, size := from, 0
+		for to < len(items) && to-from < MaxBatch {
+			b, err := json.Marshal(items[to])
+			if err != nil {
+				return out, fmt.Errorf("paysched: item %d: %w", to, err)
+			}
+			if to > from && size+len(b) > maxBatchBytes {
+				break
+			}
+			size += len(b) + 1
+			to++
+		}
+		chunk := items[from:to]
 		r, err := c.raw.BatchCreateScheduledPaymentsWithResponse(retrySafe(ctx), api.V1BatchCreateScheduledPaymentsRequest{Items: &chunk})
 		if err != nil {
 			return out, transport(err)
@@ -213,6 +229,7 @@ func (c *Client) CreatePayments(ctx context.Context, items []NewPayment) ([]Batc
 			}
 			out = append(out, res)
 		}
+		from = to
 	}
 	return out, nil
 }

@@ -2,12 +2,14 @@ package paysched
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/oauth2"
@@ -35,8 +37,8 @@ type RetryPolicy struct {
 var DefaultRetry = RetryPolicy{Attempts: 4, Base: 200 * time.Millisecond, Max: 5 * time.Second, MaxRetryAfter: 30 * time.Second}
 
 func (p RetryPolicy) validate() error {
-	if p.Attempts < 1 || p.Base <= 0 || p.Max < p.Base || p.MaxRetryAfter < 0 {
-		return fmt.Errorf("paysched: retry policy %+v: want at least 1 attempt and 0 < base <= max", p)
+	if p.Attempts < 1 || p.Base <= 0 || p.Max < p.Base || p.MaxRetryAfter <= 0 {
+		return fmt.Errorf("paysched: retry policy %+v: want at least 1 attempt, 0 < base <= max and a positive max Retry-After", p)
 	}
 	return nil
 }
@@ -89,14 +91,23 @@ func (r *retrier) Do(req *http.Request) (*http.Response, error) {
 	again := resendable(req)
 	backoff := r.policy.Base
 	for attempt := 1; ; attempt++ {
-		if attempt > 1 && req.GetBody != nil {
-			body, err := req.GetBody()
-			if err != nil {
-				return nil, fmt.Errorf("paysched: resend body: %w", err)
+		sent := req
+		if attempt > 1 {
+			// A request of its own each time: the transport may still hold
+			// the last one's body.
+			sent = req.Clone(ctx)
+			if req.GetBody != nil {
+				body, err := req.GetBody()
+				if err != nil {
+					return nil, fmt.Errorf("paysched: resend body: %w", err)
+				}
+				sent.Body = body
 			}
-			req.Body = body
 		}
-		resp, err := r.http.Do(req)
+		resp, err := r.http.Do(sent)
+		if err == nil {
+			asStatus(resp)
+		}
 		retry := false
 		wait := rand.N(backoff/2+1) + backoff/2
 		switch {
@@ -152,4 +163,43 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// asStatus makes a refusal whose body is not the API's JSON status (a
+// proxy's page, a load balancer's text) one: the status with the text as
+// its message, so the caller gets an *Error either way.
+func asStatus(resp *http.Response) {
+	if resp.StatusCode < 400 || strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	_ = resp.Body.Close()
+	msg, _ := json.Marshal(strings.TrimSpace(string(b)))
+	body := fmt.Sprintf(`{"code":%d,"message":%s,"details":[]}`, grpcCode(resp.StatusCode), msg)
+	resp.Body = io.NopCloser(strings.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Type", "application/json")
+}
+
+// grpcCode is the gRPC code grpc-gateway answers an HTTP status with.
+func grpcCode(status int) int {
+	switch status {
+	case http.StatusBadRequest:
+		return 3
+	case http.StatusUnauthorized:
+		return 16
+	case http.StatusForbidden:
+		return 7
+	case http.StatusNotFound:
+		return 5
+	case http.StatusConflict:
+		return 10
+	case http.StatusTooManyRequests:
+		return 8
+	case http.StatusServiceUnavailable:
+		return 14
+	case http.StatusGatewayTimeout:
+		return 4
+	}
+	return 2
 }

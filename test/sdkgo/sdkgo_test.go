@@ -190,6 +190,11 @@ func TestSchedulesAndEndpointsThroughTheSDK(t *testing.T) {
 	if err != nil || len(preview) != 3 {
 		t.Fatalf("preview: %v %v", preview, err)
 	}
+	changed := paysched.ScheduleChange{Payee: ptr("landlord"), Amount: ptr(int64(125000)), Currency: ptr("EUR"),
+		Rrule: ptr("FREQ=MONTHLY"), Start: ptr(start), TimeZone: ptr("Europe/London")}
+	if sc, _, err := c.UpdateSchedule(ctx, id, changed); err != nil || *sc.Amount != 125000 {
+		t.Fatalf("update schedule: %v %v", sc, err)
+	}
 	if _, _, err := c.PauseSchedule(ctx, id, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +239,12 @@ func TestSchedulesAndEndpointsThroughTheSDK(t *testing.T) {
 	}
 	if _, err := c.WebhookAttempts(ctx, paysched.Deliveries{EndpointId: ep.Endpoint.EndpointId}); err != nil {
 		t.Fatal(err)
+	}
+	if n, err := c.RecoverMessages(ctx, *ep.Endpoint.EndpointId, time.Now().Add(-time.Hour), time.Time{}); err != nil || n != 0 {
+		t.Fatalf("recover: %d %v", n, err)
+	}
+	if err := c.ResendMessage(ctx, *ep.Endpoint.EndpointId, "no-such-message"); !errors.Is(err, paysched.ErrNotFound) {
+		t.Fatalf("resending a message never sent: %v", err)
 	}
 	// A payer's token naming no tenant cannot have endpoints.
 	if _, err := client(t, base, "nobody", "").Endpoints(ctx); !errors.Is(err, paysched.ErrNoTenant) {

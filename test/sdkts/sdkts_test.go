@@ -84,8 +84,13 @@ func TestTheTypeScriptSDK(t *testing.T) {
 	var packs []struct {
 		Files []struct{ Path string } `json:"files"`
 	}
-	if err := json.Unmarshal([]byte(nodetest.Run(t, dir, nil, "npm", "pack", "--dry-run", "--json")), &packs); err != nil || len(packs) != 1 {
-		t.Fatalf("npm pack: %v", err)
+	// prepack builds first (its lines come before the JSON).
+	packed := nodetest.Run(t, dir, nil, "npm", "pack", "--dry-run", "--json")
+	if i := strings.Index(packed, "\n["); i >= 0 {
+		packed = packed[i+1:]
+	}
+	if err := json.Unmarshal([]byte(packed), &packs); err != nil || len(packs) != 1 {
+		t.Fatalf("npm pack: %v\n%s", err, packed)
 	}
 	var paths []string
 	for _, f := range packs[0].Files {

@@ -49,6 +49,8 @@ export interface Options {
   retry?: RetryPolicy;
   /** The fetch to send with (default: the global fetch). */
   fetch?: typeof fetch;
+  /** How long one attempt may take, in ms (default 30 s): a hung connection is a network error, retried. */
+  timeoutMs?: number;
   /** @internal tests: how to wait between retries. */
   sleep?: Sleep;
 }
@@ -62,6 +64,8 @@ export interface CreateOptions {
 
 /** The most items the server takes in one batch; createPayments splits longer lists. */
 export const maxBatch = 1000;
+/** The most bytes of items createPayments sends in one batch (the server takes 8 MiB). */
+const maxBatchBytes = 4 << 20;
 
 /** A fresh idempotency key. */
 export const newKey = (): string => randomUUID();
@@ -75,7 +79,7 @@ export class Paysched {
     const u = new URL(baseUrl);
     if (u.protocol !== "http:" && u.protocol !== "https:") throw new TypeError(`paysched: base URL ${baseUrl}: want http(s)`);
     const inner = opts.fetch ?? globalThis.fetch;
-    const send = retrying(inner, opts.retry ?? defaultRetry, opts.sleep);
+    const send = retrying(inner, opts.retry ?? defaultRetry, opts.sleep, opts.timeoutMs ?? 30_000);
     const token = opts.token;
     this.api = createFetchClient<paths>({
       baseUrl: baseUrl.replace(/\/+$/, ""),
@@ -126,20 +130,31 @@ export class Paysched {
   }
 
   /**
-   * Schedules many payments in batches of at most maxBatch, each item's
-   * requestId filled when empty, so a retried batch makes each payment
-   * once. The results are in items' order, each index the item's.
+   * Schedules many payments in batches of at most maxBatch items (and 4
+   * MiB). Each item's requestId (its idempotency key) is filled in items
+   * itself when empty: called again with the same items after an error,
+   * it makes each payment once. The results are in items' order, each
+   * index the item's.
    */
   async createPayments(items: NewPayment[]): Promise<BatchResult[]> {
+    for (const it of items) it.requestId ||= newKey();
     const out: BatchResult[] = [];
-    for (let from = 0; from < items.length; from += maxBatch) {
-      const chunk = items.slice(from, from + maxBatch).map((it) => (it.requestId ? it : { ...it, requestId: newKey() }));
+    for (let from = 0; from < items.length;) {
+      let to = from;
+      let size = 0;
+      while (to < items.length && to - from < maxBatch) {
+        const n = Buffer.byteLength(JSON.stringify(items[to]));
+        if (to > from && size + n > maxBatchBytes) break;
+        size += n + 1;
+        to++;
+      }
       const { data, error, response } = await this.api.POST("/v1/scheduled-payments:batchCreate", {
-        body: { items: chunk }, headers: { [retrySafeHeader]: "1" },
+        body: { items: items.slice(from, to) }, headers: { [retrySafeHeader]: "1" },
       });
       for (const r of answer(data, error, response).results ?? []) {
         out.push({ ...r, index: (r.index ?? 0) + from });
       }
+      from = to;
     }
     return out;
   }

@@ -39,11 +39,15 @@ export type Sleep = (ms: number, signal?: AbortSignal | null) => Promise<void>;
 const sleep: Sleep = (ms, signal) =>
   new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
+    const onAbort = () => {
       clearTimeout(t);
-      reject(signal.reason);
-    }, { once: true });
+      reject(signal?.reason);
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
   });
 
 /**
@@ -51,18 +55,25 @@ const sleep: Sleep = (ms, signal) =>
  * the same request (its idempotency key included), after a jittered
  * backoff and never sooner than the answer's Retry-After.
  */
-export function retrying(inner: typeof fetch, policy: RetryPolicy, wait: Sleep = sleep): (req: Request) => Promise<Response> {
-  return async (req: Request) => {
-    const again = resendable(req);
+export function retrying(inner: typeof fetch, policy: RetryPolicy, wait: Sleep = sleep, timeoutMs = 30_000): (req: Request) => Promise<Response> {
+  return async (original: Request) => {
+    const again = resendable(original);
+    // The marker is the SDK's own: it never goes on the wire.
+    const headers = new Headers(original.headers);
+    headers.delete(retrySafeHeader);
+    const req = new Request(original, { headers });
     let backoff = policy.baseMs;
     for (let attempt = 1; ; attempt++) {
-      const sent = again && attempt < policy.attempts ? req.clone() : req;
+      const base = again && attempt < policy.attempts ? req.clone() : req;
+      // Each attempt is bounded: a hung connection becomes a network error.
+      const signals = [AbortSignal.timeout(timeoutMs), ...(original.signal ? [original.signal] : [])];
+      const sent = new Request(base, { signal: AbortSignal.any(signals) });
       let res: Response | undefined;
       let err: unknown;
       try {
         res = await inner(sent);
       } catch (e) {
-        if (req.signal?.aborted) throw e;
+        if (original.signal?.aborted) throw e;
         err = e;
       }
       let retry = err !== undefined;
@@ -80,7 +91,7 @@ export function retrying(inner: typeof fetch, policy: RetryPolicy, wait: Sleep =
         throw err;
       }
       if (res) await res.body?.cancel();
-      await wait(ms, req.signal);
+      await wait(ms, original.signal);
       backoff = Math.min(2 * backoff, policy.maxMs);
     }
   };

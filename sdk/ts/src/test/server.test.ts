@@ -89,6 +89,8 @@ test("schedules and the tenant's endpoints", { skip }, async () => {
   const id = s.value.scheduleId!;
   assert.equal((await c.getSchedule(id)).schedule?.scheduleId, id);
   assert.equal((await c.previewSchedule({ scheduleId: id, count: 3 })).length, 3);
+  const updated = await c.updateSchedule(id, { payee: "landlord", amount: 125000, currency: "EUR", rrule: "FREQ=MONTHLY", start, timeZone: "Europe/London" });
+  assert.equal(updated.schedule?.amount, 125000);
   await c.pauseSchedule(id);
   await assert.rejects(c.pauseSchedule(id), (e: unknown) => isReason(e, Reasons.ScheduleState));
   await c.resumeSchedule(id);
@@ -103,6 +105,9 @@ test("schedules and the tenant's endpoints", { skip }, async () => {
   const rotated = await c.rotateEndpointSecret(ep.endpoint!.endpointId!, 3600);
   assert.notEqual(rotated, ep.secret);
   await c.setEndpointEnabled(ep.endpoint!.endpointId!, false);
+  assert.deepEqual(await c.webhookAttempts({ endpointId: ep.endpoint!.endpointId! }), []);
+  assert.equal(await c.recoverMessages(ep.endpoint!.endpointId!, new Date(Date.now() - 3600_000)), 0);
+  await assert.rejects(c.resendMessage(ep.endpoint!.endpointId!, "no-such-message"), (e: unknown) => isReason(e, Reasons.NotFound));
 });
 
 test("a delivery paysched signed verifies", { skip: process.env["PAYSCHED_SIGNED"] ? false : "PAYSCHED_SIGNED is not set" }, () => {

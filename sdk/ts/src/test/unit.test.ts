@@ -143,7 +143,10 @@ test("a batch is split at the limit and each item keyed", async () => {
     assert.equal(keys.size, 2500);
     res.forEach((r, i) => assert.equal(r.index, i));
     assert.equal(res[7]!.payment?.paymentId, "mine");
-    assert.equal(items[0]!.requestId, undefined, "the caller's items are not changed");
+    assert.equal(items[0]!.requestId, res[0]!.payment?.paymentId, "the keys are left in the caller's items");
+    const again = await client(f.url).createPayments(items);
+    assert.equal(again[2499]!.payment?.paymentId, res[2499]!.payment?.paymentId, "a second call sends the same keys");
+    assert.ok(f.seen.every((s) => !("x-paysched-retry-safe" in s.req.headers)), "the SDK's marker went on the wire");
   } finally { await f.close(); }
 });
 
