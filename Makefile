@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools:$(PATH)
 
-.PHONY: help up demo down logs status build test proto proto-check tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync bench-fair bench-console bench-webhooks bench-schedules bench-compare console-shots chaos clean
+.PHONY: help up demo down logs status build test proto proto-check helm-sync helm-readme tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync bench-fair bench-console bench-webhooks bench-schedules bench-compare console-shots chaos clean
 
 help:
 	@echo "make up         build and start the local stack (Postgres, payments-api and the engine)"
@@ -53,6 +53,15 @@ tools:
 
 proto:
 	@deploy/local/proto.sh gen
+
+# The Helm chart carries the kustomize base (the source of truth) as files.
+helm-sync:
+	@for f in deploy/k8s/base/*.yaml; do [ "$$(basename $$f)" = kustomization.yaml ] || cp $$f deploy/helm/paysched/files/base/; done
+
+# The chart README's parameter table, from values.yaml's @param comments.
+helm-readme:
+	@cd deploy/k8s/testdata/readme && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && \
+		npx --no-install readme-generator --values ../../../helm/paysched/values.yaml --readme ../../../helm/paysched/README.md
 
 proto-check:
 	@deploy/local/proto.sh check

@@ -84,6 +84,14 @@ var overlays = []struct {
 	{name: "prod", atLeast: true, replicas: map[string]int{
 		"payments-api": 2, "admin-api": 1, "sweeper": 2, "executor": 3, "reaper": 1, "cdc": 1,
 		"audit-consumer": 1, "webhook-dispatcher": 2, "reconciler": 1}},
+	// The Helm chart (deploy/helm/paysched) goes through the same checks:
+	// with its prod values, and with its defaults.
+	{name: "helm:prod", atLeast: true, replicas: map[string]int{
+		"payments-api": 2, "admin-api": 1, "sweeper": 2, "executor": 3, "reaper": 1, "cdc": 1,
+		"audit-consumer": 1, "webhook-dispatcher": 2, "reconciler": 1}},
+	{name: "helm:default", atLeast: true, replicas: map[string]int{
+		"payments-api": 1, "admin-api": 1, "sweeper": 1, "executor": 1, "reaper": 1, "cdc": 1,
+		"audit-consumer": 1, "webhook-dispatcher": 1, "reconciler": 1}},
 }
 
 type obj = map[string]any
@@ -129,6 +137,9 @@ func num(v any, path ...string) (int, bool) {
 
 func render(t *testing.T, overlay string) []obj {
 	t.Helper()
+	if values, ok := strings.CutPrefix(overlay, "helm:"); ok {
+		return renderChart(t, values)
+	}
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
 		t.Skip("kubectl is not on PATH")

@@ -18,6 +18,7 @@ tools=(
   "errcheck github.com/kisielk/errcheck@v1.30.0"
   "oasdiff github.com/oasdiff/oasdiff@v1.39.0"
   "oapi-codegen github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2"
+  "helm helm.sh/helm/v4/cmd/helm@v4.3.2"
 )
 for t in "${tools[@]}"; do
   read -r name pkg <<<"$t"
