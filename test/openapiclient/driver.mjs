@@ -45,7 +45,7 @@ function ok(what) {
 
 const due = new Date(Date.now() + 3600_000).toISOString();
 const create = (body, key, params = {}) =>
-  pay.paymentsServiceCreateScheduledPayment(body, {
+  pay.createScheduledPayment(body, {
     ...params,
     headers: { "Idempotency-Key": key, ...(params.headers || {}) },
   });
@@ -69,7 +69,7 @@ if (r.data.paymentId !== p.paymentId) fail("a replay made another payment", r);
 ok("Idempotent-Replayed: true");
 
 step = "get";
-r = await pay.paymentsServiceGetScheduledPayment(p.paymentId);
+r = await pay.getScheduledPayment(p.paymentId);
 expectStatus(r, 200);
 if (r.data.paymentId !== p.paymentId || !Array.isArray(r.data.attempts)) fail("not the payment with its attempts", r);
 ok();
@@ -85,7 +85,7 @@ const seen = [];
 let cursor;
 let pages = 0;
 do {
-  r = await pay.paymentsServiceListScheduledPayments({ pageSize: 2, ...(cursor ? { cursor } : {}) });
+  r = await pay.listScheduledPayments({ pageSize: 2, ...(cursor ? { cursor } : {}) });
   expectStatus(r, 200);
   if (!Array.isArray(r.data.payments) || r.data.payments.length > 2) fail("a page is not at most pageSize payments", r);
   seen.push(...r.data.payments.map((x) => x.paymentId));
@@ -98,7 +98,7 @@ if (pages !== 2 || seen.length !== 3 || !seen.every((id) => ids.has(id)) || new 
 ok(`${seen.length} payments on ${pages} pages`);
 
 step = "cancel";
-r = await pay.paymentsServiceCancelScheduledPayment(p.paymentId);
+r = await pay.cancelScheduledPayment(p.paymentId);
 expectStatus(r, 200);
 if (r.data.status !== "CANCELLED") fail(`status ${r.data.status}`, r);
 ok();
@@ -107,7 +107,7 @@ step = "batchCreate";
 // swagger-typescript-api reads the ":batchCreate" of the path as a path
 // parameter (a generator quirk with AIP-136 custom methods): its value is
 // the literal suffix.
-r = await pay.paymentsServiceBatchCreateScheduledPayments(":batchCreate", {
+r = await pay.batchCreateScheduledPayments(":batchCreate", {
   items: [
     { ...first, requestId: randomUUID() },
     { ...first, amount: 0, requestId: randomUUID() },
@@ -129,12 +129,12 @@ if (!br || !br.fieldViolations.some((v) => v.field === "amount")) fail("no BadRe
 ok();
 
 step = "401 no token";
-r = await anonymous.v1.paymentsServiceListScheduledPayments({});
+r = await anonymous.v1.listScheduledPayments({});
 expectError(r, 401, "UNAUTHENTICATED");
 ok();
 
 step = "404 unknown id";
-r = await pay.paymentsServiceGetScheduledPayment(randomUUID());
+r = await pay.getScheduledPayment(randomUUID());
 expectError(r, 404, "NOT_FOUND");
 ok();
 
