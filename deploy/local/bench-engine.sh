@@ -21,7 +21,7 @@ export PAYSCHED_DEV=1
 # schedulers spun against each other (the spike ran ~8% slower).
 export GOMAXPROCS=${GOMAXPROCS:-1}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-export N=${N:-200000} RUNS=${RUNS:-3} CDC=${CDC:-} LEAD=${LEAD:-} ROOT
+export N=${N:-200000} RUNS=${RUNS:-3} CDC=${CDC:-} LEAD=${LEAD:-} OCCURRENCES=${OCCURRENCES:-} ROOT
 export PAYSCHED_PG_DURABLE=1
 # The audit log on a cluster of its own (the events'), as the local stack
 # and production keep it; AUDIT_APART=0 keeps it in the schedule's database.
@@ -91,8 +91,13 @@ for run in $(seq 1 "$RUNS"); do
     pidlist="$pidlist,sweeper-$k=$!"
   done
   if [ "${PAYSCHED_PG_STATS:-}" = 1 ]; then psql -q "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
-  echo "== run $run of $RUNS: $N payments due in one second"
-  "$ROOT/bin/paybench" --mode "${PAYBENCH_MODE:-spike}" --n "$N" ${LEAD:+--lead "$LEAD"} ${PAYBENCH_FLAGS:-} --api-grpc 127.0.0.1:19090 --database-url "$db" $cdcflags \
+  # OCCURRENCES=alternate: the payments of the even runs are occurrences of
+  # recurring schedules, made by the planner (make bench-schedules pairs
+  # them with the odd runs, plain payments).
+  occ=""
+  if [ "${OCCURRENCES:-}" = alternate ] && [ $((run % 2)) = 0 ]; then occ="--occurrences"; fi
+  echo "== run $run of $RUNS: $N ${occ:+occurrence }payments due in one second"
+  "$ROOT/bin/paybench" --mode "${PAYBENCH_MODE:-spike}" --n "$N" ${LEAD:+--lead "$LEAD"} ${PAYBENCH_FLAGS:-} $occ --api-grpc 127.0.0.1:19090 --database-url "$db" $cdcflags \
     --pids "$pidlist,sweeper=$sw" --logs "$loglist" | while IFS= read -r line; do
       echo "$line"
       case $line in *" open=0") touch "$logs/drained-$run" ;; esac

@@ -39,6 +39,10 @@ type SpikeConfig struct {
 	// KafkaBrokers, when set, measures CDC: commit to the event seen on
 	// Kafka, and how long the audit log takes to catch up.
 	KafkaBrokers []string
+	// Occurrences makes the N payments occurrences of N monthly recurring
+	// schedules, planned by the planner, instead of creating them through
+	// the API (make bench-schedules' spike).
+	Occurrences bool
 }
 
 // SpikeResult is what the spike measured.
@@ -77,6 +81,9 @@ type SpikeResult struct {
 func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeResult, error) {
 	dog := watch(cfg.Pids, cfg.Logs)
 	defer dog.close()
+	if cfg.Lead == 0 && cfg.Occurrences {
+		cfg.Lead = occurrencesLead(cfg.N)
+	}
 	if cfg.Lead == 0 {
 		lead, rate, err := calibrate(ctx, cfg.Config, cfg.DatabaseURL, cfg.N)
 		if err != nil {
@@ -86,10 +93,15 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		progress(fmt.Sprintf("creates measured at %.0f/s: lead %s", rate, lead))
 	}
 	due := time.Now().Add(cfg.Lead).Truncate(time.Second)
-	err := schedule(ctx, cfg.Config, cfg.N, 8, func(i int) *payschedv1.CreateScheduledPaymentRequest {
-		return &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", i), Amount: int64(100 + i%cfg.BatchSize),
-			Currency: "USD", DueAt: timestamppb.New(due), RequestId: fmt.Sprintf("%s-s-%d", cfg.RunID, i)}
-	})
+	var err error
+	if cfg.Occurrences {
+		err = makeOccurrences(ctx, cfg.DatabaseURL, cfg.N, due)
+	} else {
+		err = schedule(ctx, cfg.Config, cfg.N, 8, func(i int) *payschedv1.CreateScheduledPaymentRequest {
+			return &payschedv1.CreateScheduledPaymentRequest{Payee: fmt.Sprint("payee-", i), Amount: int64(100 + i%cfg.BatchSize),
+				Currency: "USD", DueAt: timestamppb.New(due), RequestId: fmt.Sprintf("%s-s-%d", cfg.RunID, i)}
+		})
+	}
 	if err != nil {
 		return SpikeResult{}, err
 	}

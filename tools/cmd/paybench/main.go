@@ -29,6 +29,7 @@ func main() {
 	conc := fs.Int("concurrency", 64, "concurrent clients for single creates")
 	batchConc := fs.Int("batch-concurrency", 8, "concurrent clients for batchCreate")
 	dur := fs.Duration("duration", 10*time.Second, "length of each phase")
+	occurrences := fs.Bool("occurrences", false, "spike: the N payments are occurrences of N monthly recurring schedules, made by the planner")
 	sdkPairs := fs.Int("sdk-pairs", 3, "api: alternated pairs of the raw REST client and the Go SDK (each pair two phases)")
 	batch := fs.Int("batch-size", 1000, "items per batchCreate")
 	mode := fs.String("mode", "api", "api: create throughput; fair: one big tenant (--n) and --small tenants of --per-small, all due in one second; spike: N payments due in one second, executed by the engine; steady: --rate payments due every second for --steady-for on the full stack; recon: reconcile a day of N attempts; webhooks: --n payments' notifications at --rate a second through a running webhook-dispatcher to 3 tenants' endpoints; console: seed N payments with COPY and time every console page")
@@ -81,7 +82,7 @@ func main() {
 		os.Exit(webhooksRun(*dbURL, *hooksURL, *kafkaBrokers, api, *pids, *n, *rate, *timeout))
 	}
 	if *mode == "spike" {
-		os.Exit(spike(cfg, *n, *lead, *dbURL, *auditURL, *pids, *logs, *timeout, *kafkaBrokers))
+		os.Exit(spike(cfg, *n, *lead, *dbURL, *auditURL, *pids, *logs, *timeout, *kafkaBrokers, *occurrences))
 	}
 	if *sdkPairs < 1 {
 		fmt.Fprintln(os.Stderr, "paybench: --sdk-pairs must be at least 1")
@@ -128,7 +129,7 @@ func main() {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids, logs string, timeout time.Duration, brokers string) int {
+func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids, logs string, timeout time.Duration, brokers string, occurrences bool) int {
 	procs := map[string]int{}
 	for _, kv := range strings.Split(pids, ",") {
 		if name, pid, ok := strings.Cut(kv, "="); ok {
@@ -144,7 +145,7 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids
 		}
 	}
 	sc := apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL, AuditDatabaseURL: auditURL, Pids: procs, Logs: logFiles,
-		Timeout: timeout}
+		Timeout: timeout, Occurrences: occurrences}
 	if brokers != "" {
 		sc.KafkaBrokers = strings.Split(brokers, ",")
 	}
