@@ -233,9 +233,10 @@ func TestTheChartsOtherValuesRender(t *testing.T) {
 		present []string
 	}{
 		{"minimal", []string{"Cluster", "Kafka", "KafkaTopic", "KafkaUser", "Certificate", "Issuer", "PrometheusRule", "ServiceMonitor", "PodMonitor"},
-			[]string{"pg.db.example.internal:5432", "my-pg-ca", "kafka-0.kafka.example.internal:9093", "my-kafka-ca"}},
+			[]string{"pg.db.example.internal:5432", "my-pg-ca", "kafka-0.kafka.example.internal:9093", "my-kafka-ca", "my-pg-owner", "my-pg-events-owner"}},
 		{"external", []string{"Cluster", "Kafka", "KafkaTopic", "KafkaUser"},
-			[]string{"pg.db.example.internal:6432", "payments-app", "payments-db-api", "registry.example.org/payments/paysched@sha256:2222", "GODEBUG"}},
+			[]string{"pg.db.example.internal:6432", "payments-app", "payments-db-api", "registry.example.org/payments/paysched@sha256:2222", "GODEBUG",
+				"payments-cdc", "internal-nginx", "payments.example.org"}},
 	} {
 		t.Run(c.values, func(t *testing.T) {
 			docs := renderChart(t, c.values)
@@ -257,8 +258,10 @@ func TestTheChartsOtherValuesRender(t *testing.T) {
 					t.Errorf("the rendering lacks %q", p)
 				}
 			}
-			if strings.Contains(string(all), "paysched-pg-rw") || strings.Contains(string(all), "paysched-kafka-bootstrap") {
-				t.Error("the rendering still names the chart's own database or brokers")
+			for _, own := range []string{"paysched-pg-rw", "paysched-kafka-bootstrap", "paysched-pg-app", "paysched-pg-events-app"} {
+				if strings.Contains(string(all), own) {
+					t.Errorf("the rendering still names the chart's own %s", own)
+				}
 			}
 			if named(docs, "NetworkPolicy", "paysched-extra-egress") == nil {
 				t.Error("no NetworkPolicy for the egress to the installation's own database and brokers")
@@ -270,6 +273,18 @@ func TestTheChartsOtherValuesRender(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTheClustersKeepTheirMetricsQueries: the chart's databases without
+// the Prometheus operator still get the ConfigMap their Clusters name.
+func TestTheClustersKeepTheirMetricsQueries(t *testing.T) {
+	docs := renderChart(t, "unscraped")
+	if named(docs, "ConfigMap", "paysched-pg-monitoring") == nil || len(byKind(docs, "Cluster")) != 2 {
+		t.Fatal("the Clusters name paysched-pg-monitoring, which is not rendered")
+	}
+	if n := len(byKind(docs, "PodMonitor")) + len(byKind(docs, "PrometheusRule")); n > 0 {
+		t.Errorf("%d monitoring objects rendered with prometheus off", n)
 	}
 }
 

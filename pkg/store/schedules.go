@@ -855,7 +855,9 @@ func scheduleIDs(os []Occurrence) []uuid.UUID {
 //
 // Why it is safe: as withdrawSQL, each payment is cancelled from PENDING
 // only and not probe_first, so one a sweeper claimed (or that may have
-// charged) is left to run at the time it was made for, and only the keys
+// charged) is left to run at the time it was made for, and only while its
+// run time is still its due time (one an operator rescheduled since it was
+// read is left alone too), and only the keys
 // of the payments cancelled here are released, in the same statement.
 const withdrawKeysSQL = `
 WITH input AS (
@@ -867,6 +869,7 @@ WITH input AS (
     UPDATE payments p SET status = 'CANCELLED', updated_at = now()
     FROM made m
     WHERE p.id = m.payment_id AND p.due_time = m.due_time AND p.status = 'PENDING' AND NOT p.probe_first
+      AND p.run_at = p.due_time
     RETURNING m.schedule_id, m.occurrence
 )
 DELETE FROM schedule_occurrences o USING cancelled c

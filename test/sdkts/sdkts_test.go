@@ -8,8 +8,14 @@
 package sdkts_test
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,8 +23,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/test/apitest"
+	"github.com/paysched/paysched/test/kafkatest"
 	"github.com/paysched/paysched/test/nodetest"
 	"github.com/paysched/paysched/test/pgtest"
 )
@@ -80,6 +91,10 @@ func TestTheTypeScriptSDK(t *testing.T) {
 		t.Fatalf("node --test:\n%s", out)
 	}
 
+	// A delivery the webhook-dispatcher makes, received and verified by
+	// the SDK.
+	receiveWithTheSDK(t, dir)
+
 	// The package: its code, its types and its exports, no tests.
 	var packs []struct {
 		Files []struct{ Path string } `json:"files"`
@@ -106,5 +121,109 @@ func TestTheTypeScriptSDK(t *testing.T) {
 		if strings.Contains(p, "test") {
 			t.Errorf("the package holds a test: %s", p)
 		}
+	}
+}
+
+// receiveWithTheSDK runs receive.mjs (the SDK's verifier) as a tenant's
+// endpoint with a rotated secret (the dispatcher signs with both; the
+// receiver holds the new one), sends notifications through Kafka (kfake)
+// into a real webhook-dispatcher, and waits until each is delivered and
+// verified.
+func receiveWithTheSDK(t *testing.T, dir string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := os.ReadFile("receive.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "receive.mjs"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := pgtest.NewPool(t)
+	ep, _, err := tenanthook.CreateEndpoint(ctx, db, tenanthook.Endpoint{Tenant: "acme", URL: "http://127.0.0.1:1/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := tenanthook.RotateSecret(ctx, db, "acme", ep.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "deliveries.jsonl")
+	node := exec.CommandContext(ctx, "node", "receive.mjs")
+	node.Dir = dir
+	node.Env = append(os.Environ(), "SECRET="+secret, "LOG="+logPath)
+	node.Stderr = os.Stderr
+	out, err := node.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = node.Process.Kill(); _ = node.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	port, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		t.Fatalf("receiver: %q %v", line, err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE webhook_endpoints SET url = $2 WHERE id = $1`, ep.ID, "http://127.0.0.1:"+port+"/hook"); err != nil {
+		t.Fatal(err)
+	}
+	topics := kafka.DefaultTopics
+	seeds := kafkatest.NewCluster(t, topics.Notifications)
+	d, err := tenanthook.New(tenanthook.Config{Brokers: seeds, Group: tenanthook.Group, Topics: topics,
+		Egress: tenanthook.Egress{Loopback: true, Timeout: 10 * time.Second}},
+		db, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	defer func() { stop(); _ = <-done }()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	const n = 5
+	for i := range n {
+		id := fmt.Sprintf("0197a000-0000-7000-8000-%012d", i)
+		body := `{"paymentId":"` + id + `", "note":"café \"ü\" ` + strings.Repeat("x", i) + `"}`
+		rec := &kgo.Record{Topic: topics.Notifications, Key: []byte(id), Value: []byte(body), Headers: []kgo.RecordHeader{
+			{Key: "ce_id", Value: []byte(id)}, {Key: "ce_type", Value: []byte("paysched.payment.completed")},
+			{Key: "ce_time", Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))}, {Key: "ce_tenant", Value: []byte("acme")}}}
+		if err := prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		b, _ := os.ReadFile(logPath)
+		verified := 0
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if l == "" {
+				continue
+			}
+			var r struct {
+				OK    bool
+				Error string
+			}
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("receiver log %q: %v", l, err)
+			}
+			if !r.OK {
+				t.Fatalf("the SDK refused a delivery: %s", r.Error)
+			}
+			verified++
+		}
+		if verified >= n {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d deliveries verified by the SDK", verified, n)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

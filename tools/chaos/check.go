@@ -297,6 +297,7 @@ func (r *run) checkStream(ctx context.Context) {
 	type key struct{ topic, key string }
 	events := map[key]map[int64]envelope.Change{}
 	notes := map[string]map[string]bool{} // payment|type -> ce_ids
+	scheduleNotes := map[string]map[string]bool{} // schedule|type -> ce_ids
 	r.notified = map[string]string{}
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
@@ -304,6 +305,15 @@ func (r *run) checkStream(ctx context.Context) {
 		if rec.Topic == kafka.DefaultTopics.Notifications {
 			id, typ := string(notification.Header(rec, notification.HeaderID)), string(notification.Header(rec, notification.HeaderType))
 			k := string(rec.Key) + "|" + typ
+			if strings.HasPrefix(typ, notification.ScheduleTypePrefix) {
+				// A schedule's life, checked below: not a payment's.
+				if scheduleNotes[k] == nil {
+					scheduleNotes[k] = map[string]bool{}
+				}
+				scheduleNotes[k][id] = true
+				r.notified[id] = string(rec.Key)
+				return
+			}
 			if notes[k] == nil {
 				notes[k] = map[string]bool{}
 			}
@@ -322,6 +332,7 @@ func (r *run) checkStream(ctx context.Context) {
 		}
 		events[k][e.Source.LSN] = e // a redelivery has the same LSN
 	})
+	r.checkScheduleNotes(scheduleNotes)
 	now, err := r.currentRows(ctx)
 	if err != nil {
 		r.violation("current rows: %v", err)
@@ -554,4 +565,28 @@ func (r *run) rows(ctx context.Context, id string) string {
 	dump(r.db, "action", `SELECT row_to_json(a)::text FROM payment_actions a WHERE payment_id = $1::uuid ORDER BY id`)
 	dump(r.gwDB, "gateway", `SELECT row_to_json(c)::text FROM gateway_charges c WHERE reference = $1 ORDER BY created_at`)
 	return b.String()
+}
+
+// checkScheduleNotes: every schedule of the run was announced created
+// once and, cancelled at the end, cancelled once; no event of a schedule
+// was announced under two ids.
+func (r *run) checkScheduleNotes(notes map[string]map[string]bool) {
+	created, cancelled, twice := 0, 0, 0
+	for _, p := range r.plans {
+		if len(notes[p.id+"|"+notification.ScheduleTypePrefix+"created"]) == 1 {
+			created++
+		}
+		if len(notes[p.id+"|"+notification.ScheduleTypePrefix+"cancelled"]) == 1 {
+			cancelled++
+		}
+	}
+	for _, ids := range notes {
+		if len(ids) > 1 {
+			twice++
+		}
+	}
+	r.logf("schedules: %d of %d announced created once, %d cancelled once; %d events announced under two ids", created, len(r.plans), cancelled, twice)
+	if created != len(r.plans) || cancelled != len(r.plans) || twice > 0 {
+		r.violation("schedule notifications: %d created, %d cancelled of %d schedules; %d events under two ids", created, cancelled, len(r.plans), twice)
+	}
 }

@@ -12,7 +12,8 @@ resources, disruption budget, spread, environment and placement.
 {{- $f := list "serviceaccount.yaml" "migrate-job.yaml" "payments-api.yaml" "admin-api.yaml" "sweeper.yaml" "executor.yaml" "reaper.yaml" "cdc.yaml" "audit-consumer.yaml" "webhook-dispatcher.yaml" "reconciler.yaml" "networkpolicies.yaml" -}}
 {{- if $v.postgres.enabled -}}
 {{- $f = concat $f (list "postgres.yaml" "postgres-events.yaml") -}}
-{{- if $v.prometheus.enabled -}}{{- $f = append $f "postgres-monitoring.yaml" -}}{{- end -}}
+{{- /* the clusters' custom metrics queries: a ConfigMap the Cluster names, whether scraped or not */ -}}
+{{- $f = append $f "postgres-monitoring.yaml" -}}
 {{- end -}}
 {{- if $v.kafka.enabled -}}{{- $f = append $f "kafka.yaml" -}}{{- end -}}
 {{- if $v.certManager.enabled -}}{{- $f = append $f "internal-tls.yaml" -}}{{- end -}}
@@ -25,14 +26,23 @@ resources, disruption budget, spread, environment and placement.
 {{- $v := .Values -}}
 {{- $r := dict "paysched-secrets" $v.secrets.app.existingSecret "paysched-console" $v.secrets.console.existingSecret "paysched-jwks" $v.secrets.jwks.existingConfigMap "paysched-api-tls" $v.secrets.tls.api "paysched-grpc-tls" $v.secrets.tls.grpc "paysched-webhooks-tls" $v.secrets.tls.webhooks -}}
 {{- range $k, $name := $v.secrets.database -}}{{- $_ := set $r (printf "paysched-pg-%s" $k) $name -}}{{- end -}}
+{{- $_ := set $r "ingressClassName: nginx" (printf "ingressClassName: %s" $v.ingress.className) -}}
+{{- $_ := set $r "api.paysched.example.com" $v.ingress.hosts.api -}}
+{{- $_ := set $r "grpc.paysched.example.com" $v.ingress.hosts.grpc -}}
+{{- $_ := set $r "webhooks.paysched.example.com" $v.ingress.hosts.webhooks -}}
 {{- if not $v.postgres.enabled -}}
 {{- $_ := set $r "paysched-pg-ca" (required "postgres.external.caSecret is required when postgres.enabled is false" $v.postgres.external.caSecret) -}}
 {{- $_ := set $r "paysched-pg-events-ca" (required "postgres.external.eventsCaSecret is required when postgres.enabled is false" $v.postgres.external.eventsCaSecret) -}}
 {{- $_ := set $r "paysched-pg-rw:5432" (printf "%s:%v" (required "postgres.external.host is required when postgres.enabled is false" $v.postgres.external.host) $v.postgres.external.port) -}}
 {{- $_ := set $r "paysched-pg-events-rw:5432" (printf "%s:%v" (required "postgres.external.eventsHost is required when postgres.enabled is false" $v.postgres.external.eventsHost) $v.postgres.external.eventsPort) -}}
+{{- $_ := set $r "paysched-pg-app" (required "postgres.external.ownerSecret is required when postgres.enabled is false" $v.postgres.external.ownerSecret) -}}
+{{- $_ := set $r "paysched-pg-events-app" (required "postgres.external.eventsOwnerSecret is required when postgres.enabled is false" $v.postgres.external.eventsOwnerSecret) -}}
 {{- end -}}
 {{- if not $v.kafka.enabled -}}
 {{- $_ := set $r "paysched-cluster-ca-cert" (required "kafka.external.caSecret is required when kafka.enabled is false" $v.kafka.external.caSecret) -}}
+{{- $_ := set $r "paysched-cdc" $v.kafka.external.users.cdc -}}
+{{- $_ := set $r "paysched-audit-consumer" $v.kafka.external.users.auditConsumer -}}
+{{- $_ := set $r "paysched-webhook-dispatcher" $v.kafka.external.users.webhookDispatcher -}}
 {{- end -}}
 {{- toJson $r -}}
 {{- end -}}
