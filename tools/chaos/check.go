@@ -296,7 +296,7 @@ func (r *run) checkStream(ctx context.Context) {
 	defer cl.Close()
 	type key struct{ topic, key string }
 	events := map[key]map[int64]envelope.Change{}
-	notes := map[string]map[string]bool{} // payment|type -> ce_ids
+	notes := map[string]map[string]bool{}         // payment|type -> ce_ids
 	scheduleNotes := map[string]map[string]bool{} // schedule|type -> ce_ids
 	r.notified = map[string]string{}
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
