@@ -294,13 +294,7 @@ func (c *Console) requestSchedule(w http.ResponseWriter, r *http.Request, v *vie
 
 // decideSchedule approves or rejects a schedule request, as a second admin.
 func (c *Console) decideSchedule(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	rid, err2 := strconv.ParseInt(r.PathValue("rid"), 10, 64)
-	if err != nil || err2 != nil {
-		c.fail(w, r, v, http.StatusBadRequest, "That is not a request.")
-		return
-	}
-	approve, ok := c.decision(w, r, v)
+	id, rid, approve, ok := c.resourceDecision(w, r, v, "That is not a request of a schedule.")
 	if !ok {
 		return
 	}
@@ -309,9 +303,12 @@ func (c *Console) decideSchedule(w http.ResponseWriter, r *http.Request, v *view
 	if q, err := c.requests.GetScheduleRequest(ctx, rid); errors.Is(err, approval.ErrNotFound) || (err == nil && q.Schedule != id) {
 		c.fail(w, r, v, http.StatusNotFound, "There is no such request on this schedule.")
 		return
+	} else if err != nil {
+		c.dbFail(w, r, v, "read schedule request", err)
+		return
 	}
 	by := v.Session.who()
-	err = c.requests.DecideSchedule(ctx, rid, approve, approval.Identity(by))
+	err := c.requests.DecideSchedule(ctx, rid, approve, approval.Identity(by))
 	if errors.Is(err, approval.ErrOwnRequest) || errors.Is(err, approval.ErrNotAwaiting) {
 		c.fail(w, r, v, http.StatusConflict, "Not decided: it is not awaiting approval, or it is your own request: a second operator must decide.")
 		return

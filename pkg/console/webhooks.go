@@ -230,13 +230,7 @@ func (c *Console) requestRecover(w http.ResponseWriter, r *http.Request, v *view
 // this endpoint, as a second admin. An approved rotation shows its new
 // secret here, once: it is never stored with the request.
 func (c *Console) decideEndpointRequest(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	rid, rerr := strconv.ParseInt(r.PathValue("rid"), 10, 64)
-	if err != nil || rerr != nil || rid <= 0 {
-		c.fail(w, r, v, http.StatusBadRequest, "That is not a request of an endpoint.")
-		return
-	}
-	approve, ok := c.decision(w, r, v)
+	id, rid, approve, ok := c.resourceDecision(w, r, v, "That is not a request of an endpoint.")
 	if !ok {
 		return
 	}
@@ -268,4 +262,19 @@ func (c *Console) decideEndpointRequest(w http.ResponseWriter, r *http.Request, 
 	v.Title = "New signing secret"
 	v.Data = map[string]any{"Endpoint": id.String(), "Secret": secret, "Request": rid}
 	c.render(w, http.StatusOK, "secret.html", v)
+}
+
+// resourceDecision reads a decision on one of a resource's requests (an
+// endpoint's, a schedule's): the resource's id and the request's number
+// from the path, and approve or reject from the form; it answers the
+// client's mistake itself (bad says what was not understood).
+func (c *Console) resourceDecision(w http.ResponseWriter, r *http.Request, v *view, bad string) (uuid.UUID, int64, bool, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	rid, rerr := strconv.ParseInt(r.PathValue("rid"), 10, 64)
+	if err != nil || rerr != nil || rid <= 0 {
+		c.fail(w, r, v, http.StatusBadRequest, bad)
+		return uuid.Nil, 0, false, false
+	}
+	approve, ok := c.decision(w, r, v)
+	return id, rid, approve, ok
 }

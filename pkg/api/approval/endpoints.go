@@ -72,14 +72,7 @@ func (q *Requests) RequestEndpoint(ctx context.Context, e EndpointRequest, who I
 
 // GetEndpoint reads endpoint request id (ErrNotFound).
 func (q *Requests) GetEndpoint(ctx context.Context, id int64) (*EndpointRequest, error) {
-	e, err := scanEndpointRequest(q.db.QueryRow(ctx, `SELECT `+endpointCols+` FROM endpoint_requests WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read endpoint request %d: %w", id, err)
-	}
-	return e, nil
+	return one(q.db.QueryRow(ctx, `SELECT `+endpointCols+` FROM endpoint_requests WHERE id = $1`, id), scanEndpointRequest, "endpoint request", id)
 }
 
 // ListEndpoints is the endpoint requests awaiting approval, then the
@@ -114,13 +107,10 @@ func (q *Requests) DecideEndpoint(ctx context.Context, id int64, approve bool, b
 	e, err := scanEndpointRequest(q.db.QueryRow(ctx, decideEndpointSQL, id, state, by.Operator, by.Name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		got, gerr := q.GetEndpoint(ctx, id)
-		switch {
-		case gerr != nil:
+		if gerr != nil {
 			return nil, "", gerr
-		case got.RequestedBy == by.Operator:
-			return nil, "", ErrOwnRequest
 		}
-		return nil, "", ErrNotAwaiting
+		return nil, "", undecided(got.RequestedBy, by)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("decide endpoint request %d: %w", id, err)

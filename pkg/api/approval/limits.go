@@ -97,10 +97,8 @@ func (q *Requests) DecideLimits(ctx context.Context, id int64, tenant string, ap
 			return gerr
 		case tenant != "" && l.Tenant != tenant:
 			return ErrNotFound
-		case l.RequestedBy == by.Operator:
-			return ErrOwnRequest
 		}
-		return ErrNotAwaiting
+		return undecided(l.RequestedBy, by)
 	}
 	if err != nil {
 		return fmt.Errorf("decide limits %d: %w", id, err)
@@ -111,14 +109,7 @@ func (q *Requests) DecideLimits(ctx context.Context, id int64, tenant string, ap
 
 // GetLimits reads limit request id (ErrNotFound).
 func (q *Requests) GetLimits(ctx context.Context, id int64) (*LimitRequest, error) {
-	l, err := scanLimit(q.db.QueryRow(ctx, `SELECT `+limitCols+` FROM tenant_limit_requests WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read limit request %d: %w", id, err)
-	}
-	return l, nil
+	return one(q.db.QueryRow(ctx, `SELECT `+limitCols+` FROM tenant_limit_requests WHERE id = $1`, id), scanLimit, "limit request", id)
 }
 
 // ListLimits is the limit requests awaiting approval, then the latest 50

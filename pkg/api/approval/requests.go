@@ -274,14 +274,29 @@ func scanRequest(row pgx.Row) (*Request, error) {
 
 // Get reads request id (ErrNotFound).
 func (q *Requests) Get(ctx context.Context, id int64) (*Request, error) {
-	r, err := scanRequest(q.db.QueryRow(ctx, `SELECT `+requestCols+` FROM console_requests WHERE id = $1`, id))
+	return one(q.db.QueryRow(ctx, `SELECT `+requestCols+` FROM console_requests WHERE id = $1`, id), scanRequest, "request", id)
+}
+
+// one is a request read by its id: ErrNotFound when there is none.
+func one[T any](row pgx.Row, scan func(pgx.Row) (*T, error), what string, id int64) (*T, error) {
+	r, err := scan(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read request %d: %w", id, err)
+		return nil, fmt.Errorf("read %s %d: %w", what, id, err)
 	}
 	return r, nil
+}
+
+// undecided is why a decision found no request to decide, once the
+// request was read: it is the decider's own (by identity), or it is no
+// longer awaiting approval (decided, or expired).
+func undecided(requestedBy string, by Identity) error {
+	if requestedBy == by.Operator {
+		return ErrOwnRequest
+	}
+	return ErrNotAwaiting
 }
 
 // List is the open requests (oldest first, at most 200), then the latest
@@ -335,13 +350,10 @@ func (q *Requests) Decide(ctx context.Context, id int64, approve bool, by Identi
 	err := q.db.QueryRow(ctx, decideSQL, id, state, by.Operator, by.Name).Scan(&got)
 	if errors.Is(err, pgx.ErrNoRows) {
 		r, gerr := q.Get(ctx, id)
-		switch {
-		case gerr != nil:
+		if gerr != nil {
 			return gerr
-		case r.RequestedBy == by.Operator:
-			return ErrOwnRequest
 		}
-		return ErrNotAwaiting
+		return undecided(r.RequestedBy, by)
 	}
 	if err != nil {
 		return fmt.Errorf("decide request %d: %w", id, err)

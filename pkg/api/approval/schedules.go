@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -92,11 +93,7 @@ func (q *Requests) RequestSchedule(ctx context.Context, action string, id uuid.U
 	if err != nil {
 		return 0, err
 	}
-	ok = false
-	for _, st := range from {
-		ok = ok || s.State == st
-	}
-	if !ok {
+	if !slices.Contains(from, s.State) {
 		return 0, &ScheduleStateError{Action: action, State: s.State}
 	}
 	var rid int64
@@ -128,13 +125,10 @@ func (q *Requests) DecideSchedule(ctx context.Context, id int64, approve bool, b
 	err := q.db.QueryRow(ctx, decideScheduleSQL, id, state, by.Operator, by.Name).Scan(&got)
 	if errors.Is(err, pgx.ErrNoRows) {
 		r, gerr := q.GetScheduleRequest(ctx, id)
-		switch {
-		case gerr != nil:
+		if gerr != nil {
 			return gerr
-		case r.RequestedBy == by.Operator:
-			return ErrOwnRequest
 		}
-		return ErrNotAwaiting
+		return undecided(r.RequestedBy, by)
 	}
 	if err != nil {
 		return fmt.Errorf("decide schedule request %d: %w", id, err)
@@ -145,14 +139,7 @@ func (q *Requests) DecideSchedule(ctx context.Context, id int64, approve bool, b
 
 // GetScheduleRequest reads schedule request id (ErrNotFound).
 func (q *Requests) GetScheduleRequest(ctx context.Context, id int64) (*ScheduleRequest, error) {
-	r, err := scanScheduleRequest(q.db.QueryRow(ctx, `SELECT `+scheduleRequestCols+` FROM schedule_requests WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read schedule request %d: %w", id, err)
-	}
-	return r, nil
+	return one(q.db.QueryRow(ctx, `SELECT `+scheduleRequestCols+` FROM schedule_requests WHERE id = $1`, id), scanScheduleRequest, "schedule request", id)
 }
 
 // ListScheduleRequests is the schedule requests awaiting approval or

@@ -186,7 +186,7 @@ func (p *Planner) Pass(ctx context.Context) (int, error) {
 // occurrences to make and its new place.
 func (p *Planner) plan(s *store.Schedule, now time.Time) ([]store.Occurrence, store.Planned) {
 	place := store.Planned{Schedule: s.ID, LastOccurrence: s.LastOccurrence, LastIndex: s.LastIndex, State: store.ScheduleActive}
-	plan, err := Plan(s)
+	it, err := walk(s)
 	if err != nil {
 		// Stored plans were read when made; one that no longer reads (a
 		// calendar gone from a later build) is ended rather than guessed.
@@ -195,22 +195,7 @@ func (p *Planner) plan(s *store.Schedule, now time.Time) ([]store.Occurrence, st
 		place.State = store.ScheduleEnded
 		return nil, place
 	}
-	catch, err := recurrence.ParseCatchUp(s.CatchUp)
-	if err != nil {
-		catch = recurrence.SkipMissed
-	}
-	var it *recurrence.Iter
-	if s.LastOccurrence == "" {
-		it = plan.Iter()
-	} else {
-		last, err := recurrence.ParseWall(s.LastOccurrence)
-		if err != nil {
-			p.bad.Inc()
-			place.State = store.ScheduleEnded
-			return nil, place
-		}
-		it = plan.IterAfter(last, s.LastIndex)
-	}
+	catch := catchUp(s)
 	horizon, lateBy := now.Add(p.cfg.Horizon), now.Add(-p.cfg.Grace)
 	var missed, onTime []recurrence.Occurrence
 	for {
@@ -261,6 +246,33 @@ const maxPerPass = 1000
 // rest wait for the next).
 const maxRequestsPerPass = 100
 
+// walk is an iterator over a schedule's plan from its place: past the
+// last occurrence made, or from the start when none was.
+func walk(s *store.Schedule) (*recurrence.Iter, error) {
+	plan, err := Plan(s)
+	if err != nil {
+		return nil, err
+	}
+	if s.LastOccurrence == "" {
+		return plan.Iter(), nil
+	}
+	last, err := recurrence.ParseWall(s.LastOccurrence)
+	if err != nil {
+		return nil, fmt.Errorf("place %q: %w", s.LastOccurrence, err)
+	}
+	return plan.IterAfter(last, s.LastIndex), nil
+}
+
+// catchUp is a schedule's catch-up policy (skip_missed when it no longer
+// reads: never a burst by mistake).
+func catchUp(s *store.Schedule) recurrence.CatchUp {
+	c, err := recurrence.ParseCatchUp(s.CatchUp)
+	if err != nil {
+		return recurrence.SkipMissed
+	}
+	return c
+}
+
 // Plan reads a stored schedule's plan.
 func Plan(s *store.Schedule) (recurrence.Plan, error) {
 	return recurrence.Spec{Rule: s.Rule, Start: s.Start, Zone: s.Zone, MonthEnd: s.MonthEnd,
@@ -300,22 +312,11 @@ func Ahead(s *store.Schedule, now, until time.Time, max int, fn func(recurrence.
 	if s.State != store.ScheduleActive {
 		return
 	}
-	plan, err := Plan(s)
+	it, err := walk(s)
 	if err != nil {
 		return
 	}
-	it := plan.Iter()
-	if s.LastOccurrence != "" {
-		last, err := recurrence.ParseWall(s.LastOccurrence)
-		if err != nil {
-			return
-		}
-		it = plan.IterAfter(last, s.LastIndex)
-	}
-	catch, err := recurrence.ParseCatchUp(s.CatchUp)
-	if err != nil {
-		catch = recurrence.SkipMissed
-	}
+	catch := catchUp(s)
 	var missed []recurrence.Occurrence
 	defer func() {
 		for _, o := range catch.Keep(missed, s.CatchUpBound) {
