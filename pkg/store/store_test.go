@@ -532,3 +532,76 @@ func TestASettleReadsOnlyThePartitionsAClaimReaches(t *testing.T) {
 		t.Fatalf("next_at %s, want the payment's due time %s", next, p.DueAt)
 	}
 }
+
+// A claim starts where the last claim of its partition (and, fair, of its
+// tenant) stopped: a row back to PENDING below that floor (a release keeps
+// its run_at) is passed by until the floors are forgotten, FloorReset
+// later by the claimer's clock, and then claimed first. Without floors the
+// second claim takes the released row at once, and the test fails.
+func TestClaimsStartAtTheirFloor(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unfair", true: "fair"}[fair], func(t *testing.T) {
+			db := pgtest.NewPool(t)
+			ctx := context.Background()
+			now := time.Now()
+			var ps []store.NewPayment
+			for i := range 6 {
+				p := newPayment(uuid.NewString(), now.Add(time.Duration(i-6)*time.Second), int64(100+i))
+				p.Tenant = "acme"
+				ps = append(ps, p)
+			}
+			if _, err := store.NewStore(db).Create(ctx, as("alice", ps...)); err != nil {
+				t.Fatal(err)
+			}
+			clock := now
+			c := &store.Claimer{DB: db, Owner: "sweeper-floor", Lease: time.Minute, Now: func() time.Time { return clock }}
+			claim := func(n int) []uuid.UUID {
+				t.Helper()
+				var got []store.Claimed
+				var err error
+				if fair {
+					got, err = c.ClaimTenants(ctx, []store.Share{{Tenant: "acme", Quota: n}})
+				} else {
+					got, err = c.Claim(ctx, n)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids := make([]uuid.UUID, len(got))
+				for i, g := range got {
+					ids[i] = g.ID
+				}
+				return ids
+			}
+			first := claim(3)
+			if len(first) != 3 {
+				t.Fatalf("first claim took %d, want 3", len(first))
+			}
+			var oldest []store.Claimed
+			for _, id := range first {
+				if id == ps[0].ID {
+					oldest = append(oldest, store.Claimed{ID: id, DueTime: ps[0].DueAt, Attempt: 1})
+				}
+			}
+			if len(oldest) != 1 {
+				t.Fatalf("first claim %v did not take the oldest payment %s", first, ps[0].ID)
+			}
+			if n, err := store.Release(ctx, db, "sweeper-floor", oldest); err != nil || n != 1 {
+				t.Fatalf("release the oldest: %d, %v", n, err)
+			}
+			second := claim(10)
+			if len(second) != 3 {
+				t.Fatalf("second claim took %d rows, want the 3 above the floor (not the released one below it)", len(second))
+			}
+			for _, id := range second {
+				if id == ps[0].ID {
+					t.Fatal("the second claim took the released row below its floor")
+				}
+			}
+			clock = clock.Add(time.Second)
+			if third := claim(10); len(third) != 1 || third[0] != ps[0].ID {
+				t.Fatalf("after FloorReset the claim took %v, want the released row %s", third, ps[0].ID)
+			}
+		})
+	}
+}
