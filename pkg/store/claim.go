@@ -42,15 +42,10 @@ type Claimed struct {
 // parent would plan a year of partitions each time. run_at >= due_time
 // always holds, so only partitions whose day has begun can hold due rows
 // (see Claimer).
-//
-// Why it starts at $4 (the partition's floor, see Claimer.floor): the
-// sweep index keeps an entry for every row claimed since the last vacuum,
-// and a walk from the index's start passes each of them, ~17 µs of the
-// sweeper's backend per payment in a spike of a million.
 const claimSQL = `
 WITH due AS (
     SELECT ctid FROM %[1]s
-    WHERE status = 'PENDING' AND run_at <= now() AND run_at >= $4
+    WHERE status = 'PENDING' AND run_at <= now()
     ORDER BY run_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -106,54 +101,6 @@ type Claimer struct {
 	names      []string // partitions before yesterday, as last listed
 	listedAt   time.Time
 	listedUpto string
-
-	// FloorReset is how often claims walk the sweep indexes from their
-	// start again (default 1 s, by Now; negative: always, no floors).
-	FloorReset time.Duration
-	floors     map[floorKey]time.Time
-	floorsAt   time.Time
-}
-
-// floorKey names a floor: a partition's (tenant "", the unfair claim's)
-// or one tenant's in it (the fair claim's).
-type floorKey struct {
-	partition string
-	tenant    string
-	fair      bool
-}
-
-// floor is where a claim of k starts in the sweep index: the latest
-// run_at the last claim of k took. Every PENDING row below it was, when
-// that claim ran, either taken or locked by another transaction, so a
-// claim that starts there passes by none it could take, and skips the
-// entries of the rows claimed before (dead to the claim, alive in the
-// index until a vacuum). A row may come back to PENDING below it (a
-// release keeps its run_at, a cancel rolled back, an operator's re-drive):
-// the floors are forgotten every FloorReset, so such a row waits at most
-// that long, and is then claimed oldest first as always.
-func (c *Claimer) floor(k floorKey) time.Time {
-	if c.FloorReset < 0 {
-		return time.Time{}
-	}
-	reset := c.FloorReset
-	if reset == 0 {
-		reset = time.Second
-	}
-	now := time.Now()
-	if c.Now != nil {
-		now = c.Now()
-	}
-	if c.floors == nil || now.Sub(c.floorsAt) >= reset {
-		c.floors, c.floorsAt = map[floorKey]time.Time{}, now
-	}
-	return c.floors[k] // the zero time: the index's start
-}
-
-// raise moves k's floor up to at, the run_at of a row a claim of k took.
-func (c *Claimer) raise(k floorKey, at time.Time) {
-	if c.floors != nil && at.After(c.floors[k]) {
-		c.floors[k] = at
-	}
 }
 
 // partitionsEvery is how often a Claimer lists the partitions again.
@@ -197,11 +144,7 @@ func (c *Claimer) Claim(ctx context.Context, limit int) ([]Claimed, error) {
 		if len(out) >= limit {
 			break
 		}
-		k := floorKey{partition: Partition(d)}
-		got, err := claimIn(ctx, c.DB, d, c.Owner, c.Lease, limit-len(out), c.floor(k))
-		for _, g := range got {
-			c.raise(k, g.RunAt)
-		}
+		got, err := claimIn(ctx, c.DB, d, c.Owner, c.Lease, limit-len(out))
 		if err != nil {
 			return out, err
 		}
@@ -210,10 +153,9 @@ func (c *Claimer) Claim(ctx context.Context, limit int) ([]Claimed, error) {
 	return out, nil
 }
 
-// claimIn claims up to limit due rows of the partition of day, from
-// run_at floor on.
-func claimIn(ctx context.Context, db pgdb.DB, day time.Time, owner string, lease time.Duration, limit int, floor time.Time) ([]Claimed, error) {
-	rows, err := db.Query(ctx, partitionSQL(claimSQL, day), owner, lease, limit, floor)
+// claimIn claims up to limit due rows of the partition of day.
+func claimIn(ctx context.Context, db pgdb.DB, day time.Time, owner string, lease time.Duration, limit int) ([]Claimed, error) {
+	rows, err := db.Query(ctx, partitionSQL(claimSQL, day), owner, lease, limit)
 	if missingPartition(err) {
 		return nil, nil // a day the schedule has no partition for holds no payment
 	}

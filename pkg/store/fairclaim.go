@@ -34,9 +34,8 @@ WITH RECURSIVE walk(tenant, run_at, n) AS (
 SELECT tenant, n, run_at <= now(), run_at FROM walk`
 
 // fairClaimSQL claims, in one partition (%[1]s), up to quota $4[i] due
-// rows of tenant $3[i] from run_at $5[i] on (its floor: see
-// Claimer.floor), each tenant's oldest run_at first, for owner $1 with
-// lease $2.
+// rows of tenant $3[i], each tenant's oldest run_at first, for owner $1
+// with lease $2.
 //
 // Why it is safe: it is claimSQL with the due rows chosen per tenant; each
 // tenant's rows are locked FOR UPDATE SKIP LOCKED, so each row goes to one
@@ -45,11 +44,11 @@ SELECT tenant, n, run_at <= now(), run_at FROM walk`
 // claimSQL does.
 const fairClaimSQL = `
 WITH share AS (
-    SELECT * FROM unnest($3::text[], $4::int[], $5::timestamptz[]) AS s(tenant, quota, floor)
+    SELECT * FROM unnest($3::text[], $4::int[]) AS s(tenant, quota)
 ), due AS (
     SELECT d.ctid FROM share s CROSS JOIN LATERAL (
         SELECT ctid FROM %[1]s
-        WHERE status = 'PENDING' AND tenant = s.tenant AND run_at <= now() AND run_at >= s.floor
+        WHERE status = 'PENDING' AND tenant = s.tenant AND run_at <= now()
         ORDER BY run_at
         LIMIT s.quota
         FOR UPDATE SKIP LOCKED) d
@@ -226,18 +225,15 @@ func (c *Claimer) ClaimTenants(ctx context.Context, shares []Share) ([]Claimed, 
 	for _, d := range days {
 		var tenants []string
 		var quotas []int32
-		var floors []time.Time
-		part := Partition(d)
 		for _, s := range shares {
 			if q := left[s.Tenant]; q > 0 { // the shares name each tenant once
 				tenants, quotas = append(tenants, s.Tenant), append(quotas, int32(q))
-				floors = append(floors, c.floor(floorKey{partition: part, tenant: s.Tenant, fair: true}))
 			}
 		}
 		if len(tenants) == 0 {
 			break
 		}
-		rows, err := c.DB.Query(ctx, partitionSQL(fairClaimSQL, d), c.Owner, c.Lease, tenants, quotas, floors)
+		rows, err := c.DB.Query(ctx, partitionSQL(fairClaimSQL, d), c.Owner, c.Lease, tenants, quotas)
 		if missingPartition(err) {
 			continue
 		}
@@ -247,7 +243,6 @@ func (c *Claimer) ClaimTenants(ctx context.Context, shares []Share) ([]Claimed, 
 		var cl Claimed
 		_, err = pgx.ForEachRow(rows, []any{&cl.ID, &cl.DueTime, &cl.RunAt, &cl.Attempt, &cl.Tenant}, func() error {
 			out = append(out, cl)
-			c.raise(floorKey{partition: part, tenant: cl.Tenant, fair: true}, cl.RunAt)
 			left[cl.Tenant]--
 			return nil
 		})

@@ -157,8 +157,8 @@ func TestBatchStatementsReadByKey(t *testing.T) {
 					t.Errorf("%s does not reach the rows it locked by their tuple ids:\n%s", name, text)
 				}
 			}
-			explain("claim", partitionSQL(claimSQL, due), "sweeper-t", time.Minute, 1000, time.Time{})
-			explain("claim, fair shares", partitionSQL(fairClaimSQL, due), "sweeper-t", time.Minute, []string{"tenant-a", "tenant-b"}, []int32{500, 500}, []time.Time{{}, {}})
+			explain("claim", partitionSQL(claimSQL, due), "sweeper-t", time.Minute, 1000)
+			explain("claim, fair shares", partitionSQL(fairClaimSQL, due), "sweeper-t", time.Minute, []string{"tenant-a", "tenant-b"}, []int32{500, 500})
 			claimed, err := (&Claimer{DB: db, Owner: "sweeper-t", Lease: time.Minute}).Claim(ctx, 1000)
 			if err != nil || len(claimed) != 1000 {
 				t.Fatalf("claim: %d, %v", len(claimed), err)
