@@ -123,6 +123,15 @@ func answered(hr *http.Response, body []byte, want ...int) error {
 // errNoBody is an answer whose body did not decode as the document says.
 var errNoBody = errors.New("paysched: the answer had no body the API documents")
 
+// decoded is an answer's body when its status is one of want: the API's
+// refusal as an *Error otherwise, errNoBody when the body is missing.
+func decoded[T any](hr *http.Response, body []byte, v *T, want ...int) (*T, error) {
+	if err := answered(hr, body, want...); err != nil {
+		return nil, err
+	}
+	return value(v)
+}
+
 // value is v, or errNoBody when the answer held none.
 func value[T any](v *T) (*T, error) {
 	if v == nil {

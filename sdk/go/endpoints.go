@@ -29,10 +29,7 @@ func (c *Client) CreateEndpoint(ctx context.Context, e NewEndpoint) (*CreatedEnd
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusOK, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return value(r.JSON200)
+	return decoded(r.HTTPResponse, r.Body, r.JSON200, http.StatusOK, http.StatusCreated)
 }
 
 // Endpoints lists the tenant's endpoints.
@@ -41,10 +38,7 @@ func (c *Client) Endpoints(ctx context.Context) ([]Endpoint, error) {
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
-		return nil, err
-	}
-	v, err := value(r.JSON200)
+	v, err := decoded(r.HTTPResponse, r.Body, r.JSON200, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -117,10 +111,7 @@ func (c *Client) WebhookAttempts(ctx context.Context, f Deliveries) ([]Delivery,
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
-		return nil, err
-	}
-	v, err := value(r.JSON200)
+	v, err := decoded(r.HTTPResponse, r.Body, r.JSON200, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}

@@ -79,10 +79,7 @@ func (c *Client) CreatePayment(ctx context.Context, p NewPayment, opts ...CallOp
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusCreated, http.StatusOK); err != nil {
-		return nil, err
-	}
-	v, err := value(r.JSON201)
+	v, err := decoded(r.HTTPResponse, r.Body, r.JSON201, http.StatusCreated, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -95,10 +92,7 @@ func (c *Client) GetPayment(ctx context.Context, id string) (*Payment, error) {
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return value(r.JSON200)
+	return decoded(r.HTTPResponse, r.Body, r.JSON200, http.StatusOK)
 }
 
 // CancelPayment cancels a PENDING payment (again: the same answer);
@@ -108,10 +102,7 @@ func (c *Client) CancelPayment(ctx context.Context, id string) (*Payment, error)
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return value(r.JSON200)
+	return decoded(r.HTTPResponse, r.Body, r.JSON200, http.StatusOK)
 }
 
 // ListPayments filters Payments.

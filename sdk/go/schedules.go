@@ -37,10 +37,7 @@ func (c *Client) CreateSchedule(ctx context.Context, s NewSchedule, opts ...Call
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	v, err := value(r.JSON201)
+	v, err := decoded(r.HTTPResponse, r.Body, r.JSON201, http.StatusCreated)
 	if err != nil {
 		return nil, err
 	}
@@ -53,10 +50,7 @@ func (c *Client) GetSchedule(ctx context.Context, id string) (*ScheduleDetail, e
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return value(r.JSON200)
+	return decoded(r.HTTPResponse, r.Body, r.JSON200, http.StatusOK)
 }
 
 // Schedules iterates over the caller's schedules, newest first.
@@ -123,10 +117,7 @@ func (c *Client) ResumeSchedule(ctx context.Context, id string) (*Schedule, erro
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
-		return nil, err
-	}
-	v, err := value(r.JSON200)
+	v, err := decoded(r.HTTPResponse, r.Body, r.JSON200, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -139,10 +130,7 @@ func (c *Client) CancelSchedule(ctx context.Context, id string) (*Schedule, erro
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
-		return nil, err
-	}
-	v, err := value(r.JSON200)
+	v, err := decoded(r.HTTPResponse, r.Body, r.JSON200, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -156,10 +144,7 @@ func (c *Client) PreviewSchedule(ctx context.Context, p Preview) ([]PreviewOccur
 	if err != nil {
 		return nil, transport(err)
 	}
-	if err := answered(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
-		return nil, err
-	}
-	v, err := value(r.JSON200)
+	v, err := decoded(r.HTTPResponse, r.Body, r.JSON200, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
