@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // walkSQL walks the distinct tenants of one partition's PENDING rows in
@@ -35,24 +37,47 @@ SELECT tenant, n, run_at <= now(), run_at FROM walk`
 
 // fairClaimSQL claims, in one partition (%[1]s), up to quota $4[i] due
 // rows of tenant $3[i], each tenant's oldest run_at first, for owner $1
-// with lease $2.
+// with lease $2, and peeks past each share (docs/DESIGN.md, "The peek"):
+// beside the claimed rows (peek 0) it returns a row (id NULL) of peek 1
+// for a tenant that filled its share and has another due row after it,
+// and of peek 2 for a tenant short of its share whose due rows are held
+// by another transaction (another sweeper's claim in flight): neither is
+// drained, so neither needs a settle. The first is the quota+1st row
+// locked beside the share and left PENDING; the second a plain read of
+// the statement's snapshot, past the rows it claims.
 //
 // Why it is safe: it is claimSQL with the due rows chosen per tenant; each
 // tenant's rows are locked FOR UPDATE SKIP LOCKED, so each row goes to one
 // claimer, a row another transaction holds is passed by, and the UPDATE
 // repeats the status test and increments the fencing token exactly as
-// claimSQL does.
+// claimSQL does. The row peeked past a share is locked and not updated:
+// it stays PENDING, and its lock ends with the statement. The peeks only
+// spare a settle; they never move tenant_queue.
 const fairClaimSQL = `
 WITH share AS (
     SELECT * FROM unnest($3::text[], $4::int[]) AS s(tenant, quota)
-), due AS (
-    SELECT d.ctid FROM share s CROSS JOIN LATERAL (
-        SELECT ctid FROM %[1]s
+), took AS (
+    SELECT s.tenant, s.quota, d.ctid, row_number() OVER (PARTITION BY s.tenant ORDER BY d.run_at, d.ctid) AS k
+    FROM share s CROSS JOIN LATERAL (
+        SELECT ctid, run_at FROM %[1]s
         WHERE status = 'PENDING' AND tenant = s.tenant AND run_at <= now()
         ORDER BY run_at
-        LIMIT s.quota
+        LIMIT s.quota + 1
         FOR UPDATE SKIP LOCKED) d
-)` + claimDueSQL
+), due AS (
+    SELECT ctid FROM took WHERE k <= quota
+), got AS (
+    SELECT tenant, count(*) AS n, array_agg(ctid) AS taken FROM took GROUP BY tenant
+), claimed AS (` + claimDueSQL + `
+)
+SELECT id, due_time, run_at, attempt, tenant, 0 FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, tenant, 1 FROM took WHERE k = quota + 1
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, s.tenant, 2 FROM share s LEFT JOIN got g ON g.tenant = s.tenant
+WHERE coalesce(g.n, 0) < s.quota AND EXISTS (
+    SELECT 1 FROM %[1]s p WHERE p.status = 'PENDING' AND p.tenant = s.tenant AND p.run_at <= now()
+    AND p.ctid <> ALL (coalesce(g.taken, '{}')))`
 
 // TenantListing is what one walk of the tenants found (the operators' listing by name).
 type TenantListing struct {
@@ -206,14 +231,28 @@ func (c *Claimer) SettleTenants(ctx context.Context, tenants []string) error {
 	return nil
 }
 
+// Peeked is what a fair claim saw past its shares, by tenant.
+type Peeked struct {
+	// Spent: the tenant took its whole share in the last partition the
+	// claim reaches, and the peek found no due row after it there: it is
+	// drained, without a round that claims nothing to say so.
+	Spent map[string]bool
+	// Held: the tenant came back short of its share, and due rows of its
+	// are held by another transaction: it is not drained, and a settle
+	// would find it due.
+	Held map[string]bool
+}
+
 // ClaimTenants claims up to each share's quota of its tenant's due rows,
 // oldest partition first, in every partition that may hold a due row
-// (one statement each, while a share is left). On an error it still
-// returns the claims made before it (they are held).
-func (c *Claimer) ClaimTenants(ctx context.Context, shares []Share) ([]Claimed, error) {
+// (one statement each, while a share is left), and says what it peeked
+// past the shares. On an error it still returns the claims made before it
+// (they are held).
+func (c *Claimer) ClaimTenants(ctx context.Context, shares []Share) ([]Claimed, Peeked, error) {
+	peek := Peeked{Spent: map[string]bool{}, Held: map[string]bool{}}
 	days, err := c.days(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("claim shares: %w", err)
+		return nil, peek, fmt.Errorf("claim shares: %w", err)
 	}
 	left := make(map[string]int, len(shares))
 	for _, s := range shares {
@@ -222,7 +261,8 @@ func (c *Claimer) ClaimTenants(ctx context.Context, shares []Share) ([]Claimed, 
 		}
 	}
 	var out []Claimed
-	for _, d := range days {
+	more := map[string]bool{}
+	for i, d := range days {
 		var tenants []string
 		var quotas []int32
 		for _, s := range shares {
@@ -238,19 +278,35 @@ func (c *Claimer) ClaimTenants(ctx context.Context, shares []Share) ([]Claimed, 
 			continue
 		}
 		if err != nil {
-			return out, fmt.Errorf("claim shares in %s: %w", Partition(d), err)
+			return out, peek, fmt.Errorf("claim shares in %s: %w", Partition(d), err)
 		}
-		var cl Claimed
-		_, err = pgx.ForEachRow(rows, []any{&cl.ID, &cl.DueTime, &cl.RunAt, &cl.Attempt, &cl.Tenant}, func() error {
-			out = append(out, cl)
-			left[cl.Tenant]--
+		var id pgtype.UUID
+		var due, runAt pgtype.Timestamptz
+		var attempt pgtype.Int4
+		var tenant string
+		var kind int32
+		_, err = pgx.ForEachRow(rows, []any{&id, &due, &runAt, &attempt, &tenant, &kind}, func() error {
+			switch kind {
+			case 0:
+				out = append(out, Claimed{ID: uuid.UUID(id.Bytes), DueTime: due.Time, RunAt: runAt.Time, Attempt: attempt.Int32, Tenant: tenant})
+				if left[tenant]--; left[tenant] == 0 && i == len(days)-1 {
+					peek.Spent[tenant] = true // unless the peek finds more
+				}
+			case 1:
+				more[tenant] = true
+			case 2:
+				peek.Held[tenant] = true
+			}
 			return nil
 		})
 		if err != nil && !missingPartition(err) {
-			return out, fmt.Errorf("claim shares in %s: %w", Partition(d), err)
+			return out, peek, fmt.Errorf("claim shares in %s: %w", Partition(d), err)
 		}
 	}
-	return out, nil
+	for t := range more {
+		delete(peek.Spent, t)
+	}
+	return out, peek, nil
 }
 
 // Share is how many due rows of one tenant a fair claim may take.

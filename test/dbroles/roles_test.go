@@ -162,7 +162,7 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 			if _, err := c.DueTenants(ctx, store.TenantCursor{}, 10); err != nil {
 				return err
 			}
-			if _, err := c.ClaimTenants(ctx, []store.Share{{Tenant: "nobody", Quota: 1}}); err != nil {
+			if _, _, err := c.ClaimTenants(ctx, []store.Share{{Tenant: "nobody", Quota: 1}}); err != nil {
 				return err
 			}
 			if err := c.SettleTenants(ctx, []string{"nobody"}); err != nil {

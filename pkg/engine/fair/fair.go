@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/paysched/paysched/pkg/engine/pacing"
@@ -90,6 +91,9 @@ type Scheduler struct {
 	others map[string]int
 
 	settle settler
+	// queued counts the tenants handed to a settle, spared those the
+	// claim's peek kept from one (their due rows held elsewhere).
+	queued, spared atomic.Int64
 
 	mu       sync.Mutex
 	inflight map[string]int
@@ -296,7 +300,7 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit, claimLim
 			shares[i].Quota = granted[j]
 		}
 	}
-	out, err := c.ClaimTenants(ctx, shares)
+	out, peek, err := c.ClaimTenants(ctx, shares)
 	got := make(map[string]int, len(shares))
 	for _, cl := range out {
 		got[cl.Tenant]++
@@ -317,9 +321,23 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit, claimLim
 		switch n := got[sh.Tenant]; {
 		case sh.Quota <= 0:
 		case n < sh.Quota:
-			// Fewer due than its share (or held by another sweeper): no
-			// backlog, so no credit carried (deficit round-robin), and its
-			// next due time is read again.
+			// Fewer due than its share: no backlog, so no credit carried
+			// (deficit round-robin), and out of this Claim's windows.
+			s.deficit[sh.Tenant] = 0
+			delete(s.backlog, sh.Tenant)
+			drained[sh.Tenant] = true
+			if peek.Held[sh.Tenant] {
+				// The peek saw due rows of its held by another sweeper:
+				// it is not drained, and a settle would find it due.
+				s.spared.Add(1)
+				continue
+			}
+			// Its next due time is read again.
+			short = append(short, sh.Tenant)
+		case peek.Spent[sh.Tenant]:
+			// It took its whole share and the peek found no due row after
+			// it: drained now, settled now, not found short by a round
+			// that claims nothing.
 			s.deficit[sh.Tenant] = 0
 			delete(s.backlog, sh.Tenant)
 			short = append(short, sh.Tenant)
@@ -330,6 +348,7 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit, claimLim
 			filled = true
 		}
 	}
+	s.queued.Add(int64(len(short)))
 	s.settle.add(s.db, short)
 	if ran && !whole && len(shares) > 0 && (last > 0 || limit < claimLimit) {
 		// The round's rows ran out at the last tenant reached, and it took
@@ -362,6 +381,10 @@ func (s *Scheduler) round(ctx context.Context, c *store.Claimer, limit, claimLim
 	}
 	return out, true, nil
 }
+
+// Settles says how many tenants found short were handed to a settle, and
+// how many the claims' peek spared one, since the scheduler was made.
+func (s *Scheduler) Settles() (queued, spared int64) { return s.queued.Load(), s.spared.Load() }
 
 // prune forgets the credit of tenants outside the window.
 func (s *Scheduler) prune(window []string) {

@@ -54,6 +54,8 @@ var (
 		"Payments this sweeper claimed and has no outcome for yet, per tenant (top tenants, the rest as other).", []string{"tenant"}, nil)
 	latenessDesc = prometheus.NewDesc("paysched_tenant_lateness_max_seconds",
 		"Largest due-to-claim lateness of a first attempt since the last scrape, per tenant (top tenants, the rest as other).", []string{"tenant"}, nil)
+	settlesDesc = prometheus.NewDesc("paysched_fair_settles_total",
+		"Tenants found short and handed to a settle (outcome=queued), or kept from one by the claim's peek (outcome=spared).", []string{"outcome"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -61,6 +63,7 @@ func (s *Scheduler) Describe(ch chan<- *prometheus.Desc) {
 	ch <- claimedDesc
 	ch <- inflightDesc
 	ch <- latenessDesc
+	ch <- settlesDesc
 }
 
 // Collect implements prometheus.Collector: the top tenants by claims, and
@@ -108,4 +111,6 @@ func (s *Scheduler) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(claimedDesc, prometheus.CounterValue, float64(rest.claimed), other)
 	ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(restInflight), other)
 	ch <- prometheus.MustNewConstMetric(latenessDesc, prometheus.GaugeValue, rest.lateMax, other)
+	ch <- prometheus.MustNewConstMetric(settlesDesc, prometheus.CounterValue, float64(s.queued.Load()), "queued")
+	ch <- prometheus.MustNewConstMetric(settlesDesc, prometheus.CounterValue, float64(s.spared.Load()), "spared")
 }
