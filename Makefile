@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools:$(PATH)
 
-.PHONY: help up demo down logs status build test proto proto-check helm-sync helm-readme tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync bench-fair bench-console bench-webhooks bench-schedules bench-compare console-shots chaos clean
+.PHONY: help up demo down logs status build test proto proto-check sqlc helm-sync helm-readme tools lint fuzz bench bench-engine bench-api bench-recon bench-full bench-steady bench-sync bench-fair bench-console bench-webhooks bench-schedules bench-compare console-shots chaos clean
 
 help:
 	@echo "make up         build and start the local stack (Postgres, payments-api and the engine)"
@@ -11,6 +11,7 @@ help:
 	@echo "make down       stop the local stack (data stays in .data/)"
 	@echo "make logs       show service logs (FOLLOW=1 to follow)"
 	@echo "make proto      lint protos and regenerate gen/ with pinned plugins"
+	@echo "make sqlc       regenerate the statements' Go from each area's .sql file (sqlc.yaml)"
 	@echo "make fuzz       fuzz the create request for 60 s"
 	@echo "make bench      the due-time spike: N=200000 payments due in one second (make bench N=... CDC=1)"
 	@echo "make bench-api  API create throughput and latency"
@@ -66,12 +67,17 @@ helm-readme:
 proto-check:
 	@deploy/local/proto.sh check
 
+# The Go of every static statement, from its area's .sql file (sqlc.yaml).
+sqlc: tools
+	@.tools/sqlc generate
+
 lint: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./... ./sdk/go/...
 	.tools/staticcheck $$(go list ./... ./sdk/go/... | grep -v /gen/ | grep -v /sdk/go/api$$)
 	.tools/errcheck -exclude .errcheck-excludes $$(go list ./... ./sdk/go/... | grep -v /gen/ | grep -v /sdk/go/api$$)
 	.tools/buf lint
+	.tools/sqlc diff
 	go test -count=1 ./test/layout/
 
 FUZZTIME ?= 60s

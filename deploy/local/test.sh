@@ -15,7 +15,7 @@ step "install what is missing"
 "$ROOT/deploy/local/tools.sh"
 "$ROOT/deploy/local/browser.sh"
 
-step "gofmt, go vet, buf lint, generated code in sync"
+step "gofmt, go vet, buf lint, generated code in sync (protobuf, OpenAPI, sqlc)"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 # The Go SDK (sdk/go) is a module of its own in the workspace (go.work):
@@ -29,6 +29,9 @@ lintpkgs=$(cd "$ROOT" && go list ./... ./sdk/go/... | grep -v /gen/ | grep -v /s
 "$ROOT/.tools/staticcheck" $lintpkgs
 "$ROOT/.tools/errcheck" -exclude "$ROOT/.errcheck-excludes" $lintpkgs
 "$ROOT/deploy/local/proto.sh" check
+# The statements' Go is sqlc's, from each area's .sql file checked against
+# the migrations (sqlc.yaml): stale generated code fails here.
+"$ROOT/.tools/sqlc" diff
 
 step "go test (one private postgres for the run)"
 # tools.sh installed stripe-mock: its contract test must run, not skip.

@@ -19,6 +19,8 @@ tools=(
   "oasdiff github.com/oasdiff/oasdiff@v1.39.0"
   "oapi-codegen github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2"
   "helm helm.sh/helm/v4/cmd/helm@v4.3.2"
+  # cgo: sqlc parses with PostgreSQL's own parser (pg_query).
+  "sqlc github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1"
 )
 for t in "${tools[@]}"; do
   read -r name pkg <<<"$t"

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/paysched/paysched/pkg/api/approval"
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,7 +57,7 @@ type Config struct {
 	// SessionTTL is how long a login lasts (default 8 h).
 	SessionTTL time.Duration
 	// OIDC, if set, is the production login.
-	OIDC *OIDCConfig
+	OIDC *login.OIDCConfig
 	// Requests are the operators' requests the console makes and shows
 	// (admin-api's, whose runner applies them). Nil: its own, under
 	// Policy.
@@ -86,7 +87,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("console: session TTL must be between 0 and 24h, got %s", c.SessionTTL)
 	}
 	if c.OIDC != nil {
-		if err := c.OIDC.validate(); err != nil {
+		if err := c.OIDC.Validate(Prefix); err != nil {
 			return err
 		}
 	}
@@ -103,8 +104,9 @@ type Console struct {
 	log      *slog.Logger
 	tmpl     map[string]*template.Template
 	cache    *cache
-	oidc     *oidcLogin
-	mux      *http.ServeMux
+	// login is who is there: sessions, cookies, CSRF, OIDC.
+	login *login.Sessions
+	mux   *http.ServeMux
 	// now is the clock (tests move it).
 	now func() time.Time
 }
@@ -134,10 +136,9 @@ func New(ctx context.Context, cfg Config, db *pgxpool.Pool, actions Actions, log
 		return nil, err
 	}
 	c.cache = newCache(db, log)
-	if cfg.OIDC != nil {
-		if c.oidc, err = newOIDC(ctx, *cfg.OIDC); err != nil {
-			return nil, err
-		}
+	if c.login, err = login.New(ctx, login.Config{Key: cfg.SessionKey, TTL: cfg.SessionTTL, OIDC: cfg.OIDC, Prefix: Prefix,
+		Now: func() time.Time { return c.now() }, Log: log}, db); err != nil {
+		return nil, err
 	}
 	c.routes()
 	return c, nil
@@ -174,39 +175,39 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+Prefix+"/login/dev", c.devLogin)
 	m.HandleFunc("GET "+Prefix+"/login/oidc", c.oidcStart)
 	m.HandleFunc("GET "+Prefix+"/login/callback", c.oidcCallback)
-	m.HandleFunc("POST "+Prefix+"/logout", c.page(Viewer, c.logout))
-	m.HandleFunc("GET "+Prefix+"/{$}", c.page(Viewer, c.overview))
-	m.HandleFunc("GET "+Prefix+"/payments", c.page(Viewer, c.payments))
-	m.HandleFunc("GET "+Prefix+"/payments/{id}", c.page(Viewer, c.paymentPage))
-	m.HandleFunc("GET "+Prefix+"/payments.csv", c.page(Viewer, c.exportPayments))
-	m.HandleFunc("GET "+Prefix+"/dead-letters.csv", c.page(Viewer, c.exportDead))
-	m.HandleFunc("GET "+Prefix+"/reconciliation/{run}/items.csv", c.page(Viewer, c.exportRecon))
-	m.HandleFunc("POST "+Prefix+"/payments/{id}/action", c.page(Operator, c.paymentAction))
-	m.HandleFunc("GET "+Prefix+"/dead-letters", c.page(Viewer, c.deadLetters))
-	m.HandleFunc("POST "+Prefix+"/dead-letters/preview", c.page(Operator, c.bulkPreview))
-	m.HandleFunc("POST "+Prefix+"/payments/preview", c.page(Operator, c.bulkPreview))
-	m.HandleFunc("POST "+Prefix+"/requests", c.page(Operator, c.bulkRequest))
-	m.HandleFunc("GET "+Prefix+"/requests", c.page(Viewer, c.requestsPage))
-	m.HandleFunc("GET "+Prefix+"/actions", c.page(Viewer, c.actionsPage))
-	m.HandleFunc("GET "+Prefix+"/schedules", c.page(Viewer, c.schedulesPage))
-	m.HandleFunc("GET "+Prefix+"/schedules/{id}", c.page(Viewer, c.schedulePage))
-	m.HandleFunc("POST "+Prefix+"/schedules/{id}/requests", c.page(Operator, c.requestSchedule))
-	m.HandleFunc("POST "+Prefix+"/schedules/{id}/requests/{rid}/decide", c.page(Admin, c.decideSchedule))
-	m.HandleFunc("GET "+Prefix+"/tenants", c.page(Viewer, c.tenantsPage))
-	m.HandleFunc("GET "+Prefix+"/tenants/{tenant}", c.page(Viewer, c.tenantPage))
-	m.HandleFunc("POST "+Prefix+"/tenants/{tenant}/limits", c.page(Admin, c.requestLimits))
-	m.HandleFunc("POST "+Prefix+"/tenants/{tenant}/limits/{id}/decide", c.page(Admin, c.decideLimits))
-	m.HandleFunc("GET "+Prefix+"/requests/{id}", c.page(Viewer, c.requestPage))
-	m.HandleFunc("POST "+Prefix+"/requests/{id}/decide", c.page(Admin, c.decide))
-	m.HandleFunc("GET "+Prefix+"/webhooks/{id}", c.page(Viewer, c.endpointPage))
-	m.HandleFunc("POST "+Prefix+"/webhooks/{id}/resend", c.page(Operator, c.resendWebhook))
-	m.HandleFunc("POST "+Prefix+"/webhooks/{id}/recover", c.page(Operator, c.recoverWebhooks))
-	m.HandleFunc("POST "+Prefix+"/webhooks/{id}/requests/{rid}/decide", c.page(Admin, c.decideEndpointRequest))
-	m.HandleFunc("GET "+Prefix+"/reconciliation", c.page(Viewer, c.reconPage))
-	m.HandleFunc("POST "+Prefix+"/reconciliation", c.page(Operator, c.reconStart))
-	m.HandleFunc("GET "+Prefix+"/gateway", c.page(Viewer, c.gatewayPage))
-	m.HandleFunc("GET "+Prefix+"/sessions", c.page(Admin, c.sessionsPage))
-	m.HandleFunc("POST "+Prefix+"/sessions/revoke", c.page(Admin, c.revokeOperator))
+	m.HandleFunc("POST "+Prefix+"/logout", c.page(login.Viewer, c.logout))
+	m.HandleFunc("GET "+Prefix+"/{$}", c.page(login.Viewer, c.overview))
+	m.HandleFunc("GET "+Prefix+"/payments", c.page(login.Viewer, c.payments))
+	m.HandleFunc("GET "+Prefix+"/payments/{id}", c.page(login.Viewer, c.paymentPage))
+	m.HandleFunc("GET "+Prefix+"/payments.csv", c.page(login.Viewer, c.exportPayments))
+	m.HandleFunc("GET "+Prefix+"/dead-letters.csv", c.page(login.Viewer, c.exportDead))
+	m.HandleFunc("GET "+Prefix+"/reconciliation/{run}/items.csv", c.page(login.Viewer, c.exportRecon))
+	m.HandleFunc("POST "+Prefix+"/payments/{id}/action", c.page(login.Operator, c.paymentAction))
+	m.HandleFunc("GET "+Prefix+"/dead-letters", c.page(login.Viewer, c.deadLetters))
+	m.HandleFunc("POST "+Prefix+"/dead-letters/preview", c.page(login.Operator, c.bulkPreview))
+	m.HandleFunc("POST "+Prefix+"/payments/preview", c.page(login.Operator, c.bulkPreview))
+	m.HandleFunc("POST "+Prefix+"/requests", c.page(login.Operator, c.bulkRequest))
+	m.HandleFunc("GET "+Prefix+"/requests", c.page(login.Viewer, c.requestsPage))
+	m.HandleFunc("GET "+Prefix+"/actions", c.page(login.Viewer, c.actionsPage))
+	m.HandleFunc("GET "+Prefix+"/schedules", c.page(login.Viewer, c.schedulesPage))
+	m.HandleFunc("GET "+Prefix+"/schedules/{id}", c.page(login.Viewer, c.schedulePage))
+	m.HandleFunc("POST "+Prefix+"/schedules/{id}/requests", c.page(login.Operator, c.requestSchedule))
+	m.HandleFunc("POST "+Prefix+"/schedules/{id}/requests/{rid}/decide", c.page(login.Admin, c.decideSchedule))
+	m.HandleFunc("GET "+Prefix+"/tenants", c.page(login.Viewer, c.tenantsPage))
+	m.HandleFunc("GET "+Prefix+"/tenants/{tenant}", c.page(login.Viewer, c.tenantPage))
+	m.HandleFunc("POST "+Prefix+"/tenants/{tenant}/limits", c.page(login.Admin, c.requestLimits))
+	m.HandleFunc("POST "+Prefix+"/tenants/{tenant}/limits/{id}/decide", c.page(login.Admin, c.decideLimits))
+	m.HandleFunc("GET "+Prefix+"/requests/{id}", c.page(login.Viewer, c.requestPage))
+	m.HandleFunc("POST "+Prefix+"/requests/{id}/decide", c.page(login.Admin, c.decide))
+	m.HandleFunc("GET "+Prefix+"/webhooks/{id}", c.page(login.Viewer, c.endpointPage))
+	m.HandleFunc("POST "+Prefix+"/webhooks/{id}/resend", c.page(login.Operator, c.resendWebhook))
+	m.HandleFunc("POST "+Prefix+"/webhooks/{id}/recover", c.page(login.Operator, c.recoverWebhooks))
+	m.HandleFunc("POST "+Prefix+"/webhooks/{id}/requests/{rid}/decide", c.page(login.Admin, c.decideEndpointRequest))
+	m.HandleFunc("GET "+Prefix+"/reconciliation", c.page(login.Viewer, c.reconPage))
+	m.HandleFunc("POST "+Prefix+"/reconciliation", c.page(login.Operator, c.reconStart))
+	m.HandleFunc("GET "+Prefix+"/gateway", c.page(login.Viewer, c.gatewayPage))
+	m.HandleFunc("GET "+Prefix+"/sessions", c.page(login.Admin, c.sessionsPage))
+	m.HandleFunc("POST "+Prefix+"/sessions/revoke", c.page(login.Admin, c.revokeOperator))
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "No such page.")
 	})
@@ -218,9 +219,9 @@ func (c *Console) routes() {
 
 // page wraps a handler: a session of at least role, a CSP nonce, and on
 // POST a valid CSRF token from this origin.
-func (c *Console) page(role Role, h func(w http.ResponseWriter, r *http.Request, v *view)) http.HandlerFunc {
+func (c *Console) page(role login.Role, h func(w http.ResponseWriter, r *http.Request, v *view)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s, ok := c.session(r)
+		s, ok := c.login.Current(r)
 		if !ok {
 			if r.Method == http.MethodGet {
 				http.Redirect(w, r, Prefix+"/login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
@@ -229,10 +230,10 @@ func (c *Console) page(role Role, h func(w http.ResponseWriter, r *http.Request,
 			c.fail(w, r, nil, http.StatusUnauthorized, "Your session has ended: log in again.")
 			return
 		}
-		v := &view{Session: s, Nonce: nonce(), CSRF: c.csrfToken(s.ID), Path: r.URL.Path}
+		v := &view{Session: s, Nonce: nonce(), CSRF: c.login.CSRF(s.ID), Path: r.URL.Path}
 		w.Header().Set("Content-Security-Policy", csp(v.Nonce))
 		if r.Method == http.MethodPost {
-			if err := c.checkPost(r, s); err != nil {
+			if err := c.login.CheckPost(r, s); err != nil {
 				c.log.Warn("console: refused POST", "path", r.URL.Path, "operator", s.Name, "err", err)
 				c.fail(w, r, v, http.StatusForbidden, "This form is not valid any more (it came from elsewhere, or your session changed). Reload the page and try again.")
 				return
@@ -242,7 +243,7 @@ func (c *Console) page(role Role, h func(w http.ResponseWriter, r *http.Request,
 			c.fail(w, r, v, http.StatusForbidden, fmt.Sprintf("This needs the %s role; you are %s.", role, s.Role))
 			return
 		}
-		if r.Method == http.MethodPost && role >= Operator && c.cfg.Admit != nil {
+		if r.Method == http.MethodPost && role >= login.Operator && c.cfg.Admit != nil {
 			// The console's actions count against the operator's rate
 			// as the API's calls do: splitting work into many small
 			// actions does not get past the limit.
@@ -259,7 +260,7 @@ func (c *Console) page(role Role, h func(w http.ResponseWriter, r *http.Request,
 
 // view is what every template gets.
 type view struct {
-	Session *Session
+	Session *login.Session
 	Nonce   string
 	CSRF    string
 	Path    string
@@ -294,8 +295,8 @@ func (c *Console) render(w http.ResponseWriter, status int, name string, v *view
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, v *view, status int, msg string) {
 	if v == nil {
 		v = &view{Nonce: nonce(), Path: r.URL.Path}
-		if s, ok := c.session(r); ok {
-			v.Session, v.CSRF = s, c.csrfToken(s.ID)
+		if s, ok := c.login.Current(r); ok {
+			v.Session, v.CSRF = s, c.login.CSRF(s.ID)
 		}
 		w.Header().Set("Content-Security-Policy", csp(v.Nonce))
 	}

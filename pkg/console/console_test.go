@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"io"
 	"log/slog"
 	"net/http"
@@ -99,26 +100,26 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	return &harness{t: t, c: c, db: db, acts: acts}
 }
 
-// login is a session cookie and its CSRF token.
-type login struct {
+// signedIn is a session cookie and its CSRF token.
+type signedIn struct {
 	ck   *http.Cookie
 	csrf string
 }
 
-func (h *harness) as(name string, role Role) login {
+func (h *harness) as(name string, role login.Role) signedIn {
 	rec := httptest.NewRecorder()
-	if err := h.c.startSession(context.Background(), rec, devIdentity(name), role, "dev", ""); err != nil {
+	if err := h.c.login.Start(context.Background(), rec, login.DevIdentity(name), role, "dev", ""); err != nil {
 		h.t.Fatal(err)
 	}
 	ck := rec.Result().Cookies()[0]
-	var s Session
-	if !h.c.open("session", ck.Value, &s) {
+	sid, ok := h.c.login.SessionID(ck.Value)
+	if !ok {
 		h.t.Fatal("session does not open")
 	}
-	return login{ck: ck, csrf: h.c.csrfToken(s.ID)}
+	return signedIn{ck: ck, csrf: h.c.login.CSRF(sid)}
 }
 
-func (h *harness) get(l login, path string) *httptest.ResponseRecorder {
+func (h *harness) get(l signedIn, path string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(http.MethodGet, path, nil)
 	if l.ck != nil {
 		req.AddCookie(l.ck)
@@ -129,7 +130,7 @@ func (h *harness) get(l login, path string) *httptest.ResponseRecorder {
 }
 
 // post sends a form with the session's CSRF token (unless form has one).
-func (h *harness) post(l login, path string, form url.Values, hdr ...string) *httptest.ResponseRecorder {
+func (h *harness) post(l signedIn, path string, form url.Values, hdr ...string) *httptest.ResponseRecorder {
 	form = cloneForm(form)
 	if _, ok := form["csrf"]; !ok {
 		form.Set("csrf", l.csrf)
@@ -215,7 +216,7 @@ func TestRoles(t *testing.T) {
 	h := newHarness(t, Config{})
 	ids := h.schedule(3, time.Now().Add(-time.Minute), 500)
 	h.deadLetter(ids)
-	viewer, operator, admin := h.as("vera", Viewer), h.as("otto", Operator), h.as("ada", Admin)
+	viewer, operator, admin := h.as("vera", login.Viewer), h.as("otto", login.Operator), h.as("ada", login.Admin)
 	for _, p := range []string{"/console/", "/console/payments?payer=alice", "/console/payments/" + ids[0].String(),
 		"/console/dead-letters", "/console/requests", "/console/reconciliation", "/console/gateway"} {
 		if rec := h.get(viewer, p); rec.Code != http.StatusOK {
@@ -225,7 +226,7 @@ func TestRoles(t *testing.T) {
 	if rec := h.get(viewer, "/console/"); strings.Count(rec.Body.String(), `<svg class="chart"`) < 2 {
 		t.Fatal("the overview draws no charts")
 	}
-	if rec := h.get(login{}, "/console/"); rec.Code != http.StatusSeeOther || !strings.HasPrefix(rec.Header().Get("Location"), "/console/login") {
+	if rec := h.get(signedIn{}, "/console/"); rec.Code != http.StatusSeeOther || !strings.HasPrefix(rec.Header().Get("Location"), "/console/login") {
 		t.Fatalf("no session: %d %s", rec.Code, rec.Header().Get("Location"))
 	}
 	one := url.Values{"action": {"REDRIVE"}, "reason": {"psp back"}}
@@ -260,7 +261,7 @@ func TestCSRFRefusal(t *testing.T) {
 	h := newHarness(t, Config{})
 	ids := h.schedule(1, time.Now().Add(-time.Minute), 500)
 	h.deadLetter(ids)
-	ada, eve := h.as("ada", Admin), h.as("eve", Admin)
+	ada, eve := h.as("ada", login.Admin), h.as("eve", login.Admin)
 	path := "/console/payments/" + ids[0].String() + "/action"
 	form := func(csrf string) url.Values {
 		return url.Values{"action": {"REDRIVE"}, "reason": {"x"}, "csrf": {csrf}}
@@ -273,7 +274,7 @@ func TestCSRFRefusal(t *testing.T) {
 		"foreign origin":    h.post(ada, path, form(ada.csrf), "Origin", "https://evil.example"),
 		"logout, no token":  h.post(ada, "/console/logout", form("")),
 		"decide, no token":  h.post(eve, "/console/requests/1/decide", url.Values{"decision": {"approve"}, "csrf": {""}}),
-		"no session at all": h.post(login{}, path, form(ada.csrf)),
+		"no session at all": h.post(signedIn{}, path, form(ada.csrf)),
 	} {
 		if rec.Code != http.StatusForbidden && rec.Code != http.StatusUnauthorized {
 			t.Errorf("%s: %d, want 403", name, rec.Code)
@@ -295,7 +296,7 @@ func TestFourEyes(t *testing.T) {
 	h := newHarness(t, Config{Policy: relaxed(10000)})
 	ids := h.schedule(3, time.Now().Add(-time.Minute), 500)
 	h.deadLetter(ids)
-	ada, bea := h.as("ada", Admin), h.as("bea", Admin)
+	ada, bea := h.as("ada", login.Admin), h.as("bea", login.Admin)
 	preview := h.post(ada, "/console/dead-letters/preview", url.Values{"action": {"REDRIVE"}, "reason": {"psp back"}, "scope": {"all"}})
 	if preview.Code != http.StatusOK || !strings.Contains(preview.Body.String(), "<strong>3</strong> payments") ||
 		!strings.Contains(preview.Body.String(), "second operator") {
@@ -353,7 +354,7 @@ func TestApprovalAmountAndRefusals(t *testing.T) {
 	big := h.schedule(1, time.Now().Add(-time.Minute), 50000)
 	h.deadLetter(append(small, big...))
 	h.acts.refuse[small[0]] = true
-	otto := h.as("otto", Operator)
+	otto := h.as("otto", login.Operator)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.runRequests(ctx)
@@ -384,7 +385,7 @@ func TestApprovalAmountAndRefusals(t *testing.T) {
 // search runs.
 func TestBadInputIsAClientError(t *testing.T) {
 	h := newHarness(t, Config{})
-	v := h.as("vera", Admin)
+	v := h.as("vera", login.Admin)
 	long := strings.Repeat("x", 300)
 	for _, p := range []string{
 		"/console/payments/not-a-uuid",
@@ -447,7 +448,7 @@ func TestBadInputIsAClientError(t *testing.T) {
 // local login does not exist.
 func TestDevLoginAndHeaders(t *testing.T) {
 	h := newHarness(t, Config{})
-	page := h.get(login{}, "/console/login?next=/console/gateway")
+	page := h.get(signedIn{}, "/console/login?next=/console/gateway")
 	pre := page.Result().Cookies()[0]
 	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page.Body.String())
 	if m == nil {
@@ -466,7 +467,7 @@ func TestDevLoginAndHeaders(t *testing.T) {
 	if !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/console/" {
 		t.Fatalf("session cookie %+v", ck)
 	}
-	got := h.get(login{ck: ck}, "/console/")
+	got := h.get(signedIn{ck: ck}, "/console/")
 	cspHdr := got.Header().Get("Content-Security-Policy")
 	if got.Code != http.StatusOK || !strings.Contains(cspHdr, "script-src 'nonce-") || strings.Contains(cspHdr, "unsafe-inline") {
 		t.Fatalf("overview: %d CSP %q", got.Code, cspHdr)
@@ -475,13 +476,13 @@ func TestDevLoginAndHeaders(t *testing.T) {
 		t.Fatal("the page does not name the operator")
 	}
 	// An open redirect is refused.
-	if safeNext("https://evil.example/") != "/console/" || safeNext("//evil.example") != "/console/" {
+	if h.c.login.SafeNext("https://evil.example/") != "/console/" || h.c.login.SafeNext("//evil.example") != "/console/" {
 		t.Fatal("next may leave the console")
 	}
 	// A tampered cookie is no session.
 	bad := *ck
 	bad.Value = strings.Replace(bad.Value, ".", "x.", 1)
-	if rec := h.get(login{ck: &bad}, "/console/"); rec.Code != http.StatusSeeOther {
+	if rec := h.get(signedIn{ck: &bad}, "/console/"); rec.Code != http.StatusSeeOther {
 		t.Fatalf("tampered cookie: %d", rec.Code)
 	}
 	prod, err := New(context.Background(), Config{SessionKey: []byte(strings.Repeat("k", 32)), Dev: true}, h.db, h.acts, quiet)

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -57,7 +58,7 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	list, next := res.Rows, res.Next
 	data := map[string]any{"Rows": list, "Reason": reason, "Reasons": reasons, "Count": n, "Capped": n > maxBulk,
-		"Total": total, "Actions": actions, "CanAct": v.Session.Role >= Operator, "CanBulk": v.Session.Role >= Admin}
+		"Total": total, "Actions": actions, "CanAct": v.Session.Role >= login.Operator, "CanBulk": v.Session.Role >= login.Admin}
 	if next != "" {
 		q := url.Values{"after": {next}}
 		if reason != "" {
@@ -158,7 +159,7 @@ func (c *Console) readBulk(ctx context.Context, w http.ResponseWriter, r *http.R
 		c.fail(w, r, v, http.StatusBadRequest, msg)
 	case len(b.sel.IDs) == 0:
 		c.fail(w, r, v, http.StatusConflict, "Nothing matches (any more): no "+string(actionFrom[b.action])+" payment to act on.")
-	case len(b.sel.IDs) > 1 && v.Session.Role < Admin:
+	case len(b.sel.IDs) > 1 && v.Session.Role < login.Admin:
 		c.fail(w, r, v, http.StatusForbidden, "An action on more than one payment needs the admin role.")
 	default:
 		return b, true
@@ -211,7 +212,7 @@ func (c *Console) bulkRequest(w http.ResponseWriter, r *http.Request, v *view) {
 		c.confirm(w, r, v, http.StatusConflict, b)
 		return
 	}
-	id, _, err := c.createRequest(ctx, b.action, b.filter, b.reason, b.runAt, v.Session.who(), b.sel)
+	id, _, err := c.createRequest(ctx, b.action, b.filter, b.reason, b.runAt, v.Session.Who(), b.sel)
 	if err != nil {
 		c.dbFail(w, r, v, "create request", err)
 		return

@@ -2,6 +2,7 @@ package console
 
 import (
 	"encoding/csv"
+	"github.com/paysched/paysched/pkg/console/login"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestCSVExportIsBounded(t *testing.T) {
 	if _, err := h.db.Exec(t.Context(), `UPDATE payments SET payer = '=HYPERLINK("x")' WHERE id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	viewer := h.as("vic", Viewer)
+	viewer := h.as("vic", login.Viewer)
 	for _, tc := range []struct {
 		path string
 		want int

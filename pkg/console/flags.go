@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"flag"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"os"
 	"strings"
 
@@ -68,7 +69,7 @@ func (f *Flags) Config(mode *config.Mode) (*Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg.OIDC = &OIDCConfig{Issuer: f.issuer, ClientID: f.clientID, ClientSecret: secret, RedirectURL: f.redirectURL,
+		cfg.OIDC = &login.OIDCConfig{Issuer: f.issuer, ClientID: f.clientID, ClientSecret: secret, RedirectURL: f.redirectURL,
 			RolesClaim: f.rolesClaim, NameClaim: f.nameClaim}
 		for _, sc := range strings.Split(f.scopes, ",") {
 			if sc = strings.TrimSpace(sc); sc != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -53,20 +54,20 @@ func TestRequestsAreCheckedInTheDatabase(t *testing.T) {
 }
 
 // loginAs logs user in through the provider and returns the session.
-func loginAs(t *testing.T, h *harness, m *mockoidc.MockOIDC, user *mockoidc.MockUser) login {
+func loginAs(t *testing.T, h *harness, m *mockoidc.MockOIDC, user *mockoidc.MockUser) signedIn {
 	t.Helper()
 	rec := loginVia(t, h, m, user)
 	for _, ck := range rec.Result().Cookies() {
-		if ck.Name == sessionCookie {
-			var s Session
-			if !h.c.open("session", ck.Value, &s) {
+		if ck.Name == login.SessionCookie {
+			sid, ok := h.c.login.SessionID(ck.Value)
+			if !ok {
 				t.Fatal("session does not open")
 			}
-			return login{ck: ck, csrf: h.c.csrfToken(s.ID)}
+			return signedIn{ck: ck, csrf: h.c.login.CSRF(sid)}
 		}
 	}
 	t.Fatalf("no session after login: %d %s", rec.Code, rec.Header().Get("Location"))
-	return login{}
+	return signedIn{}
 }
 
 // TestApproverIsAnIdentityNotAName: four eyes compare who logged in (the
@@ -81,7 +82,7 @@ func TestApproverIsAnIdentityNotAName(t *testing.T) {
 	ada1 := &mockoidc.MockUser{Subject: "u-ada-1", PreferredUsername: "ada", Email: "ada1@example.com", Groups: []string{"admin"}}
 	ada2 := &mockoidc.MockUser{Subject: "u-ada-2", PreferredUsername: "ada", Email: "ada2@example.com", Groups: []string{"admin"}}
 	first := loginAs(t, h, m, ada1)
-	bulk := func(l login, a, b uuid.UUID) int64 {
+	bulk := func(l signedIn, a, b uuid.UUID) int64 {
 		return requestID(t, h.post(l, "/console/requests", url.Values{"action": {"REDRIVE"}, "reason": {"psp back"}, "scope": {"selected"},
 			"id": {a.String(), b.String()}, "count": {"2"}}))
 	}
@@ -127,8 +128,8 @@ func (h *harness) scheduleIn(currency string, n int, amount int64) []uuid.UUID {
 // added to another's.
 func TestSplitActionsGoToApproval(t *testing.T) {
 	h := newHarness(t, Config{Policy: relaxed(10000)})
-	otto := h.as("otto", Operator)
-	act := func(l login, id uuid.UUID) string {
+	otto := h.as("otto", login.Operator)
+	act := func(l signedIn, id uuid.UUID) string {
 		t.Helper()
 		return h.requestState(requestID(t, h.post(l, "/console/payments/"+id.String()+"/action",
 			url.Values{"action": {"CANCEL"}, "reason": {"customer asked"}}))).State
@@ -143,7 +144,7 @@ func TestSplitActionsGoToApproval(t *testing.T) {
 		}
 	}
 	// The count: ten small ones in the window run, the eleventh waits.
-	olga := h.as("olga", Operator)
+	olga := h.as("olga", login.Operator)
 	small := h.scheduleIn("EUR", 11, 10)
 	for i, id := range small {
 		if st := act(olga, id); (st == "AWAITING_APPROVAL") != (i == 10) {
@@ -157,7 +158,7 @@ func TestSplitActionsGoToApproval(t *testing.T) {
 // allows.
 func TestSplitActionsRace(t *testing.T) {
 	h := newHarness(t, Config{Policy: relaxed(1 << 40)})
-	otto := h.as("otto", Operator)
+	otto := h.as("otto", login.Operator)
 	ids := h.scheduleIn("EUR", 20, 10)
 	var wg sync.WaitGroup
 	for _, id := range ids {
@@ -183,7 +184,7 @@ func TestSplitActionsRace(t *testing.T) {
 // replayed, opens nothing, here or on any replica.
 func TestLogoutEndsTheSessionServerSide(t *testing.T) {
 	h := newHarness(t, Config{})
-	otto := h.as("otto", Operator)
+	otto := h.as("otto", login.Operator)
 	if rec := h.get(otto, "/console/"); rec.Code != http.StatusOK {
 		t.Fatalf("before logout: %d", rec.Code)
 	}
@@ -210,7 +211,7 @@ func TestLogoutEndsTheSessionServerSide(t *testing.T) {
 // from the console; their cookies open nothing after.
 func TestAdminRevokesSessions(t *testing.T) {
 	h := newHarness(t, Config{})
-	otto, ada := h.as("otto", Operator), h.as("ada", Admin)
+	otto, ada := h.as("otto", login.Operator), h.as("ada", login.Admin)
 	page := h.get(ada, "/console/sessions")
 	if page.Code != http.StatusOK || !strings.Contains(page.Body.String(), "otto") {
 		t.Fatalf("sessions page: %d", page.Code)

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,7 +23,7 @@ func oidcConsole(t *testing.T) (*harness, *mockoidc.MockOIDC) {
 	t.Cleanup(func() { _ = m.Shutdown() })
 	h := newHarness(t, Config{})
 	cfg := m.Config()
-	c, err := New(context.Background(), Config{SessionKey: []byte(strings.Repeat("s", 32)), OIDC: &OIDCConfig{
+	c, err := New(context.Background(), Config{SessionKey: []byte(strings.Repeat("s", 32)), OIDC: &login.OIDCConfig{
 		Issuer: cfg.Issuer, ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret,
 		RedirectURL: "http://127.0.0.1:8081/console/login/callback", RolesClaim: "groups", Scopes: []string{"groups"}}}, h.db, h.acts, quiet)
 	if err != nil {
@@ -75,14 +76,14 @@ func TestOIDCLogin(t *testing.T) {
 	}
 	var sess *http.Cookie
 	for _, c := range rec.Result().Cookies() {
-		if c.Name == sessionCookie {
+		if c.Name == login.SessionCookie {
 			sess = c
 		}
 	}
 	if sess == nil || sess.SameSite != http.SameSiteStrictMode || !sess.HttpOnly || !sess.Secure {
 		t.Fatalf("session cookie %+v", sess)
 	}
-	page := h.get(login{ck: sess}, "/console/gateway")
+	page := h.get(signedIn{ck: sess}, "/console/gateway")
 	if page.Code != http.StatusOK || !strings.Contains(page.Body.String(), "carol (operator)") {
 		t.Fatalf("gateway page as carol: %d", page.Code)
 	}
@@ -99,7 +100,7 @@ func TestOIDCLogin(t *testing.T) {
 		t.Fatalf("callback without flow: %d", rec.Code)
 	}
 	// Production has no local login.
-	page = h.get(login{}, "/console/login")
+	page = h.get(signedIn{}, "/console/login")
 	if strings.Contains(page.Body.String(), "Development login") || !strings.Contains(page.Body.String(), `id="sso"`) {
 		t.Fatal("the production login page offers a local login")
 	}

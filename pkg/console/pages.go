@@ -33,3 +33,11 @@ func ago(now, t time.Time) string {
 	}
 	return fmt.Sprintf("%dh ago", int(d.Hours()))
 }
+
+// clip cuts s to n runes.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n])
+	}
+	return s
+}

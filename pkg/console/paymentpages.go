@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -26,7 +27,7 @@ import (
 func (c *Console) payments(w http.ResponseWriter, r *http.Request, v *view) {
 	v.Title = "Payments"
 	form := r.URL.Query()
-	data := map[string]any{"Form": form, "Statuses": statuses, "ErrorClasses": errorClasses, "CanAct": v.Session.Role >= Operator,
+	data := map[string]any{"Form": form, "Statuses": statuses, "ErrorClasses": errorClasses, "CanAct": v.Session.Role >= login.Operator,
 		"OpenActions": map[string]string{"HOLD": "hold the ticked PENDING payments", "RELEASE": "release the ticked HELD payments",
 			"CANCEL_PENDING": "cancel the ticked PENDING payments", "CANCEL_HELD": "cancel the ticked HELD payments",
 			"RESCHEDULE": "reschedule the ticked PENDING payments", "RUN_NOW": "run the ticked PENDING payments now"}}
@@ -154,9 +155,9 @@ func (c *Console) paymentPage(w http.ResponseWriter, r *http.Request, v *view) {
 	rows.Close()
 	hist, notes, auditErr := c.auditHistory(ctx, id)
 	data := map[string]any{"P": p, "Reason": reason, "Probes": probes, "Timeline": tl, "Webhooks": hooks, "Sent": sent,
-		"CanResend": v.Session.Role >= Operator,
+		"CanResend": v.Session.Role >= login.Operator,
 		"Audit":     hist, "Notifications": notes, "AuditConfigured": c.cfg.AuditDB != nil, "AuditError": auditErr,
-		"JSON": maskedJSON(p, reason), "CanAct": v.Session.Role >= Operator && (p.Status == payment.DeadLettered || openActions[p.Status] != nil),
+		"JSON": maskedJSON(p, reason), "CanAct": v.Session.Role >= login.Operator && (p.Status == payment.DeadLettered || openActions[p.Status] != nil),
 		"Actions": actions, "Dead": p.Status == payment.DeadLettered}
 	if p.Status != payment.DeadLettered {
 		data["Actions"] = openActions[p.Status]
@@ -266,7 +267,7 @@ func (c *Console) paymentAction(w http.ResponseWriter, r *http.Request, v *view)
 		c.fail(w, r, v, http.StatusConflict, "This payment is not "+string(from)+" (any more): nothing to do.")
 		return
 	}
-	rid, _, err := c.createRequest(ctx, action, "payment "+id.String(), reason, runAt, v.Session.who(), sel)
+	rid, _, err := c.createRequest(ctx, action, "payment "+id.String(), reason, runAt, v.Session.Who(), sel)
 	if err != nil {
 		c.dbFail(w, r, v, "create request", err)
 		return

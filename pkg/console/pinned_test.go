@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/url"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ func TestBulkActionSkipsPaymentsChangedSinceTheRequest(t *testing.T) {
 			h := newAdminHarness(t, Config{Policy: relaxed(1 << 40)})
 			ids := h.schedule(4, time.Now().Add(-time.Minute), 500)
 			h.deadLetter(ids)
-			ada, bea := h.as("ada", Admin), h.as("bea", Admin)
+			ada, bea := h.as("ada", login.Admin), h.as("bea", login.Admin)
 			rid := requestID(t, h.post(ada, "/console/requests", url.Values{"action": {action}, "reason": {"psp gone"},
 				"scope": {"all"}, "count": {"4"}}))
 			ctx := context.Background()
@@ -139,7 +140,7 @@ func TestHoldAndReleaseArePinnedAndApproved(t *testing.T) {
 	h := newAdminHarness(t, Config{Policy: relaxed(1 << 40)})
 	ctx := context.Background()
 	ids := h.schedule(3, time.Now().Add(time.Hour), 500)
-	ada, bea := h.as("ada", Admin), h.as("bea", Admin)
+	ada, bea := h.as("ada", login.Admin), h.as("bea", login.Admin)
 	form := url.Values{"action": {"HOLD"}, "reason": {"wrong payroll"}, "scope": {"selected"}, "count": {"3"}}
 	for _, id := range ids {
 		form.Add("id", id.String())
@@ -202,7 +203,7 @@ func TestActionsPageListsEveryOperatorsMoves(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	vic := h.as("vic", Viewer)
+	vic := h.as("vic", login.Viewer)
 	page := h.get(vic, "/console/actions").Body.String()
 	if !strings.Contains(page, "admin:ops") || !strings.Contains(page, "admin:console:ada") {
 		t.Fatalf("the actions page does not list both:\n%s", page)
@@ -232,7 +233,7 @@ func TestRescheduleAndRunNowArePinnedAndApproved(t *testing.T) {
 	due := time.Now().Add(time.Second)
 	ids := h.schedule(3, due, 500)
 	time.Sleep(time.Until(due))
-	ada, bea := h.as("ada", Admin), h.as("bea", Admin)
+	ada, bea := h.as("ada", login.Admin), h.as("bea", login.Admin)
 	runAt := time.Now().UTC().Add(2 * time.Hour).Truncate(time.Minute)
 	form := url.Values{"action": {"RESCHEDULE"}, "reason": {"payroll moved"}, "scope": {"selected"}, "count": {"3"},
 		"runAt": {runAt.Format(dateForm)}}

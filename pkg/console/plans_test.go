@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/url"
 	"strings"
 	"testing"
@@ -327,7 +328,7 @@ func TestSearchFilters(t *testing.T) {
 				t.Errorf("found %d, want %d", len(got), len(c.want))
 			}
 			// The export carries the same search.
-			rec := h.get(h.as("vera", Viewer), "/console/payments.csv?"+q.Values().Encode())
+			rec := h.get(h.as("vera", login.Viewer), "/console/payments.csv?"+q.Values().Encode())
 			if lines := strings.Count(strings.TrimSpace(rec.Body.String()), "\n"); rec.Code != 200 || lines != len(c.want) {
 				t.Errorf("export: %d, %d rows, want %d", rec.Code, lines, len(c.want))
 			}

@@ -3,6 +3,7 @@ package console
 import (
 	"errors"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"strconv"
 )
@@ -56,7 +57,7 @@ func (c *Console) requestPage(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	v.Title = fmt.Sprintf("Request #%d", id)
 	v.Data = map[string]any{"R": q, "ActionName": actionName(q.Action) + " (" + string(actionFrom[q.Action]) + ")", "Shown": shown,
-		"CanDecide": v.Session.Role >= Admin && q.State == "AWAITING_APPROVAL" && q.RequestedBy != v.Session.Operator,
+		"CanDecide": v.Session.Role >= login.Admin && q.State == "AWAITING_APPROVAL" && q.RequestedBy != v.Session.Operator,
 		"Own":       q.RequestedBy == v.Session.Operator}
 	c.render(w, http.StatusOK, "request.html", v)
 }
@@ -73,7 +74,7 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	if err := c.decideRequest(ctx, id, approve, v.Session.who()); err != nil {
+	if err := c.decideRequest(ctx, id, approve, v.Session.Who()); err != nil {
 		c.fail(w, r, v, http.StatusConflict, "Not decided: "+err.Error()+".")
 		return
 	}

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"strings"
 	"time"
 
@@ -113,7 +114,7 @@ func (c *Console) needsApproval(action string, s Selection, r approval.Running) 
 }
 
 // createRequest records who's action on s (approval.Requests.Create).
-func (c *Console) createRequest(ctx context.Context, action, filter, reason string, runAt *time.Time, who identity, s Selection) (int64, bool, error) {
+func (c *Console) createRequest(ctx context.Context, action, filter, reason string, runAt *time.Time, who login.Identity, s Selection) (int64, bool, error) {
 	return c.requests.Create(ctx, approval.NewRequest{Action: action, Filter: filter, Reason: reason, RunAt: runAt,
 		Who: approval.Identity(who), Sel: s, Via: "console"})
 }
@@ -126,7 +127,7 @@ func (c *Console) request(ctx context.Context, id int64) (*Request, error) {
 
 func (c *Console) listRequests(ctx context.Context) ([]*Request, error) { return c.requests.List(ctx) }
 
-func (c *Console) decideRequest(ctx context.Context, id int64, approve bool, by identity) error {
+func (c *Console) decideRequest(ctx context.Context, id int64, approve bool, by login.Identity) error {
 	return c.requests.Decide(ctx, id, approve, approval.Identity(by))
 }
 

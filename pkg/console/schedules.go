@@ -9,6 +9,7 @@ package console
 import (
 	"context"
 	"errors"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/url"
 	"slices"
@@ -121,8 +122,8 @@ func (c *Console) schedulePage(w http.ResponseWriter, r *http.Request, v *view) 
 		c.dbFail(w, r, v, "schedule requests", err)
 		return
 	}
-	data := map[string]any{"S": s, "Made": made, "Life": life, "Requests": reqs, "CanAsk": v.Session.Role >= Operator,
-		"CanDecide": v.Session.Role >= Admin, "Me": v.Session.Operator}
+	data := map[string]any{"S": s, "Made": made, "Life": life, "Requests": reqs, "CanAsk": v.Session.Role >= login.Operator,
+		"CanDecide": v.Session.Role >= login.Admin, "Me": v.Session.Operator}
 	if s.State == store.ScheduleActive || s.State == store.SchedulePaused {
 		// What the plan makes next from now, made already or not: the
 		// payer's preview, with the occurrences the planner has made marked.
@@ -274,7 +275,7 @@ func (c *Console) requestSchedule(w http.ResponseWriter, r *http.Request, v *vie
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	who := v.Session.who()
+	who := v.Session.Who()
 	_, err = c.requests.RequestSchedule(ctx, action, id, nil, reason, approval.Identity(who))
 	var stateErr *approval.ScheduleStateError
 	switch {
@@ -307,7 +308,7 @@ func (c *Console) decideSchedule(w http.ResponseWriter, r *http.Request, v *view
 		c.dbFail(w, r, v, "read schedule request", err)
 		return
 	}
-	by := v.Session.who()
+	by := v.Session.Who()
 	err := c.requests.DecideSchedule(ctx, rid, approve, approval.Identity(by))
 	if errors.Is(err, approval.ErrOwnRequest) || errors.Is(err, approval.ErrNotAwaiting) {
 		c.fail(w, r, v, http.StatusConflict, "Not decided: it is not awaiting approval, or it is your own request: a second operator must decide.")

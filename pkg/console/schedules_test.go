@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"io"
 	"log/slog"
 	"net/http"
@@ -96,7 +97,7 @@ func TestSchedulesPagesAndForecast(t *testing.T) {
 		t.Errorf("the schedule ten weeks behind counts %d, want the 8 from now (its missed ones are skipped)", behindPlanned)
 	}
 
-	viewer := h.as("vera", Viewer)
+	viewer := h.as("vera", login.Viewer)
 	for _, c := range []struct {
 		path string
 		code int
@@ -128,7 +129,7 @@ func TestSchedulesPagesAndForecast(t *testing.T) {
 
 	// An operator asks to pause it; they cannot approve it themselves,
 	// even as an admin; a second admin does; nothing changes meanwhile.
-	ask := h.as("olga", Admin)
+	ask := h.as("olga", login.Admin)
 	page := Prefix + "/schedules/" + weekly.ID.String()
 	if rec := h.post(viewer, page+"/requests", url.Values{"action": {"PAUSE"}, "reason": {"x"}}); rec.Code != http.StatusForbidden {
 		t.Errorf("a viewer asking: %d", rec.Code)
@@ -152,7 +153,7 @@ func TestSchedulesPagesAndForecast(t *testing.T) {
 	if rec := h.post(ask, decide, url.Values{"decision": {"approve"}}); rec.Code != http.StatusConflict {
 		t.Errorf("the requester approving: %d", rec.Code)
 	}
-	if rec := h.post(h.as("ben", Admin), decide, url.Values{"decision": {"approve"}}); rec.Code != http.StatusSeeOther {
+	if rec := h.post(h.as("ben", login.Admin), decide, url.Values{"decision": {"approve"}}); rec.Code != http.StatusSeeOther {
 		t.Errorf("a second admin approving: %d %s", rec.Code, rec.Body)
 	}
 	if got, _ := h.c.requests.GetScheduleRequest(ctx, reqs[0].ID); got == nil || got.State != "APPROVED" || got.DecidedName != "ben" {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"math"
 	"net/http"
 	"net/url"
@@ -100,7 +101,7 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	v.Title = "Tenant " + tenant
 	rate, rated := c.cache.tenantRate(tenant)
-	v.Data = map[string]any{"T": d, "Dead": deadRows, "Requests": reqs, "CanEdit": v.Session.Role >= Admin,
+	v.Data = map[string]any{"T": d, "Dead": deadRows, "Requests": reqs, "CanEdit": v.Session.Role >= login.Admin,
 		"Me": v.Session.Operator, "Rate": rate, "Rated": rated, "Endpoints": endpoints}
 	c.render(w, http.StatusOK, "tenant.html", v)
 }
@@ -162,7 +163,7 @@ func (c *Console) requestLimits(w http.ResponseWriter, r *http.Request, v *view)
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	who := v.Session.who()
+	who := v.Session.Who()
 	if _, err := c.requests.RequestLimits(ctx, store.TenantLimits{Tenant: tenant, Weight: weight, MaxInflight: inflight, MaxRate: rate},
 		reason, approval.Identity(who)); err != nil {
 		c.dbFail(w, r, v, "request limits", err)
@@ -187,7 +188,7 @@ func (c *Console) decideLimits(w http.ResponseWriter, r *http.Request, v *view) 
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	by := v.Session.who()
+	by := v.Session.Who()
 	err = c.requests.DecideLimits(ctx, id, tenant, approve, approval.Identity(by))
 	if errors.Is(err, approval.ErrNotFound) || errors.Is(err, approval.ErrOwnRequest) || errors.Is(err, approval.ErrNotAwaiting) {
 		c.fail(w, r, v, http.StatusConflict, "Not decided: it is not awaiting approval, or it is your own request: a second operator must decide.")

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/url"
 	"regexp"
 	"strings"
@@ -19,7 +20,7 @@ func TestTenantPageAndFourEyesOnLimits(t *testing.T) {
 	ctx := context.Background()
 	h.schedule(3, time.Now().Add(-time.Minute), 500)
 	h.schedule(4, time.Now().Add(2*time.Hour), 500)
-	ada, bea, vic := h.as("ada", Admin), h.as("bea", Admin), h.as("vic", Viewer)
+	ada, bea, vic := h.as("ada", login.Admin), h.as("bea", login.Admin), h.as("vic", login.Viewer)
 	page := h.get(vic, "/console/tenants/alice").Body.String()
 	for _, want := range []string{`<dd id="due">3</dd>`, `<dd id="next24h">4</dd>`, `1 (the default)`} {
 		if !strings.Contains(page, want) {
@@ -60,7 +61,7 @@ func TestTenantPageAndFourEyesOnLimits(t *testing.T) {
 	if weight() != 1 {
 		t.Fatal("the limits applied before approval")
 	}
-	decide := func(l login, id int64, d string) int {
+	decide := func(l signedIn, id int64, d string) int {
 		return h.post(l, fmt.Sprintf("/console/tenants/alice/limits/%d/decide", id), url.Values{"decision": {d}}).Code
 	}
 	if code := decide(ada, id, "approve"); code != 409 || weight() != 1 {
@@ -114,14 +115,14 @@ func TestTenantExecutedRate(t *testing.T) {
 	h.c.cache.mu.Lock()
 	h.c.cache.tenantRates, h.c.cache.tenantRatesAt = rates, to
 	h.c.cache.mu.Unlock()
-	page := h.get(h.as("vic", Viewer), "/console/tenants/acme").Body.String()
+	page := h.get(h.as("vic", login.Viewer), "/console/tenants/acme").Body.String()
 	if !strings.Contains(page, `<dd id="executed">0.9 (`) {
 		t.Fatalf("the tenant page lacks its rate:\n%s", page)
 	}
 	h.c.cache.mu.Lock()
 	h.c.cache.tenantRateFloor = 2
 	h.c.cache.mu.Unlock()
-	if page := h.get(h.as("vic", Viewer), "/console/tenants/zed").Body.String(); !strings.Contains(page, `<dd id="executed">under 2.0 (`) {
+	if page := h.get(h.as("vic", login.Viewer), "/console/tenants/zed").Body.String(); !strings.Contains(page, `<dd id="executed">under 2.0 (`) {
 		t.Fatalf("a tenant beyond the kept ones:\n%s", page)
 	}
 }

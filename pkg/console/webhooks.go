@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -101,8 +102,8 @@ func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) 
 		return
 	}
 	v.Title = "Webhook endpoint " + ep.URL
-	data := map[string]any{"E": ep, "Log": log, "CanAct": v.Session.Role >= Operator, "Requests": reqs,
-		"CanDecide": v.Session.Role >= Admin, "Me": v.Session.Operator}
+	data := map[string]any{"E": ep, "Log": log, "CanAct": v.Session.Role >= login.Operator, "Requests": reqs,
+		"CanDecide": v.Session.Role >= login.Admin, "Me": v.Session.Operator}
 	// What the last resend or recover did (the redirect says; shown only
 	// when it reads as such).
 	if n, err := strconv.Atoi(r.URL.Query().Get("recovered")); err == nil && n >= 0 {
@@ -140,7 +141,7 @@ func (c *Console) resendWebhook(w http.ResponseWriter, r *http.Request, v *view)
 		c.dbFail(w, r, v, "resend", err)
 		return
 	}
-	c.log.Info("console: webhook resent", "operator", v.Session.who(), "endpoint", id, "msg", msg)
+	c.log.Info("console: webhook resent", "operator", v.Session.Who(), "endpoint", id, "msg", msg)
 	back := Prefix + "/webhooks/" + id.String() + "?resent=" + url.QueryEscape(msg)
 	if p, err := uuid.Parse(r.PostForm.Get("payment")); err == nil {
 		back = Prefix + "/payments/" + p.String()
@@ -189,7 +190,7 @@ func (c *Console) recoverWebhooks(w http.ResponseWriter, r *http.Request, v *vie
 		c.dbFail(w, r, v, "recover", err)
 		return
 	}
-	c.log.Info("console: webhooks recovered", "operator", v.Session.who(), "endpoint", id, "since", since, "count", n)
+	c.log.Info("console: webhooks recovered", "operator", v.Session.Who(), "endpoint", id, "since", since, "count", n)
 	http.Redirect(w, r, fmt.Sprintf("%s/webhooks/%s?recovered=%d", Prefix, id, n), http.StatusSeeOther)
 }
 
@@ -218,7 +219,7 @@ func (c *Console) requestRecover(w http.ResponseWriter, r *http.Request, v *view
 		return
 	}
 	rid, err := c.requests.RequestEndpoint(ctx, approval.EndpointRequest{Action: approval.Recover, EndpointID: id, Since: &since, Until: until,
-		Reason: "recover the failed messages (console)"}, approval.Identity(v.Session.who()))
+		Reason: "recover the failed messages (console)"}, approval.Identity(v.Session.Who()))
 	if err != nil {
 		c.dbFail(w, r, v, "request recover", err)
 		return
@@ -243,7 +244,7 @@ func (c *Console) decideEndpointRequest(w http.ResponseWriter, r *http.Request, 
 		c.dbFail(w, r, v, "read endpoint request", err)
 		return
 	}
-	q, secret, err := c.requests.DecideEndpoint(ctx, rid, approve, approval.Identity(v.Session.who()), approval.ApplyEndpoint(c.hooks()))
+	q, secret, err := c.requests.DecideEndpoint(ctx, rid, approve, approval.Identity(v.Session.Who()), approval.ApplyEndpoint(c.hooks()))
 	if q == nil {
 		if errors.Is(err, approval.ErrOwnRequest) || errors.Is(err, approval.ErrNotAwaiting) {
 			c.fail(w, r, v, http.StatusConflict, "Not decided: "+err.Error()+".")

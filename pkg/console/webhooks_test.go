@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -39,7 +40,7 @@ func TestWebhookPages(t *testing.T) {
 	webhooktest.Deliver(t, h.db, notification.Note{ID: msg, Type: "paysched.payment.created", Tenant: "alice", Time: time.Now(),
 		Key: []byte(pay.String()), Data: []byte(`{"paymentId":"` + pay.String() + `"}`)})
 
-	vic, olga := h.as("vic", Viewer), h.as("olga", Operator)
+	vic, olga := h.as("vic", login.Viewer), h.as("olga", login.Operator)
 	page := h.get(vic, "/console/payments/"+pay.String()).Body.String()
 	for _, want := range []string{`id="webhooks-sent"`, srv.URL + "/hook", "HTTP 500", "webhook paysched.payment.created to " + srv.URL} {
 		if !strings.Contains(page, want) {
@@ -137,7 +138,7 @@ func TestEndpointRequestsAreDecidedInTheConsole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ada, bea := h.as("ada", Admin), h.as("bea", Admin)
+	ada, bea := h.as("ada", login.Admin), h.as("bea", login.Admin)
 	epPath := "/console/webhooks/" + ep.ID.String()
 	approveButton := fmt.Sprintf(`id="approve-%d"`, rid)
 	if page := h.get(ada, epPath).Body.String(); !strings.Contains(page, fmt.Sprintf("endpoints/%d", rid)) || strings.Contains(page, approveButton) {
@@ -159,7 +160,7 @@ func TestEndpointRequestsAreDecidedInTheConsole(t *testing.T) {
 		t.Fatalf("after the approval the endpoint is %+v (%v), want two secrets", got, err)
 	}
 	// A recovery, where the policy wants two.
-	olga := h.as("olga", Operator)
+	olga := h.as("olga", login.Operator)
 	since := time.Now().UTC().Add(-time.Hour).Format(dateForm)
 	rec := h.post(olga, epPath+"/recover", url.Values{"since": {since}})
 	if rec.Code != 303 || !strings.Contains(rec.Header().Get("Location"), "?requested=") {

@@ -22,6 +22,7 @@ import (
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/paysched/paysched/pkg/console"
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/pgtest"
 )
@@ -307,7 +308,7 @@ func TestConsoleOIDCInABrowser(t *testing.T) {
 	base := "http://" + srv.Listener.Addr().String()
 	cfg := m.Config()
 	c, err := console.New(context.Background(), console.Config{SessionKey: []byte(strings.Repeat("o", 32)),
-		OIDC: &console.OIDCConfig{Issuer: cfg.Issuer, ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret,
+		OIDC: &login.OIDCConfig{Issuer: cfg.Issuer, ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret,
 			RedirectURL: base + "/console/login/callback", RolesClaim: "groups", Scopes: []string{"groups"}}},
 		pool, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

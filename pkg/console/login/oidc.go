@@ -1,4 +1,4 @@
-package console
+package login
 
 import (
 	"context"
@@ -34,7 +34,9 @@ type OIDCConfig struct {
 	Scopes []string
 }
 
-func (o *OIDCConfig) validate() error {
+// Validate checks the configuration; prefix is the console's path, under
+// which the callback must be.
+func (o *OIDCConfig) Validate(prefix string) error {
 	u, err := url.Parse(o.Issuer)
 	switch {
 	case o.Issuer == "" || err != nil || u.Host == "":
@@ -43,8 +45,8 @@ func (o *OIDCConfig) validate() error {
 		return errors.New("console: --console-oidc-client-id is required")
 	}
 	r, err := url.Parse(o.RedirectURL)
-	if err != nil || r.Host == "" || r.Path != Prefix+"/login/callback" {
-		return fmt.Errorf("console: --console-oidc-redirect-url must be https://<host>%s/login/callback, got %q", Prefix, o.RedirectURL)
+	if err != nil || r.Host == "" || r.Path != prefix+"/login/callback" {
+		return fmt.Errorf("console: --console-oidc-redirect-url must be https://<host>%s/login/callback, got %q", prefix, o.RedirectURL)
 	}
 	return nil
 }
@@ -79,82 +81,84 @@ type flow struct {
 	Expires  time.Time `json:"exp"`
 }
 
-func (c *Console) oidcStart(w http.ResponseWriter, r *http.Request) {
-	if c.oidc == nil {
-		c.fail(w, r, nil, http.StatusNotFound, "No identity provider is configured.")
-		return
+// The refusals FinishOIDC answers, as the login page's error parameter.
+const (
+	// RefusedExpired: the login took too long or was started elsewhere.
+	RefusedExpired = "expired"
+	// RefusedDenied: the identity provider refused the login.
+	RefusedDenied = "denied"
+	// RefusedNoRole: the identity provider gave no console role.
+	RefusedNoRole = "norole"
+)
+
+// BeginOIDC starts a login at the identity provider: it keeps the flow in
+// a cookie and returns where to send the browser. next is where to go
+// after (SafeNext). It needs OIDC().
+func (m *Sessions) BeginOIDC(w http.ResponseWriter, next string) (string, error) {
+	if m.oidc == nil {
+		return "", errors.New("no identity provider is configured")
 	}
 	f := flow{State: randomToken(), Nonce: randomToken(), Verifier: oauth2.GenerateVerifier(),
-		Next: safeNext(r.URL.Query().Get("next")), Expires: c.now().Add(10 * time.Minute)}
-	v, err := c.seal("oidc", f)
+		Next: m.SafeNext(next), Expires: m.cfg.Now().Add(10 * time.Minute)}
+	v, err := m.seal("oidc", f)
 	if err != nil {
-		c.fail(w, r, nil, http.StatusInternalServerError, "Could not start the login.")
-		return
+		return "", fmt.Errorf("begin login: %w", err)
 	}
 	// Lax, not Strict: the provider's redirect back is a navigation from
 	// another site, which a Strict cookie would not follow.
-	http.SetCookie(w, &http.Cookie{Name: flowCookie, Value: v, Path: Prefix + "/login/", HttpOnly: true, Secure: true,
+	http.SetCookie(w, &http.Cookie{Name: flowCookie, Value: v, Path: m.cfg.Prefix + "/login/", HttpOnly: true, Secure: true,
 		SameSite: http.SameSiteLaxMode, MaxAge: 600})
-	http.Redirect(w, r, c.oidc.oauth.AuthCodeURL(f.State, oidc.Nonce(f.Nonce), oauth2.S256ChallengeOption(f.Verifier)), http.StatusFound)
+	return m.oidc.oauth.AuthCodeURL(f.State, oidc.Nonce(f.Nonce), oauth2.S256ChallengeOption(f.Verifier)), nil
 }
 
-func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
-	if c.oidc == nil {
-		c.fail(w, r, nil, http.StatusNotFound, "No identity provider is configured.")
-		return
+// FinishOIDC takes the provider's redirect back (r): it checks the flow,
+// exchanges the code, verifies the ID token and starts the session with
+// the role the token names. It returns where to go on, or a refusal (one
+// of the Refused constants) for the login page, or an error of its own.
+func (m *Sessions) FinishOIDC(w http.ResponseWriter, r *http.Request) (next, refusal string, _ error) {
+	if m.oidc == nil {
+		return "", "", errors.New("no identity provider is configured")
 	}
 	var f flow
 	ck, err := r.Cookie(flowCookie)
 	q := r.URL.Query()
-	if err != nil || !c.open("oidc", ck.Value, &f) || c.now().After(f.Expires) || q.Get("state") != f.State {
-		http.Redirect(w, r, Prefix+"/login?error=expired", http.StatusSeeOther)
-		return
+	if err != nil || !m.open("oidc", ck.Value, &f) || m.cfg.Now().After(f.Expires) || q.Get("state") != f.State {
+		return "", RefusedExpired, nil
 	}
-	http.SetCookie(w, &http.Cookie{Name: flowCookie, Value: "", Path: Prefix + "/login/", MaxAge: -1, HttpOnly: true, Secure: true})
+	http.SetCookie(w, &http.Cookie{Name: flowCookie, Value: "", Path: m.cfg.Prefix + "/login/", MaxAge: -1, HttpOnly: true, Secure: true})
 	if q.Get("error") != "" || q.Get("code") == "" {
-		http.Redirect(w, r, Prefix+"/login?error=denied", http.StatusSeeOther)
-		return
+		return "", RefusedDenied, nil
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
-	tok, err := c.oidc.oauth.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(f.Verifier))
+	tok, err := m.oidc.oauth.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(f.Verifier))
 	if err != nil {
-		c.log.Warn("console: OIDC code exchange", "err", err)
-		http.Redirect(w, r, Prefix+"/login?error=denied", http.StatusSeeOther)
-		return
+		m.cfg.Log.Warn("console: OIDC code exchange", "err", err)
+		return "", RefusedDenied, nil
 	}
 	raw, _ := tok.Extra("id_token").(string)
-	idt, err := c.oidc.verifier.Verify(ctx, raw)
+	idt, err := m.oidc.verifier.Verify(ctx, raw)
 	if err != nil || idt.Nonce != f.Nonce {
-		c.log.Warn("console: OIDC ID token refused", "err", err)
-		http.Redirect(w, r, Prefix+"/login?error=denied", http.StatusSeeOther)
-		return
+		m.cfg.Log.Warn("console: OIDC ID token refused", "err", err)
+		return "", RefusedDenied, nil
 	}
 	var claims map[string]any
 	if err := idt.Claims(&claims); err != nil {
-		http.Redirect(w, r, Prefix+"/login?error=denied", http.StatusSeeOther)
-		return
+		return "", RefusedDenied, nil
 	}
-	name := claimName(claims, c.oidc.cfg.NameClaim, idt.Subject)
-	role := claimRole(claims[c.oidc.cfg.RolesClaim])
+	name := claimName(claims, m.oidc.cfg.NameClaim, idt.Subject)
+	role := claimRole(claims[m.oidc.cfg.RolesClaim])
 	if role == NoRole {
-		c.log.Warn("console: OIDC login without a console role", "operator", name, "claim", c.oidc.cfg.RolesClaim)
-		http.Redirect(w, r, Prefix+"/login?error=norole", http.StatusSeeOther)
-		return
+		m.cfg.Log.Warn("console: OIDC login without a console role", "operator", name, "claim", m.oidc.cfg.RolesClaim)
+		return "", RefusedNoRole, nil
 	}
 	// The refresh token lets the console read the role again every minute
 	// (a provider that issues none: the role of the login holds until the
 	// session ends or an admin revokes it).
-	if err := c.startSession(r.Context(), w, oidcIdentity(idt.Issuer, idt.Subject, name), role, "oidc", tok.RefreshToken); err != nil {
-		c.fail(w, r, nil, http.StatusInternalServerError, "Could not start a session.")
-		return
+	if err := m.Start(r.Context(), w, oidcIdentity(idt.Issuer, idt.Subject, name), role, "oidc", tok.RefreshToken); err != nil {
+		return "", "", err
 	}
-	// A page of our own moves on: a redirect here would still count as the
-	// provider's cross-site navigation, and the Strict session cookie
-	// would not be sent with it.
-	v := &view{Nonce: nonce(), Title: "Logged in", Data: f.Next}
-	w.Header().Set("Content-Security-Policy", csp(v.Nonce))
-	c.render(w, http.StatusOK, "continue.html", v)
+	return f.Next, "", nil
 }
 
 func claimName(claims map[string]any, named, sub string) string {
