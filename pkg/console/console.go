@@ -21,11 +21,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 //go:embed templates/*.html static/*

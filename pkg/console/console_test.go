@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"io"
 	"log/slog"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paysched/paysched/pkg/api/approval"
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/pgtest"

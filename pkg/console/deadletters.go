@@ -3,17 +3,16 @@ package console
 import (
 	"context"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/paysched/paysched/pkg/api/approval"
-
 	"github.com/google/uuid"
 
+	"github.com/paysched/paysched/pkg/api/approval"
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/payment"
 )
 

@@ -2,10 +2,11 @@ package console
 
 import (
 	"encoding/csv"
-	"github.com/paysched/paysched/pkg/console/login"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paysched/paysched/pkg/console/login"
 )
 
 // TestCSVExportIsBounded: an export of a search and of the dead letters

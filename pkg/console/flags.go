@@ -4,10 +4,10 @@ import (
 	"crypto/rand"
 	"flag"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"os"
 	"strings"
 
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/platform/config"
 )
 

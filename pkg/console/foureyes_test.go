@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/oauth2-proxy/mockoidc"
 
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/store"
 )
 

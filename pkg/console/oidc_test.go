@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -10,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/oauth2-proxy/mockoidc"
+
+	"github.com/paysched/paysched/pkg/console/login"
 )
 
 // oidcConsole is a production console (no local login) whose identity

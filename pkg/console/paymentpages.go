@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/events/audit"
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/payment"

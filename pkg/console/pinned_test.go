@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/url"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paysched/paysched/pkg/api/admin"
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
 )

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/url"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )

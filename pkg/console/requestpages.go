@@ -3,9 +3,10 @@ package console
 import (
 	"errors"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"strconv"
+
+	"github.com/paysched/paysched/pkg/console/login"
 )
 
 // The requests pages: the list, one request, and its decision.

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paysched/paysched/pkg/api/approval"
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )

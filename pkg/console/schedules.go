@@ -9,7 +9,6 @@ package console
 import (
 	"context"
 	"errors"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/url"
 	"slices"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/engine/planner"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/recurrence"

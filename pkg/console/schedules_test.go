@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/engine/planner"
 	"github.com/paysched/paysched/pkg/store"
 )

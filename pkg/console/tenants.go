@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"math"
 	"net/http"
 	"net/url"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/store"
 )

@@ -3,12 +3,13 @@ package console
 import (
 	"context"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paysched/paysched/pkg/console/login"
 )
 
 // TestTenantPageAndFourEyesOnLimits: a tenant's page shows what it has

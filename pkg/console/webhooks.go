@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paysched/paysched/pkg/api/approval"
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"github.com/paysched/paysched/pkg/console/login"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -14,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paysched/paysched/pkg/api/approval"
+	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/test/webhooktest"

@@ -2,14 +2,17 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/reconcile/reconciledb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -81,8 +84,8 @@ func (m *Metrics) observe(r *Run) {
 // recorded yet it starts the clock now (a new installation gets a day to
 // run its first reconciliation).
 func (m *Metrics) Restore(ctx context.Context, db *pgxpool.Pool) error {
-	var last *time.Time
-	if err := db.QueryRow(ctx, `SELECT max(finished_at) FROM reconciliation_runs WHERE state = $1`, string(store.RunSucceeded)).Scan(&last); err != nil {
+	last, err := reconciledb.New(db).LastSucceeded(ctx, string(store.RunSucceeded))
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("last successful reconciliation: %w", err)
 	}
 	t := time.Now()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/gateway/gatewayhook"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/reconcile/reconciledb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -178,12 +179,11 @@ func (rc *Receiver) apply(r *http.Request, e gatewayhook.Event, mine ours) (stri
 	ctx := r.Context()
 	result := "ignored"
 	err := pgx.BeginFunc(ctx, rc.DB, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO webhook_events (event_id, charge_key) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-			e.ID, e.Data.IdempotencyKey)
+		n, err := reconciledb.New(tx).RecordWebhookEvent(ctx, reconciledb.RecordWebhookEventParams{EventID: e.ID, ChargeKey: e.Data.IdempotencyKey})
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
+		if n == 0 {
 			result = "duplicate"
 			return nil
 		}

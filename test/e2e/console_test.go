@@ -3,8 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/emulation"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"

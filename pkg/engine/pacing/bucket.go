@@ -5,24 +5,13 @@ package pacing
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/paysched/paysched/pkg/engine/pacing/bucketdb"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
-
-// takeSQL refills the cluster-wide bucket $1 at $2 tokens/s up to a burst
-// of $3 and returns what it holds; the caller spends from it in the same
-// transaction. The row lock serializes sweepers, so the whole cluster
-// together never takes more than the rate allows.
-const takeSQL = `
-INSERT INTO rate_buckets AS b (name, tokens, refreshed_at) VALUES ($1, $3, clock_timestamp())
-ON CONFLICT (name) DO UPDATE
-SET tokens = LEAST($3::float8, b.tokens + $2::float8 * extract(epoch FROM clock_timestamp() - b.refreshed_at)),
-    refreshed_at = clock_timestamp()
-RETURNING tokens`
-
-const spendSQL = `UPDATE rate_buckets SET tokens = tokens - $2 WHERE name = $1`
 
 // Bucket paces claims to a gateway rate ceiling across every sweeper.
 type Bucket struct {
@@ -38,8 +27,11 @@ func (b Bucket) Take(ctx context.Context, db pgdb.DB, want int) (int, error) {
 	}
 	var got int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var avail float64
-		if err := tx.QueryRow(ctx, takeSQL, b.Name, b.Rate, b.Burst).Scan(&avail); err != nil {
+		// Refill locks the bucket's row: the cluster's sweepers take one
+		// after another, and together never more than the rate allows.
+		q := bucketdb.New(tx)
+		avail, err := q.Refill(ctx, bucketdb.RefillParams{Name: b.Name, Rate: b.Rate, Burst: b.Burst})
+		if err != nil {
 			return err
 		}
 		got = min(want, int(avail))
@@ -47,8 +39,7 @@ func (b Bucket) Take(ctx context.Context, db pgdb.DB, want int) (int, error) {
 			got = 0
 			return nil
 		}
-		_, err := tx.Exec(ctx, spendSQL, b.Name, got)
-		return err
+		return q.Spend(ctx, bucketdb.SpendParams{Name: b.Name, N: float64(got)})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("take rate tokens: %w", err)
@@ -61,7 +52,7 @@ func (b Bucket) Refund(ctx context.Context, db pgdb.DB, n int) error {
 	if b.Rate <= 0 || n <= 0 {
 		return nil
 	}
-	if _, err := db.Exec(ctx, `UPDATE rate_buckets SET tokens = LEAST($3::float8, tokens + $2) WHERE name = $1`, b.Name, n, b.Burst); err != nil {
+	if err := bucketdb.New(db).Refund(ctx, bucketdb.RefundParams{Name: b.Name, N: float64(n), Burst: b.Burst}); err != nil {
 		return fmt.Errorf("refund rate tokens: %w", err)
 	}
 	return nil
@@ -83,41 +74,27 @@ func TakeEach(ctx context.Context, db pgdb.DB, bs []Bucket, want []int) ([]int, 
 		names[i], bursts[i], at[b.Name] = b.Name, max(b.Burst, 1), i
 	}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `
-INSERT INTO rate_buckets (name, tokens, refreshed_at)
-SELECT n, b, clock_timestamp() FROM unnest($1::text[], $2::float8[]) AS u(n, b) ORDER BY n
-ON CONFLICT (name) DO NOTHING`, names, bursts); err != nil {
+		q := bucketdb.New(tx)
+		if err := q.EnsureBuckets(ctx, bucketdb.EnsureBucketsParams{Names: names, Bursts: bursts}); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `
-SELECT name, tokens, extract(epoch FROM clock_timestamp() - refreshed_at)::float8, clock_timestamp()
-FROM rate_buckets WHERE name = ANY($1) ORDER BY name FOR UPDATE`, names)
+		rows, err := q.LockBuckets(ctx, names)
 		if err != nil {
 			return err
 		}
 		left := make([]float64, len(bs))
-		var now any
-		var name string
-		var tokens, elapsed float64
-		var ts pgtype.Timestamptz
-		_, err = pgx.ForEachRow(rows, []any{&name, &tokens, &elapsed, &ts}, func() error {
-			i, ok := at[name]
+		var now time.Time
+		for _, r := range rows {
+			i, ok := at[r.Name]
 			if !ok {
-				return nil
+				continue
 			}
 			b := bs[i]
-			avail := min(max(b.Burst, 1), tokens+b.Rate*max(elapsed, 0))
+			avail := min(max(b.Burst, 1), r.Tokens+b.Rate*max(r.Elapsed, 0))
 			got[i] = max(0, min(want[i], int(avail)))
-			left[i], now = avail-float64(got[i]), ts
-			return nil
-		})
-		if err != nil {
-			return err
+			left[i], now = avail-float64(got[i]), r.Now
 		}
-		_, err = tx.Exec(ctx, `
-UPDATE rate_buckets b SET tokens = u.t, refreshed_at = $3
-FROM unnest($1::text[], $2::float8[]) AS u(n, t) WHERE b.name = u.n`, names, left, now)
-		return err
+		return q.SetBuckets(ctx, bucketdb.SetBucketsParams{Names: names, Tokens: left, Now: now})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("take rate tokens of %d buckets: %w", len(bs), err)
@@ -139,13 +116,11 @@ func RefundEach(ctx context.Context, db pgdb.DB, bs []Bucket, n []int) error {
 	}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// In name order, as TakeEach locks them.
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM rate_buckets WHERE name = ANY($1) ORDER BY name FOR UPDATE`, names); err != nil {
+		q := bucketdb.New(tx)
+		if err := q.LockBucketNames(ctx, names); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `
-UPDATE rate_buckets b SET tokens = LEAST(u.burst, b.tokens + u.back)
-FROM unnest($1::text[], $2::float8[], $3::float8[]) AS u(n, back, burst) WHERE b.name = u.n`, names, back, bursts)
-		return err
+		return q.RefundBuckets(ctx, bucketdb.RefundBucketsParams{Names: names, Back: back, Bursts: bursts})
 	})
 	if err != nil {
 		return fmt.Errorf("refund rate tokens of %d buckets: %w", len(names), err)

@@ -6,17 +6,9 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/paysched/paysched/pkg/engine/sweeper/sweeperdb"
 )
-
-// heartbeatSQL records what this sweeper last saw, for the operator
-// console's overview (engine_heartbeats, one row per sweeper).
-const heartbeatSQL = `
-INSERT INTO engine_heartbeats (process, kind, info, seen_at) VALUES ($1, 'sweeper', $2, now())
-ON CONFLICT (process) DO UPDATE SET kind = EXCLUDED.kind, info = EXCLUDED.info, seen_at = EXCLUDED.seen_at`
-
-// breakerChangeSQL notes the breaker opening or closing (rare: one row per
-// change), for the console's gateway page.
-const breakerChangeSQL = `INSERT INTO breaker_changes (process, open) VALUES ($1, $2)`
 
 // Heartbeat is what a sweeper reports about itself.
 type Heartbeat struct {
@@ -71,11 +63,14 @@ func (s *Sweeper) writeHeartbeat(ctx context.Context, h Heartbeat, changed bool)
 	if err != nil {
 		return fmt.Errorf("encode heartbeat: %w", err)
 	}
-	if _, err := s.db.Exec(ctx, heartbeatSQL, s.cfg.ID, b); err != nil {
+	// What this sweeper last saw, for the console's overview; a breaker
+	// change for its gateway page (sweeperdb/heartbeats.sql).
+	q := sweeperdb.New(s.db)
+	if err := q.Heartbeat(ctx, sweeperdb.HeartbeatParams{Process: s.cfg.ID, Info: b}); err != nil {
 		return fmt.Errorf("write heartbeat: %w", err)
 	}
 	if changed {
-		if _, err := s.db.Exec(ctx, breakerChangeSQL, s.cfg.ID, h.BreakerOpen); err != nil {
+		if err := q.BreakerChange(ctx, sweeperdb.BreakerChangeParams{Process: s.cfg.ID, Open: h.BreakerOpen}); err != nil {
 			return fmt.Errorf("note breaker change: %w", err)
 		}
 	}
