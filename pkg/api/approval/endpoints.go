@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/api/approval/approvaldb"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
@@ -41,14 +43,11 @@ type EndpointRequest struct {
 	Error          string
 }
 
-const endpointCols = `id, action, endpoint_id, overlap_seconds, since, until, reason, requested_by, requested_name, requested_at, state,
-       coalesce(decided_by, ''), coalesce(decided_name, ''), decided_at, expires_at, recovered, coalesce(error, '')`
-
-func scanEndpointRequest(row pgx.Row) (*EndpointRequest, error) {
-	var e EndpointRequest
-	err := row.Scan(&e.ID, &e.Action, &e.EndpointID, &e.OverlapSeconds, &e.Since, &e.Until, &e.Reason, &e.RequestedBy, &e.RequestedName,
-		&e.RequestedAt, &e.State, &e.DecidedBy, &e.DecidedName, &e.DecidedAt, &e.ExpiresAt, &e.Recovered, &e.Error)
-	return &e, err
+func fromEndpointRow(row approvaldb.EndpointRequest) (*EndpointRequest, error) {
+	return &EndpointRequest{ID: row.ID, Action: row.Action, EndpointID: row.EndpointID, OverlapSeconds: row.OverlapSeconds,
+		Since: row.Since, Until: row.Until, Reason: row.Reason, RequestedBy: row.RequestedBy, RequestedName: row.RequestedName,
+		RequestedAt: row.RequestedAt, State: row.State, DecidedBy: or(row.DecidedBy, ""), DecidedName: or(row.DecidedName, ""),
+		DecidedAt: row.DecidedAt, ExpiresAt: row.ExpiresAt, Recovered: row.Recovered, Error: or(row.Error, "")}, nil
 }
 
 // RequestEndpoint records who's action on an endpoint (e.Action,
@@ -58,10 +57,9 @@ func (q *Requests) RequestEndpoint(ctx context.Context, e EndpointRequest, who I
 	if e.Action != Rotate && e.Action != Recover {
 		return 0, fmt.Errorf("request endpoint action: unknown action %q", e.Action)
 	}
-	var id int64
-	err := q.db.QueryRow(ctx, `INSERT INTO endpoint_requests (action, endpoint_id, overlap_seconds, since, until, reason, requested_by,
-		requested_name, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + $9::interval) RETURNING id`,
-		e.Action, e.EndpointID, e.OverlapSeconds, e.Since, e.Until, e.Reason, who.Operator, who.Name, q.policy.Expiry).Scan(&id)
+	id, err := approvaldb.New(q.db).CreateEndpointRequest(ctx, approvaldb.CreateEndpointRequestParams{Action: e.Action,
+		EndpointID: e.EndpointID, OverlapSeconds: e.OverlapSeconds, Since: e.Since, Until: e.Until, Reason: e.Reason,
+		RequestedBy: who.Operator, RequestedName: who.Name, Expiry: q.policy.Expiry})
 	if err != nil {
 		return 0, fmt.Errorf("request %s of endpoint %s: %w", e.Action, e.EndpointID, err)
 	}
@@ -72,25 +70,16 @@ func (q *Requests) RequestEndpoint(ctx context.Context, e EndpointRequest, who I
 
 // GetEndpoint reads endpoint request id (ErrNotFound).
 func (q *Requests) GetEndpoint(ctx context.Context, id int64) (*EndpointRequest, error) {
-	return one(q.db.QueryRow(ctx, `SELECT `+endpointCols+` FROM endpoint_requests WHERE id = $1`, id), scanEndpointRequest, "endpoint request", id)
+	row, err := approvaldb.New(q.db).GetEndpointRequest(ctx, id)
+	return one(row, err, fromEndpointRow, "endpoint request", id)
 }
 
 // ListEndpoints is the endpoint requests awaiting approval, then the
 // latest 50 decided.
 func (q *Requests) ListEndpoints(ctx context.Context) ([]*EndpointRequest, error) {
-	rows, err := q.db.Query(ctx, `
-(SELECT `+endpointCols+` FROM endpoint_requests WHERE state = 'AWAITING_APPROVAL' ORDER BY id LIMIT 200)
-UNION ALL
-(SELECT `+endpointCols+` FROM endpoint_requests WHERE state <> 'AWAITING_APPROVAL' ORDER BY id DESC LIMIT 50)`)
-	return collect(rows, err, scanEndpointRequest, "list endpoint requests")
+	db := approvaldb.New(q.db)
+	return both(ctx, db.OpenEndpointRequests, db.ClosedEndpointRequests, fromEndpointRow, "list endpoint requests")
 }
-
-// decideEndpointSQL decides a waiting, unexpired request, never the
-// requester's own (a CHECK holds it too).
-const decideEndpointSQL = `
-UPDATE endpoint_requests SET state = $2, decided_by = $3, decided_name = $4, decided_at = now()
-WHERE id = $1 AND state = 'AWAITING_APPROVAL' AND requested_by <> $3 AND expires_at > now()
-RETURNING ` + endpointCols
 
 // DecideEndpoint approves (and applies, with apply) or rejects endpoint
 // request id as by. The decision is recorded first, so the request is
@@ -104,7 +93,10 @@ func (q *Requests) DecideEndpoint(ctx context.Context, id int64, approve bool, b
 	if approve {
 		state = "APPLIED"
 	}
-	e, err := scanEndpointRequest(q.db.QueryRow(ctx, decideEndpointSQL, id, state, by.Operator, by.Name))
+	// A waiting, unexpired request, never the requester's own (a CHECK
+	// holds it too).
+	db := approvaldb.New(q.db)
+	row, err := db.DecideEndpointRequest(ctx, approvaldb.DecideEndpointRequestParams{ID: id, State: state, DecidedBy: by.Operator, DecidedName: by.Name})
 	if errors.Is(err, pgx.ErrNoRows) {
 		got, gerr := q.GetEndpoint(ctx, id)
 		if gerr != nil {
@@ -115,6 +107,7 @@ func (q *Requests) DecideEndpoint(ctx context.Context, id int64, approve bool, b
 	if err != nil {
 		return nil, "", fmt.Errorf("decide endpoint request %d: %w", id, err)
 	}
+	e, _ := fromEndpointRow(row)
 	q.log.Info("approval: endpoint request decided", "id", id, "state", state, "operator", by.Name, "identity", by.Operator)
 	if !approve {
 		return e, "", nil
@@ -122,10 +115,10 @@ func (q *Requests) DecideEndpoint(ctx context.Context, id int64, approve bool, b
 	n, secret, aerr := apply(ctx, e)
 	if aerr != nil {
 		e.State, e.Error = "NOT_APPLIED", aerr.Error()
-		_, err = q.db.Exec(ctx, `UPDATE endpoint_requests SET state = 'NOT_APPLIED', error = $2 WHERE id = $1`, id, e.Error)
+		err = db.EndpointRequestNotApplied(ctx, approvaldb.EndpointRequestNotAppliedParams{ID: id, Error: e.Error})
 	} else if e.Action == Recover {
 		e.Recovered = &n
-		_, err = q.db.Exec(ctx, `UPDATE endpoint_requests SET recovered = $2 WHERE id = $1`, id, n)
+		err = db.EndpointRequestRecovered(ctx, approvaldb.EndpointRequestRecoveredParams{ID: id, Recovered: n})
 	}
 	if err != nil {
 		return e, secret, fmt.Errorf("record endpoint request %d: %w", id, err)
@@ -156,6 +149,6 @@ func ApplyEndpoint(hooks pgdb.DB) func(ctx context.Context, e *EndpointRequest) 
 
 // EndpointRequestsOf is endpoint id's latest 20 requests, newest first.
 func (q *Requests) EndpointRequestsOf(ctx context.Context, id uuid.UUID) ([]*EndpointRequest, error) {
-	rows, err := q.db.Query(ctx, `SELECT `+endpointCols+` FROM endpoint_requests WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 20`, id)
-	return collect(rows, err, scanEndpointRequest, "endpoint requests of "+id.String())
+	rows, err := approvaldb.New(q.db).EndpointRequestsOf(ctx, id)
+	return all(rows, err, fromEndpointRow, "endpoint requests of "+id.String())
 }

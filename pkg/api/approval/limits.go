@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paysched/paysched/pkg/api/approval/approvaldb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -31,39 +32,34 @@ type LimitRequest struct {
 	ExpiresAt     *time.Time
 }
 
-const limitCols = `id, tenant, weight, max_inflight, max_rate, reason, state, requested_by, requested_name, requested_at,
-       coalesce(decided_by, ''), coalesce(decided_name, ''), decided_at, expires_at`
-
-func scanLimit(row pgx.Row) (*LimitRequest, error) {
-	var l LimitRequest
-	err := row.Scan(&l.ID, &l.Tenant, &l.Weight, &l.MaxInflight, &l.MaxRate, &l.Reason, &l.State, &l.RequestedBy, &l.RequestedName,
-		&l.RequestedAt, &l.DecidedBy, &l.DecidedName, &l.DecidedAt, &l.ExpiresAt)
-	return &l, err
+func fromLimitRow(row approvaldb.TenantLimitRequest) (*LimitRequest, error) {
+	l := &LimitRequest{ID: row.ID, Tenant: row.Tenant, Weight: int(row.Weight), MaxRate: row.MaxRate, Reason: row.Reason,
+		State: row.State, RequestedBy: row.RequestedBy, RequestedName: row.RequestedName, RequestedAt: row.RequestedAt,
+		DecidedBy: or(row.DecidedBy, ""), DecidedName: or(row.DecidedName, ""), DecidedAt: row.DecidedAt, ExpiresAt: row.ExpiresAt}
+	if row.MaxInflight != nil {
+		n := int(*row.MaxInflight)
+		l.MaxInflight = &n
+	}
+	return l, nil
 }
 
 // RequestLimits records who's change of l's tenant limits, awaiting a
 // second identity: a limit change always takes four eyes, whatever the
 // policy (a tenant's caps bound how fast its money moves).
 func (q *Requests) RequestLimits(ctx context.Context, l store.TenantLimits, reason string, who Identity) (int64, error) {
-	var id int64
-	err := q.db.QueryRow(ctx, `INSERT INTO tenant_limit_requests (tenant, weight, max_inflight, max_rate, reason, requested_by, requested_name, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + $8::interval) RETURNING id`,
-		l.Tenant, l.Weight, l.MaxInflight, l.MaxRate, reason, who.Operator, who.Name, q.policy.Expiry).Scan(&id)
+	var inflight *int32
+	if l.MaxInflight != nil {
+		n := int32(*l.MaxInflight)
+		inflight = &n
+	}
+	id, err := approvaldb.New(q.db).CreateLimitRequest(ctx, approvaldb.CreateLimitRequestParams{Tenant: l.Tenant, Weight: int32(l.Weight),
+		MaxInflight: inflight, MaxRate: l.MaxRate, Reason: reason, RequestedBy: who.Operator, RequestedName: who.Name, Expiry: q.policy.Expiry})
 	if err != nil {
 		return 0, fmt.Errorf("request limits of %q: %w", l.Tenant, err)
 	}
 	q.log.Info("approval: tenant limits requested", "id", id, "tenant", l.Tenant, "weight", l.Weight, "operator", who.Name, "identity", who.Operator)
 	return id, nil
 }
-
-// decideLimitsSQL approves (APPLIED) or rejects a waiting, unexpired
-// request, never the requester's own (compared by identity; a CHECK holds
-// it too). tenant, when set, must be the request's.
-const decideLimitsSQL = `
-UPDATE tenant_limit_requests SET state = $2, decided_by = $3, decided_name = $4, decided_at = now()
-WHERE id = $1 AND ($5 = '' OR tenant = $5) AND state = 'AWAITING_APPROVAL' AND requested_by <> $3
-  AND (expires_at IS NULL OR expires_at > now())
-RETURNING tenant, weight, max_inflight, max_rate, requested_name`
 
 // DecideLimits applies (or rejects) limit request id as by, the limits
 // written in the same transaction as the decision, which names the
@@ -75,19 +71,26 @@ func (q *Requests) DecideLimits(ctx context.Context, id int64, tenant string, ap
 		state = "APPLIED"
 	}
 	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
-		var l store.TenantLimits
-		var requester string
-		if err := tx.QueryRow(ctx, decideLimitsSQL, id, state, by.Operator, by.Name, tenant).Scan(&l.Tenant, &l.Weight, &l.MaxInflight,
-			&l.MaxRate, &requester); err != nil {
+		// A waiting, unexpired request, never the requester's own
+		// (compared by identity; a CHECK holds it too).
+		db := approvaldb.New(tx)
+		row, err := db.DecideLimitRequest(ctx, approvaldb.DecideLimitRequestParams{ID: id, State: state, DecidedBy: by.Operator,
+			DecidedName: by.Name, OnlyTenant: tenant})
+		if err != nil {
 			return err
 		}
 		if state != "APPLIED" {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `SELECT set_config('paysched.limit_request', $1, true)`, strconv.FormatInt(id, 10)); err != nil {
+		if err := db.NameLimitRequest(ctx, strconv.FormatInt(id, 10)); err != nil {
 			return err
 		}
-		l.UpdatedBy = "admin:" + requester + ", approved by " + by.Name
+		l := store.TenantLimits{Tenant: row.Tenant, Weight: int(row.Weight), MaxRate: row.MaxRate,
+			UpdatedBy: "admin:" + row.RequestedName + ", approved by " + by.Name}
+		if row.MaxInflight != nil {
+			n := int(*row.MaxInflight)
+			l.MaxInflight = &n
+		}
 		return store.SetTenantLimits(ctx, tx, l)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -109,15 +112,13 @@ func (q *Requests) DecideLimits(ctx context.Context, id int64, tenant string, ap
 
 // GetLimits reads limit request id (ErrNotFound).
 func (q *Requests) GetLimits(ctx context.Context, id int64) (*LimitRequest, error) {
-	return one(q.db.QueryRow(ctx, `SELECT `+limitCols+` FROM tenant_limit_requests WHERE id = $1`, id), scanLimit, "limit request", id)
+	row, err := approvaldb.New(q.db).GetLimitRequest(ctx, id)
+	return one(row, err, fromLimitRow, "limit request", id)
 }
 
 // ListLimits is the limit requests awaiting approval, then the latest 50
 // decided.
 func (q *Requests) ListLimits(ctx context.Context) ([]*LimitRequest, error) {
-	rows, err := q.db.Query(ctx, `
-(SELECT `+limitCols+` FROM tenant_limit_requests WHERE state = 'AWAITING_APPROVAL' ORDER BY id LIMIT 200)
-UNION ALL
-(SELECT `+limitCols+` FROM tenant_limit_requests WHERE state <> 'AWAITING_APPROVAL' ORDER BY id DESC LIMIT 50)`)
-	return collect(rows, err, scanLimit, "list limit requests")
+	db := approvaldb.New(q.db)
+	return both(ctx, db.OpenLimitRequests, db.ClosedLimitRequests, fromLimitRow, "list limit requests")
 }

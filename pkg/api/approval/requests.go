@@ -2,6 +2,7 @@ package approval
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paysched/paysched/pkg/api/approval/approvaldb"
 )
 
 // MaxBulk is the most payments one request acts on.
@@ -159,46 +162,29 @@ func New(db *pgxpool.Pool, policy Policy, log *slog.Logger) (*Requests, error) {
 // Policy is the policy requests are made under.
 func (q *Requests) Policy() Policy { return q.policy }
 
-const insertSQL = `
-INSERT INTO console_requests (action, ids, filter, amount_total, amount_max, reason, requested_by, requested_name, needs_approval, state,
-                              attempts, amounts, run_at, expires_at, via)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, now() + $14::interval, $15)
-RETURNING id`
-
 // RunningOf reads who's running totals: their requests that needed no
 // approval within the window.
 func (q *Requests) RunningOf(ctx context.Context, who string) (Running, error) {
 	return runningOf(ctx, q.db, who, q.policy.Window)
 }
 
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-func runningOf(ctx context.Context, db querier, who string, window time.Duration) (Running, error) {
+func runningOf(ctx context.Context, db approvaldb.DBTX, who string, window time.Duration) (Running, error) {
 	r := Running{Totals: map[string]int64{}}
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM console_requests
-		WHERE requested_by = $1 AND NOT needs_approval AND requested_at > now() - $2::interval`, who, window).Scan(&r.Count); err != nil {
-		return r, fmt.Errorf("running totals: %w", err)
-	}
-	rows, err := db.Query(ctx, `SELECT a.key, sum(a.value::bigint)::bigint
-		FROM console_requests q, jsonb_each_text(q.amounts) a
-		WHERE q.requested_by = $1 AND NOT q.needs_approval AND q.requested_at > now() - $2::interval
-		GROUP BY a.key`, who, window)
+	all, err := approvaldb.New(db).RunningAmounts(ctx, approvaldb.RunningAmountsParams{Who: who, TimeWindow: window})
 	if err != nil {
 		return r, fmt.Errorf("running totals: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var cur string
-		var total int64
-		if err := rows.Scan(&cur, &total); err != nil {
+	r.Count = len(all)
+	for _, b := range all {
+		var amounts map[string]int64
+		if err := json.Unmarshal(b, &amounts); err != nil {
 			return r, fmt.Errorf("running totals: %w", err)
 		}
-		r.Totals[cur] = total
+		for cur, n := range amounts {
+			r.Totals[cur] += n
+		}
 	}
-	return r, rows.Err()
+	return r, nil
 }
 
 // NewRequest is what an operator asks for.
@@ -229,15 +215,17 @@ func (q *Requests) Create(ctx context.Context, n NewRequest) (int64, bool, error
 	}
 	var id int64
 	var need bool
+	policy := q.policy
 	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 7202611303))`, n.Who.Operator); err != nil {
+		q := approvaldb.New(tx)
+		if err := q.LockOperator(ctx, n.Who.Operator); err != nil {
 			return err
 		}
-		r, err := runningOf(ctx, tx, n.Who.Operator, q.policy.Window)
+		r, err := runningOf(ctx, tx, n.Who.Operator, policy.Window)
 		if err != nil {
 			return err
 		}
-		need = q.policy.Needs(n.Action, n.Sel, r)
+		need = policy.Needs(n.Action, n.Sel, r)
 		// QUEUED: runs without a second identity (the policy lets one
 		// admin take it); APPROVED is only ever a second identity's word.
 		state := "QUEUED"
@@ -249,8 +237,14 @@ func (q *Requests) Create(ctx context.Context, n NewRequest) (int64, bool, error
 			total += a.Total
 			largest = max(largest, a.Max)
 		}
-		return tx.QueryRow(ctx, insertSQL, n.Action, n.Sel.IDs, n.Filter, total, largest, n.Reason, n.Who.Operator, n.Who.Name, need, state,
-			n.Sel.Attempts, n.Sel.totals(), n.RunAt, q.policy.Expiry, n.Via).Scan(&id)
+		amounts, err := json.Marshal(n.Sel.totals())
+		if err != nil {
+			return err
+		}
+		id, err = q.CreateRequest(ctx, approvaldb.CreateRequestParams{Action: n.Action, Ids: n.Sel.IDs, Filter: n.Filter,
+			AmountTotal: total, AmountMax: largest, Reason: n.Reason, RequestedBy: n.Who.Operator, RequestedName: n.Who.Name,
+			NeedsApproval: need, State: state, Attempts: n.Sel.Attempts, Amounts: amounts, RunAt: n.RunAt, Expiry: policy.Expiry, Via: n.Via})
+		return err
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("create request: %w", err)
@@ -260,33 +254,46 @@ func (q *Requests) Create(ctx context.Context, n NewRequest) (int64, bool, error
 	return id, need, nil
 }
 
-const requestCols = `id, action, ids, attempts, filter, amount_total, amount_max, amounts, reason, requested_by,
-       coalesce(requested_name, requested_by), requested_at, needs_approval, coalesce(decided_by, ''),
-       coalesce(decided_name, decided_by, ''), decided_at, state, done, failed, skipped, errors, finished_at, run_at, expires_at, via`
+// fromRow is a request as package approval shows it: the names default
+// to the identities they stand beside (requests made before version 16
+// have none), and the amounts are decoded.
+func fromRow(row approvaldb.ConsoleRequest) (*Request, error) {
+	r := Request{ID: row.ID, Action: row.Action, IDs: row.Ids, Attempts: row.Attempts, Filter: row.Filter,
+		AmountTotal: row.AmountTotal, AmountMax: row.AmountMax, Reason: row.Reason, RequestedBy: row.RequestedBy,
+		RequestedName: or(row.RequestedName, row.RequestedBy), RequestedAt: row.RequestedAt, NeedsApproval: row.NeedsApproval,
+		DecidedBy: or(row.DecidedBy, ""), DecidedAt: row.DecidedAt, State: row.State, Done: int(row.Done), Failed: int(row.Failed),
+		Skipped: int(row.Skipped), Errors: row.Errors, FinishedAt: row.FinishedAt, RunAt: row.RunAt, ExpiresAt: row.ExpiresAt, Via: row.Via}
+	r.DecidedName = or(row.DecidedName, r.DecidedBy)
+	if err := json.Unmarshal(row.Amounts, &r.Amounts); err != nil {
+		return nil, fmt.Errorf("request %d's amounts: %w", row.ID, err)
+	}
+	return &r, nil
+}
 
-func scanRequest(row pgx.Row) (*Request, error) {
-	var r Request
-	err := row.Scan(&r.ID, &r.Action, &r.IDs, &r.Attempts, &r.Filter, &r.AmountTotal, &r.AmountMax, &r.Amounts, &r.Reason,
-		&r.RequestedBy, &r.RequestedName, &r.RequestedAt, &r.NeedsApproval, &r.DecidedBy, &r.DecidedName, &r.DecidedAt,
-		&r.State, &r.Done, &r.Failed, &r.Skipped, &r.Errors, &r.FinishedAt, &r.RunAt, &r.ExpiresAt, &r.Via)
-	return &r, err
+// or is *s, or def when s is nil (SQL's coalesce).
+func or(s *string, def string) string {
+	if s == nil {
+		return def
+	}
+	return *s
 }
 
 // Get reads request id (ErrNotFound).
 func (q *Requests) Get(ctx context.Context, id int64) (*Request, error) {
-	return one(q.db.QueryRow(ctx, `SELECT `+requestCols+` FROM console_requests WHERE id = $1`, id), scanRequest, "request", id)
+	row, err := approvaldb.New(q.db).GetRequest(ctx, id)
+	return one(row, err, fromRow, "request", id)
 }
 
-// one is a request read by its id: ErrNotFound when there is none.
-func one[T any](row pgx.Row, scan func(pgx.Row) (*T, error), what string, id int64) (*T, error) {
-	r, err := scan(row)
+// one is a request read by its id (row, err), as convert makes it:
+// ErrNotFound when there is none.
+func one[R, T any](row R, err error, convert func(R) (*T, error), what string, id int64) (*T, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s %d: %w", what, id, err)
 	}
-	return r, nil
+	return convert(row)
 }
 
 // undecided is why a decision found no request to decide, once the
@@ -302,42 +309,37 @@ func undecided(requestedBy string, by Identity) error {
 // List is the open requests (oldest first, at most 200), then the latest
 // 50 closed ones.
 func (q *Requests) List(ctx context.Context) ([]*Request, error) {
-	rows, err := q.db.Query(ctx, `
-(SELECT `+requestCols+` FROM console_requests WHERE state IN ('AWAITING_APPROVAL', 'APPROVED', 'QUEUED', 'RUNNING') ORDER BY id LIMIT 200)
-UNION ALL
-(SELECT `+requestCols+` FROM console_requests WHERE state IN ('DONE', 'REJECTED', 'EXPIRED') ORDER BY id DESC LIMIT 50)`)
-	return collect(rows, err, scanRequest, "list requests")
+	db := approvaldb.New(q.db)
+	return both(ctx, db.OpenRequests, db.ClosedRequests, fromRow, "list requests")
 }
 
-// collect reads every row of a query (rows, err) with scan.
-func collect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (*T, error), what string) ([]*T, error) {
+// both reads the open rows, then the closed ones, as convert makes them.
+func both[R, T any](ctx context.Context, open, closed func(context.Context) ([]R, error), convert func(R) (*T, error), what string) ([]*T, error) {
+	rows, err := open(ctx)
+	out, err := all(rows, err, convert, what)
+	if err != nil {
+		return nil, err
+	}
+	rows, err = closed(ctx)
+	more, err := all(rows, err, convert, what)
+	return append(out, more...), err
+}
+
+// all is rows (read with err) as convert makes them.
+func all[R, T any](rows []R, err error, convert func(R) (*T, error), what string) ([]*T, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	defer rows.Close()
-	var out []*T
-	for rows.Next() {
-		v, err := scan(rows)
+	out := make([]*T, 0, len(rows))
+	for _, r := range rows {
+		v, err := convert(r)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		out = append(out, v)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
 	return out, nil
 }
-
-// decideSQL approves or rejects a request awaiting approval and not
-// expired, comparing identities, never names: two people of one name are
-// two operators, one person renamed is one. The database refuses the
-// requester as decider too (a CHECK), so four eyes hold even against a
-// bug here.
-const decideSQL = `
-UPDATE console_requests SET state = $2, decided_by = $3, decided_name = $4, decided_at = now()
-WHERE id = $1 AND state = 'AWAITING_APPROVAL' AND requested_by <> $3 AND (expires_at IS NULL OR expires_at > now())
-RETURNING id`
 
 // Decide approves or rejects request id as by (ErrOwnRequest,
 // ErrNotAwaiting, ErrNotFound).
@@ -346,8 +348,9 @@ func (q *Requests) Decide(ctx context.Context, id int64, approve bool, by Identi
 	if approve {
 		state = "APPROVED"
 	}
-	var got int64
-	err := q.db.QueryRow(ctx, decideSQL, id, state, by.Operator, by.Name).Scan(&got)
+	// Identities are compared, never names; the database refuses the
+	// requester as decider too (approvaldb's DecideRequest).
+	_, err := approvaldb.New(q.db).DecideRequest(ctx, approvaldb.DecideRequestParams{ID: id, State: state, DecidedBy: by.Operator, DecidedName: by.Name})
 	if errors.Is(err, pgx.ErrNoRows) {
 		r, gerr := q.Get(ctx, id)
 		if gerr != nil {
@@ -362,35 +365,23 @@ func (q *Requests) Decide(ctx context.Context, id int64, approve bool, by Identi
 	return nil
 }
 
-// expireSQL closes the requests whose time ran out before they ran.
-const expireSQL = `
-UPDATE console_requests SET state = 'EXPIRED', finished_at = now()
-WHERE state IN ('AWAITING_APPROVAL', 'APPROVED', 'QUEUED') AND expires_at <= now()
-RETURNING id`
-
 // Expire closes the requests whose time ran out.
 func (q *Requests) Expire(ctx context.Context) (int, error) {
-	rows, err := q.db.Query(ctx, expireSQL)
-	if err != nil {
-		return 0, fmt.Errorf("expire requests: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	db := approvaldb.New(q.db)
+	ids, err := db.ExpireRequests(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("expire requests: %w", err)
 	}
 	for _, id := range ids {
 		q.log.Info("approval: request expired", "id", id)
 	}
-	if _, err := q.db.Exec(ctx, `UPDATE tenant_limit_requests SET state = 'EXPIRED'
-		WHERE state = 'AWAITING_APPROVAL' AND expires_at <= now()`); err != nil {
+	if err := db.ExpireLimitRequests(ctx); err != nil {
 		return len(ids), fmt.Errorf("expire limit requests: %w", err)
 	}
-	if _, err := q.db.Exec(ctx, `UPDATE endpoint_requests SET state = 'EXPIRED'
-		WHERE state = 'AWAITING_APPROVAL' AND expires_at <= now()`); err != nil {
+	if err := db.ExpireEndpointRequests(ctx); err != nil {
 		return len(ids), fmt.Errorf("expire endpoint requests: %w", err)
 	}
-	if _, err := q.db.Exec(ctx, `UPDATE schedule_requests SET state = 'EXPIRED'
-		WHERE state IN ('AWAITING_APPROVAL', 'APPROVED') AND expires_at <= now()`); err != nil {
+	if err := db.ExpireScheduleRequests(ctx); err != nil {
 		return len(ids), fmt.Errorf("expire schedule requests: %w", err)
 	}
 	return len(ids), nil

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/api/approval/approvaldb"
 	"github.com/paysched/paysched/pkg/payment"
 )
 
@@ -44,24 +45,24 @@ func RequestOf(ctx context.Context) int64 {
 	return id
 }
 
-// takeSQL gives this runner the oldest approved (or queued) request not
-// expired, or one whose runner stopped reporting for 2 minutes, longer
-// than one action may take (it died: its progress is kept, and the
-// actions it did are fenced and probe-first, so doing one again is safe).
-// $2, when not 0, takes that request only.
-const takeSQL = `
-UPDATE console_requests SET state = 'RUNNING', runner = $1, heartbeat_at = now()
-WHERE id = (SELECT id FROM console_requests
-            WHERE ($2::bigint = 0 OR id = $2)
-              AND ((state IN ('APPROVED', 'QUEUED') AND (expires_at IS NULL OR expires_at > now()))
-                   OR (state = 'RUNNING' AND heartbeat_at < now() - interval '2 minutes'))
-            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING ` + requestCols
+// take gives this runner the oldest approved (or queued) request not
+// expired, or one whose runner stopped reporting for 2 minutes (it died:
+// its progress is kept, and the actions it did are fenced and
+// probe-first, so doing one again is safe); id, when not 0, that request
+// only. pgx.ErrNoRows: none.
+func (q *Requests) take(ctx context.Context, process string, id int64) (*Request, error) {
+	row, err := approvaldb.New(q.db).TakeRequest(ctx, approvaldb.TakeRequestParams{Runner: process, Just: id})
+	if err != nil {
+		return nil, err
+	}
+	return fromRow(row)
+}
 
-const progressSQL = `
-UPDATE console_requests SET done = $2, failed = $3, errors = $4, heartbeat_at = now(),
-       state = CASE WHEN $5 THEN 'DONE' ELSE state END, finished_at = CASE WHEN $5 THEN now() END, skipped = $7
-WHERE id = $1 AND runner = $6`
+// progress records how far r got (finished: it is DONE).
+func (q *Requests) progress(ctx context.Context, r *Request, process string, finished bool) error {
+	return approvaldb.New(q.db).RecordProgress(ctx, approvaldb.RecordProgressParams{ID: r.ID, Done: int32(r.Done), Failed: int32(r.Failed),
+		Errors: r.Errors, Finished: finished, Runner: process, Skipped: int32(r.Skipped)})
+}
 
 // Run applies approved and queued requests, and expires those whose time
 // ran out, until ctx ends. process names this runner.
@@ -74,7 +75,7 @@ func (q *Requests) Run(ctx context.Context, process string, actor Actor) {
 			}
 			lastExpire = time.Now()
 		}
-		r, err := scanRequest(q.db.QueryRow(ctx, takeSQL, process, int64(0)))
+		r, err := q.take(ctx, process, 0)
 		if err != nil {
 			if !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil {
 				q.log.Warn("approval: take request", "err", err)
@@ -97,7 +98,7 @@ func (q *Requests) Run(ctx context.Context, process string, actor Actor) {
 // (nil when it was applied). A request another runner took, or one not
 // runnable, is answered as it is, with no error.
 func (q *Requests) RunOne(ctx context.Context, id int64, process string, actor Actor) (*Request, error) {
-	r, err := scanRequest(q.db.QueryRow(ctx, takeSQL, process, id))
+	r, err := q.take(ctx, process, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		got, gerr := q.Get(ctx, id)
 		return got, gerr
@@ -137,13 +138,13 @@ func (q *Requests) run(ctx context.Context, process string, actor Actor, r *Requ
 			r.note(r.IDs[i].String() + ": " + actionError(err))
 		}
 		if time.Since(last) > 500*time.Millisecond {
-			if _, err := q.db.Exec(ctx, progressSQL, r.ID, r.Done, r.Failed, r.Errors, false, process, r.Skipped); err != nil && ctx.Err() == nil {
+			if err := q.progress(ctx, r, process, false); err != nil && ctx.Err() == nil {
 				q.log.Warn("approval: request progress", "id", r.ID, "err", err)
 			}
 			last = time.Now()
 		}
 	}
-	if _, err := q.db.Exec(ctx, progressSQL, r.ID, r.Done, r.Failed, r.Errors, true, process, r.Skipped); err != nil && ctx.Err() == nil {
+	if err := q.progress(ctx, r, process, true); err != nil && ctx.Err() == nil {
 		q.log.Warn("approval: request done", "id", r.ID, "err", err)
 	}
 	r.State = "DONE"

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paysched/paysched/pkg/api/approval/approvaldb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -56,14 +57,16 @@ type ScheduleRequest struct {
 	Error         string
 }
 
-const scheduleRequestCols = `id, action, schedule_id, resume_at, reason, state, requested_by, requested_name, requested_at,
-       coalesce(decided_by, ''), coalesce(decided_name, ''), decided_at, expires_at, applied_at, withdrawn, coalesce(error, '')`
-
-func scanScheduleRequest(row pgx.Row) (*ScheduleRequest, error) {
-	var r ScheduleRequest
-	err := row.Scan(&r.ID, &r.Action, &r.Schedule, &r.ResumeAt, &r.Reason, &r.State, &r.RequestedBy, &r.RequestedName, &r.RequestedAt,
-		&r.DecidedBy, &r.DecidedName, &r.DecidedAt, &r.ExpiresAt, &r.AppliedAt, &r.Withdrawn, &r.Error)
-	return &r, err
+func fromScheduleRow(row approvaldb.ScheduleRequest) (*ScheduleRequest, error) {
+	r := &ScheduleRequest{ID: row.ID, Action: row.Action, Schedule: row.ScheduleID, ResumeAt: row.ResumeAt, Reason: row.Reason,
+		State: row.State, RequestedBy: row.RequestedBy, RequestedName: row.RequestedName, RequestedAt: row.RequestedAt,
+		DecidedBy: or(row.DecidedBy, ""), DecidedName: or(row.DecidedName, ""), DecidedAt: row.DecidedAt, ExpiresAt: row.ExpiresAt,
+		AppliedAt: row.AppliedAt, Error: or(row.Error, "")}
+	if row.Withdrawn != nil {
+		n := int(*row.Withdrawn)
+		r.Withdrawn = &n
+	}
+	return r, nil
 }
 
 // ScheduleStateError says a schedule is in no state the action may leave.
@@ -96,23 +99,14 @@ func (q *Requests) RequestSchedule(ctx context.Context, action string, id uuid.U
 	if !slices.Contains(from, s.State) {
 		return 0, &ScheduleStateError{Action: action, State: s.State}
 	}
-	var rid int64
-	err = q.db.QueryRow(ctx, `INSERT INTO schedule_requests (action, schedule_id, resume_at, reason, requested_by, requested_name, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, now() + $7::interval) RETURNING id`,
-		action, id, resumeAt, reason, who.Operator, who.Name, q.policy.Expiry).Scan(&rid)
+	rid, err := approvaldb.New(q.db).CreateScheduleRequest(ctx, approvaldb.CreateScheduleRequestParams{Action: action, ScheduleID: id,
+		ResumeAt: resumeAt, Reason: reason, RequestedBy: who.Operator, RequestedName: who.Name, Expiry: q.policy.Expiry})
 	if err != nil {
 		return 0, fmt.Errorf("request %s of schedule %s: %w", action, id, err)
 	}
 	q.log.Info("approval: schedule change requested", "id", rid, "action", action, "schedule", id, "operator", who.Name, "identity", who.Operator)
 	return rid, nil
 }
-
-// decideScheduleSQL approves or rejects a waiting, unexpired request,
-// never the requester's own (by identity; a CHECK holds it too).
-const decideScheduleSQL = `
-UPDATE schedule_requests SET state = $2, decided_by = $3, decided_name = $4, decided_at = now()
-WHERE id = $1 AND state = 'AWAITING_APPROVAL' AND requested_by <> $3 AND expires_at > now()
-RETURNING id`
 
 // DecideSchedule approves (APPROVED: payments-api's planner applies it at
 // its next pass) or rejects schedule request id as by.
@@ -121,8 +115,10 @@ func (q *Requests) DecideSchedule(ctx context.Context, id int64, approve bool, b
 	if approve {
 		state = "APPROVED"
 	}
-	var got int64
-	err := q.db.QueryRow(ctx, decideScheduleSQL, id, state, by.Operator, by.Name).Scan(&got)
+	// A waiting, unexpired request, never the requester's own (by
+	// identity; a CHECK holds it too).
+	_, err := approvaldb.New(q.db).DecideScheduleRequest(ctx, approvaldb.DecideScheduleRequestParams{ID: id, State: state,
+		DecidedBy: by.Operator, DecidedName: by.Name})
 	if errors.Is(err, pgx.ErrNoRows) {
 		r, gerr := q.GetScheduleRequest(ctx, id)
 		if gerr != nil {
@@ -139,18 +135,20 @@ func (q *Requests) DecideSchedule(ctx context.Context, id int64, approve bool, b
 
 // GetScheduleRequest reads schedule request id (ErrNotFound).
 func (q *Requests) GetScheduleRequest(ctx context.Context, id int64) (*ScheduleRequest, error) {
-	return one(q.db.QueryRow(ctx, `SELECT `+scheduleRequestCols+` FROM schedule_requests WHERE id = $1`, id), scanScheduleRequest, "schedule request", id)
+	row, err := approvaldb.New(q.db).GetScheduleRequest(ctx, id)
+	return one(row, err, fromScheduleRow, "schedule request", id)
 }
 
 // ListScheduleRequests is the schedule requests awaiting approval or
 // approved, then the latest 50 closed; of one schedule when id is not the
 // nil uuid.
 func (q *Requests) ListScheduleRequests(ctx context.Context, id uuid.UUID) ([]*ScheduleRequest, error) {
-	rows, err := q.db.Query(ctx, `
-(SELECT `+scheduleRequestCols+` FROM schedule_requests
- WHERE state IN ('AWAITING_APPROVAL', 'APPROVED') AND ($1 = '00000000-0000-0000-0000-000000000000'::uuid OR schedule_id = $1) ORDER BY id LIMIT 200)
-UNION ALL
-(SELECT `+scheduleRequestCols+` FROM schedule_requests
- WHERE state NOT IN ('AWAITING_APPROVAL', 'APPROVED') AND ($1 = '00000000-0000-0000-0000-000000000000'::uuid OR schedule_id = $1) ORDER BY id DESC LIMIT 50)`, id)
-	return collect(rows, err, scanScheduleRequest, "list schedule requests")
+	db := approvaldb.New(q.db)
+	open := func(ctx context.Context) ([]approvaldb.ScheduleRequest, error) {
+		return db.OpenScheduleRequests(ctx, id)
+	}
+	closed := func(ctx context.Context) ([]approvaldb.ScheduleRequest, error) {
+		return db.ClosedScheduleRequests(ctx, id)
+	}
+	return both(ctx, open, closed, fromScheduleRow, "list schedule requests")
 }
