@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/paysched/paysched/pkg/platform/pgdb"
+	"github.com/paysched/paysched/pkg/store/tenantdb"
 )
 
 // DefaultTenant is the tenant of a payment created without one: the
@@ -28,34 +30,43 @@ type TenantLimits struct {
 // LoadTenantLimits reads every tenant's limits. The table holds a row
 // only for a tenant an operator set, so it stays small.
 func LoadTenantLimits(ctx context.Context, db pgdb.DB) ([]TenantLimits, error) {
-	out, err := queryLimits(ctx, db, `SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits ORDER BY tenant`)
+	rows, err := tenantdb.New(db).TenantLimits(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load tenant limits: %w", err)
 	}
-	return out, nil
+	return limitsOf(rows), nil
 }
 
-// queryLimits runs a query of tenant_limits' columns (tenant, weight,
-// max_inflight, max_rate, updated_by) and collects the rows.
-func queryLimits(ctx context.Context, db pgdb.DB, sql string, args ...any) ([]TenantLimits, error) {
-	rows, err := db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
+// limitsOf is tenant_limits' rows (of any of its reads: they share
+// columns) as TenantLimits.
+func limitsOf[R ~struct {
+	Tenant      string
+	Weight      int32
+	MaxInflight *int32
+	MaxRate     *float64
+	UpdatedBy   string
+}](rows []R) []TenantLimits {
+	out := make([]TenantLimits, len(rows))
+	for i, r := range rows {
+		row := tenantdb.TenantLimitsRow(r)
+		out[i] = TenantLimits{Tenant: row.Tenant, Weight: int(row.Weight), MaxRate: row.MaxRate, UpdatedBy: row.UpdatedBy}
+		if row.MaxInflight != nil {
+			n := int(*row.MaxInflight)
+			out[i].MaxInflight = &n
+		}
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (TenantLimits, error) {
-		var l TenantLimits
-		err := r.Scan(&l.Tenant, &l.Weight, &l.MaxInflight, &l.MaxRate, &l.UpdatedBy)
-		return l, err
-	})
+	return out
 }
 
 // SetTenantLimits writes one tenant's limits (by whom, for the record).
 func SetTenantLimits(ctx context.Context, db pgdb.DB, l TenantLimits) error {
-	_, err := db.Exec(ctx, `
-INSERT INTO tenant_limits (tenant, weight, max_inflight, max_rate, updated_by) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (tenant) DO UPDATE SET weight = EXCLUDED.weight, max_inflight = EXCLUDED.max_inflight,
-    max_rate = EXCLUDED.max_rate, updated_by = EXCLUDED.updated_by, updated_at = now()`,
-		l.Tenant, l.Weight, l.MaxInflight, l.MaxRate, l.UpdatedBy)
+	var inflight *int32
+	if l.MaxInflight != nil {
+		n := int32(*l.MaxInflight)
+		inflight = &n
+	}
+	err := tenantdb.New(db).SetTenantLimits(ctx, tenantdb.SetTenantLimitsParams{Tenant: l.Tenant, Weight: int32(l.Weight),
+		MaxInflight: inflight, MaxRate: l.MaxRate, UpdatedBy: l.UpdatedBy})
 	if err != nil {
 		return fmt.Errorf("set limits of tenant %q: %w", l.Tenant, err)
 	}
@@ -75,11 +86,6 @@ type TenantState struct {
 	Limits *TenantLimits
 }
 
-// tenantInFlightSQL counts the tenants' ($1) PROCESSING payments: every
-// leased row, grouped (bounded by the claims out).
-const tenantInFlightSQL = `SELECT tenant, count(*) FROM payments WHERE lease_until IS NOT NULL AND status = 'PROCESSING'
-AND tenant = ANY($1) AND due_time <= $2 GROUP BY tenant`
-
 // PlanningSlack widens a bound on due_time that a statement passes only so
 // that its plan leaves out the partitions beyond it (see DueBound).
 const PlanningSlack = 10 * time.Minute
@@ -95,16 +101,6 @@ func DueBound(at time.Time) time.Time { return at.Add(PlanningSlack) }
 // MaxCounted bounds how many due rows of one tenant ListTenants counts.
 const MaxCounted = 1_000_000
 
-// tenantDueSQL counts each tenant's due rows (bounded) and finds its
-// oldest, through payments_tenant_sweep_idx.
-const tenantDueSQL = `
-SELECT t.tenant,
-       (SELECT count(*) FROM (SELECT 1 FROM payments p WHERE p.tenant = t.tenant AND p.status = 'PENDING'
-                              AND p.due_time <= now() AND p.due_time <= $3 AND p.run_at <= now() LIMIT $2) x),
-       coalesce((SELECT extract(epoch FROM now() - min(p.run_at)) FROM payments p WHERE p.tenant = t.tenant
-                 AND p.status = 'PENDING' AND p.due_time <= now() AND p.due_time <= $3 AND p.run_at <= now()), 0)::float8
-FROM unnest($1::text[]) AS t(tenant)`
-
 // ListTenants lists, in name order after after, at most limit tenants that
 // have due payments or limits set, and says where the next page starts
 // ("" when there is none). Every read is bounded: a bounded walk of the
@@ -114,11 +110,12 @@ func ListTenants(ctx context.Context, db pgdb.DB, after string, limit int) ([]Te
 	if err != nil {
 		return nil, "", fmt.Errorf("list tenants: %w", err)
 	}
-	set, err := queryLimits(ctx, db, `SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits
-		WHERE tenant > $1 ORDER BY tenant LIMIT $2`, after, limit)
+	q := tenantdb.New(db)
+	setRows, err := q.TenantLimitsAfter(ctx, tenantdb.TenantLimitsAfterParams{After: after, Max: int32(limit)})
 	if err != nil {
 		return nil, "", fmt.Errorf("list tenants: %w", err)
 	}
+	set := limitsOf(setRows)
 	byName := map[string]*TenantLimits{}
 	names := append([]string(nil), w.Due...)
 	for i := range set {
@@ -145,29 +142,20 @@ func ListTenants(ctx context.Context, db pgdb.DB, after string, limit int) ([]Te
 		return out, next, nil
 	}
 	bound := DueBound(time.Now())
-	rows, err := db.Query(ctx, tenantDueSQL, names, MaxCounted, bound)
+	dues, err := q.TenantsDue(ctx, tenantdb.TenantsDueParams{Tenants: names, Max: MaxCounted, Bound: bound})
 	if err != nil {
 		return nil, "", fmt.Errorf("list tenants: count due: %w", err)
 	}
-	var name string
-	var due int64
-	var late float64
-	if _, err := pgx.ForEachRow(rows, []any{&name, &due, &late}, func() error {
-		out[at[name]].Due, out[at[name]].Lateness = due, time.Duration(late*float64(time.Second))
-		return nil
-	}); err != nil {
-		return nil, "", fmt.Errorf("list tenants: count due: %w", err)
+	for _, d := range dues {
+		out[at[d.Tenant]].Due, out[at[d.Tenant]].Lateness = d.Due, time.Duration(d.LateS*float64(time.Second))
 	}
 	// In flight: every leased row, grouped (bounded by the claims out).
-	rows, err = db.Query(ctx, tenantInFlightSQL, names, bound)
+	flying, err := q.TenantsInFlight(ctx, tenantdb.TenantsInFlightParams{Tenants: names, Bound: bound})
 	if err != nil {
 		return nil, "", fmt.Errorf("list tenants: in flight: %w", err)
 	}
-	if _, err := pgx.ForEachRow(rows, []any{&name, &due}, func() error {
-		out[at[name]].InFlight = due
-		return nil
-	}); err != nil {
-		return nil, "", fmt.Errorf("list tenants: in flight: %w", err)
+	for _, f := range flying {
+		out[at[f.Tenant]].InFlight = f.N
 	}
 	return out, next, nil
 }
@@ -183,38 +171,42 @@ type TenantDetail struct {
 	QueuedAt *time.Time
 }
 
-// tenantNextSQL counts a tenant's PENDING rows due within a day, through
-// payments_tenant_sweep_idx, bounded.
-const tenantNextSQL = `SELECT count(*) FROM (SELECT 1 FROM payments WHERE tenant = $1 AND status = 'PENDING'
-AND run_at > now() AND run_at <= now() + interval '24 hours' AND due_time <= $3 LIMIT $2) x`
-
 // ReadTenant reads one tenant's detail: each read is bounded (counts stop
 // at MaxCounted; in flight reads the leased rows).
 func ReadTenant(ctx context.Context, db pgdb.DB, tenant string) (TenantDetail, error) {
 	d := TenantDetail{TenantState: TenantState{Tenant: tenant}}
-	var late float64
-	var name string
+	q := tenantdb.New(db)
 	now := time.Now()
-	if err := db.QueryRow(ctx, tenantDueSQL, []string{tenant}, MaxCounted, DueBound(now)).Scan(&name, &d.Due, &late); err != nil {
+	dues, err := q.TenantsDue(ctx, tenantdb.TenantsDueParams{Tenants: []string{tenant}, Max: MaxCounted, Bound: DueBound(now)})
+	if err != nil {
 		return d, fmt.Errorf("read tenant %q: due: %w", tenant, err)
 	}
-	d.Lateness = time.Duration(late * float64(time.Second))
+	if len(dues) == 1 {
+		d.Due, d.Lateness = dues[0].Due, time.Duration(dues[0].LateS*float64(time.Second))
+	}
 	// A payment runs at or after its due time: due within the day.
-	if err := db.QueryRow(ctx, tenantNextSQL, tenant, MaxCounted, DueBound(now.Add(24*time.Hour))).Scan(&d.Next24h); err != nil {
+	if d.Next24h, err = q.TenantNextDay(ctx, tenantdb.TenantNextDayParams{Tenant: tenant, Max: MaxCounted,
+		Bound: DueBound(now.Add(24 * time.Hour))}); err != nil {
 		return d, fmt.Errorf("read tenant %q: next day: %w", tenant, err)
 	}
-	if err := db.QueryRow(ctx, tenantInFlightSQL, []string{tenant}, DueBound(now)).Scan(&name, &d.InFlight); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	flying, err := q.TenantsInFlight(ctx, tenantdb.TenantsInFlightParams{Tenants: []string{tenant}, Bound: DueBound(now)})
+	if err != nil {
 		return d, fmt.Errorf("read tenant %q: in flight: %w", tenant, err)
 	}
-	err := db.QueryRow(ctx, `SELECT next_at FROM tenant_queue WHERE tenant = $1`, tenant).Scan(&d.QueuedAt)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if len(flying) == 1 {
+		d.InFlight = flying[0].N
+	}
+	switch at, err := q.TenantQueuedAt(ctx, tenant); {
+	case err == nil:
+		d.QueuedAt = &at
+	case !errors.Is(err, pgx.ErrNoRows):
 		return d, fmt.Errorf("read tenant %q: queue: %w", tenant, err)
 	}
-	ls, err := queryLimits(ctx, db, `SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits WHERE tenant = $1`, tenant)
+	rows, err := q.TenantLimitsOf(ctx, tenant)
 	if err != nil {
 		return d, fmt.Errorf("read tenant %q: limits: %w", tenant, err)
 	}
-	if len(ls) == 1 {
+	if ls := limitsOf(rows); len(ls) == 1 {
 		d.Limits = &ls[0]
 	}
 	return d, nil

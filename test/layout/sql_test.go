@@ -78,7 +78,6 @@ var notYetNamed = map[string]int{
 	"pkg/store/reaper.go":                5,
 	"pkg/store/reconcile.go":             6,
 	"pkg/store/schedules.go":             30,
-	"pkg/store/tenants.go":               8,
 	"services/audit-consumer/main.go":    1,
 }
 
