@@ -75,7 +75,6 @@ var notYetNamed = map[string]int{
 	"pkg/store/move.go":                  7,
 	"pkg/store/outcome.go":               2,
 	"pkg/store/payments.go":              8,
-	"pkg/store/reaper.go":                5,
 	"pkg/store/reconcile.go":             6,
 	"pkg/store/schedules.go":             30,
 	"services/audit-consumer/main.go":    1,
