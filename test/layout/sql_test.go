@@ -67,7 +67,7 @@ var notYetNamed = map[string]int{
 	"pkg/events/cdc/gap.go":              5,
 	"pkg/events/tenanthook/cache.go":     1,
 	"pkg/events/tenanthook/deliver.go":   13,
-	"pkg/events/tenanthook/endpoints.go": 10,
+	"pkg/events/tenanthook/endpoints.go": 3,
 	"pkg/events/tenanthook/slots.go":     2,
 	"pkg/reconcile/run.go":               19,
 	"pkg/store/db.go":                    1,

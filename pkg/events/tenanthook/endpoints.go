@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/events/tenanthook/endpointdb"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
@@ -82,16 +84,26 @@ func (e Endpoint) Check(loopback bool) error {
 	return nil
 }
 
-const endpointCols = `id, tenant, url, event_types, description, enabled, max_inflight, max_per_second,
-	coalesce(disabled_reason, ''), failing_since, rotate_until, created_at`
-
-func scanEndpoint(r pgx.CollectableRow) (Endpoint, error) {
-	var e Endpoint
-	var per float32
-	err := r.Scan(&e.ID, &e.Tenant, &e.URL, &e.EventTypes, &e.Description, &e.Enabled, &e.MaxInflight, &per,
-		&e.DisabledReason, &e.FailingSince, &e.RotateUntil, &e.CreatedAt)
-	e.MaxPerSecond = float64(per)
-	return e, err
+// endpointOf is an endpoint as its reads return it (any of them: they
+// share columns, never the secrets).
+func endpointOf[R ~struct {
+	ID             uuid.UUID
+	Tenant         string
+	Url            string
+	EventTypes     []string
+	Description    string
+	Enabled        bool
+	MaxInflight    int32
+	MaxPerSecond   float32
+	DisabledReason string
+	FailingSince   *time.Time
+	RotateUntil    *time.Time
+	CreatedAt      time.Time
+}](row R) Endpoint {
+	r := endpointdb.GetEndpointRow(row)
+	return Endpoint{ID: r.ID, Tenant: r.Tenant, URL: r.Url, EventTypes: r.EventTypes, Description: r.Description, Enabled: r.Enabled,
+		MaxInflight: int(r.MaxInflight), MaxPerSecond: float64(r.MaxPerSecond), DisabledReason: r.DisabledReason,
+		FailingSince: r.FailingSince, RotateUntil: r.RotateUntil, CreatedAt: r.CreatedAt}
 }
 
 // CreateEndpoint adds e (checked by the caller) with a fresh signing
@@ -117,22 +129,21 @@ func CreateEndpoint(ctx context.Context, db pgdb.DB, e Endpoint) (Endpoint, stri
 		// every endpoint committed before. Two tenants whose names hash
 		// alike only take turns too; an int4 key never meets the
 		// migrations' 7_202_611_30x locks.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('webhook-endpoints:' || $1))`, e.Tenant); err != nil {
+		q := endpointdb.New(tx)
+		if err := q.LockTenantEndpoints(ctx, e.Tenant); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `INSERT INTO webhook_endpoints (id, tenant, url, event_types, description, max_inflight, max_per_second, secrets)
-			SELECT $1::uuid, $2::text, $3::text, $4::text[], $5::text, $6::integer, $7::real, ARRAY[$8::text]
-			WHERE (SELECT count(*) FROM webhook_endpoints WHERE tenant = $2) < $9
-			RETURNING `+endpointCols,
-			e.ID, e.Tenant, e.URL, e.EventTypes, e.Description, e.MaxInflight, e.MaxPerSecond, secret, MaxEndpointsPerTenant)
+		rows, err := q.CreateEndpoint(ctx, endpointdb.CreateEndpointParams{ID: e.ID, Tenant: e.Tenant, Url: e.URL, EventTypes: e.EventTypes,
+			Description: e.Description, MaxInflight: int32(e.MaxInflight), MaxPerSecond: float32(e.MaxPerSecond), Secret: secret,
+			Max: MaxEndpointsPerTenant})
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectExactlyOneRow(rows, scanEndpoint)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if len(rows) == 0 {
 			return fmt.Errorf("tenant %q has %d endpoints, the most allowed: %w", e.Tenant, MaxEndpointsPerTenant, ErrTooManyEndpoints)
 		}
-		return err
+		out = endpointOf(rows[0])
+		return nil
 	})
 	if err != nil {
 		return Endpoint{}, "", fmt.Errorf("create endpoint: %w", err)
@@ -142,45 +153,37 @@ func CreateEndpoint(ctx context.Context, db pgdb.DB, e Endpoint) (Endpoint, stri
 
 // ListEndpoints is a tenant's endpoints ("" : every tenant's), at most 500.
 func ListEndpoints(ctx context.Context, db pgdb.DB, tenant string) ([]Endpoint, error) {
-	rows, err := db.Query(ctx, `SELECT `+endpointCols+` FROM webhook_endpoints
-		WHERE $1 = '' OR tenant = $1 ORDER BY tenant, id LIMIT 500`, tenant)
+	rows, err := endpointdb.New(db).ListEndpoints(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, scanEndpoint)
-	if err != nil {
-		return nil, fmt.Errorf("list endpoints: %w", err)
+	out := make([]Endpoint, len(rows))
+	for i, r := range rows {
+		out[i] = endpointOf(r)
 	}
 	return out, nil
 }
 
 // GetEndpoint reads one endpoint (ErrNotFound when there is none).
 func GetEndpoint(ctx context.Context, db pgdb.DB, id uuid.UUID) (Endpoint, error) {
-	rows, err := db.Query(ctx, `SELECT `+endpointCols+` FROM webhook_endpoints WHERE id = $1`, id)
+	rows, err := endpointdb.New(db).GetEndpoint(ctx, id)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint: %w", err)
 	}
-	e, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if len(rows) == 0 {
 		return Endpoint{}, fmt.Errorf("endpoint %s: %w", id, ErrNotFound)
 	}
-	if err != nil {
-		return Endpoint{}, fmt.Errorf("endpoint: %w", err)
-	}
-	return e, nil
+	return endpointOf(rows[0]), nil
 }
 
 // SetEnabled enables or disables endpoint id of tenant ("": any tenant):
 // enabling clears the failure clock and the reason it was disabled.
 func SetEnabled(ctx context.Context, db pgdb.DB, tenant string, id uuid.UUID, enabled bool) error {
-	tag, err := db.Exec(ctx, `UPDATE webhook_endpoints SET enabled = $3,
-		failing_since = CASE WHEN $3 THEN NULL ELSE failing_since END,
-		disabled_reason = CASE WHEN $3 THEN NULL ELSE 'disabled by its owner' END
-		WHERE id = $1 AND ($2 = '' OR tenant = $2)`, id, tenant, enabled)
+	n, err := endpointdb.New(db).SetEnabled(ctx, endpointdb.SetEnabledParams{ID: id, Tenant: tenant, Enabled: enabled})
 	if err != nil {
 		return fmt.Errorf("set endpoint enabled: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("endpoint %s: %w", id, ErrNotFound)
 	}
 	return nil
@@ -197,8 +200,8 @@ func RotateSecret(ctx context.Context, db pgdb.DB, tenant string, id uuid.UUID, 
 	secret := NewSymmetricSecret()
 	// The owner's function: the caller need not read the secrets
 	// (0023_webhooks.sql).
-	var found bool
-	if err := db.QueryRow(ctx, `SELECT paysched_webhook_rotate($1, $2, $3, $4::interval)`, id, tenant, secret, overlap).Scan(&found); err != nil {
+	found, err := endpointdb.New(db).RotateSecret(ctx, endpointdb.RotateSecretParams{ID: id, Tenant: tenant, Secret: secret, Overlap: overlap})
+	if err != nil {
 		return "", fmt.Errorf("rotate secret: %w", err)
 	}
 	if !found {
@@ -235,9 +238,8 @@ func Recover(ctx context.Context, db pgdb.DB, tenant string, id uuid.UUID, since
 	if until != nil && !until.After(since) {
 		return 0, fmt.Errorf("%w: until %s is not after since %s", ErrInvalid, until.Format(time.RFC3339), since.Format(time.RFC3339))
 	}
-	var exists bool
-	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE id = $1 AND ($2 = '' OR tenant = $2))`,
-		id, tenant).Scan(&exists); err != nil {
+	exists, err := endpointdb.New(db).EndpointExists(ctx, endpointdb.EndpointExistsParams{ID: id, Tenant: tenant})
+	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)
 	}
 	if !exists {
