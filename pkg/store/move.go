@@ -16,6 +16,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
+	"github.com/paysched/paysched/pkg/store/movedb"
 )
 
 // OutOfBandMove is one transition made outside the execution path.
@@ -61,61 +62,6 @@ type OutOfBandMove struct {
 // may leave (someone else moved it first).
 var ErrNotMoved = errors.New("payment not in a status this move may leave")
 
-// moveSQL is every non-executor transition.
-//
-// Why it is safe: the row is locked and its (status, attempt) read in the
-// same statement that updates it, and the UPDATE is fenced on both. A claim
-// racing for a PENDING row either holds the lock first (this statement then
-// re-reads PROCESSING and matches nothing) or finds it locked and skips it
-// (SKIP LOCKED), then sees it no longer PENDING. An executor's late outcome
-// is fenced by status = 'PROCESSING' and finds the new status. The action
-// row is written by the same statement, so a move is never unaudited. A
-// move back to PENDING (re-drive, a resolver's "not charged") sets
-// probe_first: a dead letter may have reached the gateway, so the next
-// attempt asks it before charging, whatever the mover saw earlier; a
-// release from HELD keeps it as it was (a hold is entered from PENDING,
-// with nothing in flight, so it adds no doubt). No move
-// here clears it (a move to rest keeps it): only the executor's move out of
-// PROCESSING may, and the database's guard refuses any other (0016). An
-// operator's move also names the attempt it read before asking the
-// gateway, so a claim (and perhaps a charge) in between makes it miss. A
-// webhook's move needs a payment claimed at least once ($16): the engine
-// never sent one at attempt 0 to the gateway, so a charge for it is not
-// ours to record.
-const moveSQL = `
-WITH cur AS (
-    SELECT p.id, p.due_time, p.status, p.attempt FROM payments p
-    WHERE p.id = $1 AND p.due_time = $13
-      AND p.status = ANY($2::text[])
-      AND ($4::bigint = 0 OR (p.amount_minor = $4 AND p.currency = $5))
-      AND ($14::int < 0 OR p.attempt = $14)
-      AND (NOT $16::bool OR p.attempt > 0)
-    FOR UPDATE OF p
-), moved AS (
-    UPDATE payments p
-    SET status = $3,
-        gateway_ref = COALESCE(NULLIF($6, ''), p.gateway_ref),
-        retries = CASE WHEN $7 THEN 0 ELSE p.retries END,
-        probes = CASE WHEN $7 THEN 0 ELSE p.probes END,
-        run_at = CASE WHEN $7 THEN GREATEST(p.due_time, now()) ELSE p.run_at END,
-        probe_first = p.probe_first OR ($3 = 'PENDING' AND cur.status <> 'HELD'),
-        dead_letter_reason = CASE WHEN $3 = 'DEAD_LETTERED' THEN p.dead_letter_reason END,
-        failure_reason = CASE WHEN $3 = 'FAILED' THEN NULLIF($15, '') END,
-        releases = CASE WHEN $7 THEN 0 ELSE p.releases END,
-        last_error = COALESCE(NULLIF($8, ''), p.last_error),
-        lease_until = NULL, lease_owner = NULL, updated_at = now()
-    FROM cur
-    -- due_time = $13 as well: the planner prunes the UPDATE's target to
-    -- the payment's partition only on a value it knows (cur's is not one),
-    -- and an UPDATE planned over every daily partition took ~100 ms of a
-    -- core to plan at each webhook's move.
-    WHERE p.id = cur.id AND p.due_time = $13 AND p.due_time = cur.due_time AND p.status = cur.status AND p.attempt = cur.attempt
-    RETURNING cur.status AS prev
-)
-INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason, run_id)
-SELECT $1, $9, $10, prev, $3, $11, NULLIF($12, 0) FROM moved
-RETURNING prev_status`
-
 // Apply makes m and returns the status the payment left.
 func Apply(ctx context.Context, db pgdb.DB, m OutOfBandMove) (payment.Status, error) {
 	var from []string
@@ -134,8 +80,7 @@ func Apply(ctx context.Context, db pgdb.DB, m OutOfBandMove) (payment.Status, er
 	}
 	// The partition key first (it never changes): with it as a parameter
 	// the move plans and locks one partition, not every day of the year.
-	var due time.Time
-	err := db.QueryRow(ctx, `SELECT due_time FROM payment_index WHERE id = $1`, m.ID).Scan(&due)
+	due, err := movedb.New(db).DueTimeOf(ctx, m.ID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotMoved
 	}
@@ -147,9 +92,14 @@ func Apply(ctx context.Context, db pgdb.DB, m OutOfBandMove) (payment.Status, er
 		fence = m.Attempt
 	}
 	var prev payment.Status
+	// Why it is safe: movedb/moves.sql, Move.
 	err = underRequest(ctx, db, m.Request, func(db pgdb.DB) error {
-		return db.QueryRow(ctx, moveSQL, m.ID, from, m.To, m.Amount, m.Currency, m.GatewayRef, m.Redrive,
-			m.LastError, m.Actor, m.Action, m.Reason, m.RunID, due, fence, string(m.FailReason), m.By == payment.Webhook).Scan(&prev)
+		st, err := movedb.New(db).Move(ctx, movedb.MoveParams{ID: m.ID, FromStatuses: from, ToStatus: string(m.To), Amount: m.Amount,
+			Currency: m.Currency, GatewayRef: m.GatewayRef, Redrive: m.Redrive, LastError: m.LastError, Actor: m.Actor,
+			Action: m.Action, Reason: m.Reason, RunID: m.RunID, DueTime: due, Fence: fence, FailReason: string(m.FailReason),
+			ClaimedOnce: m.By == payment.Webhook})
+		prev = payment.Status(st)
+		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotMoved
@@ -174,10 +124,12 @@ func TargetOf(ctx context.Context, db pgdb.DB, id uuid.UUID) (Target, error) {
 	var t Target
 	// The partition key first, as Apply reads it: one partition planned
 	// and locked.
-	var due time.Time
-	err := db.QueryRow(ctx, `SELECT due_time FROM payment_index WHERE id = $1`, id).Scan(&due)
+	q := movedb.New(db)
+	due, err := q.DueTimeOf(ctx, id)
 	if err == nil {
-		err = db.QueryRow(ctx, `SELECT payer, attempt FROM payments WHERE id = $1 AND due_time = $2`, id, due).Scan(&t.Payer, &t.Attempt)
+		var row movedb.TargetOfRow
+		row, err = q.TargetOf(ctx, movedb.TargetOfParams{ID: id, DueTime: due})
+		t = Target{Payer: row.Payer, Attempt: row.Attempt}
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Target{}, ErrNotFound
@@ -207,34 +159,6 @@ type Reschedule struct {
 	Request int64
 }
 
-// rescheduleSQL moves a payment's run_at.
-//
-// Why it is safe: it is moveSQL's fence without a status change. The row
-// is locked and its (status, attempt) read in the statement that updates
-// it, and the UPDATE repeats both: a claim that holds the lock first
-// leaves it PROCESSING at the next attempt, and this matches nothing; a
-// claim that finds it locked skips it (SKIP LOCKED) and reads the new
-// run_at after. The run time never goes before the due time (the CHECK
-// run_at >= due_time would refuse it), so the row stays in its partition
-// and every sweep bound that prunes by due_time still holds. A run_at made
-// earlier appends a tenant wakeup (0018's trigger), so fair claims reach
-// it. The action row is written by the same statement.
-const rescheduleSQL = `
-WITH cur AS (
-    SELECT p.id, p.due_time, p.status, p.attempt FROM payments p
-    WHERE p.id = $1 AND p.due_time = $2 AND p.status = ANY($3::text[]) AND p.attempt = $4
-    FOR UPDATE OF p
-), moved AS (
-    UPDATE payments p
-    SET run_at = GREATEST(p.due_time, COALESCE($5, now())), updated_at = now()
-    FROM cur
-    WHERE p.id = cur.id AND p.due_time = $2 AND p.due_time = cur.due_time AND p.status = cur.status AND p.attempt = cur.attempt
-    RETURNING cur.status AS prev, p.run_at
-)
-INSERT INTO payment_actions (payment_id, actor, action, prev_status, new_status, reason)
-SELECT $1, $6, $7, prev, prev, $8 || ' (runs at ' || to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ')' FROM moved
-RETURNING prev_status`
-
 // ApplyReschedule makes r and returns the status the payment is in;
 // ErrNotMoved when it is missing, in another status or at another
 // attempt.
@@ -243,8 +167,7 @@ func ApplyReschedule(ctx context.Context, db pgdb.DB, r Reschedule) (payment.Sta
 	for i, s := range r.From {
 		from[i] = string(s)
 	}
-	var due time.Time
-	err := db.QueryRow(ctx, `SELECT due_time FROM payment_index WHERE id = $1`, r.ID).Scan(&due)
+	due, err := movedb.New(db).DueTimeOf(ctx, r.ID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotMoved
 	}
@@ -256,8 +179,12 @@ func ApplyReschedule(ctx context.Context, db pgdb.DB, r Reschedule) (payment.Sta
 		at = &r.RunAt
 	}
 	var st payment.Status
+	// Why it is safe: movedb/moves.sql, Reschedule.
 	err = underRequest(ctx, db, r.Request, func(db pgdb.DB) error {
-		return db.QueryRow(ctx, rescheduleSQL, r.ID, due, from, r.Attempt, at, r.Actor, r.Action, r.Reason).Scan(&st)
+		prev, err := movedb.New(db).Reschedule(ctx, movedb.RescheduleParams{ID: r.ID, DueTime: due, FromStatuses: from,
+			Attempt: r.Attempt, RunAt: at, Actor: r.Actor, Action: r.Action, Reason: r.Reason})
+		st = payment.Status(prev)
+		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNotMoved
@@ -280,7 +207,7 @@ func underRequest(ctx context.Context, db pgdb.DB, request int64, f func(pgdb.DB
 		return fmt.Errorf("apply request %d: %w", request, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	if _, err := tx.Exec(ctx, `SELECT set_config('paysched.request', $1, true)`, strconv.FormatInt(request, 10)); err != nil {
+	if err := movedb.New(tx).NameRequest(ctx, strconv.FormatInt(request, 10)); err != nil {
 		return fmt.Errorf("apply request %d: %w", request, err)
 	}
 	if err := f(tx); err != nil {

@@ -72,7 +72,6 @@ var notYetNamed = map[string]int{
 	"pkg/reconcile/run.go":               19,
 	"pkg/store/db.go":                    1,
 	"pkg/store/deadletters.go":           3,
-	"pkg/store/move.go":                  7,
 	"pkg/store/outcome.go":               2,
 	"pkg/store/payments.go":              8,
 	"pkg/store/reconcile.go":             6,
