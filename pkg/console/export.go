@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/console/consoledb"
 )
 
 // maxExport is the most rows one export holds: narrow the search for
@@ -173,21 +174,18 @@ func (c *Console) exportRecon(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	rows, err := c.db.Query(ctx, reconItemsSQL, run, maxExport)
+	items, err := consoledb.New(c.db).ReconItems(ctx, consoledb.ReconItemsParams{RunID: run, Max: int32(maxExport)})
 	if err != nil {
 		c.dbFail(w, r, v, "run items", err)
 		return
 	}
-	defer rows.Close()
 	cw := startCSV(w, fmt.Sprintf("reconciliation-run-%d", run))
 	_ = cw.Write([]string{"kind", "severity", "payment_id", "reference", "charge_ids", "detail"})
-	var kind, sev, pid, ref, detail string
-	var charges []string
-	_, err = pgx.ForEachRow(rows, []any{&kind, &sev, &pid, &ref, &charges, &detail}, func() error {
-		return cw.Write([]string{kind, sev, pid, csvCell(ref), strings.Join(charges, " "), csvCell(detail)})
-	})
-	if err != nil {
-		c.log.Warn("console: export run", "run", run, "err", err)
+	for _, it := range items {
+		if err := cw.Write([]string{it.Kind, it.Severity, it.PaymentID, csvCell(it.Reference), strings.Join(it.ChargeIds, " "), csvCell(it.Detail)}); err != nil {
+			c.log.Warn("console: export run", "run", run, "err", err)
+			break
+		}
 	}
 	flush(cw, w)
 }

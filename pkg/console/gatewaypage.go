@@ -3,6 +3,8 @@ package console
 import (
 	"net/http"
 	"time"
+
+	"github.com/paysched/paysched/pkg/console/consoledb"
 )
 
 // The gateway page: answers by class, breaker history, pacing.
@@ -37,22 +39,15 @@ func (c *Console) gatewayPage(w http.ResponseWriter, r *http.Request, v *view) {
 	chart := lineChart("Gateway answers by class, last hour (% of attempts)", "%", now.Add(-history), now,
 		[]series{{Name: "retryable", Class: "s2", X: xs, Y: retry}, {Name: "ambiguous", Class: "s1", X: xs, Y: ambig},
 			{Name: "declined", Class: "s3", X: xs, Y: decl}})
-	rows, err := c.db.Query(ctx, breakerChangesSQL)
+	got, err := consoledb.New(c.db).BreakerChanges(ctx)
 	if err != nil {
 		c.dbFail(w, r, v, "breaker history", err)
 		return
 	}
-	var changes []breakerChange
-	for rows.Next() {
-		var b breakerChange
-		if err := rows.Scan(&b.At, &b.Process, &b.Open); err != nil {
-			rows.Close()
-			c.dbFail(w, r, v, "breaker history", err)
-			return
-		}
-		changes = append(changes, b)
+	changes := make([]breakerChange, len(got))
+	for i, b := range got {
+		changes[i] = breakerChange(b)
 	}
-	rows.Close()
 	hb, err := c.heartbeats(ctx, now)
 	if err != nil {
 		c.dbFail(w, r, v, "engine heartbeats", err)

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sort"
 	"time"
+
+	"github.com/paysched/paysched/pkg/console/consoledb"
 )
 
 // The overview page: counts, the last hour, the engine, pacing and CDC, the next 24 h.
@@ -160,44 +162,31 @@ func (c *Console) cdcSlots(ctx context.Context) ([]cdcSlot, error) {
 }
 
 func (c *Console) heartbeats(ctx context.Context, now time.Time) ([]heartbeat, error) {
-	rows, err := c.db.Query(ctx, heartbeatsSQL)
+	rows, err := consoledb.New(c.db).Heartbeats(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []heartbeat
-	for rows.Next() {
-		var h heartbeat
-		var info string
-		var seen time.Time
-		if err := rows.Scan(&h.Process, &info, &seen); err != nil {
-			return nil, err
-		}
-		_ = json.Unmarshal([]byte(info), &struct {
+	out := make([]heartbeat, 0, len(rows))
+	for _, r := range rows {
+		h := heartbeat{Process: r.Process}
+		_ = json.Unmarshal([]byte(r.Info), &struct {
 			BreakerOpen *bool `json:"breakerOpen"`
 			Executors   any   `json:"executors"`
 		}{BreakerOpen: &h.BreakerOpen, Executors: &h.Executors})
-		h.Age, h.Stale = ago(now, seen), now.Sub(seen) > 30*time.Second
+		h.Age, h.Stale = ago(now, r.SeenAt), now.Sub(r.SeenAt) > 30*time.Second
 		out = append(out, h)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func (c *Console) buckets(ctx context.Context, now time.Time) ([]bucket, error) {
-	rows, err := c.db.Query(ctx, bucketsSQL)
+	rows, err := consoledb.New(c.db).Buckets(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []bucket
-	for rows.Next() {
-		var b bucket
-		var at time.Time
-		if err := rows.Scan(&b.Name, &b.Tokens, &at); err != nil {
-			return nil, err
-		}
-		b.Age = ago(now, at)
-		out = append(out, b)
+	out := make([]bucket, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, bucket{Name: r.Name, Tokens: r.Tokens, Age: ago(now, r.RefreshedAt)})
 	}
-	return out, rows.Err()
+	return out, nil
 }

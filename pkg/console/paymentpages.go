@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paysched/paysched/pkg/console/consoledb"
 	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/events/audit"
 	"github.com/paysched/paysched/pkg/events/envelope"
@@ -99,13 +100,13 @@ func (c *Console) paymentPage(w http.ResponseWriter, r *http.Request, v *view) {
 		c.dbFail(w, r, v, "read payment", err)
 		return
 	}
-	var reason string
-	var probes int32
-	if err := c.db.QueryRow(ctx, paymentExtraSQL,
-		id, p.DueAt).Scan(&reason, &probes); err != nil {
+	q := consoledb.New(c.db)
+	extra, err := q.PaymentExtra(ctx, consoledb.PaymentExtraParams{ID: id, DueTime: p.DueAt})
+	if err != nil {
 		c.dbFail(w, r, v, "read payment", err)
 		return
 	}
+	reason, probes := extra.DeadLetterReason, extra.Probes
 	tl := []timelineEntry{{At: p.CreatedAt, What: "created", Detail: "due " + p.DueAt.UTC().Format(time.RFC3339)}}
 	for _, a := range p.Attempts {
 		tl = append(tl, timelineEntry{At: a.StartedAt, What: fmt.Sprintf("attempt %d claimed and sent", a.Attempt)})
@@ -114,22 +115,14 @@ func (c *Console) paymentPage(w http.ResponseWriter, r *http.Request, v *view) {
 				Ref: a.GatewayRef, Error: a.Error})
 		}
 	}
-	rows, err := c.db.Query(ctx, paymentActionsSQL, id)
+	moves, err := q.PaymentActions(ctx, id)
 	if err != nil {
 		c.dbFail(w, r, v, "read actions", err)
 		return
 	}
-	for rows.Next() {
-		var at time.Time
-		var actor, action, prev, next, why string
-		if err := rows.Scan(&at, &actor, &action, &prev, &next, &why); err != nil {
-			rows.Close()
-			c.dbFail(w, r, v, "read actions", err)
-			return
-		}
-		tl = append(tl, timelineEntry{At: at, What: fmt.Sprintf("%s by %s: %s → %s", action, actor, prev, next), Detail: why})
+	for _, m := range moves {
+		tl = append(tl, timelineEntry{At: m.At, What: fmt.Sprintf("%s by %s: %s → %s", m.Action, m.Actor, m.PrevStatus, m.NewStatus), Detail: m.Reason})
 	}
-	rows.Close()
 	sent, sentTL, err := c.paymentDeliveries(ctx, id)
 	if err != nil {
 		c.dbFail(w, r, v, "read webhook deliveries", err)
@@ -137,22 +130,15 @@ func (c *Console) paymentPage(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	tl = append(tl, sentTL...)
 	sort.SliceStable(tl, func(i, j int) bool { return tl[i].At.Before(tl[j].At) })
-	var hooks []webhookEntry
-	rows, err = c.db.Query(ctx, paymentWebhooksSQL, id.String())
+	got, err := q.PaymentWebhooks(ctx, id.String())
 	if err != nil {
 		c.dbFail(w, r, v, "read webhooks", err)
 		return
 	}
-	for rows.Next() {
-		var h webhookEntry
-		if err := rows.Scan(&h.EventID, &h.At); err != nil {
-			rows.Close()
-			c.dbFail(w, r, v, "read webhooks", err)
-			return
-		}
-		hooks = append(hooks, h)
+	var hooks []webhookEntry
+	for _, h := range got {
+		hooks = append(hooks, webhookEntry{EventID: h.EventID, At: h.ReceivedAt})
 	}
-	rows.Close()
 	hist, notes, auditErr := c.auditHistory(ctx, id)
 	data := map[string]any{"P": p, "Reason": reason, "Probes": probes, "Timeline": tl, "Webhooks": hooks, "Sent": sent,
 		"CanResend": v.Session.Role >= login.Operator,

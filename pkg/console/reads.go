@@ -220,47 +220,12 @@ SELECT s.slot_name, s.active, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.c
        coalesce((SELECT to_char(st.confirmed_at, 'YYYY-MM-DD HH24:MI:SS') FROM cdc_state st WHERE st.slot = s.slot_name), '')
 FROM pg_replication_slots s WHERE s.slot_type = 'logical' ORDER BY 1 LIMIT 20`
 
-// heartbeatsSQL is each engine process heard from in the last hour.
-const heartbeatsSQL = `SELECT process, info::text, seen_at FROM engine_heartbeats
-WHERE seen_at > now() - interval '1 hour' ORDER BY process LIMIT 50`
-
-// bucketsSQL is the pacing buckets, the gateway's first.
-const bucketsSQL = `SELECT name, tokens, refreshed_at FROM rate_buckets ORDER BY name = 'gateway' DESC, refreshed_at DESC LIMIT 20`
-
-// paymentExtraSQL is what the payment page shows beyond payment.Payment, by primary key.
-const paymentExtraSQL = `SELECT coalesce(dead_letter_reason, ''), probes FROM payments WHERE id = $1 AND due_time = $2`
-
-// paymentActionsSQL is a payment's moves outside the execution path, oldest first.
-const paymentActionsSQL = `SELECT at, actor, action, prev_status, new_status, reason FROM payment_actions
-WHERE payment_id = $1 ORDER BY id LIMIT 200`
-
-// paymentWebhooksSQL is the gateway webhooks received about a payment (its charge key is its id).
-const paymentWebhooksSQL = `SELECT event_id, received_at FROM webhook_events WHERE charge_key = $1 ORDER BY received_at LIMIT 100`
-
 // auditHistorySQL is a payment's changes in the audit log, in commit order.
 const auditHistorySQL = `SELECT committed_at, table_name, op, coalesce(status, ''), event FROM audit_events
 WHERE payment_id = $1 ORDER BY lsn LIMIT 500`
-
-// reconRunsSQL is the latest 60 reconciliation runs.
-const reconRunsSQL = `SELECT id, day, triggered_by, state, started_at, finished_at, charges, payments, repaired, mismatches, error
-FROM reconciliation_runs ORDER BY id DESC LIMIT 60`
-
-// reconKindsSQL counts the runs' findings by kind.
-const reconKindsSQL = `SELECT run_id, kind, count(*) FROM reconciliation_items WHERE run_id = ANY($1) GROUP BY 1, 2`
-
-// breakerChangesSQL is the breakers' last day of changes, newest first.
-const breakerChangesSQL = `SELECT at, process, open FROM breaker_changes WHERE at > now() - interval '24 hours' ORDER BY at DESC LIMIT 100`
-
-// reconItemsSQL is a run's findings, at most $2 (the export's cap).
-const reconItemsSQL = `SELECT kind, severity, coalesce(payment_id::text, ''), reference, charge_ids, detail
-FROM reconciliation_items WHERE run_id = $1 LIMIT $2`
 
 // actionsLookedSQL is how far back a page of actions looked: the count and least id of the $2 before $1.
 const actionsLookedSQL = `SELECT count(*), min(id) FROM (SELECT id FROM payment_actions WHERE id < $1 ORDER BY id DESC LIMIT $2) s`
 
 // duesOfSQL is the due times of ids, from payment_index: the partitions a read of them needs.
 const duesOfSQL = `SELECT coalesce(array_agg(DISTINCT due_time), '{}') FROM payment_index WHERE id = ANY($1)`
-
-// limitRequestsSQL is a tenant's latest 20 changes of its limits.
-const limitRequestsSQL = `SELECT id, weight, max_inflight, max_rate, reason, state, requested_by, requested_name,
-		coalesce(decided_name, ''), requested_at FROM tenant_limit_requests WHERE tenant = $1 ORDER BY id DESC LIMIT 20`

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/paysched/paysched/pkg/api/apierr"
+	"github.com/paysched/paysched/pkg/console/consoledb"
 )
 
 // The reconciliation page: runs, their findings, and starting one.
@@ -23,27 +24,22 @@ type reconRun struct {
 func (c *Console) reconPage(w http.ResponseWriter, r *http.Request, v *view) {
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	rows, err := c.db.Query(ctx, reconRunsSQL)
+	q := consoledb.New(c.db)
+	got, err := q.ReconRuns(ctx)
 	if err != nil {
 		c.dbFail(w, r, v, "list runs", err)
 		return
 	}
 	var runs []*reconRun
 	var ids []int64
-	for rows.Next() {
-		var x reconRun
-		if err := rows.Scan(&x.ID, &x.Day, &x.TriggeredBy, &x.State, &x.StartedAt, &x.FinishedAt, &x.Charges, &x.Payments,
-			&x.Repaired, &x.Mismatches, &x.Error); err != nil {
-			rows.Close()
-			c.dbFail(w, r, v, "list runs", err)
-			return
-		}
-		x.Kinds = map[string]int{}
-		runs, ids = append(runs, &x), append(ids, x.ID)
+	for _, x := range got {
+		runs = append(runs, &reconRun{ID: x.ID, Day: x.Day, TriggeredBy: x.TriggeredBy, State: x.State, Error: x.Error,
+			StartedAt: x.StartedAt, FinishedAt: x.FinishedAt, Charges: x.Charges, Payments: x.Payments, Repaired: x.Repaired,
+			Mismatches: x.Mismatches, Kinds: map[string]int{}})
+		ids = append(ids, x.ID)
 	}
-	rows.Close()
 	if len(ids) > 0 {
-		krows, err := c.db.Query(ctx, reconKindsSQL, ids)
+		kinds, err := q.ReconKinds(ctx, ids)
 		if err != nil {
 			c.dbFail(w, r, v, "run items", err)
 			return
@@ -52,18 +48,9 @@ func (c *Console) reconPage(w http.ResponseWriter, r *http.Request, v *view) {
 		for _, x := range runs {
 			at[x.ID] = x
 		}
-		for krows.Next() {
-			var id int64
-			var kind string
-			var n int
-			if err := krows.Scan(&id, &kind, &n); err != nil {
-				krows.Close()
-				c.dbFail(w, r, v, "run items", err)
-				return
-			}
-			at[id].Kinds[kind] = n
+		for _, k := range kinds {
+			at[k.RunID].Kinds[k.Kind] = int(k.N)
 		}
-		krows.Close()
 	}
 	v.Title = "Reconciliation"
 	v.Data = map[string]any{"Runs": runs, "Yesterday": c.now().UTC().AddDate(0, 0, -1).Format("2006-01-02")}

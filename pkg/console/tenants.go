@@ -17,10 +17,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/api/auth"
+	"github.com/paysched/paysched/pkg/console/consoledb"
 	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
 	"github.com/paysched/paysched/pkg/store"
@@ -107,16 +106,20 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
 }
 
 func (c *Console) limitRequests(ctx context.Context, tenant string) ([]limitRequest, error) {
-	rows, err := c.db.Query(ctx, limitRequestsSQL, tenant)
+	rows, err := consoledb.New(c.db).LimitRequests(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("limit requests: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (limitRequest, error) {
-		var x limitRequest
-		err := r.Scan(&x.ID, &x.Weight, &x.MaxInflight, &x.MaxRate, &x.Reason, &x.State, &x.RequestedBy, &x.RequestedAs,
-			&x.DecidedAs, &x.RequestedAt)
-		return x, err
-	})
+	out := make([]limitRequest, len(rows))
+	for i, r := range rows {
+		out[i] = limitRequest{ID: r.ID, Weight: int(r.Weight), MaxRate: r.MaxRate, Reason: r.Reason, State: r.State,
+			RequestedBy: r.RequestedBy, RequestedAs: r.RequestedName, DecidedAs: r.DecidedName, RequestedAt: r.RequestedAt}
+		if r.MaxInflight != nil {
+			n := int(*r.MaxInflight)
+			out[i].MaxInflight = &n
+		}
+	}
+	return out, nil
 }
 
 // readLimits reads a limits form: weight 1..1000, caps blank (the

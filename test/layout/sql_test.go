@@ -59,7 +59,7 @@ var handBuilt = map[string]string{
 // A count may only fall; a file not here may hold none.
 var notYetNamed = map[string]int{
 	"pkg/console/cache.go":               1,
-	"pkg/console/reads.go":               35,
+	"pkg/console/reads.go":               25,
 	"pkg/events/audit/audit.go":          2,
 	"pkg/events/cdc/attempts.go":         5,
 	"pkg/events/cdc/connector.go":        13,
