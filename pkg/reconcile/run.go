@@ -15,6 +15,7 @@ import (
 	gatewayv1 "github.com/paysched/paysched/gen/gateway/v1"
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
+	"github.com/paysched/paysched/pkg/reconcile/reconciledb"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -128,16 +129,17 @@ func (r *Runner) lock(ctx context.Context, day time.Time, try bool) (*pgxpool.Co
 	if err != nil {
 		return nil, fmt.Errorf("reconcile %s: %w", day.Format(time.DateOnly), err)
 	}
-	lockKey := day.Unix() / 86400
+	lockKey := int32(day.Unix() / 86400)
+	q := reconciledb.New(conn)
 	if !try {
-		if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(7420, $1::int)`, lockKey); err != nil {
+		if err := q.LockDay(ctx, lockKey); err != nil {
 			conn.Release()
 			return nil, fmt.Errorf("reconcile lock: %w", err)
 		}
 		return conn, nil
 	}
-	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(7420, $1::int)`, lockKey).Scan(&got); err != nil {
+	got, err := q.TryLockDay(ctx, lockKey)
+	if err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("reconcile lock: %w", err)
 	}
@@ -151,16 +153,18 @@ func (r *Runner) lock(ctx context.Context, day time.Time, try bool) (*pgxpool.Co
 // runLocked runs day on conn, which holds its lock, and releases both.
 func (r *Runner) runLocked(ctx context.Context, conn *pgxpool.Conn, day time.Time, by string) (*Run, error) {
 	defer conn.Release()
+	q := reconciledb.New(conn)
 	defer func() {
 		// Released with the session anyway, if this fails.
-		_, _ = conn.Exec(context.Background(), `SELECT pg_advisory_unlock(7420, $1::int)`, day.Unix()/86400)
+		_ = q.UnlockDay(context.Background(), int32(day.Unix()/86400))
 	}()
 
 	run := &Run{Day: day, TriggeredBy: by, State: store.RunRunning}
-	if err := conn.QueryRow(ctx, `INSERT INTO reconciliation_runs (day, triggered_by) VALUES ($1, $2) RETURNING id, started_at`,
-		day, by).Scan(&run.ID, &run.StartedAt); err != nil {
+	started, err := q.StartRun(ctx, reconciledb.StartRunParams{Day: day, TriggeredBy: by})
+	if err != nil {
 		return nil, fmt.Errorf("record run: %w", err)
 	}
+	run.ID, run.StartedAt = started.ID, started.StartedAt
 	runErr := r.run(ctx, conn.Conn(), run)
 	run.State = store.RunSucceeded
 	if runErr != nil {
@@ -170,10 +174,13 @@ func (r *Runner) runLocked(ctx context.Context, conn *pgxpool.Conn, day time.Tim
 	// The outcome is recorded even when ctx ended: a run never stays RUNNING.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := conn.QueryRow(fctx, `UPDATE reconciliation_runs SET state = $2, finished_at = now(), charges = $3, payments = $4,
-		repaired = $5, mismatches = $6, error = $7 WHERE id = $1 RETURNING finished_at`,
-		run.ID, string(run.State), run.Charges, run.Payments, run.Repaired, run.Mismatches, run.Error).Scan(&run.FinishedAt); err != nil {
+	fin, err := q.FinishRun(fctx, reconciledb.FinishRunParams{ID: run.ID, State: string(run.State), Charges: run.Charges,
+		Payments: run.Payments, Repaired: int32(run.Repaired), Mismatches: int32(run.Mismatches), Error: run.Error})
+	if err != nil {
 		return nil, fmt.Errorf("finish run %d: %w", run.ID, err)
+	}
+	if fin != nil {
+		run.FinishedAt = *fin
 	}
 	r.Metrics.observe(run)
 	if runErr != nil {
@@ -219,9 +226,6 @@ INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference,
 SELECT $1, 'AMOUNT_MISMATCH', 'CRITICAL', pid, reference, ARRAY[charge_id],
        format('gateway %s %s, payment %s %s', amount, currency, amount_minor, pcurrency)
 FROM matched WHERE pid IS NOT NULL AND (amount <> amount_minor OR currency <> pcurrency)`
-
-	itemSQL = `INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`
 )
 
 func (r *Runner) run(ctx context.Context, conn *pgx.Conn, run *Run) error {
@@ -273,27 +277,19 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, run *Run) error {
 		if err := r.checkUnsettled(ctx, tx, run, from, to); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT kind, count(*) FROM reconciliation_items WHERE run_id = $1 GROUP BY kind`, run.ID)
+		kinds, err := reconciledb.New(tx).CountItems(ctx, run.ID)
 		if err != nil {
 			return fmt.Errorf("count items: %w", err)
 		}
 		run.byKind = map[string]int{}
-		for rows.Next() {
-			var k string
-			var n int
-			if err := rows.Scan(&k, &n); err != nil {
-				rows.Close()
-				return fmt.Errorf("count items: %w", err)
-			}
-			run.byKind[k] = n
-			if k == KindRepaired {
+		for _, k := range kinds {
+			n := int(k.N)
+			run.byKind[k.Kind] = n
+			if k.Kind == KindRepaired {
 				run.Repaired += n
 			} else {
 				run.Mismatches += n
 			}
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("count items: %w", err)
 		}
 		run.Items, err = loadItems(ctx, tx, run.ID)
 		return err
@@ -400,7 +396,8 @@ func (r *Runner) checkUnsettled(ctx context.Context, tx pgx.Tx, run *Run, from, 
 		return first
 	}
 	for _, it := range items {
-		if _, err := tx.Exec(ctx, itemSQL, run.ID, it.Kind, it.Severity, it.PaymentID, it.Reference, it.ChargeIDs, it.Detail); err != nil {
+		if err := reconciledb.New(tx).RecordItem(ctx, reconciledb.RecordItemParams{RunID: run.ID, Kind: it.Kind, Severity: it.Severity,
+			PaymentID: it.PaymentID, Reference: it.Reference, ChargeIds: it.ChargeIDs, Detail: it.Detail}); err != nil {
 			return fmt.Errorf("record item: %w", err)
 		}
 	}
@@ -450,16 +447,15 @@ func (r *Runner) probeCompleted(ctx context.Context, p store.Completed) (*Item, 
 const MaxItems = 1000
 
 func loadItems(ctx context.Context, db pgdb.DB, runID int64) ([]Item, error) {
-	rows, err := db.Query(ctx, `SELECT kind, severity, COALESCE(payment_id::text, ''), reference, charge_ids, detail
-		FROM reconciliation_items WHERE run_id = $1 ORDER BY severity = 'CRITICAL' DESC, kind, reference LIMIT $2`, runID, MaxItems)
+	rows, err := reconciledb.New(db).LoadItems(ctx, reconciledb.LoadItemsParams{RunID: runID, Max: MaxItems})
 	if err != nil {
 		return nil, fmt.Errorf("load items: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Item, error) {
-		var it Item
-		err := row.Scan(&it.Kind, &it.Severity, &it.PaymentID, &it.Reference, &it.ChargeIDs, &it.Detail)
-		return it, err
-	})
+	items := make([]Item, len(rows))
+	for i, r := range rows {
+		items[i] = Item{Kind: r.Kind, Severity: r.Severity, PaymentID: r.PaymentID, Reference: r.Reference, ChargeIDs: r.ChargeIds, Detail: r.Detail}
+	}
+	return items, nil
 }
 
 // ErrNoRun means no run has that id.
@@ -468,27 +464,22 @@ var ErrNoRun = errors.New("no such reconciliation run")
 // Runs lists runs, newest first, optionally of one day (zero: all), with
 // their items; before (0: from the newest) pages by run id.
 func Runs(ctx context.Context, db pgdb.DB, day time.Time, before int64, limit int) ([]*Run, error) {
-	var dayArg any
+	var dayArg *time.Time
 	if !day.IsZero() {
-		dayArg = Day(day)
+		d := Day(day)
+		dayArg = &d
 	}
-	rows, err := db.Query(ctx, `SELECT id, day, triggered_by, state, started_at, finished_at, charges, payments, repaired, mismatches, error
-		FROM reconciliation_runs WHERE ($1::date IS NULL OR day = $1) AND ($2 = 0 OR id < $2)
-		ORDER BY id DESC LIMIT $3`, dayArg, before, limit)
+	got, err := reconciledb.New(db).ListRuns(ctx, reconciledb.ListRunsParams{Day: dayArg, Before: before, Max: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Run, error) {
-		r := &Run{}
-		var fin *time.Time
-		err := row.Scan(&r.ID, &r.Day, &r.TriggeredBy, &r.State, &r.StartedAt, &fin, &r.Charges, &r.Payments, &r.Repaired, &r.Mismatches, &r.Error)
-		if fin != nil {
-			r.FinishedAt = *fin
+	runs := make([]*Run, len(got))
+	for i, x := range got {
+		runs[i] = &Run{ID: x.ID, Day: x.Day, TriggeredBy: x.TriggeredBy, State: store.RunState(x.State), StartedAt: x.StartedAt,
+			Charges: x.Charges, Payments: x.Payments, Repaired: int(x.Repaired), Mismatches: int(x.Mismatches), Error: x.Error}
+		if x.FinishedAt != nil {
+			runs[i].FinishedAt = *x.FinishedAt
 		}
-		return r, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	for _, r := range runs {
 		if r.Items, err = loadItems(ctx, db, r.ID); err != nil {

@@ -69,7 +69,7 @@ var notYetNamed = map[string]int{
 	"pkg/events/tenanthook/deliver.go":   13,
 	"pkg/events/tenanthook/endpoints.go": 3,
 	"pkg/events/tenanthook/slots.go":     2,
-	"pkg/reconcile/run.go":               19,
+	"pkg/reconcile/run.go":               10,
 	"pkg/store/db.go":                    1,
 	"pkg/store/deadletters.go":           3,
 	"pkg/store/outcome.go":               2,

@@ -3,3 +3,21 @@
 //   sqlc v1.31.1
 
 package reconciledb
+
+import (
+	"time"
+)
+
+type ReconciliationRun struct {
+	ID          int64
+	Day         time.Time
+	TriggeredBy string
+	State       string
+	StartedAt   time.Time
+	FinishedAt  *time.Time
+	Charges     int64
+	Payments    int64
+	Repaired    int32
+	Mismatches  int32
+	Error       string
+}

@@ -10,20 +10,211 @@ import (
 	"time"
 )
 
-const lastSucceeded = `-- name: LastSucceeded :one
+const countItems = `-- name: CountItems :many
+SELECT kind, count(*) AS n FROM reconciliation_items WHERE run_id = $1 GROUP BY kind
+`
 
+type CountItemsRow struct {
+	Kind string
+	N    int64
+}
+
+func (q *Queries) CountItems(ctx context.Context, runID int64) ([]CountItemsRow, error) {
+	rows, err := q.db.Query(ctx, countItems, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CountItemsRow
+	for rows.Next() {
+		var i CountItemsRow
+		if err := rows.Scan(&i.Kind, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const finishRun = `-- name: FinishRun :one
+UPDATE reconciliation_runs SET state = $1, finished_at = now(), charges = $2, payments = $3,
+       repaired = $4, mismatches = $5, error = $6
+WHERE id = $7 RETURNING finished_at
+`
+
+type FinishRunParams struct {
+	State      string
+	Charges    int64
+	Payments   int64
+	Repaired   int32
+	Mismatches int32
+	Error      string
+	ID         int64
+}
+
+// A run's outcome: recorded even when its context ended, so a run never
+// stays RUNNING.
+func (q *Queries) FinishRun(ctx context.Context, arg FinishRunParams) (*time.Time, error) {
+	row := q.db.QueryRow(ctx, finishRun,
+		arg.State,
+		arg.Charges,
+		arg.Payments,
+		arg.Repaired,
+		arg.Mismatches,
+		arg.Error,
+		arg.ID,
+	)
+	var finished_at *time.Time
+	err := row.Scan(&finished_at)
+	return finished_at, err
+}
+
+const lastSucceeded = `-- name: LastSucceeded :one
 SELECT finished_at FROM reconciliation_runs WHERE state = $1 AND finished_at IS NOT NULL
 ORDER BY finished_at DESC LIMIT 1
 `
 
-// The reconciler's own statements outside the money moves (those are
-// pkg/store's), generated into Go by sqlc (make sqlc).
 // When the last successful run finished (no row: none yet; one run a day).
 func (q *Queries) LastSucceeded(ctx context.Context, state string) (*time.Time, error) {
 	row := q.db.QueryRow(ctx, lastSucceeded, state)
 	var finished_at *time.Time
 	err := row.Scan(&finished_at)
 	return finished_at, err
+}
+
+const listRuns = `-- name: ListRuns :many
+SELECT id, day, triggered_by, state, started_at, finished_at, charges, payments, repaired, mismatches, error
+FROM reconciliation_runs WHERE ($1::date IS NULL OR day = $1::date) AND ($2::bigint = 0 OR id < $2::bigint)
+ORDER BY id DESC LIMIT $3
+`
+
+type ListRunsParams struct {
+	Day    *time.Time
+	Before int64
+	Max    int32
+}
+
+// Runs, newest first, of one day (NULL: all), before a run id (0: from
+// the newest).
+func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ReconciliationRun, error) {
+	rows, err := q.db.Query(ctx, listRuns, arg.Day, arg.Before, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationRun
+	for rows.Next() {
+		var i ReconciliationRun
+		if err := rows.Scan(
+			&i.ID,
+			&i.Day,
+			&i.TriggeredBy,
+			&i.State,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Charges,
+			&i.Payments,
+			&i.Repaired,
+			&i.Mismatches,
+			&i.Error,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const loadItems = `-- name: LoadItems :many
+SELECT kind, severity, COALESCE(payment_id::text, '')::text AS payment_id, reference, charge_ids, detail
+FROM reconciliation_items WHERE run_id = $1 ORDER BY severity = 'CRITICAL' DESC, kind, reference LIMIT $2
+`
+
+type LoadItemsParams struct {
+	RunID int64
+	Max   int32
+}
+
+type LoadItemsRow struct {
+	Kind      string
+	Severity  string
+	PaymentID string
+	Reference string
+	ChargeIds []string
+	Detail    string
+}
+
+// A run's items, the most severe first, at most max.
+func (q *Queries) LoadItems(ctx context.Context, arg LoadItemsParams) ([]LoadItemsRow, error) {
+	rows, err := q.db.Query(ctx, loadItems, arg.RunID, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LoadItemsRow
+	for rows.Next() {
+		var i LoadItemsRow
+		if err := rows.Scan(
+			&i.Kind,
+			&i.Severity,
+			&i.PaymentID,
+			&i.Reference,
+			&i.ChargeIds,
+			&i.Detail,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockDay = `-- name: LockDay :exec
+SELECT pg_advisory_lock(7420, $1::int)
+`
+
+// One run of a day at a time, across reconcilers: a session lock, held
+// for the run.
+func (q *Queries) LockDay(ctx context.Context, dayKey int32) error {
+	_, err := q.db.Exec(ctx, lockDay, dayKey)
+	return err
+}
+
+const recordItem = `-- name: RecordItem :exec
+INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
+VALUES ($1, $2, $3, NULLIF($4::text, '')::uuid, $5, $6, $7)
+`
+
+type RecordItemParams struct {
+	RunID     int64
+	Kind      string
+	Severity  string
+	PaymentID string
+	Reference string
+	ChargeIds []string
+	Detail    string
+}
+
+func (q *Queries) RecordItem(ctx context.Context, arg RecordItemParams) error {
+	_, err := q.db.Exec(ctx, recordItem,
+		arg.RunID,
+		arg.Kind,
+		arg.Severity,
+		arg.PaymentID,
+		arg.Reference,
+		arg.ChargeIds,
+		arg.Detail,
+	)
+	return err
 }
 
 const recordWebhookEvent = `-- name: RecordWebhookEvent :execrows
@@ -42,4 +233,45 @@ func (q *Queries) RecordWebhookEvent(ctx context.Context, arg RecordWebhookEvent
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const startRun = `-- name: StartRun :one
+INSERT INTO reconciliation_runs (day, triggered_by) VALUES ($1, $2) RETURNING id, started_at
+`
+
+type StartRunParams struct {
+	Day         time.Time
+	TriggeredBy string
+}
+
+type StartRunRow struct {
+	ID        int64
+	StartedAt time.Time
+}
+
+func (q *Queries) StartRun(ctx context.Context, arg StartRunParams) (StartRunRow, error) {
+	row := q.db.QueryRow(ctx, startRun, arg.Day, arg.TriggeredBy)
+	var i StartRunRow
+	err := row.Scan(&i.ID, &i.StartedAt)
+	return i, err
+}
+
+const tryLockDay = `-- name: TryLockDay :one
+SELECT pg_try_advisory_lock(7420, $1::int)
+`
+
+func (q *Queries) TryLockDay(ctx context.Context, dayKey int32) (bool, error) {
+	row := q.db.QueryRow(ctx, tryLockDay, dayKey)
+	var pg_try_advisory_lock bool
+	err := row.Scan(&pg_try_advisory_lock)
+	return pg_try_advisory_lock, err
+}
+
+const unlockDay = `-- name: UnlockDay :exec
+SELECT pg_advisory_unlock(7420, $1::int)
+`
+
+func (q *Queries) UnlockDay(ctx context.Context, dayKey int32) error {
+	_, err := q.db.Exec(ctx, unlockDay, dayKey)
+	return err
 }
