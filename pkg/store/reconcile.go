@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
+	"github.com/paysched/paysched/pkg/store/movedb"
 )
 
 // The reconciler's statements on payments. They run inside a run's
@@ -132,45 +133,28 @@ type Probe struct {
 	SentBy time.Time
 }
 
-// dueProbesSQL finds ambiguous dead letters whose next probe is due. Dead
-// letters are always past due, so only partitions up to now are read.
-const dueProbesSQL = `
-SELECT id, due_time, payer, amount_minor, currency, probes, ` + sentAgoCol + ` FROM payments p
-WHERE status = 'DEAD_LETTERED' AND dead_letter_reason = 'AMBIGUOUS_UNRESOLVED'
-  AND due_time <= now() AND run_at <= now()
-ORDER BY run_at LIMIT $1`
-
 // DueProbes lists up to limit ambiguous dead letters to ask the gateway about.
 func DueProbes(ctx context.Context, db pgdb.DB, limit int) ([]Probe, error) {
-	rows, err := db.Query(ctx, dueProbesSQL, limit)
+	rows, err := movedb.New(db).DueProbes(ctx, int32(limit))
 	if err != nil {
 		return nil, fmt.Errorf("due probes: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Probe, error) {
-		var p Probe
-		var ago *float64
-		err := row.Scan(&p.ID, &p.DueTime, &p.Payer, &p.Amount, &p.Currency, &p.Probes, &ago)
-		p.SentBy = sentBy(ago)
-		return p, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("due probes: %w", err)
+	out := make([]Probe, len(rows))
+	for i, r := range rows {
+		out[i] = Probe{ID: r.ID, DueTime: r.DueTime, Payer: r.Payer, Amount: r.AmountMinor, Currency: r.Currency, Probes: r.Probes}
+		if r.SentAgoS >= 0 {
+			out[i].SentBy = sentBy(&r.SentAgoS)
+		}
 	}
 	return out, nil
 }
 
-// postponeSQL schedules the next probe; fenced on the status and the probe
-// count so a payment moved meanwhile is left alone. run_at of a dead letter
-// is otherwise unused: it is when the next probe is due.
-const postponeSQL = `
-UPDATE payments SET probes = probes + 1, run_at = now() + make_interval(secs => $3), last_error = $4
-WHERE id = $1 AND due_time = $5
-  AND status = 'DEAD_LETTERED' AND probes = $2`
-
 // PostponeProbe records an unanswered probe and schedules the next one
 // after wait.
 func PostponeProbe(ctx context.Context, db pgdb.DB, id uuid.UUID, due time.Time, probes int32, wait time.Duration, why string) error {
-	if _, err := db.Exec(ctx, postponeSQL, id, probes, wait.Seconds(), why, due); err != nil {
+	// Why it is safe: movedb/moves.sql, PostponeProbe.
+	if err := movedb.New(db).PostponeProbe(ctx, movedb.PostponeProbeParams{ID: id, DueTime: due, Probes: probes,
+		WaitS: wait.Seconds(), Why: why}); err != nil {
 		return fmt.Errorf("postpone probe of %s: %w", id, err)
 	}
 	return nil

@@ -74,7 +74,7 @@ var notYetNamed = map[string]int{
 	"pkg/store/deadletters.go":           3,
 	"pkg/store/outcome.go":               2,
 	"pkg/store/payments.go":              8,
-	"pkg/store/reconcile.go":             6,
+	"pkg/store/reconcile.go":             4,
 	"pkg/store/schedules.go":             30,
 	"services/audit-consumer/main.go":    1,
 }

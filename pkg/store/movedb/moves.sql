@@ -100,3 +100,25 @@ RETURNING prev_status;
 -- Names the operator's request to the database for the rest of the
 -- transaction: the admin role's guard reads it (0026).
 SELECT set_config('paysched.request', @request::text, true);
+
+-- name: DueProbes :many
+-- Ambiguous dead letters whose next probe is due, and how long ago their
+-- requests had all been sent (-1: unknown). Dead letters are always past
+-- due, so only partitions up to now are read.
+SELECT p.id, p.due_time, p.payer, p.amount_minor, p.currency, p.probes,
+       coalesce(EXTRACT(epoch FROM clock_timestamp() - p.requests_sent_by)::float8, -1)::float8 AS sent_ago_s
+FROM payments p
+WHERE p.status = 'DEAD_LETTERED' AND p.dead_letter_reason = 'AMBIGUOUS_UNRESOLVED'
+  AND p.due_time <= now() AND p.run_at <= now()
+ORDER BY p.run_at LIMIT @max;
+
+-- name: PostponeProbe :exec
+-- Records an unanswered probe and schedules the next one.
+--
+-- Why it is safe: it moves no money and no status; it is fenced on the
+-- status and the probe count, so a payment moved meanwhile is left alone.
+-- run_at of a dead letter is otherwise unused: it is when the next probe
+-- is due.
+UPDATE payments SET probes = probes + 1, run_at = now() + make_interval(secs => @wait_s::float8), last_error = @why::text
+WHERE id = @id AND due_time = @due_time
+  AND status = 'DEAD_LETTERED' AND probes = @probes::int;

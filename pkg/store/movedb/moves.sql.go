@@ -12,6 +12,56 @@ import (
 	"github.com/google/uuid"
 )
 
+const dueProbes = `-- name: DueProbes :many
+SELECT p.id, p.due_time, p.payer, p.amount_minor, p.currency, p.probes,
+       coalesce(EXTRACT(epoch FROM clock_timestamp() - p.requests_sent_by)::float8, -1)::float8 AS sent_ago_s
+FROM payments p
+WHERE p.status = 'DEAD_LETTERED' AND p.dead_letter_reason = 'AMBIGUOUS_UNRESOLVED'
+  AND p.due_time <= now() AND p.run_at <= now()
+ORDER BY p.run_at LIMIT $1
+`
+
+type DueProbesRow struct {
+	ID          uuid.UUID
+	DueTime     time.Time
+	Payer       string
+	AmountMinor int64
+	Currency    string
+	Probes      int32
+	SentAgoS    float64
+}
+
+// Ambiguous dead letters whose next probe is due, and how long ago their
+// requests had all been sent (-1: unknown). Dead letters are always past
+// due, so only partitions up to now are read.
+func (q *Queries) DueProbes(ctx context.Context, max int32) ([]DueProbesRow, error) {
+	rows, err := q.db.Query(ctx, dueProbes, max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DueProbesRow
+	for rows.Next() {
+		var i DueProbesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.DueTime,
+			&i.Payer,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.Probes,
+			&i.SentAgoS,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const dueTimeOf = `-- name: DueTimeOf :one
 SELECT due_time FROM payment_index WHERE id = $1
 `
@@ -134,6 +184,37 @@ SELECT set_config('paysched.request', $1::text, true)
 // transaction: the admin role's guard reads it (0026).
 func (q *Queries) NameRequest(ctx context.Context, request string) error {
 	_, err := q.db.Exec(ctx, nameRequest, request)
+	return err
+}
+
+const postponeProbe = `-- name: PostponeProbe :exec
+UPDATE payments SET probes = probes + 1, run_at = now() + make_interval(secs => $1::float8), last_error = $2::text
+WHERE id = $3 AND due_time = $4
+  AND status = 'DEAD_LETTERED' AND probes = $5::int
+`
+
+type PostponeProbeParams struct {
+	WaitS   float64
+	Why     string
+	ID      uuid.UUID
+	DueTime time.Time
+	Probes  int32
+}
+
+// Records an unanswered probe and schedules the next one.
+//
+// Why it is safe: it moves no money and no status; it is fenced on the
+// status and the probe count, so a payment moved meanwhile is left alone.
+// run_at of a dead letter is otherwise unused: it is when the next probe
+// is due.
+func (q *Queries) PostponeProbe(ctx context.Context, arg PostponeProbeParams) error {
+	_, err := q.db.Exec(ctx, postponeProbe,
+		arg.WaitS,
+		arg.Why,
+		arg.ID,
+		arg.DueTime,
+		arg.Probes,
+	)
 	return err
 }
 
