@@ -23,6 +23,11 @@ import (
 // capitals as this house writes SQL (so prose is not taken for it).
 var sqlStart = regexp.MustCompile(`^\s*(?:--[^\n]*\n\s*)*(SELECT|INSERT|UPDATE|DELETE|WITH|COPY|LOCK|CREATE|ALTER|DROP|TRUNCATE|VACUUM|ANALYZE|CALL|GRANT|REVOKE|REFRESH|LISTEN|NOTIFY|SET|SHOW)\s`)
 
+// prose is a capitalised keyword followed by three plain lowercase words,
+// as a sentence runs on ("COPY streams writing each batch") and no
+// statement does ("UPDATE payments p SET").
+var prose = regexp.MustCompile(`^\s*[A-Z]+\s+[a-z]+ [a-z]+ [a-z]+\b`)
+
 // statements counts the SQL statements written as string literals in a Go
 // source file.
 func statements(path string, src []byte) (int, error) {
@@ -36,7 +41,7 @@ func statements(path string, src []byte) (int, error) {
 		if !ok || lit.Kind != token.STRING {
 			return true
 		}
-		if s, err := strconv.Unquote(lit.Value); err == nil && sqlStart.MatchString(s) {
+		if s, err := strconv.Unquote(lit.Value); err == nil && sqlStart.MatchString(s) && !prose.MatchString(s) {
 			n++
 		}
 		return true
@@ -76,7 +81,6 @@ var notYetNamed = map[string]int{
 	"pkg/store/payments.go":              8,
 	"pkg/store/reconcile.go":             4,
 	"pkg/store/schedules.go":             30,
-	"services/audit-consumer/main.go":    1,
 }
 
 func TestSQLLivesInNamedFiles(t *testing.T) {
@@ -134,6 +138,8 @@ func TestSQLDetectorSeesAStatement(t *testing.T) {
 		"package x\nconst a, b = `WITH d AS (SELECT 1) SELECT * FROM d`, `DELETE FROM t`": 2,
 		"package x\nconst msg = \"Select a tenant\"":                                      0,
 		"package x\nconst msg = \"SELECTED\"":                                             0,
+		"package x\nconst usage = \"COPY streams writing each batch of rows at once\"":    0,
+		"package x\nconst q = `UPDATE payments p SET status = 'FAILED'`":                  1,
 	} {
 		if got, err := statements("x.go", []byte(src)); err != nil || got != want {
 			t.Errorf("statements(%q) = %d, %v; want %d", src, got, err, want)
