@@ -69,7 +69,7 @@ var notYetNamed = map[string]int{
 	"pkg/events/cdc/attempts.go":         5,
 	"pkg/events/cdc/connector.go":        13,
 	"pkg/events/cdc/failover.go":         2,
-	"pkg/events/cdc/gap.go":              5,
+	"pkg/events/cdc/gap.go":              3,
 	"pkg/events/tenanthook/cache.go":     1,
 	"pkg/events/tenanthook/deliver.go":   13,
 	"pkg/events/tenanthook/endpoints.go": 3,

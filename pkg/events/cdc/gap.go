@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paysched/paysched/pkg/events/cdc/cdcdb"
 	"github.com/paysched/paysched/pkg/events/envelope"
 )
 
@@ -71,9 +72,9 @@ func (c *Connector) checkSlot(ctx context.Context) (exists bool, rec *slotState,
 	default:
 		exists = true
 	}
-	var lsnText string
-	var at time.Time
-	switch err := c.db.QueryRow(ctx, `SELECT confirmed_lsn::text, confirmed_at FROM cdc_state WHERE slot = $1`, c.cfg.Slot).Scan(&lsnText, &at); {
+	pos, err := cdcdb.New(c.db).ConfirmedPosition(ctx, c.cfg.Slot)
+	lsnText, at := pos.Lsn, pos.ConfirmedAt
+	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return exists, nil, nil, nil
 	case err != nil:
@@ -102,9 +103,7 @@ func (c *Connector) checkSlot(ctx context.Context) (exists bool, rec *slotState,
 
 // record writes lsn as the position cdc is about to confirm.
 func (c *Connector) record(ctx context.Context, lsn pglogrepl.LSN) error {
-	_, err := c.db.Exec(ctx, `INSERT INTO cdc_state (slot, confirmed_lsn, confirmed_at) VALUES ($1, $2::pg_lsn, now())
-		ON CONFLICT (slot) DO UPDATE SET confirmed_lsn = excluded.confirmed_lsn, confirmed_at = excluded.confirmed_at`, c.cfg.Slot, lsn.String())
-	if err != nil {
+	if err := cdcdb.New(c.db).RecordPosition(ctx, cdcdb.RecordPositionParams{Slot: c.cfg.Slot, Lsn: lsn.String()}); err != nil {
 		return fmt.Errorf("record confirmed position: %w", err)
 	}
 	return nil
