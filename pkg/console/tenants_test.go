@@ -71,6 +71,9 @@ func TestTenantPageAndFourEyesOnLimits(t *testing.T) {
 	if page := h.get(ada, "/console/tenants/alice").Body.String(); regexp.MustCompile(`approve-limits-\d+`).MatchString(page) {
 		t.Fatal("the requester is offered to approve her own change")
 	}
+	if page := h.get(bea, "/console/tenants/alice").Body.String(); !strings.Contains(page, fmt.Sprintf(`id="approve-limits-%d"`, id)) {
+		t.Fatal("a second admin is not offered to approve the change")
+	}
 	if code := decide(bea, id, "reject"); code != 303 || weight() != 1 {
 		t.Fatalf("reject: %d, weight %d", code, weight())
 	}

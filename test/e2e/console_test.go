@@ -407,7 +407,10 @@ func TestConsoleHoldsInABrowser(t *testing.T) {
 		t.Fatalf("the tenant page says %q due within the day (%v), want 3", got, err)
 	}
 	if err := chromedp.Do(alice, chromedp.SetValue("#weight-in", "3"), chromedp.SetValue("#reason-in", "payroll week"),
-		chromedp.Click("#request-limits"), chromedp.WaitVisible("#limit-requests")); err != nil {
+		// The table is on the page before the post too: wait for the
+		// request's own row (a state cell), or bob may load the page
+		// before the post lands and wait for a button that never comes.
+		chromedp.Click("#request-limits"), chromedp.WaitVisible("#limit-requests td.state")); err != nil {
 		t.Fatalf("alice asks for weight 3: %v", err)
 	}
 	shot(t, alice, "tenant")
