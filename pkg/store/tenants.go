@@ -37,18 +37,10 @@ func LoadTenantLimits(ctx context.Context, db pgdb.DB) ([]TenantLimits, error) {
 	return limitsOf(rows), nil
 }
 
-// limitsOf is tenant_limits' rows (of any of its reads: they share
-// columns) as TenantLimits.
-func limitsOf[R ~struct {
-	Tenant      string
-	Weight      int32
-	MaxInflight *int32
-	MaxRate     *float64
-	UpdatedBy   string
-}](rows []R) []TenantLimits {
+// limitsOf is tenant_limits' rows as TenantLimits.
+func limitsOf(rows []tenantdb.TenantLimit) []TenantLimits {
 	out := make([]TenantLimits, len(rows))
-	for i, r := range rows {
-		row := tenantdb.TenantLimitsRow(r)
+	for i, row := range rows {
 		out[i] = TenantLimits{Tenant: row.Tenant, Weight: int(row.Weight), MaxRate: row.MaxRate, UpdatedBy: row.UpdatedBy}
 		if row.MaxInflight != nil {
 			n := int(*row.MaxInflight)

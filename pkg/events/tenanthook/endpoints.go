@@ -84,23 +84,10 @@ func (e Endpoint) Check(loopback bool) error {
 	return nil
 }
 
-// endpointOf is an endpoint as its reads return it (any of them: they
-// share columns, never the secrets).
-func endpointOf[R ~struct {
-	ID             uuid.UUID
-	Tenant         string
-	Url            string
-	EventTypes     []string
-	Description    string
-	Enabled        bool
-	MaxInflight    int32
-	MaxPerSecond   float32
-	DisabledReason string
-	FailingSince   *time.Time
-	RotateUntil    *time.Time
-	CreatedAt      time.Time
-}](row R) Endpoint {
-	r := endpointdb.GetEndpointRow(row)
+// endpointOf is an endpoint as its reads return it (never its secrets).
+// The create's and the list's rows have the same columns: callers convert
+// them to GetEndpointRow.
+func endpointOf(r endpointdb.GetEndpointRow) Endpoint {
 	return Endpoint{ID: r.ID, Tenant: r.Tenant, URL: r.Url, EventTypes: r.EventTypes, Description: r.Description, Enabled: r.Enabled,
 		MaxInflight: int(r.MaxInflight), MaxPerSecond: float64(r.MaxPerSecond), DisabledReason: r.DisabledReason,
 		FailingSince: r.FailingSince, RotateUntil: r.RotateUntil, CreatedAt: r.CreatedAt}
@@ -142,7 +129,7 @@ func CreateEndpoint(ctx context.Context, db pgdb.DB, e Endpoint) (Endpoint, stri
 		if len(rows) == 0 {
 			return fmt.Errorf("tenant %q has %d endpoints, the most allowed: %w", e.Tenant, MaxEndpointsPerTenant, ErrTooManyEndpoints)
 		}
-		out = endpointOf(rows[0])
+		out = endpointOf(endpointdb.GetEndpointRow(rows[0]))
 		return nil
 	})
 	if err != nil {
@@ -159,7 +146,7 @@ func ListEndpoints(ctx context.Context, db pgdb.DB, tenant string) ([]Endpoint, 
 	}
 	out := make([]Endpoint, len(rows))
 	for i, r := range rows {
-		out[i] = endpointOf(r)
+		out[i] = endpointOf(endpointdb.GetEndpointRow(r))
 	}
 	return out, nil
 }

@@ -3,3 +3,16 @@
 //   sqlc v1.31.1
 
 package tenantdb
+
+import (
+	"time"
+)
+
+type TenantLimit struct {
+	Tenant      string
+	Weight      int32
+	MaxInflight *int32
+	MaxRate     *float64
+	UpdatedAt   time.Time
+	UpdatedBy   string
+}

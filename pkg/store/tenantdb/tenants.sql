@@ -1,13 +1,13 @@
 -- name: TenantLimits :many
 -- Every tenant's limits: a row only for a tenant an operator set, so few.
-SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits ORDER BY tenant;
+SELECT * FROM tenant_limits ORDER BY tenant;
 
 -- name: TenantLimitsAfter :many
-SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits
+SELECT * FROM tenant_limits
 WHERE tenant > @after ORDER BY tenant LIMIT @max;
 
 -- name: TenantLimitsOf :many
-SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits WHERE tenant = @tenant;
+SELECT * FROM tenant_limits WHERE tenant = @tenant;
 
 -- name: SetTenantLimits :exec
 INSERT INTO tenant_limits (tenant, weight, max_inflight, max_rate, updated_by) VALUES (@tenant, @weight, @max_inflight, @max_rate, @updated_by)

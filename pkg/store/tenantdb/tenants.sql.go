@@ -36,32 +36,25 @@ func (q *Queries) SetTenantLimits(ctx context.Context, arg SetTenantLimitsParams
 }
 
 const tenantLimits = `-- name: TenantLimits :many
-SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits ORDER BY tenant
+SELECT tenant, weight, max_inflight, max_rate, updated_at, updated_by FROM tenant_limits ORDER BY tenant
 `
 
-type TenantLimitsRow struct {
-	Tenant      string
-	Weight      int32
-	MaxInflight *int32
-	MaxRate     *float64
-	UpdatedBy   string
-}
-
 // Every tenant's limits: a row only for a tenant an operator set, so few.
-func (q *Queries) TenantLimits(ctx context.Context) ([]TenantLimitsRow, error) {
+func (q *Queries) TenantLimits(ctx context.Context) ([]TenantLimit, error) {
 	rows, err := q.db.Query(ctx, tenantLimits)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []TenantLimitsRow
+	var items []TenantLimit
 	for rows.Next() {
-		var i TenantLimitsRow
+		var i TenantLimit
 		if err := rows.Scan(
 			&i.Tenant,
 			&i.Weight,
 			&i.MaxInflight,
 			&i.MaxRate,
+			&i.UpdatedAt,
 			&i.UpdatedBy,
 		); err != nil {
 			return nil, err
@@ -75,7 +68,7 @@ func (q *Queries) TenantLimits(ctx context.Context) ([]TenantLimitsRow, error) {
 }
 
 const tenantLimitsAfter = `-- name: TenantLimitsAfter :many
-SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits
+SELECT tenant, weight, max_inflight, max_rate, updated_at, updated_by FROM tenant_limits
 WHERE tenant > $1 ORDER BY tenant LIMIT $2
 `
 
@@ -84,28 +77,21 @@ type TenantLimitsAfterParams struct {
 	Max   int32
 }
 
-type TenantLimitsAfterRow struct {
-	Tenant      string
-	Weight      int32
-	MaxInflight *int32
-	MaxRate     *float64
-	UpdatedBy   string
-}
-
-func (q *Queries) TenantLimitsAfter(ctx context.Context, arg TenantLimitsAfterParams) ([]TenantLimitsAfterRow, error) {
+func (q *Queries) TenantLimitsAfter(ctx context.Context, arg TenantLimitsAfterParams) ([]TenantLimit, error) {
 	rows, err := q.db.Query(ctx, tenantLimitsAfter, arg.After, arg.Max)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []TenantLimitsAfterRow
+	var items []TenantLimit
 	for rows.Next() {
-		var i TenantLimitsAfterRow
+		var i TenantLimit
 		if err := rows.Scan(
 			&i.Tenant,
 			&i.Weight,
 			&i.MaxInflight,
 			&i.MaxRate,
+			&i.UpdatedAt,
 			&i.UpdatedBy,
 		); err != nil {
 			return nil, err
@@ -119,31 +105,24 @@ func (q *Queries) TenantLimitsAfter(ctx context.Context, arg TenantLimitsAfterPa
 }
 
 const tenantLimitsOf = `-- name: TenantLimitsOf :many
-SELECT tenant, weight, max_inflight, max_rate, updated_by FROM tenant_limits WHERE tenant = $1
+SELECT tenant, weight, max_inflight, max_rate, updated_at, updated_by FROM tenant_limits WHERE tenant = $1
 `
 
-type TenantLimitsOfRow struct {
-	Tenant      string
-	Weight      int32
-	MaxInflight *int32
-	MaxRate     *float64
-	UpdatedBy   string
-}
-
-func (q *Queries) TenantLimitsOf(ctx context.Context, tenant string) ([]TenantLimitsOfRow, error) {
+func (q *Queries) TenantLimitsOf(ctx context.Context, tenant string) ([]TenantLimit, error) {
 	rows, err := q.db.Query(ctx, tenantLimitsOf, tenant)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []TenantLimitsOfRow
+	var items []TenantLimit
 	for rows.Next() {
-		var i TenantLimitsOfRow
+		var i TenantLimit
 		if err := rows.Scan(
 			&i.Tenant,
 			&i.Weight,
 			&i.MaxInflight,
 			&i.MaxRate,
+			&i.UpdatedAt,
 			&i.UpdatedBy,
 		); err != nil {
 			return nil, err
