@@ -3,8 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,34 +24,27 @@ func deadLettersCmd(g *globals) *cobra.Command {
 		Short: "List dead-lettered payments with their reason and attempts (admin)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.dialAs(true, g.timeout)
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			letters, err := allPages(func(tok string) ([]*payschedv1.DeadLetter, string, error) {
-				resp, err := c.admin.ListDeadLetters(c.ctx, &payschedv1.ListDeadLettersRequest{PageSize: size, PageToken: tok})
-				return resp.GetDeadLetters(), resp.GetNextPageToken(), err
+			letters, err := call(g, true, func(c *conn) ([]*payschedv1.DeadLetter, error) {
+				return allPages(func(tok string) ([]*payschedv1.DeadLetter, string, error) {
+					resp, err := c.admin.ListDeadLetters(c.ctx, &payschedv1.ListDeadLettersRequest{PageSize: size, PageToken: tok})
+					return resp.GetDeadLetters(), resp.GetNextPageToken(), err
+				})
 			})
 			if err != nil {
 				return err
 			}
 			all := &payschedv1.ListDeadLettersResponse{DeadLetters: letters}
-			if g.json {
-				return printJSON(g.out, all)
-			}
-			tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "PAYMENT ID\tPAYER\tAMOUNT\tDUE AT\tREASON\tATTEMPTS\tLAST ERROR")
-			for _, d := range all.GetDeadLetters() {
-				p := d.GetPayment()
-				var outs []string
-				for _, a := range p.GetAttempts() {
-					outs = append(outs, a.GetOutcome())
+			return g.jsonOrTable(all, "PAYMENT ID\tPAYER\tAMOUNT\tDUE AT\tREASON\tATTEMPTS\tLAST ERROR", func(w io.Writer) {
+				for _, d := range all.GetDeadLetters() {
+					p := d.GetPayment()
+					var outs []string
+					for _, a := range p.GetAttempts() {
+						outs = append(outs, a.GetOutcome())
+					}
+					fmt.Fprintf(w, "%s\t%s\t%d %s\t%s\t%s\t%s\t%s\n", p.GetPaymentId(), p.GetPayer(), p.GetAmount(), p.GetCurrency(),
+						ts(p.GetDueAt()), d.GetReason(), strings.Join(outs, ","), p.GetLastError())
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d %s\t%s\t%s\t%s\t%s\n", p.GetPaymentId(), p.GetPayer(), p.GetAmount(), p.GetCurrency(),
-					ts(p.GetDueAt()), d.GetReason(), strings.Join(outs, ","), p.GetLastError())
-			}
-			return tw.Flush()
+			})
 		},
 	}
 	c.Flags().Int32Var(&size, "page-size", 200, "page size")
@@ -59,17 +52,20 @@ func deadLettersCmd(g *globals) *cobra.Command {
 }
 
 // noteMove is an AdminService method that moves one payment with a note.
-type noteMove func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error)
+type noteMove func(c *conn, id, note string) (paymentAnswer, error)
+
+// paymentAnswer is the answer of a call that moves one payment.
+type paymentAnswer interface {
+	proto.Message
+	GetPayment() *payschedv1.ScheduledPayment
+}
 
 // moveBy calls an AdminService method whose request is a payment id and a
 // note and whose answer carries the payment.
-func moveBy[Req any, Resp interface {
-	proto.Message
-	GetPayment() *payschedv1.ScheduledPayment
-}](call func(payschedv1.AdminServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req func(id, note string) Req) noteMove {
-	return func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
-		resp, err := call(c.admin, c.ctx, req(id, note))
-		return resp, resp.GetPayment(), err
+func moveBy[Req any, Resp paymentAnswer](call func(payschedv1.AdminServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error),
+	req func(id, note string) Req) noteMove {
+	return func(c *conn, id, note string) (paymentAnswer, error) {
+		return call(c.admin, c.ctx, req(id, note))
 	}
 }
 
@@ -118,41 +114,33 @@ func rescheduleCmd(g *globals) *cobra.Command {
 	var at string
 	c := moveCmd(g, "reschedule PAYMENT_ID --at TIME --note TEXT",
 		"Move when a PENDING or HELD payment runs: never before its due time, at most 90 days ahead (admin)",
-		"why (required)", func(c *conn, id, note string) (proto.Message, *payschedv1.ScheduledPayment, error) {
+		"why (required)", func(c *conn, id, note string) (paymentAnswer, error) {
 			when, err := parseDue(at)
 			if err != nil {
-				return nil, nil, fmt.Errorf("--at: %w", err)
+				return nil, fmt.Errorf("--at: %w", err)
 			}
-			resp, err := c.admin.ReschedulePayment(c.ctx, &payschedv1.ReschedulePaymentRequest{PaymentId: id, RunAt: timestamppb.New(when), Note: note})
-			return resp, resp.GetPayment(), err
+			return c.admin.ReschedulePayment(c.ctx, &payschedv1.ReschedulePaymentRequest{PaymentId: id, RunAt: timestamppb.New(when), Note: note})
 		})
 	c.Flags().StringVar(&at, "at", "", "when it runs: RFC 3339, or a duration from now such as +2h")
 	return c
 }
 
 // moveCmd is an operator action on one payment at rest, with a --note.
-func moveCmd(g *globals, use, short, noteHelp string, call noteMove) *cobra.Command {
+func moveCmd(g *globals, use, short, noteHelp string, move noteMove) *cobra.Command {
 	var note string
 	c := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dialAs(true, g.timeout)
+			resp, err := call(g, true, func(c *conn) (paymentAnswer, error) { return move(c, args[0], note) })
 			if err != nil {
 				return err
 			}
-			defer c.close()
-			resp, p, err := call(c, args[0], note)
-			if err != nil {
-				return RPCError(err)
-			}
-			if r, ok := resp.(interface {
-				GetRequest() *payschedv1.OperatorRequest
-			}); ok && r.GetRequest() != nil {
+			if r, ok := resp.(requestAnswer); ok && r.GetRequest() != nil {
 				return g.printRequest(r.GetRequest())
 			}
-			return g.printPayments(resp, p)
+			return g.printPayments(resp, resp.GetPayment())
 		},
 	}
 	c.Flags().StringVar(&note, "note", "", noteHelp)
@@ -167,14 +155,11 @@ func reconcileCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// A big day takes a while: the run is one transaction on the server.
-			c, err := g.dialAs(true, max(g.timeout, 10*time.Minute))
+			resp, err := callFor(g, true, max(g.timeout, 10*time.Minute), func(c *conn) (*payschedv1.TriggerReconciliationRunResponse, error) {
+				return c.admin.TriggerReconciliationRun(c.ctx, &payschedv1.TriggerReconciliationRunRequest{Day: day})
+			})
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			resp, err := c.admin.TriggerReconciliationRun(c.ctx, &payschedv1.TriggerReconciliationRunRequest{Day: day})
-			if err != nil {
-				return RPCError(err)
 			}
 			if g.json {
 				return printJSON(g.out, resp.GetRun())
@@ -194,14 +179,11 @@ func runsCmd(g *globals) *cobra.Command {
 		Short: "List reconciliation runs, newest first, with their items (admin)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.dialAs(true, g.timeout)
+			resp, err := call(g, true, func(c *conn) (*payschedv1.ListReconciliationRunsResponse, error) {
+				return c.admin.ListReconciliationRuns(c.ctx, &payschedv1.ListReconciliationRunsRequest{Day: day, PageSize: size})
+			})
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			resp, err := c.admin.ListReconciliationRuns(c.ctx, &payschedv1.ListReconciliationRunsRequest{Day: day, PageSize: size})
-			if err != nil {
-				return RPCError(err)
 			}
 			if g.json {
 				return printJSON(g.out, resp)
@@ -215,17 +197,16 @@ func runsCmd(g *globals) *cobra.Command {
 }
 
 func (g *globals) printRuns(runs ...*payschedv1.ReconciliationRun) error {
-	tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tDAY\tSTATE\tBY\tCHARGES\tPAYMENTS\tREPAIRED\tMISMATCHES\tSECONDS")
-	for _, r := range runs {
-		secs := ""
-		if r.GetFinishedAt() != nil {
-			secs = fmt.Sprintf("%.2f", r.GetFinishedAt().AsTime().Sub(r.GetStartedAt().AsTime()).Seconds())
+	if err := g.table("RUN\tDAY\tSTATE\tBY\tCHARGES\tPAYMENTS\tREPAIRED\tMISMATCHES\tSECONDS", func(w io.Writer) {
+		for _, r := range runs {
+			secs := ""
+			if r.GetFinishedAt() != nil {
+				secs = fmt.Sprintf("%.2f", r.GetFinishedAt().AsTime().Sub(r.GetStartedAt().AsTime()).Seconds())
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.GetRunId(), r.GetDay(), r.GetState(), r.GetTriggeredBy(),
+				r.GetCharges(), r.GetPayments(), r.GetRepaired(), r.GetMismatches(), secs)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.GetRunId(), r.GetDay(), r.GetState(), r.GetTriggeredBy(),
-			r.GetCharges(), r.GetPayments(), r.GetRepaired(), r.GetMismatches(), secs)
-	}
-	if err := tw.Flush(); err != nil {
+	}); err != nil {
 		return err
 	}
 	for _, r := range runs {

@@ -243,6 +243,54 @@ func loopback(addr string) bool {
 
 func (c *conn) close() { c.cancel(); _ = c.cc.Close() }
 
+// call dials payments-api, or admin-api when admin is set, makes one call
+// over the connection and closes it: every command reports a failed call
+// alike (RPCError).
+func call[R any](g *globals, admin bool, rpc func(c *conn) (R, error)) (R, error) {
+	return callFor(g, admin, g.timeout, rpc)
+}
+
+// callFor is call with its own timeout, for a call that outlasts --timeout.
+func callFor[R any](g *globals, admin bool, timeout time.Duration, rpc func(c *conn) (R, error)) (R, error) {
+	var resp R
+	err := g.with(admin, timeout, func(c *conn) error {
+		r, err := rpc(c)
+		if err != nil {
+			return RPCError(err)
+		}
+		resp = r
+		return nil
+	})
+	return resp, err
+}
+
+// with dials payments-api, or admin-api when admin is set, and runs fn
+// over the connection.
+func (g *globals) with(admin bool, timeout time.Duration, fn func(c *conn) error) error {
+	c, err := g.dialAs(admin, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	return fn(c)
+}
+
+// table prints rows under a header in aligned columns.
+func (g *globals) table(header string, rows func(w io.Writer)) error {
+	tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	rows(tw)
+	return tw.Flush()
+}
+
+// jsonOrTable prints msg with --json, else the table of header and rows.
+func (g *globals) jsonOrTable(msg proto.Message, header string, rows func(w io.Writer)) error {
+	if g.json {
+		return printJSON(g.out, msg)
+	}
+	return g.table(header, rows)
+}
+
 // parseDue accepts RFC 3339 or a duration from now ("30s", "+2m").
 func parseDue(s string) (time.Time, error) {
 	if d, err := time.ParseDuration(strings.TrimPrefix(s, "+")); err == nil {
@@ -271,17 +319,14 @@ func createCmd(g *globals) *cobra.Command {
 			if key == "" {
 				key = uuid.NewString()
 			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			resp, err := c.payment.CreateScheduledPayment(c.ctx, &payschedv1.CreateScheduledPaymentRequest{
-				Payee: payee, Amount: amount, Currency: currency, DueAt: timestamppb.New(dueAt),
-				Description: desc, Metadata: meta, RequestId: key,
+			resp, err := call(g, false, func(c *conn) (*payschedv1.CreateScheduledPaymentResponse, error) {
+				return c.payment.CreateScheduledPayment(c.ctx, &payschedv1.CreateScheduledPaymentRequest{
+					Payee: payee, Amount: amount, Currency: currency, DueAt: timestamppb.New(dueAt),
+					Description: desc, Metadata: meta, RequestId: key,
+				})
 			})
 			if err != nil {
-				return RPCError(err)
+				return err
 			}
 			return g.printPayments(resp, resp.GetPayment())
 		},
@@ -303,14 +348,11 @@ func getCmd(g *globals) *cobra.Command {
 		Short: "Show a payment and its attempts",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
+			resp, err := call(g, false, func(c *conn) (*payschedv1.GetScheduledPaymentResponse, error) {
+				return c.payment.GetScheduledPayment(c.ctx, &payschedv1.GetScheduledPaymentRequest{PaymentId: args[0]})
+			})
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			resp, err := c.payment.GetScheduledPayment(c.ctx, &payschedv1.GetScheduledPaymentRequest{PaymentId: args[0]})
-			if err != nil {
-				return RPCError(err)
 			}
 			if g.json {
 				return printJSON(g.out, resp)
@@ -318,19 +360,18 @@ func getCmd(g *globals) *cobra.Command {
 			if err := g.printPayments(nil, resp.GetPayment()); err != nil {
 				return err
 			}
-			if len(resp.GetPayment().GetAttempts()) > 0 {
-				tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-				fmt.Fprintln(tw, "\nATTEMPT\tSTARTED\tFINISHED\tOUTCOME\tGATEWAY REF\tERROR")
+			if len(resp.GetPayment().GetAttempts()) == 0 {
+				return nil
+			}
+			return g.table("\nATTEMPT\tSTARTED\tFINISHED\tOUTCOME\tGATEWAY REF\tERROR", func(w io.Writer) {
 				for _, a := range resp.GetPayment().GetAttempts() {
 					fin := "-"
 					if a.GetFinishedAt() != nil {
 						fin = ts(a.GetFinishedAt())
 					}
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", a.GetAttempt(), ts(a.GetStartedAt()), fin, a.GetOutcome(), a.GetGatewayRef(), a.GetError())
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", a.GetAttempt(), ts(a.GetStartedAt()), fin, a.GetOutcome(), a.GetGatewayRef(), a.GetError())
 				}
-				return tw.Flush()
-			}
-			return nil
+			})
 		},
 	}
 }
@@ -352,25 +393,24 @@ func listCmd(g *globals) *cobra.Command {
 				}
 				st = payschedv1.PaymentStatus(v)
 			}
-			c, err := g.dial()
+			var ps []*payschedv1.ScheduledPayment
+			last, err := call(g, false, func(c *conn) (*payschedv1.ListScheduledPaymentsResponse, error) {
+				for {
+					resp, err := c.payment.ListScheduledPayments(c.ctx, &payschedv1.ListScheduledPaymentsRequest{
+						Status: st, Cursor: cursor, PageSize: size,
+					})
+					if err != nil {
+						return nil, err
+					}
+					ps = append(ps, resp.GetPayments()...)
+					if !all || resp.GetNextCursor() == "" {
+						return resp, nil
+					}
+					cursor = resp.GetNextCursor()
+				}
+			})
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			var ps []*payschedv1.ScheduledPayment
-			var last *payschedv1.ListScheduledPaymentsResponse
-			for {
-				resp, err := c.payment.ListScheduledPayments(c.ctx, &payschedv1.ListScheduledPaymentsRequest{
-					Status: st, Cursor: cursor, PageSize: size,
-				})
-				if err != nil {
-					return RPCError(err)
-				}
-				ps, last = append(ps, resp.GetPayments()...), resp
-				if !all || resp.GetNextCursor() == "" {
-					break
-				}
-				cursor = resp.GetNextCursor()
 			}
 			if g.json {
 				return printJSON(g.out, &payschedv1.ListScheduledPaymentsResponse{Payments: ps, NextCursor: last.GetNextCursor()})
@@ -398,14 +438,11 @@ func cancelCmd(g *globals) *cobra.Command {
 		Short: "Cancel a pending payment",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
+			resp, err := call(g, false, func(c *conn) (*payschedv1.CancelScheduledPaymentResponse, error) {
+				return c.payment.CancelScheduledPayment(c.ctx, &payschedv1.CancelScheduledPaymentRequest{PaymentId: args[0]})
+			})
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			resp, err := c.payment.CancelScheduledPayment(c.ctx, &payschedv1.CancelScheduledPaymentRequest{PaymentId: args[0]})
-			if err != nil {
-				return RPCError(err)
 			}
 			return g.printPayments(resp, resp.GetPayment())
 		},
@@ -484,13 +521,12 @@ func (g *globals) printPayments(msg proto.Message, ps ...*payschedv1.ScheduledPa
 		}
 		return printJSON(g.out, msg)
 	}
-	tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "PAYMENT ID\tSTATUS\tPAYEE\tAMOUNT\tDUE AT\tATTEMPT")
-	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%s\t%d\n", p.GetPaymentId(), p.GetStatus(), p.GetPayee(),
-			p.GetAmount(), p.GetCurrency(), ts(p.GetDueAt()), p.GetAttempt())
-	}
-	return tw.Flush()
+	return g.table("PAYMENT ID\tSTATUS\tPAYEE\tAMOUNT\tDUE AT\tATTEMPT", func(w io.Writer) {
+		for _, p := range ps {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d %s\t%s\t%d\n", p.GetPaymentId(), p.GetStatus(), p.GetPayee(),
+				p.GetAmount(), p.GetCurrency(), ts(p.GetDueAt()), p.GetAttempt())
+		}
+	})
 }
 
 func ts(t *timestamppb.Timestamp) string { return t.AsTime().UTC().Format(time.RFC3339) }

@@ -2,8 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -23,25 +23,18 @@ func requestsCmd(g *globals) *cobra.Command {
 		Short: "List requests: the open ones, oldest first, then the latest closed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cn, err := g.dialAs(true, g.timeout)
+			resp, err := call(g, true, func(cn *conn) (*payschedv1.ListOperatorRequestsResponse, error) {
+				return cn.admin.ListOperatorRequests(cn.ctx, &payschedv1.ListOperatorRequestsRequest{State: strings.ToUpper(state)})
+			})
 			if err != nil {
 				return err
 			}
-			defer cn.close()
-			resp, err := cn.admin.ListOperatorRequests(cn.ctx, &payschedv1.ListOperatorRequestsRequest{State: strings.ToUpper(state)})
-			if err != nil {
-				return RPCError(err)
-			}
-			if g.json {
-				return printJSON(g.out, resp)
-			}
-			tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tACTION\tSTATE\tPAYMENTS\tAMOUNTS\tREQUESTED BY\tDECIDED BY\tEXPIRES AT\tREASON")
-			for _, r := range resp.GetRequests() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.GetName(), r.GetAction(), r.GetState(), what(r), amounts(r),
-					r.GetRequestedName(), r.GetDecidedName(), expiresAt(r), clipNote(r.GetReason()))
-			}
-			return tw.Flush()
+			return g.jsonOrTable(resp, "NAME\tACTION\tSTATE\tPAYMENTS\tAMOUNTS\tREQUESTED BY\tDECIDED BY\tEXPIRES AT\tREASON", func(w io.Writer) {
+				for _, r := range resp.GetRequests() {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.GetName(), r.GetAction(), r.GetState(), what(r), amounts(r),
+						r.GetRequestedName(), r.GetDecidedName(), expiresAt(r), clipNote(r.GetReason()))
+				}
+			})
 		},
 	}
 	list.Flags().StringVar(&state, "state", "", "only requests in this state (AWAITING_APPROVAL, APPROVED, QUEUED, RUNNING, DONE, REJECTED, EXPIRED, APPLIED)")
@@ -50,14 +43,11 @@ func requestsCmd(g *globals) *cobra.Command {
 		Short: "Show one request (moves/<id>, limits/<id> or endpoints/<id>)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cn, err := g.dialAs(true, g.timeout)
+			resp, err := call(g, true, func(cn *conn) (requestAnswer, error) {
+				return cn.admin.GetOperatorRequest(cn.ctx, &payschedv1.GetOperatorRequestRequest{Name: args[0]})
+			})
 			if err != nil {
 				return err
-			}
-			defer cn.close()
-			resp, err := cn.admin.GetOperatorRequest(cn.ctx, &payschedv1.GetOperatorRequestRequest{Name: args[0]})
-			if err != nil {
-				return RPCError(err)
 			}
 			return printJSON(g.out, resp.GetRequest())
 		},
@@ -72,31 +62,26 @@ func requestsCmd(g *globals) *cobra.Command {
 			Short: short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				cn, err := g.dialAs(true, g.timeout)
+				resp, err := call(g, true, func(cn *conn) (requestAnswer, error) {
+					if approve {
+						return cn.admin.ApproveOperatorRequest(cn.ctx, &payschedv1.ApproveOperatorRequestRequest{Name: args[0]})
+					}
+					return cn.admin.RejectOperatorRequest(cn.ctx, &payschedv1.RejectOperatorRequestRequest{Name: args[0]})
+				})
 				if err != nil {
 					return err
 				}
-				defer cn.close()
-				var r *payschedv1.OperatorRequest
-				if approve {
-					resp, err := cn.admin.ApproveOperatorRequest(cn.ctx, &payschedv1.ApproveOperatorRequestRequest{Name: args[0]})
-					if err != nil {
-						return RPCError(err)
-					}
-					r = resp.GetRequest()
-				} else {
-					resp, err := cn.admin.RejectOperatorRequest(cn.ctx, &payschedv1.RejectOperatorRequestRequest{Name: args[0]})
-					if err != nil {
-						return RPCError(err)
-					}
-					r = resp.GetRequest()
-				}
-				return printJSON(g.out, r)
+				return printJSON(g.out, resp.GetRequest())
 			},
 		}
 	}
 	c.AddCommand(list, show, decide("approve", true), decide("reject", false))
 	return c
+}
+
+// requestAnswer is the answer of a call that shows or decides one request.
+type requestAnswer interface {
+	GetRequest() *payschedv1.OperatorRequest
 }
 
 // printRequest says that an action waits for a second admin, and how to

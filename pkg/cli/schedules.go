@@ -2,8 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -75,14 +75,11 @@ func scheduleRequestCmd(g *globals) *cobra.Command {
 				}
 				req.ResumeAt = timestamppb.New(at)
 			}
-			c, err := g.dialAs(true, g.timeout)
+			resp, err := call(g, true, func(c *conn) (*payschedv1.RequestScheduleChangeResponse, error) {
+				return c.admin.RequestScheduleChange(c.ctx, req)
+			})
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			resp, err := c.admin.RequestScheduleChange(c.ctx, req)
-			if err != nil {
-				return RPCError(err)
 			}
 			return g.printRequest(resp.GetRequest())
 		},
@@ -144,14 +141,11 @@ func scheduleCreateCmd(g *globals) *cobra.Command {
 				key = uuid.NewString()
 			}
 			req.RequestId = key
-			c, err := g.dial()
+			resp, err := call(g, false, func(c *conn) (*payschedv1.CreateScheduleResponse, error) {
+				return c.schedules.CreateSchedule(c.ctx, req)
+			})
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			resp, err := c.schedules.CreateSchedule(c.ctx, req)
-			if err != nil {
-				return RPCError(err)
 			}
 			return g.printSchedules(resp, resp.GetSchedule())
 		},
@@ -172,17 +166,14 @@ func scheduleUpdateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := g.dial()
+			resp, err := call(g, false, func(c *conn) (*payschedv1.UpdateScheduleResponse, error) {
+				return c.schedules.UpdateSchedule(c.ctx, &payschedv1.UpdateScheduleRequest{ScheduleId: args[0], Payee: r.Payee,
+					Amount: r.Amount, Currency: r.Currency, Description: r.Description, Metadata: r.Metadata, Rrule: r.Rrule,
+					Start: r.Start, TimeZone: r.TimeZone, MonthEnd: r.MonthEnd, BusinessDays: r.BusinessDays, Calendar: r.Calendar,
+					CatchUp: r.CatchUp, CatchUpBound: r.CatchUpBound})
+			})
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			resp, err := c.schedules.UpdateSchedule(c.ctx, &payschedv1.UpdateScheduleRequest{ScheduleId: args[0], Payee: r.Payee,
-				Amount: r.Amount, Currency: r.Currency, Description: r.Description, Metadata: r.Metadata, Rrule: r.Rrule,
-				Start: r.Start, TimeZone: r.TimeZone, MonthEnd: r.MonthEnd, BusinessDays: r.BusinessDays, Calendar: r.Calendar,
-				CatchUp: r.CatchUp, CatchUpBound: r.CatchUpBound})
-			if err != nil {
-				return RPCError(err)
 			}
 			return g.printSchedules(resp, resp.GetSchedule())
 		},
@@ -197,14 +188,11 @@ func scheduleGetCmd(g *globals) *cobra.Command {
 		Short: "Show a schedule and its latest occurrences",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
+			resp, err := call(g, false, func(c *conn) (*payschedv1.GetScheduleResponse, error) {
+				return c.schedules.GetSchedule(c.ctx, &payschedv1.GetScheduleRequest{ScheduleId: args[0]})
+			})
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			resp, err := c.schedules.GetSchedule(c.ctx, &payschedv1.GetScheduleRequest{ScheduleId: args[0]})
-			if err != nil {
-				return RPCError(err)
 			}
 			if g.json {
 				return printJSON(g.out, resp)
@@ -212,12 +200,11 @@ func scheduleGetCmd(g *globals) *cobra.Command {
 			if err := g.printSchedules(nil, resp.GetSchedule()); err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "\nOCCURRENCE\tINDEX\tPAYMENT ID\tDUE AT")
-			for _, o := range resp.GetOccurrences() {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", o.GetOccurrence(), o.GetIndex(), o.GetPaymentId(), ts(o.GetDueAt()))
-			}
-			return tw.Flush()
+			return g.table("\nOCCURRENCE\tINDEX\tPAYMENT ID\tDUE AT", func(w io.Writer) {
+				for _, o := range resp.GetOccurrences() {
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", o.GetOccurrence(), o.GetIndex(), o.GetPaymentId(), ts(o.GetDueAt()))
+				}
+			})
 		},
 	}
 }
@@ -228,14 +215,11 @@ func scheduleListCmd(g *globals) *cobra.Command {
 		Short: "List your schedules, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			all, err := allPages(func(tok string) ([]*payschedv1.Schedule, string, error) {
-				resp, err := c.schedules.ListSchedules(c.ctx, &payschedv1.ListSchedulesRequest{Cursor: tok, PageSize: 500})
-				return resp.GetSchedules(), resp.GetNextCursor(), err
+			all, err := call(g, false, func(c *conn) ([]*payschedv1.Schedule, error) {
+				return allPages(func(tok string) ([]*payschedv1.Schedule, string, error) {
+					resp, err := c.schedules.ListSchedules(c.ctx, &payschedv1.ListSchedulesRequest{Cursor: tok, PageSize: 500})
+					return resp.GetSchedules(), resp.GetNextCursor(), err
+				})
 			})
 			if err != nil {
 				return err
@@ -262,25 +246,18 @@ func schedulePreviewCmd(g *globals) *cobra.Command {
 			if len(args) == 1 {
 				req = &payschedv1.PreviewScheduleRequest{ScheduleId: args[0], Count: count}
 			}
-			c, err := g.dial()
+			resp, err := call(g, false, func(c *conn) (*payschedv1.PreviewScheduleResponse, error) {
+				return c.schedules.PreviewSchedule(c.ctx, req)
+			})
 			if err != nil {
 				return err
 			}
-			defer c.close()
-			resp, err := c.schedules.PreviewSchedule(c.ctx, req)
-			if err != nil {
-				return RPCError(err)
-			}
-			if g.json {
-				return printJSON(g.out, resp)
-			}
-			tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "#\tNOMINAL\tCHARGED (LOCAL)\tDUE AT (UTC)\tMOVED")
-			for _, o := range resp.GetOccurrences() {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", o.GetIndex(), o.GetNominal(), o.GetLocal(), ts(o.GetDueAt()),
-					strings.Join(o.GetMoved(), ","))
-			}
-			return tw.Flush()
+			return g.jsonOrTable(resp, "#\tNOMINAL\tCHARGED (LOCAL)\tDUE AT (UTC)\tMOVED", func(w io.Writer) {
+				for _, o := range resp.GetOccurrences() {
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", o.GetIndex(), o.GetNominal(), o.GetLocal(), ts(o.GetDueAt()),
+						strings.Join(o.GetMoved(), ","))
+				}
+			})
 		},
 	}
 	plan.register(c)
@@ -295,13 +272,7 @@ func scheduleChangeCmd(g *globals, verb, short string) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			var resp proto.Message
-			var sc *payschedv1.Schedule
+			var rpc func(c *conn) (scheduleAnswer, error)
 			switch verb {
 			case "pause":
 				req := &payschedv1.PauseScheduleRequest{ScheduleId: args[0]}
@@ -312,31 +283,33 @@ func scheduleChangeCmd(g *globals, verb, short string) *cobra.Command {
 					}
 					req.ResumeAt = timestamppb.New(at)
 				}
-				r, err := c.schedules.PauseSchedule(c.ctx, req)
-				if err != nil {
-					return RPCError(err)
-				}
-				resp, sc = r, r.GetSchedule()
+				rpc = func(c *conn) (scheduleAnswer, error) { return c.schedules.PauseSchedule(c.ctx, req) }
 			case "resume":
-				r, err := c.schedules.ResumeSchedule(c.ctx, &payschedv1.ResumeScheduleRequest{ScheduleId: args[0]})
-				if err != nil {
-					return RPCError(err)
+				rpc = func(c *conn) (scheduleAnswer, error) {
+					return c.schedules.ResumeSchedule(c.ctx, &payschedv1.ResumeScheduleRequest{ScheduleId: args[0]})
 				}
-				resp, sc = r, r.GetSchedule()
 			default:
-				r, err := c.schedules.CancelSchedule(c.ctx, &payschedv1.CancelScheduleRequest{ScheduleId: args[0]})
-				if err != nil {
-					return RPCError(err)
+				rpc = func(c *conn) (scheduleAnswer, error) {
+					return c.schedules.CancelSchedule(c.ctx, &payschedv1.CancelScheduleRequest{ScheduleId: args[0]})
 				}
-				resp, sc = r, r.GetSchedule()
 			}
-			return g.printSchedules(resp, sc)
+			resp, err := call(g, false, rpc)
+			if err != nil {
+				return err
+			}
+			return g.printSchedules(resp, resp.GetSchedule())
 		},
 	}
 	if verb == "pause" {
 		c.Flags().StringVar(&resume, "resume-at", "", "resume on its own then: RFC 3339, or a duration from now (+720h)")
 	}
 	return c
+}
+
+// scheduleAnswer is the answer of a call that changes one schedule.
+type scheduleAnswer interface {
+	proto.Message
+	GetSchedule() *payschedv1.Schedule
 }
 
 func (g *globals) printSchedules(msg proto.Message, ss ...*payschedv1.Schedule) error {
@@ -346,15 +319,14 @@ func (g *globals) printSchedules(msg proto.Message, ss ...*payschedv1.Schedule) 
 		}
 		return printJSON(g.out, msg)
 	}
-	tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCHEDULE ID\tSTATE\tPAYEE\tAMOUNT\tRULE\tSTART\tZONE\tNEXT AT")
-	for _, s := range ss {
-		next := "-"
-		if s.GetNextAt() != nil {
-			next = ts(s.GetNextAt())
+	return g.table("SCHEDULE ID\tSTATE\tPAYEE\tAMOUNT\tRULE\tSTART\tZONE\tNEXT AT", func(w io.Writer) {
+		for _, s := range ss {
+			next := "-"
+			if s.GetNextAt() != nil {
+				next = ts(s.GetNextAt())
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d %s\t%s\t%s\t%s\t%s\n", s.GetScheduleId(), strings.TrimPrefix(s.GetState().String(), "SCHEDULE_STATE_"),
+				s.GetPayee(), s.GetAmount(), s.GetCurrency(), s.GetRrule(), s.GetStart(), s.GetTimeZone(), next)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%s\t%s\t%s\t%s\n", s.GetScheduleId(), strings.TrimPrefix(s.GetState().String(), "SCHEDULE_STATE_"),
-			s.GetPayee(), s.GetAmount(), s.GetCurrency(), s.GetRrule(), s.GetStart(), s.GetTimeZone(), next)
-	}
-	return tw.Flush()
+	})
 }

@@ -2,7 +2,7 @@ package cli
 
 import (
 	"fmt"
-	"text/tabwriter"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -23,30 +23,23 @@ func tenantsCmd(g *globals) *cobra.Command {
 		Short: "List tenants with due payments or limits set, in name order",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.dialAs(true, g.timeout)
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			tenants, err := allPages(func(after string) ([]*payschedv1.Tenant, string, error) {
-				resp, err := c.admin.ListTenants(c.ctx, &payschedv1.ListTenantsRequest{PageSize: size, After: after})
-				return resp.GetTenants(), resp.GetNextAfter(), err
+			tenants, err := call(g, true, func(c *conn) ([]*payschedv1.Tenant, error) {
+				return allPages(func(after string) ([]*payschedv1.Tenant, string, error) {
+					resp, err := c.admin.ListTenants(c.ctx, &payschedv1.ListTenantsRequest{PageSize: size, After: after})
+					return resp.GetTenants(), resp.GetNextAfter(), err
+				})
 			})
 			if err != nil {
 				return err
 			}
 			all := &payschedv1.ListTenantsResponse{Tenants: tenants}
-			if g.json {
-				return printJSON(g.out, all)
-			}
-			tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "TENANT\tDUE\tIN FLIGHT\tLATENESS\tWEIGHT\tMAX IN FLIGHT\tMAX RATE\tSET BY")
-			for _, t := range all.GetTenants() {
-				l := t.GetLimits()
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%.1fs\t%d\t%s\t%s\t%s\n", t.GetTenant(), t.GetDue(), t.GetInFlight(), t.GetLatenessSeconds(),
-					l.GetWeight(), orDefault(float64(l.GetMaxInflight())), orDefault(l.GetMaxRate()), t.GetLimitsSetBy())
-			}
-			return tw.Flush()
+			return g.jsonOrTable(all, "TENANT\tDUE\tIN FLIGHT\tLATENESS\tWEIGHT\tMAX IN FLIGHT\tMAX RATE\tSET BY", func(w io.Writer) {
+				for _, t := range all.GetTenants() {
+					l := t.GetLimits()
+					fmt.Fprintf(w, "%s\t%d\t%d\t%.1fs\t%d\t%s\t%s\t%s\n", t.GetTenant(), t.GetDue(), t.GetInFlight(), t.GetLatenessSeconds(),
+						l.GetWeight(), orDefault(float64(l.GetMaxInflight())), orDefault(l.GetMaxRate()), t.GetLimitsSetBy())
+				}
+			})
 		},
 	}
 	list.Flags().Int32Var(&size, "page-size", 500, "page size")
@@ -58,15 +51,12 @@ func tenantsCmd(g *globals) *cobra.Command {
 		Short: "Ask to set a tenant's weight and caps (0: the sweepers' default): a second admin approves it (payctl requests approve)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dialAs(true, g.timeout)
+			resp, err := call(g, true, func(c *conn) (*payschedv1.SetTenantLimitsResponse, error) {
+				return c.admin.SetTenantLimits(c.ctx, &payschedv1.SetTenantLimitsRequest{Tenant: args[0],
+					Limits: &payschedv1.TenantLimits{Weight: weight, MaxInflight: maxInflight, MaxRate: maxRate}, Note: note})
+			})
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			resp, err := c.admin.SetTenantLimits(c.ctx, &payschedv1.SetTenantLimitsRequest{Tenant: args[0],
-				Limits: &payschedv1.TenantLimits{Weight: weight, MaxInflight: maxInflight, MaxRate: maxRate}, Note: note})
-			if err != nil {
-				return RPCError(err)
 			}
 			// A limit change always waits for a second admin.
 			return g.printRequest(resp.GetRequest())

@@ -2,8 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,14 +21,7 @@ func webhooksCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	// run dials admin-api and runs fn.
-	run := func(fn func(c *conn) error) error {
-		c, err := g.dialAs(true, g.timeout)
-		if err != nil {
-			return err
-		}
-		defer c.close()
-		return fn(c)
-	}
+	run := func(fn func(c *conn) error) error { return g.with(true, g.timeout, fn) }
 	var types []string
 	var desc string
 	var maxInflight int32
@@ -63,24 +56,20 @@ func webhooksCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return RPCError(err)
 				}
-				if g.json {
-					return printJSON(g.out, resp)
-				}
-				tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-				fmt.Fprintln(tw, "ENDPOINT\tTENANT\tURL\tTYPES\tENABLED\tFAILING SINCE\tDISABLED BECAUSE")
-				for _, e := range resp.GetEndpoints() {
-					since := ""
-					if e.GetFailingSince() != nil {
-						since = e.GetFailingSince().AsTime().Format(time.RFC3339)
+				return g.jsonOrTable(resp, "ENDPOINT\tTENANT\tURL\tTYPES\tENABLED\tFAILING SINCE\tDISABLED BECAUSE", func(w io.Writer) {
+					for _, e := range resp.GetEndpoints() {
+						since := ""
+						if e.GetFailingSince() != nil {
+							since = e.GetFailingSince().AsTime().Format(time.RFC3339)
+						}
+						ts := strings.Join(e.GetEventTypes(), ",")
+						if ts == "" {
+							ts = "all"
+						}
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\n", e.GetEndpointId(), e.GetTenant(), e.GetUrl(), ts, e.GetEnabled(),
+							since, e.GetDisabledReason())
 					}
-					ts := strings.Join(e.GetEventTypes(), ",")
-					if ts == "" {
-						ts = "all"
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\t%s\n", e.GetEndpointId(), e.GetTenant(), e.GetUrl(), ts, e.GetEnabled(),
-						since, e.GetDisabledReason())
-				}
-				return tw.Flush()
+				})
 			})
 		},
 	}
@@ -175,16 +164,12 @@ func webhooksCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return RPCError(err)
 				}
-				if g.json {
-					return printJSON(g.out, resp)
-				}
-				tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
-				fmt.Fprintln(tw, "AT\tENDPOINT\tWEBHOOK ID\tTYPE\tATTEMPT\tSTATUS\tMS\tSTATE\tERROR")
-				for _, a := range resp.GetAttempts() {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", a.GetAt().AsTime().Format(time.RFC3339), a.GetEndpointId(),
-						a.GetWebhookId(), a.GetEventType(), a.GetAttempt(), a.GetStatus(), a.GetLatencyMs(), a.GetDeliveryState(), a.GetError())
-				}
-				return tw.Flush()
+				return g.jsonOrTable(resp, "AT\tENDPOINT\tWEBHOOK ID\tTYPE\tATTEMPT\tSTATUS\tMS\tSTATE\tERROR", func(w io.Writer) {
+					for _, a := range resp.GetAttempts() {
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", a.GetAt().AsTime().Format(time.RFC3339), a.GetEndpointId(),
+							a.GetWebhookId(), a.GetEventType(), a.GetAttempt(), a.GetStatus(), a.GetLatencyMs(), a.GetDeliveryState(), a.GetError())
+					}
+				})
 			})
 		},
 	}
