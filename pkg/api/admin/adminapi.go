@@ -155,6 +155,23 @@ func decodeDeadToken(tok string) (time.Time, uuid.UUID, error) {
 	return time.UnixMicro(n).UTC(), u, err
 }
 
+// operatorOn checks an operator's move on one payment before it reads
+// the payment: the admin claim (who), the payment's id and the note.
+func operatorOn(ctx context.Context, paymentID, note string, noteRequired bool) (string, uuid.UUID, error) {
+	who, err := admin(ctx)
+	if err != nil {
+		return "", uuid.Nil, err
+	}
+	id, err := apierr.ParseID("paymentId", paymentID)
+	if err != nil {
+		return "", uuid.Nil, err
+	}
+	if err := checkNote(note, noteRequired); err != nil {
+		return "", uuid.Nil, err
+	}
+	return who, id, nil
+}
+
 func checkNote(note string, required bool) error {
 	switch {
 	case required && strings.TrimSpace(note) == "":
@@ -200,23 +217,13 @@ func changedSince(pin *pinned, p *payment.Payment) error {
 // must still be as pinned (status and attempt) when read and when moved.
 func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired bool, from []payment.Status, m store.OutOfBandMove,
 	pin *pinned, decide func(p *payment.Payment, r gateway.Result, m *store.OutOfBandMove) error) (*payschedv1.ScheduledPayment, payschedv1.PaymentStatus, error) {
-	who, err := admin(ctx)
+	who, id, err := operatorOn(ctx, paymentID, note, noteRequired)
 	if err != nil {
 		return nil, 0, err
 	}
-	id, err := apierr.ParseID("paymentId", paymentID)
+	p, err := s.readPayment(ctx, id)
 	if err != nil {
 		return nil, 0, err
-	}
-	if err := checkNote(note, noteRequired); err != nil {
-		return nil, 0, err
-	}
-	p, err := s.store.GetAny(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, 0, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
-	}
-	if err != nil {
-		return nil, 0, s.internal("read payment", err)
 	}
 	if pin != nil {
 		// The pin's status alone is one a move may leave: a payment moved
@@ -242,17 +249,11 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 	m.Request = approval.RequestOf(ctx)
 	prev, err := store.Apply(ctx, s.db, m)
 	if errors.Is(err, store.ErrNotMoved) {
-		now, gerr := s.store.GetAny(ctx, id)
-		if errors.Is(gerr, store.ErrNotFound) {
-			return nil, 0, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
+		now, err := s.readPayment(ctx, id)
+		if err != nil {
+			return nil, 0, err
 		}
-		if gerr != nil {
-			return nil, 0, s.internal("read payment", gerr)
-		}
-		if pin != nil {
-			return nil, 0, changedSince(pin, now)
-		}
-		return nil, 0, movedMeanwhile("while the gateway was asked", now)
+		return nil, 0, missed(pin, now, "while the gateway was asked")
 	}
 	if err != nil {
 		return nil, 0, s.internal("move payment", err)
@@ -443,23 +444,13 @@ func (s *Server) ReleasePayment(ctx context.Context, req *payschedv1.ReleasePaym
 // as pinned).
 func (s *Server) hold(ctx context.Context, paymentID, note string, noteRequired bool, from, to payment.Status, action string,
 	pin *pinned) (*payschedv1.ScheduledPayment, error) {
-	who, err := admin(ctx)
+	who, id, err := operatorOn(ctx, paymentID, note, noteRequired)
 	if err != nil {
 		return nil, err
 	}
-	id, err := apierr.ParseID("paymentId", paymentID)
+	p, err := s.readPayment(ctx, id)
 	if err != nil {
 		return nil, err
-	}
-	if err := checkNote(note, noteRequired); err != nil {
-		return nil, err
-	}
-	p, err := s.store.GetAny(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
-	}
-	if err != nil {
-		return nil, s.internal("read payment", err)
 	}
 	if pin != nil && !pin.holds(p) {
 		return nil, changedSince(pin, p)
@@ -470,21 +461,10 @@ func (s *Server) hold(ctx context.Context, paymentID, note string, noteRequired 
 	}
 	m := store.OutOfBandMove{ID: id, By: payment.Operator, To: to, From: from, Fenced: true, Attempt: p.Attempt,
 		Actor: "admin:" + who, Action: action, Reason: note, Request: approval.RequestOf(ctx)}
-	if _, err := store.Apply(ctx, s.db, m); errors.Is(err, store.ErrNotMoved) {
-		now, gerr := s.store.GetAny(ctx, id)
-		if gerr != nil {
-			return nil, s.internal("read payment", gerr)
-		}
-		if pin != nil {
-			return nil, changedSince(pin, now)
-		}
-		return nil, movedMeanwhile("meanwhile", now)
-	} else if err != nil {
-		return nil, s.internal("move payment", err)
-	}
-	out, err := s.store.GetAny(ctx, id)
+	_, err = store.Apply(ctx, s.db, m)
+	out, err := s.afterMove(ctx, id, pin, "move payment", err)
 	if err != nil {
-		return nil, s.internal("read payment", err)
+		return nil, err
 	}
 	s.log.Info("admin action", "actor", who, "action", action, "payment", id, "from", from, "to", to, "note", note)
 	return payments.ToProto(out), nil
@@ -593,6 +573,48 @@ func RunToProto(r *reconcile.Run) *payschedv1.ReconciliationRun {
 
 func (s *Server) internal(op string, err error) error {
 	return apierr.FromFailure(s.log, "admin: "+op, err)
+}
+
+// readPayment reads the payment an operator acts on.
+func (s *Server) readPayment(ctx context.Context, id uuid.UUID) (*payment.Payment, error) {
+	p, err := s.store.GetAny(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
+	}
+	if err != nil {
+		return nil, s.internal("read payment", err)
+	}
+	return p, nil
+}
+
+// afterMove reads the payment as a fenced move left it; err is the
+// move's (op names it), and a move that missed is told apart: the
+// payment changed since its pin, or moved meanwhile.
+func (s *Server) afterMove(ctx context.Context, id uuid.UUID, pin *pinned, op string, err error) (*payment.Payment, error) {
+	if errors.Is(err, store.ErrNotMoved) {
+		now, gerr := s.store.GetAny(ctx, id)
+		if gerr != nil {
+			return nil, s.internal("read payment", gerr)
+		}
+		return nil, missed(pin, now, "meanwhile")
+	}
+	if err != nil {
+		return nil, s.internal(op, err)
+	}
+	out, err := s.store.GetAny(ctx, id)
+	if err != nil {
+		return nil, s.internal("read payment", err)
+	}
+	return out, nil
+}
+
+// missed is the answer when a fenced move missed the payment, now as now
+// says: it changed since the pin, or (no pin) moved when.
+func missed(pin *pinned, now *payment.Payment, when string) error {
+	if pin != nil {
+		return changedSince(pin, now)
+	}
+	return movedMeanwhile(when, now)
 }
 
 // movedMeanwhile is the answer when a fenced move missed: the payment

@@ -19,7 +19,6 @@ import (
 	"github.com/paysched/paysched/pkg/api/auth"
 	"github.com/paysched/paysched/pkg/api/payments"
 	"github.com/paysched/paysched/pkg/payment"
-	"github.com/paysched/paysched/pkg/store"
 )
 
 // Four eyes on the API: every method that moves a payment or changes a
@@ -97,19 +96,13 @@ func (s *Server) guard(ctx context.Context, a ask) (asked, error) {
 	}
 	now := time.Now()
 	if a.action == "RESCHEDULE" {
-		switch {
-		case !a.runAt.After(now):
-			return asked{}, invalid("runAt", "must be in the future (to run a payment now, use run-now)")
-		case a.runAt.After(now.Add(maxReschedule)):
-			return asked{}, invalid("runAt", "must be at most 90 days ahead (a later payment is its client's to schedule anew)")
+		if err := checkRunAt(a.runAt, now); err != nil {
+			return asked{}, err
 		}
 	}
-	p, err := s.store.GetAny(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return asked{}, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
-	}
+	p, err := s.readPayment(ctx, id)
 	if err != nil {
-		return asked{}, s.internal("read payment", err)
+		return asked{}, err
 	}
 	action := a.action
 	switch action {

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
@@ -20,6 +19,18 @@ import (
 // reschedule is a delay, not a new schedule (that is the client's, with a
 // cancel and a new payment).
 const maxReschedule = 90 * 24 * time.Hour
+
+// checkRunAt refuses a time to run a payment at unless it is ahead of now
+// by at most maxReschedule.
+func checkRunAt(runAt, now time.Time) error {
+	switch {
+	case !runAt.After(now):
+		return invalid("runAt", "must be in the future (to run a payment now, use run-now)")
+	case runAt.After(now.Add(maxReschedule)):
+		return invalid("runAt", "must be at most 90 days ahead (a later payment is its client's to schedule anew)")
+	}
+	return nil
+}
 
 // ReschedulePayment implements AdminService: a PENDING or HELD payment
 // runs at another time, never before its due time. Fenced on the attempt
@@ -50,32 +61,19 @@ func (s *Server) RunPaymentNow(ctx context.Context, req *payschedv1.RunPaymentNo
 // PENDING payments only), fenced on the attempt read and, with a pin,
 // only while the payment is as pinned.
 func (s *Server) reschedule(ctx context.Context, paymentID string, runAt time.Time, note, action string, pin *pinned) (*payschedv1.ScheduledPayment, error) {
-	who, err := admin(ctx)
+	who, id, err := operatorOn(ctx, paymentID, note, true)
 	if err != nil {
-		return nil, err
-	}
-	id, err := apierr.ParseID("paymentId", paymentID)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkNote(note, true); err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	if !runAt.IsZero() {
-		switch {
-		case !runAt.After(now):
-			return nil, invalid("runAt", "must be in the future (to run a payment now, use run-now)")
-		case runAt.After(now.Add(maxReschedule)):
-			return nil, invalid("runAt", "must be at most 90 days ahead (a later payment is its client's to schedule anew)")
+		if err := checkRunAt(runAt, now); err != nil {
+			return nil, err
 		}
 	}
-	p, err := s.store.GetAny(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
-	}
+	p, err := s.readPayment(ctx, id)
 	if err != nil {
-		return nil, s.internal("read payment", err)
+		return nil, err
 	}
 	if pin != nil && !pin.holds(p) {
 		return nil, changedSince(pin, p)
@@ -106,21 +104,10 @@ func (s *Server) reschedule(ctx context.Context, paymentID string, runAt time.Ti
 	if pin != nil && pin.status != "" {
 		r.From = []payment.Status{pin.status}
 	}
-	if _, err := store.ApplyReschedule(ctx, s.db, r); errors.Is(err, store.ErrNotMoved) {
-		now, gerr := s.store.GetAny(ctx, id)
-		if gerr != nil {
-			return nil, s.internal("read payment", gerr)
-		}
-		if pin != nil {
-			return nil, changedSince(pin, now)
-		}
-		return nil, movedMeanwhile("meanwhile", now)
-	} else if err != nil {
-		return nil, s.internal("reschedule payment", err)
-	}
-	out, err := s.store.GetAny(ctx, id)
+	_, err = store.ApplyReschedule(ctx, s.db, r)
+	out, err := s.afterMove(ctx, id, pin, "reschedule payment", err)
 	if err != nil {
-		return nil, s.internal("read payment", err)
+		return nil, err
 	}
 	s.log.Info("admin action", "actor", who, "action", action, "payment", id, "status", out.Status, "run_at", out.RunAt, "note", note)
 	return payments.ToProto(out), nil
