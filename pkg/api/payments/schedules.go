@@ -297,26 +297,17 @@ func (s *Schedules) ListSchedules(ctx context.Context, req *payschedv1.ListSched
 	if err != nil {
 		return nil, err
 	}
-	// The cursor is bound to the actor: reused by another it fails
-	// verification like a tampered one.
-	scope := actorID + "\x00schedules"
-	var before int64
-	if c := req.GetCursor(); c != "" {
-		before, err = s.cursors.Decode(c, scope)
-		if err != nil || before <= 0 {
-			return nil, apierr.New(codes.InvalidArgument, apierr.ReasonInvalidCursor,
-				"the cursor is invalid: pass back next_cursor unchanged", nil)
-		}
-	}
-	rows, err := store.ListSchedules(ctx, s.db, actorID, before, size+1)
+	// The cursor is bound to the actor.
+	rows, next, err := readPage(keyset{cursors: s.cursors, log: s.log, token: req.GetCursor(), scope: actorID + "\x00schedules",
+		size: size, hint: "pass back next_cursor unchanged", op: "list schedules"},
+		func(before int64, limit int) ([]store.Schedule, error) {
+			return store.ListSchedules(ctx, s.db, actorID, before, limit)
+		},
+		func(sc store.Schedule) int64 { return sc.Seq })
 	if err != nil {
-		return nil, s.internal("list schedules", err)
+		return nil, err
 	}
-	out := &payschedv1.ListSchedulesResponse{Schedules: []*payschedv1.Schedule{}}
-	if len(rows) > size {
-		rows = rows[:size]
-		out.NextCursor = s.cursors.Encode(rows[size-1].Seq, scope)
-	}
+	out := &payschedv1.ListSchedulesResponse{Schedules: []*payschedv1.Schedule{}, NextCursor: next}
 	for i := range rows {
 		out.Schedules = append(out.Schedules, scheduleProto(&rows[i]))
 	}

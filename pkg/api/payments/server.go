@@ -364,6 +364,40 @@ func pageSize(n int32) (int, error) {
 	}
 }
 
+// keyset is how to read one page of a payer's list, newest first, behind
+// a cursor signed for scope: reused elsewhere (another payer, another
+// filter) it fails verification like a tampered one.
+type keyset struct {
+	cursors  *cursor.Signer
+	log      *slog.Logger
+	token    string // the request's cursor: "" for the first page
+	scope    string
+	size     int
+	hint, op string // how to pass a cursor back; what the read is, for its failure
+}
+
+// readPage reads the page k says: read answers up to limit rows before a
+// position (0: from the newest), seq a row's position.
+func readPage[T any](k keyset, read func(before int64, limit int) ([]T, error), seq func(T) int64) ([]T, string, error) {
+	var before int64
+	if k.token != "" {
+		var err error
+		before, err = k.cursors.Decode(k.token, k.scope)
+		if err != nil || before <= 0 {
+			return nil, "", apierr.New(codes.InvalidArgument, apierr.ReasonInvalidCursor, "the cursor is invalid: "+k.hint, nil)
+		}
+	}
+	rows, err := read(before, k.size+1)
+	if err != nil {
+		return nil, "", apierr.FromFailure(k.log, k.op, err)
+	}
+	if len(rows) <= k.size {
+		return rows, "", nil
+	}
+	rows = rows[:k.size]
+	return rows, k.cursors.Encode(seq(rows[k.size-1]), k.scope), nil
+}
+
 func notFound() error {
 	return apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
 }
@@ -403,26 +437,17 @@ func (s *Server) ListScheduledPayments(ctx context.Context, req *payschedv1.List
 	if err != nil {
 		return nil, err
 	}
-	// The cursor is bound to the actor and the filter: reusing it elsewhere
-	// fails verification like a tampered one.
-	scope := actorID + "\x00" + string(status)
-	var before int64
-	if c := req.GetCursor(); c != "" {
-		before, err = s.cursors.Decode(c, scope)
-		if err != nil || before <= 0 {
-			return nil, apierr.New(codes.InvalidArgument, apierr.ReasonInvalidCursor,
-				"the cursor is invalid: pass back next_cursor unchanged, with the same filter", nil)
-		}
-	}
-	ps, err := s.store.List(ctx, actorID, status, before, size+1)
+	// The cursor is bound to the actor and the filter.
+	ps, next, err := readPage(keyset{cursors: s.cursors, log: s.log, token: req.GetCursor(), scope: actorID + "\x00" + string(status),
+		size: size, hint: "pass back next_cursor unchanged, with the same filter", op: "list"},
+		func(before int64, limit int) ([]payment.Payment, error) {
+			return s.store.List(ctx, actorID, status, before, limit)
+		},
+		func(p payment.Payment) int64 { return p.Seq })
 	if err != nil {
-		return nil, s.internal("list", err)
+		return nil, err
 	}
-	out := &payschedv1.ListScheduledPaymentsResponse{Payments: []*payschedv1.ScheduledPayment{}}
-	if len(ps) > size {
-		ps = ps[:size]
-		out.NextCursor = s.cursors.Encode(ps[size-1].Seq, scope)
-	}
+	out := &payschedv1.ListScheduledPaymentsResponse{Payments: []*payschedv1.ScheduledPayment{}, NextCursor: next}
 	for i := range ps {
 		out.Payments = append(out.Payments, toPayerProto(&ps[i]))
 	}
