@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/api/approval/approvaldb"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
@@ -89,23 +88,13 @@ func (q *Requests) ListEndpoints(ctx context.Context) ([]*EndpointRequest, error
 // never stored.
 func (q *Requests) DecideEndpoint(ctx context.Context, id int64, approve bool, by Identity,
 	apply func(ctx context.Context, e *EndpointRequest) (int64, string, error)) (*EndpointRequest, string, error) {
-	state := "REJECTED"
-	if approve {
-		state = "APPLIED"
-	}
+	state := decision(approve, "APPLIED")
 	// A waiting, unexpired request, never the requester's own (a CHECK
 	// holds it too).
 	db := approvaldb.New(q.db)
 	row, err := db.DecideEndpointRequest(ctx, approvaldb.DecideEndpointRequestParams{ID: id, State: state, DecidedBy: by.Operator, DecidedName: by.Name})
-	if errors.Is(err, pgx.ErrNoRows) {
-		got, gerr := q.GetEndpoint(ctx, id)
-		if gerr != nil {
-			return nil, "", gerr
-		}
-		return nil, "", undecided(got.RequestedBy, by)
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("decide endpoint request %d: %w", id, err)
+	if err := decided(ctx, err, by, "endpoint request", id, q.GetEndpoint); err != nil {
+		return nil, "", err
 	}
 	e, _ := fromEndpointRow(row)
 	q.log.Info("approval: endpoint request decided", "id", id, "state", state, "operator", by.Name, "identity", by.Operator)

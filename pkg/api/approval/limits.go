@@ -2,7 +2,6 @@ package approval
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -66,10 +65,7 @@ func (q *Requests) RequestLimits(ctx context.Context, l store.TenantLimits, reas
 // request to the database (0026 refuses the admin role's write
 // otherwise). tenant, when set, must be the request's.
 func (q *Requests) DecideLimits(ctx context.Context, id int64, tenant string, approve bool, by Identity) error {
-	state := "REJECTED"
-	if approve {
-		state = "APPLIED"
-	}
+	state := decision(approve, "APPLIED")
 	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
 		// A waiting, unexpired request, never the requester's own
 		// (compared by identity; a CHECK holds it too).
@@ -93,18 +89,14 @@ func (q *Requests) DecideLimits(ctx context.Context, id int64, tenant string, ap
 		}
 		return store.SetTenantLimits(ctx, tx, l)
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		l, gerr := q.GetLimits(ctx, id)
-		switch {
-		case gerr != nil:
-			return gerr
-		case tenant != "" && l.Tenant != tenant:
-			return ErrNotFound
+	if err := decided(ctx, err, by, "limits", id, func(ctx context.Context, id int64) (*LimitRequest, error) {
+		l, err := q.GetLimits(ctx, id)
+		if err == nil && tenant != "" && l.Tenant != tenant {
+			return nil, ErrNotFound
 		}
-		return undecided(l.RequestedBy, by)
-	}
-	if err != nil {
-		return fmt.Errorf("decide limits %d: %w", id, err)
+		return l, err
+	}); err != nil {
+		return err
 	}
 	q.log.Info("approval: tenant limits decided", "request", id, "state", state, "operator", by.Name, "identity", by.Operator)
 	return nil

@@ -296,6 +296,40 @@ func one[R, T any](row R, err error, convert func(R) (*T, error), what string, i
 	return convert(row)
 }
 
+// decision is the state a decision leaves a request in: approved (yes,
+// which differs by kind of request) or rejected.
+func decision(approve bool, yes string) string {
+	if approve {
+		return yes
+	}
+	return "REJECTED"
+}
+
+// asked is any kind of request: who asked is told apart from its decider.
+type asked interface{ requester() string }
+
+func (r *Request) requester() string         { return r.RequestedBy }
+func (r *ScheduleRequest) requester() string { return r.RequestedBy }
+func (r *LimitRequest) requester() string    { return r.RequestedBy }
+func (r *EndpointRequest) requester() string { return r.RequestedBy }
+
+// decided is a decision's error, err its write's (what and id name the
+// request): a write that found no request to decide says why once get
+// reads the request.
+func decided[T asked](ctx context.Context, err error, by Identity, what string, id int64, get func(context.Context, int64) (T, error)) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		r, gerr := get(ctx, id)
+		if gerr != nil {
+			return gerr
+		}
+		return undecided(r.requester(), by)
+	}
+	if err != nil {
+		return fmt.Errorf("decide %s %d: %w", what, id, err)
+	}
+	return nil
+}
+
 // undecided is why a decision found no request to decide, once the
 // request was read: it is the decider's own (by identity), or it is no
 // longer awaiting approval (decided, or expired).
@@ -344,22 +378,12 @@ func all[R, T any](rows []R, err error, convert func(R) (*T, error), what string
 // Decide approves or rejects request id as by (ErrOwnRequest,
 // ErrNotAwaiting, ErrNotFound).
 func (q *Requests) Decide(ctx context.Context, id int64, approve bool, by Identity) error {
-	state := "REJECTED"
-	if approve {
-		state = "APPROVED"
-	}
+	state := decision(approve, "APPROVED")
 	// Identities are compared, never names; the database refuses the
 	// requester as decider too (approvaldb's DecideRequest).
 	_, err := approvaldb.New(q.db).DecideRequest(ctx, approvaldb.DecideRequestParams{ID: id, State: state, DecidedBy: by.Operator, DecidedName: by.Name})
-	if errors.Is(err, pgx.ErrNoRows) {
-		r, gerr := q.Get(ctx, id)
-		if gerr != nil {
-			return gerr
-		}
-		return undecided(r.RequestedBy, by)
-	}
-	if err != nil {
-		return fmt.Errorf("decide request %d: %w", id, err)
+	if err := decided(ctx, err, by, "request", id, q.Get); err != nil {
+		return err
 	}
 	q.log.Info("approval: request decided", "id", id, "state", state, "operator", by.Name, "identity", by.Operator)
 	return nil

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/api/approval/approvaldb"
 	"github.com/paysched/paysched/pkg/store"
@@ -111,23 +110,13 @@ func (q *Requests) RequestSchedule(ctx context.Context, action string, id uuid.U
 // DecideSchedule approves (APPROVED: payments-api's planner applies it at
 // its next pass) or rejects schedule request id as by.
 func (q *Requests) DecideSchedule(ctx context.Context, id int64, approve bool, by Identity) error {
-	state := "REJECTED"
-	if approve {
-		state = "APPROVED"
-	}
+	state := decision(approve, "APPROVED")
 	// A waiting, unexpired request, never the requester's own (by
 	// identity; a CHECK holds it too).
 	_, err := approvaldb.New(q.db).DecideScheduleRequest(ctx, approvaldb.DecideScheduleRequestParams{ID: id, State: state,
 		DecidedBy: by.Operator, DecidedName: by.Name})
-	if errors.Is(err, pgx.ErrNoRows) {
-		r, gerr := q.GetScheduleRequest(ctx, id)
-		if gerr != nil {
-			return gerr
-		}
-		return undecided(r.RequestedBy, by)
-	}
-	if err != nil {
-		return fmt.Errorf("decide schedule request %d: %w", id, err)
+	if err := decided(ctx, err, by, "schedule request", id, q.GetScheduleRequest); err != nil {
+		return err
 	}
 	q.log.Info("approval: schedule change decided", "request", id, "state", state, "operator", by.Name, "identity", by.Operator)
 	return nil
