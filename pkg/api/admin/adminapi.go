@@ -221,16 +221,13 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 	if err != nil {
 		return nil, 0, err
 	}
-	p, err := s.readPayment(ctx, id)
+	p, err := s.readPayment(ctx, id, pin)
 	if err != nil {
 		return nil, 0, err
 	}
 	if pin != nil {
 		// The pin's status alone is one a move may leave: a payment moved
 		// since (a re-drive, a resolve) is not chased into its new status.
-		if !pin.holds(p) {
-			return nil, 0, changedSince(pin, p)
-		}
 		from, m.From = []payment.Status{pin.status}, pin.status
 	}
 	if err := atRest(p, from); err != nil {
@@ -249,7 +246,7 @@ func (s *Server) move(ctx context.Context, paymentID, note string, noteRequired 
 	m.Request = approval.RequestOf(ctx)
 	prev, err := store.Apply(ctx, s.db, m)
 	if errors.Is(err, store.ErrNotMoved) {
-		now, err := s.readPayment(ctx, id)
+		now, err := s.readPayment(ctx, id, nil)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -448,12 +445,9 @@ func (s *Server) hold(ctx context.Context, paymentID, note string, noteRequired 
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.readPayment(ctx, id)
+	p, err := s.readPayment(ctx, id, pin)
 	if err != nil {
 		return nil, err
-	}
-	if pin != nil && !pin.holds(p) {
-		return nil, changedSince(pin, p)
 	}
 	if p.Status != from {
 		return nil, apierr.New(codes.FailedPrecondition, "NOT_"+string(from),
@@ -575,14 +569,18 @@ func (s *Server) internal(op string, err error) error {
 	return apierr.FromFailure(s.log, "admin: "+op, err)
 }
 
-// readPayment reads the payment an operator acts on.
-func (s *Server) readPayment(ctx context.Context, id uuid.UUID) (*payment.Payment, error) {
+// readPayment reads the payment an operator acts on; with a pin, only
+// while it is still as pinned.
+func (s *Server) readPayment(ctx context.Context, id uuid.UUID, pin *pinned) (*payment.Payment, error) {
 	p, err := s.store.GetAny(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, apierr.New(codes.NotFound, apierr.ReasonNotFound, "payment not found", nil)
 	}
 	if err != nil {
 		return nil, s.internal("read payment", err)
+	}
+	if pin != nil && !pin.holds(p) {
+		return nil, changedSince(pin, p)
 	}
 	return p, nil
 }

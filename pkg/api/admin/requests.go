@@ -100,7 +100,7 @@ func (s *Server) guard(ctx context.Context, a ask) (asked, error) {
 			return asked{}, err
 		}
 	}
-	p, err := s.readPayment(ctx, id)
+	p, err := s.readPayment(ctx, id, nil)
 	if err != nil {
 		return asked{}, err
 	}

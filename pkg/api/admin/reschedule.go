@@ -71,12 +71,9 @@ func (s *Server) reschedule(ctx context.Context, paymentID string, runAt time.Ti
 			return nil, err
 		}
 	}
-	p, err := s.readPayment(ctx, id)
+	p, err := s.readPayment(ctx, id, pin)
 	if err != nil {
 		return nil, err
-	}
-	if pin != nil && !pin.holds(p) {
-		return nil, changedSince(pin, p)
 	}
 	from := []payment.Status{payment.Pending, payment.Held}
 	if runAt.IsZero() {
