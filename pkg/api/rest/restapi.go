@@ -110,23 +110,20 @@ func New(ctx context.Context, o Options) (http.Handler, error) {
 		runtime.WithRoutingErrorHandler(routingErrorHandler),
 		runtime.WithDisablePathLengthFallback(),
 	)
-	if o.Payments != nil {
-		if err := payschedv1.RegisterPaymentsServiceHandlerServer(ctx, gw, o.Payments); err != nil {
-			return nil, err
+	// The services this API serves: those given.
+	for _, svc := range []struct {
+		given    bool
+		register func() error
+	}{
+		{o.Payments != nil, func() error { return payschedv1.RegisterPaymentsServiceHandlerServer(ctx, gw, o.Payments) }},
+		{o.Webhooks != nil, func() error { return payschedv1.RegisterWebhooksServiceHandlerServer(ctx, gw, o.Webhooks) }},
+		{o.Schedules != nil, func() error { return payschedv1.RegisterSchedulesServiceHandlerServer(ctx, gw, o.Schedules) }},
+		{o.Admin != nil, func() error { return payschedv1.RegisterAdminServiceHandlerServer(ctx, gw, o.Admin) }},
+	} {
+		if !svc.given {
+			continue
 		}
-	}
-	if o.Webhooks != nil {
-		if err := payschedv1.RegisterWebhooksServiceHandlerServer(ctx, gw, o.Webhooks); err != nil {
-			return nil, err
-		}
-	}
-	if o.Schedules != nil {
-		if err := payschedv1.RegisterSchedulesServiceHandlerServer(ctx, gw, o.Schedules); err != nil {
-			return nil, err
-		}
-	}
-	if o.Admin != nil {
-		if err := payschedv1.RegisterAdminServiceHandlerServer(ctx, gw, o.Admin); err != nil {
+		if err := svc.register(); err != nil {
 			return nil, err
 		}
 	}
