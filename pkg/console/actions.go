@@ -42,14 +42,9 @@ func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, v *view) {
 		}
 		since = t
 	}
-	before := int64(1<<63 - 1)
-	if b := q.Get("before"); b != "" {
-		n, err := strconv.ParseInt(b, 10, 64)
-		if err != nil || n <= 0 {
-			c.fail(w, r, v, http.StatusBadRequest, "The page link is damaged: open the list again.")
-			return
-		}
-		before = n
+	before, ok := c.beforeParam(w, r, v, 1<<63-1)
+	if !ok {
+		return
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()

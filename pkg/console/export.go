@@ -167,9 +167,8 @@ func (c *Console) exportDead(w http.ResponseWriter, r *http.Request, v *view) {
 // exportRecon streams one reconciliation run's findings (mismatches and
 // repairs), up to maxExport, through the run's index.
 func (c *Console) exportRecon(w http.ResponseWriter, r *http.Request, v *view) {
-	run, err := strconv.ParseInt(r.PathValue("run"), 10, 64)
-	if err != nil || run <= 0 {
-		c.fail(w, r, v, http.StatusBadRequest, "That is not a run number.")
+	run, ok := c.pathNumber(w, r, v, "run", "That is not a run number.")
+	if !ok {
 		return
 	}
 	ctx, cancel := c.ctx(r)

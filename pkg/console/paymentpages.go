@@ -83,9 +83,8 @@ type webhookEntry struct {
 }
 
 func (c *Console) paymentPage(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		c.fail(w, r, v, http.StatusBadRequest, fmt.Sprintf("%q is not a payment id.", clip(r.PathValue("id"), 60)))
+	id, ok := c.pathUUID(w, r, v, fmt.Sprintf("%q is not a payment id.", clip(r.PathValue("id"), 60)))
+	if !ok {
 		return
 	}
 	ctx, cancel := c.ctx(r)
@@ -226,9 +225,8 @@ func mask(s string) string {
 // paymentAction requests one action on one dead letter; it runs at once
 // unless the amount needs a second operator.
 func (c *Console) paymentAction(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		c.fail(w, r, v, http.StatusBadRequest, "That is not a payment id.")
+	id, ok := c.pathUUID(w, r, v, "That is not a payment id.")
+	if !ok {
 		return
 	}
 	action, reason, runAt, msg := readAction(r.PostForm, c.now())
@@ -240,6 +238,7 @@ func (c *Console) paymentAction(w http.ResponseWriter, r *http.Request, v *view)
 	defer cancel()
 	from := actionFrom[action]
 	var sel Selection
+	var err error
 	if from == payment.DeadLettered {
 		sel, err = selectDead(ctx, c.db, []uuid.UUID{id}, "")
 	} else {

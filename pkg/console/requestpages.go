@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/paysched/paysched/pkg/console/login"
 )
@@ -33,9 +32,8 @@ func (c *Console) requestsPage(w http.ResponseWriter, r *http.Request, v *view) 
 }
 
 func (c *Console) requestPage(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		c.fail(w, r, v, http.StatusBadRequest, "That is not a request number.")
+	id, ok := c.pathNumber(w, r, v, "id", "That is not a request number.")
+	if !ok {
 		return
 	}
 	ctx, cancel := c.ctx(r)
@@ -64,9 +62,8 @@ func (c *Console) requestPage(w http.ResponseWriter, r *http.Request, v *view) {
 }
 
 func (c *Console) decide(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		c.fail(w, r, v, http.StatusBadRequest, "That is not a request number.")
+	id, ok := c.pathNumber(w, r, v, "id", "That is not a request number.")
+	if !ok {
 		return
 	}
 	approve, ok := c.decision(w, r, v)

@@ -44,14 +44,9 @@ func (c *Console) schedulesPage(w http.ResponseWriter, r *http.Request, v *view)
 			return
 		}
 	}
-	var before int64
-	if b := q.Get("before"); b != "" {
-		n, err := strconv.ParseInt(b, 10, 64)
-		if err != nil || n <= 0 {
-			c.fail(w, r, v, http.StatusBadRequest, "The page link is damaged: open the list again.")
-			return
-		}
-		before = n
+	before, ok := c.beforeParam(w, r, v, 0)
+	if !ok {
+		return
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
@@ -91,9 +86,8 @@ type upcoming struct {
 }
 
 func (c *Console) schedulePage(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		c.fail(w, r, v, http.StatusBadRequest, "That is not a schedule id (a UUID).")
+	id, ok := c.pathUUID(w, r, v, "That is not a schedule id (a UUID).")
+	if !ok {
 		return
 	}
 	ctx, cancel := c.ctx(r)
@@ -257,9 +251,8 @@ func loadWeekForecast(ctx context.Context, db pgdb.DB, now time.Time) (WeekForec
 // schedule: it applies once a second admin approves it (payments-api's
 // planner applies it at its next pass).
 func (c *Console) requestSchedule(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		c.fail(w, r, v, http.StatusBadRequest, "That is not a schedule id (a UUID).")
+	id, ok := c.pathUUID(w, r, v, "That is not a schedule id (a UUID).")
+	if !ok {
 		return
 	}
 	action := r.PostForm.Get("action")
@@ -276,7 +269,7 @@ func (c *Console) requestSchedule(w http.ResponseWriter, r *http.Request, v *vie
 	ctx, cancel := c.ctx(r)
 	defer cancel()
 	who := v.Session.Who()
-	_, err = c.requests.RequestSchedule(ctx, action, id, nil, reason, approval.Identity(who))
+	_, err := c.requests.RequestSchedule(ctx, action, id, nil, reason, approval.Identity(who))
 	var stateErr *approval.ScheduleStateError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -309,13 +302,7 @@ func (c *Console) decideSchedule(w http.ResponseWriter, r *http.Request, v *view
 		return
 	}
 	by := v.Session.Who()
-	err := c.requests.DecideSchedule(ctx, rid, approve, approval.Identity(by))
-	if errors.Is(err, approval.ErrOwnRequest) || errors.Is(err, approval.ErrNotAwaiting) {
-		c.fail(w, r, v, http.StatusConflict, "Not decided: it is not awaiting approval, or it is your own request: a second operator must decide.")
-		return
-	}
-	if err != nil {
-		c.dbFail(w, r, v, "decide schedule request", err)
+	if !c.decided(w, r, v, c.requests.DecideSchedule(ctx, rid, approve, approval.Identity(by)), "decide schedule request") {
 		return
 	}
 	c.log.Info("console: schedule change decided", "schedule", id, "request", rid, "approved", approve, "operator", by.Name, "identity", by.Operator)

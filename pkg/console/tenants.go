@@ -176,6 +176,22 @@ func (c *Console) requestLimits(w http.ResponseWriter, r *http.Request, v *view)
 	http.Redirect(w, r, Prefix+"/tenants/"+url.PathEscape(tenant), http.StatusSeeOther)
 }
 
+// decided answers a decision that was not made (false), err its
+// error: one the request did not allow (not awaiting approval, the
+// decider's own, or none such) is a conflict, any other a database
+// failure (what).
+func (c *Console) decided(w http.ResponseWriter, r *http.Request, v *view, err error, what string) bool {
+	if errors.Is(err, approval.ErrNotFound) || errors.Is(err, approval.ErrOwnRequest) || errors.Is(err, approval.ErrNotAwaiting) {
+		c.fail(w, r, v, http.StatusConflict, "Not decided: it is not awaiting approval, or it is your own request: a second operator must decide.")
+		return false
+	}
+	if err != nil {
+		c.dbFail(w, r, v, what, err)
+		return false
+	}
+	return true
+}
+
 // decideLimits applies (or rejects) a request, the limits written in the
 // same transaction as the decision.
 func (c *Console) decideLimits(w http.ResponseWriter, r *http.Request, v *view) {
@@ -192,13 +208,7 @@ func (c *Console) decideLimits(w http.ResponseWriter, r *http.Request, v *view) 
 	ctx, cancel := c.ctx(r)
 	defer cancel()
 	by := v.Session.Who()
-	err = c.requests.DecideLimits(ctx, id, tenant, approve, approval.Identity(by))
-	if errors.Is(err, approval.ErrNotFound) || errors.Is(err, approval.ErrOwnRequest) || errors.Is(err, approval.ErrNotAwaiting) {
-		c.fail(w, r, v, http.StatusConflict, "Not decided: it is not awaiting approval, or it is your own request: a second operator must decide.")
-		return
-	}
-	if err != nil {
-		c.dbFail(w, r, v, "decide limits", err)
+	if !c.decided(w, r, v, c.requests.DecideLimits(ctx, id, tenant, approve, approval.Identity(by)), "decide limits") {
 		return
 	}
 	c.log.Info("console: tenant limits decided", "tenant", tenant, "request", id, "approved", approve, "operator", by.Name, "identity", by.Operator)

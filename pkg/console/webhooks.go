@@ -75,20 +75,14 @@ func attemptStatus(s *int) string {
 // endpointPage is one endpoint: its settings and state, its delivery log,
 // and (operators) resend and recover.
 func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		c.fail(w, r, v, http.StatusBadRequest, fmt.Sprintf("%q is not an endpoint id.", clip(r.PathValue("id"), 60)))
+	id, ok := c.pathUUID(w, r, v, fmt.Sprintf("%q is not an endpoint id.", clip(r.PathValue("id"), 60)))
+	if !ok {
 		return
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	ep, err := tenanthook.GetEndpoint(ctx, c.hooks(), id)
-	if errors.Is(err, tenanthook.ErrNotFound) {
-		c.fail(w, r, v, http.StatusNotFound, "No webhook endpoint has the id "+id.String()+".")
-		return
-	}
-	if err != nil {
-		c.dbFail(w, r, v, "read endpoint", err)
+	ep, ok := c.endpoint(ctx, w, r, v, id)
+	if !ok {
 		return
 	}
 	log, err := tenanthook.Attempts(ctx, c.hooks(), "", nil, &id, logSize)
@@ -121,9 +115,8 @@ func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) 
 
 // resendWebhook makes one message due again to one endpoint now.
 func (c *Console) resendWebhook(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		c.fail(w, r, v, http.StatusBadRequest, "That is not an endpoint id.")
+	id, ok := c.pathUUID(w, r, v, "That is not an endpoint id.")
+	if !ok {
 		return
 	}
 	msg := strings.TrimSpace(r.PostForm.Get("msg"))
@@ -152,9 +145,8 @@ func (c *Console) resendWebhook(w http.ResponseWriter, r *http.Request, v *view)
 // recoverWebhooks makes every undelivered message to one endpoint since a
 // time (until another, if given) due again now.
 func (c *Console) recoverWebhooks(w http.ResponseWriter, r *http.Request, v *view) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		c.fail(w, r, v, http.StatusBadRequest, "That is not an endpoint id.")
+	id, ok := c.pathUUID(w, r, v, "That is not an endpoint id.")
+	if !ok {
 		return
 	}
 	since, err := parseDate(r.PostForm.Get("since"))
@@ -194,6 +186,21 @@ func (c *Console) recoverWebhooks(w http.ResponseWriter, r *http.Request, v *vie
 	http.Redirect(w, r, fmt.Sprintf("%s/webhooks/%s?recovered=%d", Prefix, id, n), http.StatusSeeOther)
 }
 
+// endpoint reads endpoint id; none, or a database failure, is answered
+// here (ok false).
+func (c *Console) endpoint(ctx context.Context, w http.ResponseWriter, r *http.Request, v *view, id uuid.UUID) (tenanthook.Endpoint, bool) {
+	ep, err := tenanthook.GetEndpoint(ctx, c.hooks(), id)
+	if errors.Is(err, tenanthook.ErrNotFound) {
+		c.fail(w, r, v, http.StatusNotFound, "No webhook endpoint has the id "+id.String()+".")
+		return ep, false
+	}
+	if err != nil {
+		c.dbFail(w, r, v, "read endpoint", err)
+		return ep, false
+	}
+	return ep, true
+}
+
 // hooks is the webhooks' database.
 func (c *Console) hooks() pgdb.DB {
 	if c.cfg.HooksDB != nil {
@@ -211,11 +218,7 @@ func (c *Console) requestRecover(w http.ResponseWriter, r *http.Request, v *view
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	if _, err := tenanthook.GetEndpoint(ctx, c.hooks(), id); errors.Is(err, tenanthook.ErrNotFound) {
-		c.fail(w, r, v, http.StatusNotFound, "No webhook endpoint has the id "+id.String()+".")
-		return
-	} else if err != nil {
-		c.dbFail(w, r, v, "read endpoint", err)
+	if _, ok := c.endpoint(ctx, w, r, v, id); !ok {
 		return
 	}
 	rid, err := c.requests.RequestEndpoint(ctx, approval.EndpointRequest{Action: approval.Recover, EndpointID: id, Since: &since, Until: until,
