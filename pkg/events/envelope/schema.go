@@ -21,37 +21,34 @@ type field struct {
 	Field      string            `json:"field,omitempty"`
 }
 
-// columnSchema maps a column to the schema Debezium's PostgreSQL connector
-// gives its type with default settings. Key columns are required; every
-// other column is declared optional, since pgoutput does not say which
-// columns are NOT NULL (Debezium reads that from the catalog).
+// columnTypes are the schemas Debezium's PostgreSQL connector gives these
+// column types with default settings.
+var columnTypes = map[uint32]field{
+	oidInt8:        {Type: "int64"},
+	oidInt4:        {Type: "int32"},
+	oidInt2:        {Type: "int16"},
+	oidBool:        {Type: "boolean"},
+	oidFloat8:      {Type: "double"},
+	oidFloat4:      {Type: "float"},
+	oidTimestamptz: {Type: "string", Name: "io.debezium.time.ZonedTimestamp", Version: 1},
+	oidUUID:        {Type: "string", Name: "io.debezium.data.Uuid", Version: 1},
+	oidJSON:        {Type: "string", Name: "io.debezium.data.Json", Version: 1},
+	oidJSONB:       {Type: "string", Name: "io.debezium.data.Json", Version: 1},
+}
+
+// columnSchema maps a column to its schema (columnTypes). Key columns are
+// required; every other column is declared optional, since pgoutput does
+// not say which columns are NOT NULL (Debezium reads that from the
+// catalog).
 func columnSchema(c *Column) field {
-	f := field{Field: c.Name, Optional: !c.Key}
-	switch c.OID {
-	case oidInt8:
-		f.Type = "int64"
-	case oidInt4:
-		f.Type = "int32"
-	case oidInt2:
-		f.Type = "int16"
-	case oidBool:
-		f.Type = "boolean"
-	case oidFloat8:
-		f.Type = "double"
-	case oidFloat4:
-		f.Type = "float"
-	case oidTimestamptz:
-		f.Type, f.Name, f.Version = "string", "io.debezium.time.ZonedTimestamp", 1
-	case oidUUID:
-		f.Type, f.Name, f.Version = "string", "io.debezium.data.Uuid", 1
-	case oidJSON, oidJSONB:
-		f.Type, f.Name, f.Version = "string", "io.debezium.data.Json", 1
-	default:
+	f, ok := columnTypes[c.OID]
+	if !ok {
 		// text, varchar, char, and timestamp without zone, which this
 		// encoder writes as an ISO-8601 string (Debezium: int64
 		// io.debezium.time.MicroTimestamp; no captured table has one).
 		f.Type = "string"
 	}
+	f.Field, f.Optional = c.Name, !c.Key
 	return f
 }
 
