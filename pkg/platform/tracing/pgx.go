@@ -62,17 +62,28 @@ func (t *DBTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.Tr
 
 // TraceQueryEnd implements pgx.QueryTracer.
 func (t *DBTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
+	span, ok := ending(ctx, data.Err)
+	if !ok {
 		return
 	}
-	if data.Err != nil {
-		span.RecordError(data.Err)
-		span.SetStatus(codes.Error, data.Err.Error())
-	} else {
+	if data.Err == nil {
 		span.SetAttributes(attribute.Int64("db.rows_affected", data.CommandTag.RowsAffected()))
 	}
 	span.End()
+}
+
+// ending returns the span a Trace*Start began, if it records, with err
+// (the statement's or the batch's) recorded on it.
+func ending(ctx context.Context, err error) (trace.Span, bool) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return nil, false
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return span, true
 }
 
 // TraceBatchStart implements pgx.BatchTracer: one span for the batch.
@@ -104,15 +115,9 @@ func (t *DBTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.Tr
 
 // TraceBatchEnd implements pgx.BatchTracer.
 func (t *DBTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
+	if span, ok := ending(ctx, data.Err); ok {
+		span.End()
 	}
-	if data.Err != nil {
-		span.RecordError(data.Err)
-		span.SetStatus(codes.Error, data.Err.Error())
-	}
-	span.End()
 }
 
 // SpanName names a statement's span by its first SQL keyword, upper case
