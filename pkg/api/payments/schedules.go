@@ -303,15 +303,11 @@ func (s *Schedules) ListSchedules(ctx context.Context, req *payschedv1.ListSched
 		func(before int64, limit int) ([]store.Schedule, error) {
 			return store.ListSchedules(ctx, s.db, actorID, before, limit)
 		},
-		func(sc store.Schedule) int64 { return sc.Seq })
+		func(sc store.Schedule) int64 { return sc.Seq }, scheduleProto)
 	if err != nil {
 		return nil, err
 	}
-	out := &payschedv1.ListSchedulesResponse{Schedules: []*payschedv1.Schedule{}, NextCursor: next}
-	for i := range rows {
-		out.Schedules = append(out.Schedules, scheduleProto(&rows[i]))
-	}
-	return out, nil
+	return &payschedv1.ListSchedulesResponse{Schedules: rows, NextCursor: next}, nil
 }
 
 func changeErr(s *Schedules, op string, sc *store.Schedule, err error) error {

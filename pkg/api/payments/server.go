@@ -376,9 +376,11 @@ type keyset struct {
 	hint, op string // how to pass a cursor back; what the read is, for its failure
 }
 
-// readPage reads the page k says: read answers up to limit rows before a
-// position (0: from the newest), seq a row's position.
-func readPage[T any](k keyset, read func(before int64, limit int) ([]T, error), seq func(T) int64) ([]T, string, error) {
+// readPage reads the page k says, as conv makes each row (never nil: an
+// empty page is an empty list), and the cursor to the next page: read
+// answers up to limit rows before a position (0: from the newest), seq a
+// row's position.
+func readPage[T, P any](k keyset, read func(before int64, limit int) ([]T, error), seq func(T) int64, conv func(*T) P) ([]P, string, error) {
 	var before int64
 	if k.token != "" {
 		var err error
@@ -391,11 +393,16 @@ func readPage[T any](k keyset, read func(before int64, limit int) ([]T, error), 
 	if err != nil {
 		return nil, "", apierr.FromFailure(k.log, k.op, err)
 	}
-	if len(rows) <= k.size {
-		return rows, "", nil
+	var next string
+	if len(rows) > k.size {
+		rows = rows[:k.size]
+		next = k.cursors.Encode(seq(rows[k.size-1]), k.scope)
 	}
-	rows = rows[:k.size]
-	return rows, k.cursors.Encode(seq(rows[k.size-1]), k.scope), nil
+	out := make([]P, 0, len(rows))
+	for i := range rows {
+		out = append(out, conv(&rows[i]))
+	}
+	return out, next, nil
 }
 
 func notFound() error {
@@ -443,15 +450,11 @@ func (s *Server) ListScheduledPayments(ctx context.Context, req *payschedv1.List
 		func(before int64, limit int) ([]payment.Payment, error) {
 			return s.store.List(ctx, actorID, status, before, limit)
 		},
-		func(p payment.Payment) int64 { return p.Seq })
+		func(p payment.Payment) int64 { return p.Seq }, toPayerProto)
 	if err != nil {
 		return nil, err
 	}
-	out := &payschedv1.ListScheduledPaymentsResponse{Payments: []*payschedv1.ScheduledPayment{}, NextCursor: next}
-	for i := range ps {
-		out.Payments = append(out.Payments, toPayerProto(&ps[i]))
-	}
-	return out, nil
+	return &payschedv1.ListScheduledPaymentsResponse{Payments: ps, NextCursor: next}, nil
 }
 
 // CancelScheduledPayment implements PaymentsService.
