@@ -48,48 +48,47 @@ const ReasonRateLimited = "RATE_LIMITED"
 // RESOURCE_EXHAUSTED items so (the gateway answered them); a unary Charge
 // must carry the mark on the wire.
 func RateLimited(format string, a ...any) error {
-	st := status.Newf(codes.ResourceExhausted, format, a...)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain}); err == nil {
-		st = d
-	}
-	return st.Err()
+	return marked(codes.ResourceExhausted, ReasonRateLimited, format, a...)
 }
 
 // IsRateLimited reports whether err is RateLimited's: a RESOURCE_EXHAUSTED
 // without the mark may be the client's own, after sending.
 func IsRateLimited(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.ResourceExhausted {
-		return false
-	}
-	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == ReasonRateLimited && ei.GetDomain() == ErrorDomain {
-			return true
-		}
-	}
-	return false
+	return hasMark(err, codes.ResourceExhausted, ReasonRateLimited)
 }
 
 // Absent is the error an implementation answers GetCharge with when a
 // strongly consistent read proved that it holds no charge under the key:
 // NOT_FOUND carrying ErrorInfo{Reason: CHARGE_ABSENT}.
 func Absent(format string, a ...any) error {
-	st := status.Newf(codes.NotFound, format, a...)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonChargeAbsent, Domain: ErrorDomain}); err == nil {
-		st = d
-	}
-	return st.Err()
+	return marked(codes.NotFound, ReasonChargeAbsent, format, a...)
 }
 
 // ProvenAbsent reports whether err is Absent's: a NOT_FOUND without the
 // proof (an index that may lag the charges) is not.
 func ProvenAbsent(err error) bool {
+	return hasMark(err, codes.NotFound, ReasonChargeAbsent)
+}
+
+// marked is a status error of code carrying the mark
+// ErrorInfo{Reason: reason, Domain: ErrorDomain}.
+func marked(code codes.Code, reason, format string, a ...any) error {
+	st := status.Newf(code, format, a...)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// hasMark reports whether err is a status error of code carrying marked's
+// mark of reason.
+func hasMark(err error, code codes.Code, reason string) bool {
 	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.NotFound {
+	if !ok || st.Code() != code {
 		return false
 	}
 	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == ReasonChargeAbsent && ei.GetDomain() == ErrorDomain {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == reason && ei.GetDomain() == ErrorDomain {
 			return true
 		}
 	}

@@ -46,23 +46,19 @@ type unary struct {
 }
 
 func (u unary) Charge(ctx context.Context, req *gatewayv1.ChargeRequest) (*gatewayv1.Charge, error) {
-	resp, err := u.c.Charge(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetCharge(), nil
+	return chargeOf(u.c.Charge(ctx, req))
 }
 
 func (u unary) GetCharge(ctx context.Context, req *gatewayv1.GetChargeRequest) (*gatewayv1.Charge, error) {
-	resp, err := u.c.GetCharge(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetCharge(), nil
+	return chargeOf(u.c.GetCharge(ctx, req))
 }
 
 func (u unary) CancelCharge(ctx context.Context, req *gatewayv1.CancelChargeRequest) (*gatewayv1.Charge, error) {
-	resp, err := u.c.CancelCharge(ctx, req)
+	return chargeOf(u.c.CancelCharge(ctx, req))
+}
+
+// chargeOf is the charge a unary call's response carries.
+func chargeOf[R interface{ GetCharge() *gatewayv1.Charge }](resp R, err error) (*gatewayv1.Charge, error) {
 	if err != nil {
 		return nil, err
 	}
