@@ -122,13 +122,11 @@ FROM generate_series(1, $1) i`, cfg.Later, time.Now().Add(2*time.Hour)); err != 
 	time.Sleep(time.Until(due))
 	deadline := time.Now().Add(cfg.Timeout)
 	for {
-		var anyOpen bool
-		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payments WHERE status = $1 AND due_time <= $3)
-			OR EXISTS (SELECT 1 FROM payments WHERE lease_until IS NOT NULL AND status = $2 AND due_time <= $3)`,
-			string(payment.Pending), string(payment.Processing), due.Add(time.Hour)).Scan(&anyOpen); err != nil {
+		left, err := anyOpen(ctx, db, due.Add(time.Hour))
+		if err != nil {
 			return FairResult{}, err
 		}
-		if !anyOpen {
+		if !left {
 			progress(fmt.Sprintf("t+%5.1fs open=0", time.Since(due).Seconds()))
 			break
 		}

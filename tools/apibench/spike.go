@@ -163,13 +163,11 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		// open reads every open row (~0.15 s of a database core at 200,000),
 		// so it is counted for the progress lines at most a fiftieth of the
 		// time: polled often, it slowed the spike it measured.
-		var anyOpen bool
-		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payments WHERE status = $1 AND due_time <= $3)
-			OR EXISTS (SELECT 1 FROM payments WHERE lease_until IS NOT NULL AND status = $2 AND due_time <= $3)`,
-			string(payment.Pending), string(payment.Processing), due.Add(time.Hour)).Scan(&anyOpen); err != nil {
+		left, err := anyOpen(ctx, db, due.Add(time.Hour))
+		if err != nil {
 			return SpikeResult{}, err
 		}
-		if !anyOpen {
+		if !left {
 			used = cpu.since()
 			account = acct.finish(used, cfg.N, "payment")
 			if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint, pg_current_wal_lsn()::text`,

@@ -189,6 +189,16 @@ func walStats(ctx context.Context, db *pgxpool.Pool) ([2]int64, error) {
 	return w, nil
 }
 
+// anyOpen reports whether a payment due by until is still PENDING or
+// claimed: two index probes, where counting them reads every open row.
+func anyOpen(ctx context.Context, db *pgxpool.Pool, until time.Time) (bool, error) {
+	var open bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payments WHERE status = $1 AND due_time <= $3)
+		OR EXISTS (SELECT 1 FROM payments WHERE lease_until IS NOT NULL AND status = $2 AND due_time <= $3)`,
+		string(payment.Pending), string(payment.Processing), until).Scan(&open)
+	return open, err
+}
+
 // hopKey names a change by payment and status: a terminal notification
 // and the change it announces share it.
 func hopKey(id, status string) string { return id + "|" + status }
@@ -306,13 +316,11 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 		if err := dog.failed(); err != nil {
 			return r, err
 		}
-		var anyOpen bool
-		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM payments WHERE status = $1 AND due_time <= $3)
-			OR EXISTS (SELECT 1 FROM payments WHERE lease_until IS NOT NULL AND status = $2 AND due_time <= $3)`,
-			string(payment.Pending), string(payment.Processing), last).Scan(&anyOpen); err != nil {
+		left, err := anyOpen(ctx, db, last)
+		if err != nil {
 			return r, err
 		}
-		if !anyOpen {
+		if !left {
 			r.CPUus = map[string]float64{}
 			used := cpu.since()
 			for name, d := range used {
