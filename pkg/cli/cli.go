@@ -132,8 +132,6 @@ type conn struct {
 	admin     payschedv1.AdminServiceClient
 }
 
-func (g *globals) dial() (*conn, error) { return g.dialAs(false, g.timeout) }
-
 // LocalSecretFile is where `make up` keeps the local stack's generated
 // HS256 secret, relative to the checkout.
 const LocalSecretFile = ".data/secrets/jwt-secret"
