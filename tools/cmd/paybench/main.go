@@ -57,8 +57,7 @@ func main() {
 	}
 	tok, err := auth.Mint([]byte(*secret), auth.DefaultIssuer, auth.DefaultAudience, "bench", false, time.Hour)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "paybench:", err)
-		os.Exit(1)
+		os.Exit(fail(err))
 	}
 	cfg := apibench.Config{HTTPBase: *httpBase, GRPCAddr: *grpcAddr, Token: tok, Concurrency: *conc,
 		Duration: *dur, BatchSize: *batch, RunID: fmt.Sprint(time.Now().UnixNano())}
@@ -101,8 +100,7 @@ func main() {
 		fmt.Println(rest)
 		s, err := apibench.SDK(cfg)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "paybench:", err)
-			os.Exit(1)
+			os.Exit(fail(err))
 		}
 		fmt.Println(s)
 		sdk = s
@@ -112,19 +110,34 @@ func main() {
 	sdkRatio := ratios[len(ratios)/2]
 	grpcRes, err := apibench.GRPC(cfg)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "paybench:", err)
-		os.Exit(1)
+		os.Exit(fail(err))
 	}
 	fmt.Println(grpcRes)
 	batchRes, err := apibench.Batch(cfg, *batchConc)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "paybench:", err)
-		os.Exit(1)
+		os.Exit(fail(err))
 	}
 	fmt.Println(batchRes)
 	fmt.Printf("bench rest_creates_per_s=%.0f rest_p50_ms=%.2f rest_p99_ms=%.2f sdk_creates_per_s=%.0f sdk_vs_rest=%.3f (median of %d pairs, %.3f-%.3f) grpc_creates_per_s=%.0f grpc_p50_ms=%.2f grpc_p99_ms=%.2f batch_payments_per_s=%.0f errors=%d\n",
 		rest.PerSecond(), ms(rest.P50), ms(rest.P99), sdk.PerSecond(), sdkRatio, len(ratios), ratios[0], ratios[len(ratios)-1],
 		grpcRes.PerSecond(), ms(grpcRes.P50), ms(grpcRes.P99), batchRes.PerSecond(), rest.Errors+sdk.Errors+grpcRes.Errors+batchRes.Errors)
+}
+
+// withDB runs run on a pool of dbURL.
+func withDB(dbURL string, run func(ctx context.Context, db *pgxpool.Pool) int) int {
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return fail(err)
+	}
+	defer db.Close()
+	return run(ctx, db)
+}
+
+// fail reports err: the exit status of a run it ended.
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "paybench:", err)
+	return 1
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -151,8 +164,7 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids
 	}
 	r, err := apibench.Spike(context.Background(), sc, func(s string) { fmt.Println(s) })
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "paybench:", err)
-		return 1
+		return fail(err)
 	}
 	fmt.Printf("payments=%d completed=%d failed=%d dead_lettered=%d other=%d\n", r.N, r.Completed, r.Failed, r.Dead, r.Others)
 	fmt.Printf("executed/s=%.0f drain=%.1fs lateness p50=%.2fs p99=%.2fs max=%.2fs\n", r.ExecutedPerS, r.DrainS, r.LatP50, r.LatP99, r.LatMax)
@@ -214,23 +226,17 @@ func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids
 }
 
 func recon(dbURL string, n, runs int) int {
-	ctx := context.Background()
-	db, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "paybench:", err)
-		return 1
-	}
-	defer db.Close()
-	res, err := reconbench.Run(ctx, db, n, runs, os.Stdout)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "paybench:", err)
-		return 1
-	}
-	med := reconbench.Median(res)
-	last := res[len(res)-1].Run
-	fmt.Printf("bench recon_attempts=%d recon_seconds=%.2f rows_per_s=%.0f repaired_first_run=%d mismatches=%d\n",
-		n, med.Seconds(), float64(last.Charges)/med.Seconds(), res[0].Run.Repaired, last.Mismatches)
-	return 0
+	return withDB(dbURL, func(ctx context.Context, db *pgxpool.Pool) int {
+		res, err := reconbench.Run(ctx, db, n, runs, os.Stdout)
+		if err != nil {
+			return fail(err)
+		}
+		med := reconbench.Median(res)
+		last := res[len(res)-1].Run
+		fmt.Printf("bench recon_attempts=%d recon_seconds=%.2f rows_per_s=%.0f repaired_first_run=%d mismatches=%d\n",
+			n, med.Seconds(), float64(last.Charges)/med.Seconds(), res[0].Run.Repaired, last.Mismatches)
+		return 0
+	})
 }
 
 // namedList parses name=value,... into a map.
@@ -259,8 +265,7 @@ func steady(cfg apibench.Config, rate int, d time.Duration, dbURL, gwAddr, broke
 		GatewayAddr: gwAddr, KafkaBrokers: seeds, Pids: procs, Logs: namedList(logs), Timeout: timeout},
 		func(s string) { fmt.Println(s) })
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "paybench:", err)
-		return 1
+		return fail(err)
 	}
 	fmt.Printf("payments=%d completed=%d failed=%d dead_lettered=%d\n", r.N, r.Completed, r.Failed, r.Dead)
 	fmt.Println(r.CPU())
@@ -276,8 +281,7 @@ func fairRun(cfg apibench.Config, secret []byte, n, small, perSmall, later int, 
 	r, err := apibench.Fair(context.Background(), apibench.FairConfig{Config: cfg, Big: n, Small: small, PerSmall: perSmall,
 		Later: later, Mint: mint, DatabaseURL: dbURL, Lead: lead, Timeout: timeout}, func(s string) { fmt.Println(s) })
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "paybench:", err)
-		return 1
+		return fail(err)
 	}
 	fmt.Printf("small tenants' lateness p50=%.2fs p99=%.2fs; the first attempt of all started %.2fs after the due time\n",
 		r.SmallLatP50, r.SmallLatP99, r.FirstStartS)

@@ -23,23 +23,20 @@ func webhooksRun(dbURL, hooksURL, brokers, api, pids string, n, rate int, timeou
 	}
 	db, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "paybench:", err)
-		return 1
+		return fail(err)
 	}
 	defer db.Close()
 	hooks := db
 	if hooksURL != "" && hooksURL != dbURL {
 		if hooks, err = pgxpool.New(ctx, hooksURL); err != nil {
-			fmt.Fprintln(os.Stderr, "paybench:", err)
-			return 1
+			return fail(err)
 		}
 		defer hooks.Close()
 	}
 	res, err := webhookbench.Run(ctx, webhookbench.Config{DB: hooks, Schedule: db, Pids: parsePids(pids), Brokers: strings.Split(brokers, ","),
 		N: n, Rate: rate, Hang: 20 * time.Second, Timeout: timeout, Out: os.Stdout, API: api})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "paybench:", err)
-		return 1
+		return fail(err)
 	}
 	if res.Lost > 0 {
 		return 1
