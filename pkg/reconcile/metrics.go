@@ -33,22 +33,23 @@ type Metrics struct {
 
 // NewMetrics registers the metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	counter := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
-	}
-	counterVec := func(name, help, label string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
-	}
 	m := &Metrics{
-		mismatches: counterVec("paysched_reconciliation_mismatches_total", "Reconciliation findings that need a human, by kind (MISSING_AT_GATEWAY, AMOUNT_MISMATCH, DUPLICATE_CHARGE, UNKNOWN_CHARGE).", "kind"),
-		runs:       counterVec("paysched_reconciliation_runs_total", "Reconciliation runs by final state.", "state"),
-		repaired:   counter("paysched_reconciliation_repaired_total", "Payments moved to COMPLETED from the gateway's settlement report."),
-		charges:    counter("paysched_reconciliation_charges_total", "Settled charges read from the gateway's reports."),
+		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_reconciliation_mismatches_total",
+			Help: "Reconciliation findings that need a human, by kind (MISSING_AT_GATEWAY, AMOUNT_MISMATCH, DUPLICATE_CHARGE, UNKNOWN_CHARGE)."}, []string{"kind"}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_reconciliation_runs_total",
+			Help: "Reconciliation runs by final state."}, []string{"state"}),
+		repaired: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_reconciliation_repaired_total",
+			Help: "Payments moved to COMPLETED from the gateway's settlement report."}),
+		charges: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_reconciliation_charges_total",
+			Help: "Settled charges read from the gateway's reports."}),
 		last: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "paysched_reconciliation_last_mismatches",
 			Help: "Mismatches found by the last run of each kind."}, []string{"kind"}),
-		resolved:   counterVec("paysched_ambiguous_resolved_total", "Ambiguous dead letters settled by probing the gateway, by the status they moved to.", "status"),
-		unresolved: counter("paysched_ambiguous_resolve_failures_total", "Ambiguous dead letters the resolver could not move after the gateway answered (postponed, never blocking the rest)."),
-		webhooks:   counterVec("paysched_webhooks_total", "Gateway webhooks received, by result.", "result"),
+		resolved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_ambiguous_resolved_total",
+			Help: "Ambiguous dead letters settled by probing the gateway, by the status they moved to."}, []string{"status"}),
+		unresolved: prometheus.NewCounter(prometheus.CounterOpts{Name: "paysched_ambiguous_resolve_failures_total",
+			Help: "Ambiguous dead letters the resolver could not move after the gateway answered (postponed, never blocking the rest)."}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "paysched_webhooks_total",
+			Help: "Gateway webhooks received, by result."}, []string{"result"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "paysched_reconciliation_last_success_timestamp_seconds",
 			Help: "When the last reconciliation run succeeded (Unix seconds; the reconciler's first start when none has yet)."}),
 	}

@@ -193,24 +193,30 @@ func New(cfg Config, db pgdb.DB, charger *gateway.Charger, reg prometheus.Regist
 		// Buffered to MaxInFlight: admission already bounds what is queued,
 		// so handing work on never blocks.
 		jobs: make(chan *task, cfg.MaxInFlight), done: make(chan *task, cfg.MaxInFlight)}
-	counter := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
-	}
 	s.m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "paysched_gateway_outcomes_total", Help: "Gateway attempts by outcome."}, []string{"outcome"})
 	s.m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "paysched_gateway_latency_seconds", Help: "Gateway call latency per payment, probes included.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 10)})
-	s.m.fenced = counter("paysched_executor_fenced_total", "Outcomes not applied: the attempt was no longer current.")
+	s.m.fenced = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_fenced_total", Help: "Outcomes not applied: the attempt was no longer current."})
 	// Same name as before: it counts every arrival in the dead-letter queue.
-	s.m.dead = counter("paysched_dead_letters_total", "Payments dead-lettered by this executor.")
-	s.m.paced = counter("paysched_executor_payee_paced_total", "Claims handed back to PENDING until their payee's turn (--payee-rate).")
-	s.m.early = counter("paysched_executor_absence_too_soon_total", "Claims handed back to PENDING because the gateway proved an absence sooner than its longest request after the payment's last one (--gateway-max-request): asked again once it counts.")
-	s.m.released = counter("paysched_executor_released_total", "Claims not started: the lease would have ended before the call's deadline.")
-	s.m.mismatches = counter("paysched_gateway_mismatches_total", "Gateway answers naming another key, amount or currency than the payment's (alert: never a success).")
-	s.m.unrecorded = counter("paysched_executor_unrecorded_total", "Outcomes that could not be written (the lease expires; the next attempt probes).")
-	s.m.poisoned = counter("paysched_executor_unrecordable_total", "Outcomes the database refused even alone, written instead as a dead letter OUTCOME_UNRECORDABLE (the rest of their batch recorded row by row).")
-	s.m.tooShort = counter("paysched_executor_lease_too_short_total", "Payments dead-lettered LEASE_TOO_SHORT: released untouched --max-releases times in a row.")
+	s.m.dead = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_dead_letters_total", Help: "Payments dead-lettered by this executor."})
+	s.m.paced = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_payee_paced_total", Help: "Claims handed back to PENDING until their payee's turn (--payee-rate)."})
+	s.m.early = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_absence_too_soon_total", Help: "Claims handed back to PENDING because the gateway proved an absence sooner than its longest request after the payment's last one (--gateway-max-request): asked again once it counts."})
+	s.m.released = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_released_total", Help: "Claims not started: the lease would have ended before the call's deadline."})
+	s.m.mismatches = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_gateway_mismatches_total", Help: "Gateway answers naming another key, amount or currency than the payment's (alert: never a success)."})
+	s.m.unrecorded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_unrecorded_total", Help: "Outcomes that could not be written (the lease expires; the next attempt probes)."})
+	s.m.poisoned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_unrecordable_total", Help: "Outcomes the database refused even alone, written instead as a dead letter OUTCOME_UNRECORDABLE (the rest of their batch recorded row by row)."})
+	s.m.tooShort = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysched_executor_lease_too_short_total", Help: "Payments dead-lettered LEASE_TOO_SHORT: released untouched --max-releases times in a row."})
 	s.m.flush = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "paysched_executor_complete_batch_size", Help: "Outcomes written per completion statement.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
