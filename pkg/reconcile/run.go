@@ -199,62 +199,41 @@ func (r *Runner) log() *slog.Logger {
 	return r.Log
 }
 
-// The diff's SQL. Every statement works on the whole day at once (a
-// million charges is a few hash joins, not a million round trips).
-const (
-	settleTable = `CREATE TEMP TABLE IF NOT EXISTS settle (
-    charge_id text NOT NULL, reference text NOT NULL, ref_id uuid,
-    amount bigint NOT NULL, currency text NOT NULL, created_at timestamptz NOT NULL)`
-
-	// The due-time range of the payments the report names: it lets the
-	// joins below prune payments' partitions.
-	settleRangeSQL = `SELECT min(i.due_time), max(i.due_time) FROM settle s JOIN payment_index i ON i.id = s.ref_id`
-
-	duplicatesSQL = `
-INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
-SELECT $1, 'DUPLICATE_CHARGE', 'CRITICAL', min(ref_id::text)::uuid, reference, array_agg(charge_id ORDER BY charge_id),
-       count(*) || ' settled charges for one payment'
-FROM settle GROUP BY reference HAVING count(*) > 1`
-
-	unknownSQL = `
-INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
-SELECT $1, 'UNKNOWN_CHARGE', 'CRITICAL', NULL, reference, ARRAY[charge_id], 'settled charge with no payment'
-FROM matched WHERE pid IS NULL`
-
-	amountSQL = `
-INSERT INTO reconciliation_items (run_id, kind, severity, payment_id, reference, charge_ids, detail)
-SELECT $1, 'AMOUNT_MISMATCH', 'CRITICAL', pid, reference, ARRAY[charge_id],
-       format('gateway %s %s, payment %s %s', amount, currency, amount_minor, pcurrency)
-FROM matched WHERE pid IS NOT NULL AND (amount <> amount_minor OR currency <> pcurrency)`
-)
-
 func (r *Runner) run(ctx context.Context, conn *pgx.Conn, run *Run) error {
 	dayStr := run.Day.Format(time.DateOnly)
-	for _, q := range []string{settleTable, `TRUNCATE settle`, `DROP TABLE IF EXISTS matched`} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return fmt.Errorf("prepare: %w", err)
-		}
+	// The diff works on the whole day at once, over the run's temporary
+	// tables (reconciledb/report.sql, diff.sql): a million charges is a
+	// few hash joins, not a million round trips.
+	q := reconciledb.New(conn)
+	if _, err := conn.Exec(ctx, reconciledb.ReportTables); err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
+	if err := q.ClearReport(ctx); err != nil {
+		return fmt.Errorf("prepare: %w", err)
 	}
 	defer func() {
 		// Temporary tables: they go with the session anyway, if this fails.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS settle, matched`)
+		_ = q.DropReport(context.WithoutCancel(ctx))
 	}()
 	n, err := r.loadReport(ctx, conn, dayStr)
 	if err != nil {
 		return err
 	}
 	run.Charges = n
-	for _, q := range []string{`CREATE INDEX ON settle (ref_id)`, `ANALYZE settle`} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return fmt.Errorf("index report: %w", err)
-		}
+	if err := q.IndexReport(ctx); err != nil {
+		return fmt.Errorf("index report: %w", err)
+	}
+	if err := q.AnalyzeReport(ctx); err != nil {
+		return fmt.Errorf("index report: %w", err)
 	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) (err error) {
-		var lo, hi *time.Time
-		if err := tx.QueryRow(ctx, settleRangeSQL).Scan(&lo, &hi); err != nil {
+		txq := reconciledb.New(tx)
+		rng, err := txq.ReportRange(ctx)
+		if err != nil {
 			return fmt.Errorf("report range: %w", err)
 		}
-		if lo == nil {
+		lo, hi := &rng.Lo, &rng.Hi
+		if rng.Named == 0 {
 			// No charge names a known payment: an empty range.
 			t := run.Day
 			lo, hi = &t, &t
@@ -262,8 +241,8 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, run *Run) error {
 		if err := store.MatchSettled(ctx, tx, *lo, *hi); err != nil {
 			return err
 		}
-		for _, q := range []string{duplicatesSQL, unknownSQL, amountSQL} {
-			if _, err := tx.Exec(ctx, q, run.ID); err != nil {
+		for _, record := range []func(context.Context, int64) error{txq.RecordDuplicates, txq.RecordUnknown, txq.RecordAmountMismatches} {
+			if err := record(ctx, run.ID); err != nil {
 				return fmt.Errorf("record mismatches: %w", err)
 			}
 		}
@@ -277,7 +256,7 @@ func (r *Runner) run(ctx context.Context, conn *pgx.Conn, run *Run) error {
 		if err := r.checkUnsettled(ctx, tx, run, from, to); err != nil {
 			return err
 		}
-		kinds, err := reconciledb.New(tx).CountItems(ctx, run.ID)
+		kinds, err := txq.CountItems(ctx, run.ID)
 		if err != nil {
 			return fmt.Errorf("count items: %w", err)
 		}

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/paysched/paysched/pkg/platform/pgdb"
+	"github.com/paysched/paysched/pkg/store/paymentdb"
 )
 
 // ErrNotAllowed means the statement was asked for a move the state machine does
@@ -45,8 +47,8 @@ func Transient(err error) bool {
 // Now reads the database's clock: the one due times, leases and runs are
 // measured by (a gateway's is checked against it at start).
 func Now(ctx context.Context, db pgdb.DB) (time.Time, error) {
-	var t time.Time
-	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&t); err != nil {
+	t, err := paymentdb.New(db).Now(ctx)
+	if err != nil {
 		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
 	}
 	return t, nil

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paysched/paysched/pkg/store/paymentdb"
 	"github.com/paysched/paysched/test/pgtest"
 )
 
@@ -30,20 +31,26 @@ func TestByIDStatementsLockOnePartition(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		sql  string
-		args []any
+		run  func(q *paymentdb.Queries) error
 	}{
-		{"get", getSQL, []any{id, "alice", due}},
-		{"get any", getAnySQL, []any{id, due}},
-		{"cancel", cancelSQL, []any{id, "alice", due}},
+		{"get", func(q *paymentdb.Queries) error {
+			_, err := q.GetPayment(ctx, paymentdb.GetPaymentParams{ID: id, Payer: "alice", DueTime: due})
+			return err
+		}},
+		{"get any", func(q *paymentdb.Queries) error {
+			_, err := q.GetPayment(ctx, paymentdb.GetPaymentParams{ID: id, DueTime: due})
+			return err
+		}},
+		{"cancel", func(q *paymentdb.Queries) error {
+			_, err := q.CancelPayment(ctx, paymentdb.CancelPaymentParams{ID: id, Payer: "alice", DueTime: due})
+			return err
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-				rows, err := tx.Query(ctx, tc.sql, tc.args...)
-				if err != nil {
+				if err := tc.run(paymentdb.New(tx)); err != nil {
 					return err
 				}
-				rows.Close()
 				var locked int
 				if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
 					WHERE l.pid = pg_backend_pid() AND c.relname LIKE 'payments_%'`).Scan(&locked); err != nil {
@@ -52,7 +59,7 @@ func TestByIDStatementsLockOnePartition(t *testing.T) {
 				if locked > 10 {
 					t.Errorf("%s locked %d partition relations, want one partition and its indexes", tc.name, locked)
 				}
-				return rows.Err()
+				return nil
 			})
 			if err != nil {
 				t.Fatal(err)

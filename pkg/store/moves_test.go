@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/reconcile/reconciledb"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/pgtest"
 )
@@ -224,11 +225,13 @@ func repair(t *testing.T, db *pgxpool.Pool, id uuid.UUID, due time.Time) {
 	if err := tx.QueryRow(ctx, `INSERT INTO reconciliation_runs (day, triggered_by) VALUES (current_date, 'test') RETURNING id`).Scan(&runID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS matched`); err != nil {
+	// The run's temporary tables as the reconciler makes them (they stay
+	// with the pooled session: emptied first, in case an earlier test left
+	// rows).
+	if _, err := tx.Exec(ctx, reconciledb.ReportTables); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE settle (charge_id text NOT NULL, reference text NOT NULL, ref_id uuid,
-		amount bigint NOT NULL, currency text NOT NULL, created_at timestamptz NOT NULL) ON COMMIT DROP`); err != nil {
+	if err := reconciledb.New(tx).ClearReport(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO settle VALUES ('ch_r', $2, $1, 100, 'USD', now())`, id, id.String()); err != nil {

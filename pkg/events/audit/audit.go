@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paysched/paysched/pkg/events/audit/auditdb"
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/notification"
@@ -372,15 +373,6 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// copySQL takes the audit rows in COPY's binary format (see encodeCopy).
-const copySQL = `COPY audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at) FROM STDIN (FORMAT binary)`
-
-// insertSQL appends audit rows; ON CONFLICT makes redelivery a no-op.
-const insertSQL = `
-INSERT INTO audit_events (lsn, table_name, row_key, op, payment_id, status, event, committed_at)
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]::uuid[], $6::text[], $7::text[], $8::timestamptz[])
-ON CONFLICT (lsn, table_name, row_key) DO NOTHING`
-
 // minStreamRows is the smallest share of a batch worth a stream of its own.
 const minStreamRows = 250
 
@@ -490,26 +482,24 @@ func encodeCopy(b []byte, rows []auditRow) []byte {
 func (c *Consumer) insert(ctx context.Context, rows []auditRow) error {
 	n := len(rows)
 	lsns, tables, keys, ops := make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
-	ids, statuses, events, commits := make([]*string, n), make([]*string, n), make([]string, n), make([]time.Time, n)
+	// An empty id or status is written as none (auditdb/audit.sql).
+	ids, statuses, events, commits := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
 	for i := range rows {
 		r := &rows[i]
 		lsns[i], tables[i], keys[i], ops[i] = r.lsn, r.table, string(r.key), r.op
 		switch r.idState {
 		case idUUID:
-			s := uuidString(r.id)
-			ids[i] = &s
+			ids[i] = uuidString(r.id)
 		case idText:
-			s := string(r.idText)
-			ids[i] = &s
+			ids[i] = string(r.idText)
 		}
 		if r.hasState {
-			s := string(r.status)
-			statuses[i] = &s
+			statuses[i] = string(r.status)
 		}
 		events[i], commits[i] = string(r.event), time.UnixMilli(r.commitMs)
 	}
-	_, err := c.logDB.Exec(ctx, insertSQL, lsns, tables, keys, ops, ids, statuses, events, commits)
-	return err
+	return auditdb.New(c.logDB).AppendAuditRows(ctx, auditdb.AppendAuditRowsParams{Lsns: lsns, TableNames: tables, RowKeys: keys,
+		Ops: ops, PaymentIds: ids, Statuses: statuses, Events: events, CommittedAt: commits})
 }
 
 func uuidString(u [16]byte) string {

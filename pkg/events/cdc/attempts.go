@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/paysched/paysched/pkg/events/cdc/cdcdb"
 	"github.com/paysched/paysched/pkg/events/envelope"
 )
 
@@ -62,27 +61,14 @@ type announcer struct {
 // only its unannounced rows are published). Every column must be one
 // announceFrom knows, or the connector refuses to stream: a derived event
 // must hold the row as it is.
-func loadAnnouncer(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, src envelope.Source) (*announcer, error) {
-	rows, err := db.Query(ctx, `
-		SELECT a.attname, a.atttypid::int8, COALESCE(a.attnum = ANY (i.indkey), false)
-		FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
-		WHERE a.attrelid = 'payment_attempts'::regclass AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`)
+func loadAnnouncer(ctx context.Context, db cdcdb.DBTX, src envelope.Source) (*announcer, error) {
+	cols, err := cdcdb.New(db).AttemptColumns(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read payment_attempts' columns: %w", err)
 	}
 	rel := &envelope.Relation{Schema: "public", Table: "payment_attempts"}
-	var name string
-	var oid int64
-	var key bool
-	_, err = pgx.ForEachRow(rows, []any{&name, &oid, &key}, func() error {
-		rel.Columns = append(rel.Columns, envelope.Column{Name: name, OID: uint32(oid), Key: key})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read payment_attempts' columns: %w", err)
+	for _, col := range cols {
+		rel.Columns = append(rel.Columns, envelope.Column{Name: col.Name, OID: uint32(col.TypeOid), Key: col.Key})
 	}
 	var unknown []string
 	for _, col := range rel.Columns {
@@ -182,19 +168,17 @@ func uuidText(b []byte, d envelope.Datum) []byte {
 // the migrations set it on the publication they make; a publication cdc
 // made itself, it mends. It fails, naming the fix, when it cannot.
 func (c *Connector) ensureAttemptsFilter(ctx context.Context) error {
-	var filter *string
-	err := c.db.QueryRow(ctx, `SELECT rowfilter FROM pg_publication_tables WHERE pubname = $1 AND schemaname = 'public' AND tablename = 'payment_attempts'`,
-		c.cfg.Publication).Scan(&filter)
+	has, err := cdcdb.New(c.db).AttemptsRowFilter(ctx, c.cfg.Publication)
 	if err != nil {
 		return fmt.Errorf("check the publication's filter on payment_attempts: %w", err)
 	}
 	want := !c.cfg.PublishAttempts
-	if has := filter != nil && strings.TrimSpace(*filter) == attemptsFilter; has == want {
+	if (has != nil && strings.TrimSpace(*has) == attemptsFilter) == want {
 		return nil
 	}
-	add := `ALTER PUBLICATION ` + quoteIdent(c.cfg.Publication) + ` ADD TABLE payment_attempts`
+	filter := ""
 	if want {
-		add += ` WHERE ` + attemptsFilter
+		filter = attemptsFilter
 	}
 	tx, err := c.db.Begin(ctx)
 	if err != nil {
@@ -202,9 +186,9 @@ func (c *Connector) ensureAttemptsFilter(ctx context.Context) error {
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	// Both statements' errors count: the second's is not shadowed.
-	_, err = tx.Exec(ctx, `ALTER PUBLICATION `+quoteIdent(c.cfg.Publication)+` DROP TABLE payment_attempts`)
+	_, err = tx.Exec(ctx, dropTableSQL(c.cfg.Publication, "payment_attempts"))
 	if err == nil {
-		_, err = tx.Exec(ctx, add)
+		_, err = tx.Exec(ctx, addTableSQL(c.cfg.Publication, "payment_attempts", filter))
 	}
 	if err == nil {
 		err = tx.Commit(ctx)

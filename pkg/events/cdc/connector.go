@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paysched/paysched/pkg/events/cdc/cdcdb"
 	"github.com/paysched/paysched/pkg/events/envelope"
 	"github.com/paysched/paysched/pkg/events/kafka"
 )
@@ -153,8 +154,8 @@ var PublishedTables = []string{"payments", "payment_attempts", "payment_actions"
 // CREATE on the schema before it looks for the table, which cdc's role
 // does not have.
 func (c *Connector) ensureTable(ctx context.Context, table, create string) error {
-	var exists bool
-	if err := c.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {
+	exists, err := cdcdb.New(c.db).TableExists(ctx, table)
+	if err != nil {
 		return fmt.Errorf("look for %s: %w", table, err)
 	}
 	if exists {
@@ -173,28 +174,27 @@ func (c *Connector) Setup(ctx context.Context) error {
 	// The heartbeat table is published too: its periodic update reaches the
 	// connector as a small transaction whose end LSN can be confirmed, so an
 	// idle slot keeps moving and never pins WAL.
-	if err := c.ensureTable(ctx, "cdc_heartbeat", `CREATE TABLE IF NOT EXISTS cdc_heartbeat (id int PRIMARY KEY, ts timestamptz NOT NULL)`); err != nil {
+	if err := c.ensureTable(ctx, "cdc_heartbeat", heartbeatTableSQL); err != nil {
 		return fmt.Errorf("heartbeat table: %w", err)
 	}
-	var exists bool
-	if err := c.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, c.cfg.Publication).Scan(&exists); err != nil {
+	q := cdcdb.New(c.db)
+	exists, err := q.PublicationExists(ctx, c.cfg.Publication)
+	if err != nil {
 		return fmt.Errorf("check publication: %w", err)
 	}
 	if !exists {
-		if _, err := c.db.Exec(ctx, `CREATE PUBLICATION `+quoteIdent(c.cfg.Publication)+
-			` FOR TABLE `+strings.Join(PublishedTables, ", ")+` WITH (publish_via_partition_root = true)`); err != nil {
+		if _, err := c.db.Exec(ctx, createPublicationSQL(c.cfg.Publication)); err != nil {
 			return fmt.Errorf("create publication: %w", err)
 		}
 	}
 	// A publication made by an older version lacks the newer tables.
 	for _, t := range PublishedTables {
-		var in bool
-		if err := c.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND tablename = $2)`,
-			c.cfg.Publication, t).Scan(&in); err != nil {
+		in, err := q.PublicationHasTable(ctx, cdcdb.PublicationHasTableParams{Pubname: c.cfg.Publication, TableName: t})
+		if err != nil {
 			return fmt.Errorf("check publication tables: %w", err)
 		}
 		if !in {
-			if _, err := c.db.Exec(ctx, `ALTER PUBLICATION `+quoteIdent(c.cfg.Publication)+` ADD TABLE `+quoteIdent(t)); err != nil {
+			if _, err := c.db.Exec(ctx, addTableSQL(c.cfg.Publication, t, "")); err != nil {
 				return fmt.Errorf("add %s to publication: %w", t, err)
 			}
 		}
@@ -202,7 +202,7 @@ func (c *Connector) Setup(ctx context.Context) error {
 	if err := c.ensureAttemptsFilter(ctx); err != nil {
 		return err
 	}
-	if err := c.ensureTable(ctx, "cdc_state", `CREATE TABLE IF NOT EXISTS cdc_state (slot text PRIMARY KEY, confirmed_lsn pg_lsn NOT NULL, confirmed_at timestamptz NOT NULL)`); err != nil {
+	if err := c.ensureTable(ctx, "cdc_state", stateTableSQL); err != nil {
 		return fmt.Errorf("cdc_state table: %w", err)
 	}
 	exists, rec, gap, err := c.checkSlot(ctx)
@@ -218,7 +218,7 @@ func (c *Connector) Setup(ctx context.Context) error {
 		}
 		c.log.Warn("resync: recreating the slot and emitting snapshot events", "slot", c.cfg.Slot, "since", rec.at, "why", gap.Why)
 		if exists {
-			if _, err := c.db.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, c.cfg.Slot); err != nil {
+			if err := q.DropSlot(ctx, c.cfg.Slot); err != nil {
 				return fmt.Errorf("resync: drop slot: %w", err)
 			}
 			exists = false
@@ -237,11 +237,11 @@ func (c *Connector) Setup(ctx context.Context) error {
 		if rec == nil {
 			// First start with cdc_state (or the first ever with a slot made
 			// by hand): record where the slot is.
-			var lsn string
-			if err := c.db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&lsn); err != nil {
+			pos, err := q.SlotPosition(ctx, c.cfg.Slot)
+			if err != nil {
 				return fmt.Errorf("check slot: %w", err)
 			}
-			if at, err := pglogrepl.ParseLSN(lsn); err == nil {
+			if at, err := pglogrepl.ParseLSN(pos.ConfirmedLsn); err == nil {
 				return c.record(ctx, at)
 			}
 		}
@@ -335,9 +335,8 @@ func (c *Connector) Run(ctx context.Context) error {
 	defer conn.Close(context.Background())
 	// The stream resumes after the slot's confirmed position: the commit
 	// before the first transaction it sends, as far as consumers know.
-	var confirmed *string
-	if err := c.db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&confirmed); err == nil && confirmed != nil {
-		if lsn, err := pglogrepl.ParseLSN(*confirmed); err == nil {
+	if pos, err := cdcdb.New(c.db).SlotPosition(ctx, c.cfg.Slot); err == nil && pos.ConfirmedLsn != "" {
+		if lsn, err := pglogrepl.ParseLSN(pos.ConfirmedLsn); err == nil {
 			c.lastCommit = lsn
 		}
 	}
@@ -686,9 +685,7 @@ func (c *Connector) status(ctx context.Context, conn *pgconn.PgConn, final bool)
 	if err != nil && !final {
 		return fmt.Errorf("status update: %w", err)
 	}
-	var lag int64
-	if c.db.QueryRow(ctx, `SELECT COALESCE(pg_current_wal_lsn() - confirmed_flush_lsn, 0)::bigint FROM pg_replication_slots WHERE slot_name = $1`,
-		c.cfg.Slot).Scan(&lag) == nil {
+	if lag, err := cdcdb.New(c.db).SlotLagBytes(ctx, c.cfg.Slot); err == nil {
 		c.m.slotLag.Set(float64(lag))
 	}
 	return nil
@@ -697,7 +694,7 @@ func (c *Connector) status(ctx context.Context, conn *pgconn.PgConn, final bool)
 // heartbeat writes the heartbeat row; the change comes back through the
 // slot as its own transaction and becomes a heartbeat event.
 func (c *Connector) heartbeat(ctx context.Context) {
-	if _, err := c.db.Exec(ctx, `INSERT INTO cdc_heartbeat (id, ts) VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET ts = now()`); err != nil && ctx.Err() == nil {
+	if err := cdcdb.New(c.db).Heartbeat(ctx); err != nil && ctx.Err() == nil {
 		c.log.Warn("heartbeat write", "err", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"regexp"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/paysched/paysched/pkg/events/cdc/cdcdb"
 )
 
 // Failover slots. On PostgreSQL 17 and later a logical slot created (or
@@ -53,8 +55,8 @@ func (c *Connector) failoverSlots(ctx context.Context) (bool, error) {
 	if !c.cfg.Failover {
 		return false, nil
 	}
-	var v int
-	if err := c.db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&v); err != nil {
+	v, err := cdcdb.New(c.db).ServerVersion(ctx)
+	if err != nil {
 		return false, fmt.Errorf("server version: %w", err)
 	}
 	if v < failoverVersion {
@@ -99,7 +101,7 @@ func (c *Connector) createSlot(ctx context.Context, failover, export bool) (at p
 // It runs before cdc streams, while no walsender holds the slot.
 func (c *Connector) ensureFailover(ctx context.Context) error {
 	var on bool
-	if err := c.db.QueryRow(ctx, `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&on); err != nil {
+	if err := c.db.QueryRow(ctx, slotFailoverSQL, c.cfg.Slot).Scan(&on); err != nil {
 		return fmt.Errorf("check slot failover: %w", err)
 	}
 	if on {

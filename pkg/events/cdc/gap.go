@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -56,10 +55,12 @@ type slotState struct {
 // cdc never ran: nothing to lose), a *GapError otherwise. exists reports
 // whether the slot exists.
 func (c *Connector) checkSlot(ctx context.Context) (exists bool, rec *slotState, gap *GapError, err error) {
+	slot, err := cdcdb.New(c.db).SlotPosition(ctx, c.cfg.Slot)
 	var slotLSN *string
-	var slotDB, ourDB string
-	err = c.db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, COALESCE(database, ''), current_database()
-		FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&slotLSN, &slotDB, &ourDB)
+	if slot.ConfirmedLsn != "" {
+		slotLSN = &slot.ConfirmedLsn
+	}
+	slotDB, ourDB := slot.SlotDatabase, slot.OurDatabase
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		exists = false
@@ -133,7 +134,7 @@ func (c *Connector) resync(ctx context.Context, since time.Time, lsn, last pglog
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if snapshot != "" {
-		if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+strings.ReplaceAll(snapshot, "'", "''")+`'`); err != nil {
+		if _, err := tx.Exec(ctx, setSnapshotSQL(snapshot)); err != nil {
 			return 0, fmt.Errorf("resync: the slot's snapshot %s: %w", snapshot, err)
 		}
 	}
@@ -141,7 +142,7 @@ func (c *Connector) resync(ctx context.Context, since time.Time, lsn, last pglog
 	for _, t := range resyncTables {
 		// Simple protocol: every value comes back as text, the form
 		// pgoutput sends and the encoder reads.
-		rows, err := tx.Query(ctx, `SELECT * FROM `+quoteIdent(t.table)+` WHERE `+t.changed+` >= $1`, pgx.QueryExecModeSimpleProtocol, from)
+		rows, err := tx.Query(ctx, resyncSQL(t.table, t.changed), pgx.QueryExecModeSimpleProtocol, from)
 		if err != nil {
 			return n, fmt.Errorf("resync %s: %w", t.table, err)
 		}

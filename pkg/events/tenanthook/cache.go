@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/paysched/paysched/pkg/events/tenanthook/deliverydb"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
@@ -72,8 +73,6 @@ const refreshEvery = time.Second
 // that committed after a later one is still read.
 const refreshOverlap = 10 * time.Second
 
-const targetCols = `id, tenant, url, event_types, enabled, secrets, rotate_until, max_inflight, max_per_second, failing_since, updated_at`
-
 func newTargets(db pgdb.DB) *targets {
 	return &targets{db: db, byID: map[uuid.UUID]*target{}, byTenant: map[string][]*target{}}
 }
@@ -90,8 +89,7 @@ func (c *targets) refresh(ctx context.Context) error {
 	if !since.IsZero() {
 		from = since.Add(-refreshOverlap)
 	}
-	rows, err := c.db.Query(ctx, `SELECT n.at, `+targetCols+` FROM (SELECT now() AS at) n
-		LEFT JOIN webhook_endpoints e ON e.updated_at >= $1`, from)
+	rows, err := deliverydb.New(c.db).ChangedEndpoints(ctx, from)
 	if err != nil {
 		return fmt.Errorf("read endpoints: %w", err)
 	}
@@ -99,32 +97,18 @@ func (c *targets) refresh(ctx context.Context) error {
 	newest := since
 	read := time.Now()
 	var asOf time.Time
-	for rows.Next() {
-		t := &target{}
-		var per *float32
-		var updated *time.Time
-		var id *uuid.UUID
-		var tenant, url *string
-		var enabled *bool
-		var inflight *int
-		if err := rows.Scan(&asOf, &id, &tenant, &url, &t.Types, &enabled, &t.Secrets, &t.RotateUntil, &inflight, &per,
-			&t.FailingSince, &updated); err != nil {
-			rows.Close()
-			return fmt.Errorf("read endpoints: %w", err)
-		}
-		if id == nil {
+	for _, r := range rows {
+		asOf = r.AsOf
+		if r.ID == nil {
 			continue
 		}
-		t.ID, t.Tenant, t.URL, t.Enabled, t.MaxInflight = *id, *tenant, *url, *enabled, *inflight
-		t.PerSecond, t.Read = float64(*per), read
-		if updated.After(newest) {
-			newest = *updated
+		t := &target{ID: *r.ID, Tenant: *r.Tenant, URL: *r.Url, Types: r.EventTypes, Enabled: r.Enabled.Bool, Secrets: r.Secrets,
+			RotateUntil: r.RotateUntil, MaxInflight: int(*r.MaxInflight), PerSecond: float64(r.MaxPerSecond.Float32),
+			FailingSince: r.FailingSince, Read: read}
+		if r.UpdatedAt.After(newest) {
+			newest = *r.UpdatedAt
 		}
 		got = append(got, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read endpoints: %w", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/paysched/paysched/pkg/events/notification"
+	"github.com/paysched/paysched/pkg/events/tenanthook/deliverydb"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -302,22 +303,16 @@ func (d *Deliverer) SubmitKnown(n notification.Note, done func(), recorded map[u
 // and to which endpoints: one probe of the (msg_id, endpoint_id) key
 // each.
 func (d *Deliverer) Recorded(ctx context.Context, ids []string) (map[string]map[uuid.UUID]bool, error) {
-	rows, err := d.DB.Query(ctx, `SELECT msg_id, endpoint_id FROM webhook_deliveries WHERE msg_id = ANY($1)`, ids)
+	rows, err := deliverydb.New(d.DB).Recorded(ctx, ids)
 	if err != nil {
 		return nil, fmt.Errorf("deliveries recorded: %w", err)
 	}
 	out := map[string]map[uuid.UUID]bool{}
-	var id string
-	var ep uuid.UUID
-	_, err = pgx.ForEachRow(rows, []any{&id, &ep}, func() error {
-		if out[id] == nil {
-			out[id] = map[uuid.UUID]bool{}
+	for _, r := range rows {
+		if out[r.MsgID] == nil {
+			out[r.MsgID] = map[uuid.UUID]bool{}
 		}
-		out[id][ep] = true
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("deliveries recorded: %w", err)
+		out[r.MsgID][r.EndpointID] = true
 	}
 	return out, nil
 }
@@ -623,7 +618,7 @@ func (d *Deliverer) clock(ctx context.Context, j *job, l *lane, class Class, at 
 		if since == nil || at.Sub(*since) < healAfter {
 			return
 		}
-		if _, err := d.DB.Exec(ctx, healedSQL, j.t.ID); err != nil {
+		if err := deliverydb.New(d.DB).Healed(ctx, j.t.ID); err != nil {
 			d.Log.Warn("webhooks: endpoint healed", "endpoint", j.t.ID, "err", err)
 			return
 		}
@@ -632,8 +627,8 @@ func (d *Deliverer) clock(ctx context.Context, j *job, l *lane, class Class, at 
 		l.mu.Unlock()
 	default:
 		if since == nil {
-			var s time.Time
-			if err := d.DB.QueryRow(ctx, failingSQL, j.t.ID, at).Scan(&s); err != nil {
+			s, err := deliverydb.New(d.DB).StartFailing(ctx, deliverydb.StartFailingParams{ID: j.t.ID, At: at})
+			if err != nil {
 				d.Log.Warn("webhooks: endpoint failing", "endpoint", j.t.ID, "err", err)
 				return
 			}
@@ -652,30 +647,15 @@ func (d *Deliverer) clock(ctx context.Context, j *job, l *lane, class Class, at 
 // it.
 const healAfter = time.Minute
 
-// failingSQL notes an endpoint's failure: the first since its last
-// success starts the clock that disables it.
-const failingSQL = `
-UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $2)
-WHERE id = $1 RETURNING failing_since`
-
-// healedSQL: a success stops the clock.
-const healedSQL = `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`
-
-// disableSQL disables an endpoint once: only the statement that finds it
-// enabled marks it to be announced (review item 10: every failing attempt
-// announced it again).
-const disableSQL = `
-UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2, disabled_at = now(), announce = true
-WHERE id = $1 AND enabled`
-
-// disable disables t; the announcer tells of it.
+// disable disables t once (deliverydb's Disable: only the statement that
+// finds it enabled marks it to be announced); the announcer tells of it.
 func (d *Deliverer) disable(ctx context.Context, t *target, reason string, since time.Time) {
-	tag, err := d.DB.Exec(ctx, disableSQL, t.ID, reason)
+	n, err := deliverydb.New(d.DB).Disable(ctx, deliverydb.DisableParams{ID: t.ID, Reason: reason})
 	if err != nil {
 		d.Log.Warn("webhooks: disable endpoint", "endpoint", t.ID, "err", err)
 		return
 	}
-	if tag.RowsAffected() == 1 {
+	if n == 1 {
 		d.Log.Warn("webhooks: endpoint disabled", "endpoint", t.ID, "tenant", t.Tenant, "reason", reason, "failing_since", since)
 	}
 }
@@ -796,58 +776,6 @@ func (d *Deliverer) record(rs []result) {
 		}
 	}
 }
-
-// insertSQL records fast-path results: each message's body once, and one
-// row per delivery. A notification read again (a restart before its
-// offset committed) finds its rows and writes nothing: the key
-// (msg_id, endpoint_id) keeps what was recorded first.
-const insertSQL = `
-WITH m AS (
-    INSERT INTO webhook_messages (msg_id, event_type, tenant, payment_id, body, noted_at)
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::bytea[], $6::timestamptz[])
-    ON CONFLICT (msg_id) DO NOTHING)
-INSERT INTO webhook_deliveries (endpoint_id, msg_id, noted_at, state, attempts, next_at, lease_until, last_at, last_status,
-                                last_latency_ms, last_error, last_response, done_at)
-SELECT o.endpoint_id, o.msg_id, o.noted_at, o.state, o.attempts, o.next_at, o.lease_until, o.at, o.status, o.latency_ms, o.error,
-       o.response, CASE WHEN o.state = '` + Waiting + `' THEN NULL ELSE now() END
-FROM unnest($7::uuid[], $8::text[], $9::timestamptz[], $10::text[], $11::int[], $12::timestamptz[], $13::timestamptz[],
-            $14::timestamptz[], $15::int[], $16::int[], $17::text[], $18::text[])
-     AS o(endpoint_id, msg_id, noted_at, state, attempts, next_at, lease_until, at, status, latency_ms, error, response)
-ON CONFLICT (msg_id, endpoint_id) DO NOTHING`
-
-// lateSQL records the results of held fast-path attempts on the rows their
-// hold wrote, fenced as a retry's: the first attempt, still leased and
-// waiting.
-const lateSQL = `
-UPDATE webhook_deliveries w
-SET state = o.state, next_at = o.next_at, lease_until = NULL, last_at = o.at, last_status = o.status,
-    last_latency_ms = o.latency_ms, last_error = o.error, last_response = o.response,
-    done_at = CASE WHEN o.state = '` + Waiting + `' THEN NULL ELSE now() END
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int[], $7::int[], $8::text[], $9::text[])
-     AS o(endpoint_id, msg_id, state, next_at, at, status, latency_ms, error, response)
-WHERE w.msg_id = o.msg_id AND w.endpoint_id = o.endpoint_id AND w.attempts = 1 AND w.state = '` + Waiting + `'
-  AND w.lease_until IS NOT NULL`
-
-// updateSQL records retries, fenced by the attempt: an attempt whose lease
-// ran out and was claimed again records nothing (the newer attempt owns
-// the delivery). The attempt before it moves into webhook_attempts.
-const updateSQL = `
-WITH o AS (
-    SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int[], $7::int[],
-                         $8::text[], $9::text[])
-        AS o(id, attempt, state, next_at, at, status, latency_ms, error, response)),
-prev AS (
-    INSERT INTO webhook_attempts (delivery_id, attempt, at, status, latency_ms, error, response)
-    SELECT w.id, w.attempts - 1, w.last_at, w.last_status, coalesce(w.last_latency_ms, 0), w.last_error, w.last_response
-    FROM webhook_deliveries w JOIN o ON o.id = w.id
-    WHERE w.attempts = o.attempt AND w.state = '` + Waiting + `' AND w.last_at IS NOT NULL AND w.attempts > 1
-    ON CONFLICT DO NOTHING)
-UPDATE webhook_deliveries w
-SET state = o.state, next_at = o.next_at, lease_until = NULL, last_at = o.at, last_status = o.status,
-    last_latency_ms = o.latency_ms, last_error = o.error, last_response = o.response,
-    done_at = CASE WHEN o.state = '` + Waiting + `' THEN NULL ELSE now() END
-FROM o
-WHERE w.id = o.id AND w.attempts = o.attempt AND w.state = '` + Waiting + `'`
 
 func (d *Deliverer) write(ctx context.Context, rs []result) error {
 	// Typed columns: pgx encodes these without reflection or
@@ -1075,31 +1003,6 @@ func (d *Deliverer) keep(ctx context.Context) {
 	}
 }
 
-// claimSQL leases, for each endpoint, up to its room of due retries (the
-// lanes say the rooms): work is picked per endpoint, not from one queue in
-// due order, so a backlog at one never blocks another. The leased row's
-// next_at moves to its lease's end, so a dispatcher that dies mid-attempt
-// leaves it due again then (at least once, the same webhook-id).
-const claimSQL = `
-WITH picked AS (
-    SELECT c.id FROM unnest($1::uuid[], $2::int[]) AS w(e, room)
-    CROSS JOIN LATERAL (
-        SELECT d.id FROM webhook_deliveries d
-        WHERE d.endpoint_id = w.e AND d.state = '` + Waiting + `' AND d.next_at <= now()
-        ORDER BY d.next_at, d.id LIMIT w.room
-        FOR UPDATE SKIP LOCKED) c)
-UPDATE webhook_deliveries d
-SET attempts = d.attempts + 1, lease_until = now() + $3::interval, next_at = now() + $3::interval
-FROM picked, webhook_messages m
-WHERE d.id = picked.id AND m.msg_id = d.msg_id
-RETURNING d.id, d.endpoint_id, d.attempts, m.msg_id, m.event_type, m.tenant, m.payment_id, m.body, m.noted_at`
-
-// dueSQL is each endpoint's next due retry: one probe of the due index
-// each.
-const dueSQL = `
-SELECT e, (SELECT min(d.next_at) FROM webhook_deliveries d WHERE d.endpoint_id = e AND d.state = '` + Waiting + `')
-FROM unnest($1::uuid[]) AS e`
-
 // dueEvery is how often the retry path asks every enabled endpoint when
 // its next retry is due (it learns of its own hand-offs at once).
 const dueEvery = 5 * time.Second
@@ -1146,22 +1049,17 @@ func (d *Deliverer) probeDue(ctx context.Context) error {
 	for i, t := range ts {
 		ids[i] = t.ID
 	}
-	rows, err := d.DB.Query(ctx, dueSQL, ids)
+	rows, err := deliverydb.New(d.DB).NextRetries(ctx, ids)
 	if err != nil {
 		return err
 	}
-	var id uuid.UUID
-	var due *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&id, &due}, func() error {
-		if due != nil {
-			l := d.lane(id)
-			l.mu.Lock()
-			l.retryDue = *due
-			l.mu.Unlock()
-		}
-		return nil
-	})
-	return err
+	for _, r := range rows {
+		l := d.lane(r.EndpointID)
+		l.mu.Lock()
+		l.retryDue = r.NextAt
+		l.mu.Unlock()
+	}
+	return nil
 }
 
 // claim claims the due retries of the lanes with room: room is what the
@@ -1198,29 +1096,20 @@ func (d *Deliverer) claim(ctx context.Context, now time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := d.DB.Query(ctx, claimSQL, ids, rooms, d.Lease)
+	rows, err := deliverydb.New(d.DB).ClaimRetries(ctx, deliverydb.ClaimRetriesParams{EndpointIds: ids, Rooms: rooms, Lease: d.Lease})
 	if err != nil {
 		return err
 	}
 	got := map[uuid.UUID]int{}
 	var jobs []*job
-	for rows.Next() {
-		m := &message{}
-		j := &job{m: m, queued: now, leased: now.Add(d.Lease - d.clientTimeout())}
-		var ep uuid.UUID
-		if err := rows.Scan(&j.id, &ep, &j.attempt, &m.id, &m.typ, &m.tenant, &m.payment, &m.body, &m.noted); err != nil {
-			rows.Close()
-			return err
-		}
-		if j.t = d.targets.get(ep); j.t == nil {
+	for _, r := range rows {
+		m := &message{id: r.MsgID, typ: r.EventType, tenant: r.Tenant, payment: r.PaymentID, body: r.Body, noted: r.NotedAt}
+		j := &job{m: m, id: r.ID, attempt: int(r.Attempts), queued: now, leased: now.Add(d.Lease - d.clientTimeout())}
+		if j.t = d.targets.get(r.EndpointID); j.t == nil {
 			continue
 		}
-		got[ep]++
+		got[r.EndpointID]++
 		jobs = append(jobs, j)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
 	}
 	for i, id := range ids {
 		l := d.lane(id)
@@ -1275,28 +1164,26 @@ func (d *Deliverer) janitor(ctx context.Context) {
 // deleted. WAITING deliveries, and their messages, are kept whatever
 // their age.
 func Sweep(ctx context.Context, db pgdb.DB, cutoff time.Time, batch int) (int64, error) {
+	q := deliverydb.New(db)
 	var total int64
 	for {
 		// By the notification's age (the block range index), then what
 		// is done: a delivery is done after its notification.
-		tag, err := db.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
-			SELECT id FROM webhook_deliveries WHERE noted_at < $1 AND state <> '`+Waiting+`' AND done_at < $1 LIMIT $2)`, cutoff, batch)
+		n, err := q.SweepDeliveries(ctx, deliverydb.SweepDeliveriesParams{Cutoff: cutoff, Batch: int32(batch)})
 		if err != nil {
 			return total, fmt.Errorf("delete old deliveries: %w", err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
+		total += n
+		if n < int64(batch) {
 			break
 		}
 	}
 	for {
-		tag, err := db.Exec(ctx, `DELETE FROM webhook_messages WHERE msg_id IN (
-			SELECT m.msg_id FROM webhook_messages m WHERE m.noted_at < $1
-			  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.msg_id = m.msg_id) LIMIT $2)`, cutoff, batch)
+		n, err := q.SweepMessages(ctx, deliverydb.SweepMessagesParams{Cutoff: cutoff, Batch: int32(batch)})
 		if err != nil {
 			return total, fmt.Errorf("delete old messages: %w", err)
 		}
-		if tag.RowsAffected() < int64(batch) {
+		if n < int64(batch) {
 			return total, nil
 		}
 	}
@@ -1310,13 +1197,6 @@ type Disabled struct {
 	FailingSince time.Time
 	DisabledAt   time.Time
 }
-
-// announceSQL takes the disablings not yet announced, one dispatcher each
-// (the row stays locked until it is marked announced).
-const announceSQL = `
-SELECT id, tenant, url, coalesce(disabled_reason, ''), coalesce(failing_since, disabled_at), disabled_at
-FROM webhook_endpoints WHERE announce AND NOT enabled AND disabled_at IS NOT NULL
-ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED`
 
 // announcer publishes each disabling once: it locks the rows to announce,
 // produces their events, and marks them announced in the same
@@ -1343,31 +1223,19 @@ func (d *Deliverer) announcer(ctx context.Context) {
 
 func (d *Deliverer) announce(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, announceSQL)
-		if err != nil {
+		q := deliverydb.New(tx)
+		rows, err := q.TakeAnnouncements(ctx)
+		if err != nil || len(rows) == 0 {
 			return err
 		}
-		var list []Disabled
-		for rows.Next() {
-			var x Disabled
-			if err := rows.Scan(&x.EndpointID, &x.Tenant, &x.URL, &x.Reason, &x.FailingSince, &x.DisabledAt); err != nil {
-				rows.Close()
-				return err
-			}
-			list = append(list, x)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(list) == 0 {
-			return err
-		}
-		ids := make([]uuid.UUID, 0, len(list))
-		for _, x := range list {
+		ids := make([]uuid.UUID, 0, len(rows))
+		for _, r := range rows {
+			x := Disabled{EndpointID: r.ID, Tenant: r.Tenant, URL: r.Url, Reason: r.Reason, FailingSince: r.FailingSince, DisabledAt: r.DisabledAt}
 			if err := d.OnDisabled(ctx, x); err != nil {
 				return fmt.Errorf("announce %s: %w", x.EndpointID, err)
 			}
 			ids = append(ids, x.EndpointID)
 		}
-		_, err = tx.Exec(ctx, `UPDATE webhook_endpoints SET announce = false WHERE id = ANY($1)`, ids)
-		return err
+		return q.MarkAnnounced(ctx, ids)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paysched/paysched/pkg/events/tenanthook/deliverydb"
 	"github.com/paysched/paysched/pkg/events/tenanthook/endpointdb"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
@@ -201,14 +202,11 @@ func RotateSecret(ctx context.Context, db pgdb.DB, tenant string, id uuid.UUID, 
 // became of it (a delivered one is delivered again, with the same
 // webhook-id). It returns false when the endpoint never had the message.
 func Resend(ctx context.Context, db pgdb.DB, tenant string, id uuid.UUID, msgID string) error {
-	tag, err := db.Exec(ctx, `UPDATE webhook_deliveries d SET state = '`+Waiting+`', next_at = now(), lease_until = NULL, done_at = NULL
-		FROM webhook_endpoints e
-		WHERE d.endpoint_id = $1 AND d.msg_id = $3 AND e.id = d.endpoint_id AND ($2 = '' OR e.tenant = $2)
-		  AND (d.state <> '`+Waiting+`' OR d.lease_until IS NULL)`, id, tenant, msgID)
+	n, err := deliverydb.New(db).Resend(ctx, deliverydb.ResendParams{EndpointID: id, MsgID: msgID, Tenant: tenant})
 	if err != nil {
 		return fmt.Errorf("resend: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("message %s to endpoint %s (or it is being attempted now): %w", msgID, id, ErrNotFound)
 	}
 	return nil
@@ -232,14 +230,11 @@ func Recover(ctx context.Context, db pgdb.DB, tenant string, id uuid.UUID, since
 	if !exists {
 		return 0, fmt.Errorf("endpoint %s: %w", id, ErrNotFound)
 	}
-	tag, err := db.Exec(ctx, `UPDATE webhook_deliveries SET state = '`+Waiting+`', next_at = now(), lease_until = NULL, done_at = NULL
-		WHERE id IN (SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 AND state = '`+Undelivered+`'
-		             AND noted_at >= $2 AND ($3::timestamptz IS NULL OR noted_at < $3)
-		             ORDER BY noted_at LIMIT $4)`, id, since, until, MaxRecover)
+	n, err := deliverydb.New(db).Recover(ctx, deliverydb.RecoverParams{EndpointID: id, Since: since, Until: until, MaxRows: MaxRecover})
 	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // DeliveryAttempt is one recorded attempt of a delivery.
@@ -262,30 +257,19 @@ type DeliveryAttempt struct {
 // (payment set) or of an endpoint's (newest first, at most limit), to the
 // endpoints of tenant ("": any tenant's).
 func Attempts(ctx context.Context, db pgdb.DB, tenant string, payment *uuid.UUID, endpoint *uuid.UUID, limit int) ([]DeliveryAttempt, error) {
-	// A delivery's latest attempt is its own row (last_*); the earlier
-	// ones are in webhook_attempts.
-	rows, err := db.Query(ctx, `SELECT x.delivery_id, d.endpoint_id, e.url, d.msg_id, m.event_type, x.attempt, x.at, x.status,
-		x.latency_ms, x.error, x.response, d.state
-		FROM webhook_deliveries d JOIN webhook_messages m ON m.msg_id = d.msg_id JOIN webhook_endpoints e ON e.id = d.endpoint_id
-		CROSS JOIN LATERAL (
-		    SELECT d.id AS delivery_id, d.attempts AS attempt, d.last_at AS at, d.last_status AS status,
-		           coalesce(d.last_latency_ms, 0) AS latency_ms, coalesce(d.last_error, '') AS error, coalesce(d.last_response, '') AS response
-		    WHERE d.last_at IS NOT NULL
-		    UNION ALL
-		    SELECT a.delivery_id, a.attempt, a.at, a.status, a.latency_ms, coalesce(a.error, ''), coalesce(a.response, '')
-		    FROM webhook_attempts a WHERE a.delivery_id = d.id) x
-		WHERE ($1::uuid IS NULL OR m.payment_id = $1) AND ($2::uuid IS NULL OR d.endpoint_id = $2) AND ($4 = '' OR e.tenant = $4)
-		ORDER BY x.at DESC LIMIT $3`, payment, endpoint, limit, tenant)
+	rows, err := deliverydb.New(db).DeliveryLog(ctx, deliverydb.DeliveryLogParams{PaymentID: payment, EndpointID: endpoint,
+		Tenant: tenant, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("delivery log: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeliveryAttempt, error) {
-		var a DeliveryAttempt
-		err := r.Scan(&a.Delivery, &a.Endpoint, &a.URL, &a.MsgID, &a.Type, &a.N, &a.At, &a.Status, &a.LatencyMs, &a.Error, &a.Response, &a.State)
-		return a, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("delivery log: %w", err)
+	out := make([]DeliveryAttempt, len(rows))
+	for i, r := range rows {
+		out[i] = DeliveryAttempt{Delivery: r.DeliveryID, Endpoint: r.EndpointID, URL: r.Url, MsgID: r.MsgID, Type: r.EventType,
+			N: int(r.Attempt), At: r.At, LatencyMs: int(r.LatencyMs), Error: r.Error, Response: r.Response, State: r.State}
+		if r.Status != nil {
+			st := int(*r.Status)
+			out[i].Status = &st
+		}
 	}
 	return out, nil
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paysched/paysched/pkg/events/tenanthook/deliverydb"
 )
 
 // slotLocks holds this process's share of each endpoint's max_inflight
@@ -28,19 +30,6 @@ type slotLocks struct {
 	gen int
 }
 
-// acquireSQL takes, for each endpoint, up to want of the slots below max
-// that are not in its held mask: the candidates are listed first (OFFSET
-// 0 keeps them apart), then locked one by one until want are taken.
-const acquireSQL = `
-SELECT w.e, c.s FROM unnest($1::uuid[], $2::int[], $3::int[], $4::bigint[]) AS w(e, max, want, held)
-CROSS JOIN LATERAL (
-    SELECT f.s FROM (SELECT g.s FROM generate_series(0, w.max - 1) AS g(s)
-                     WHERE (w.held >> g.s) & 1 = 0 OFFSET 0) f
-    WHERE pg_try_advisory_lock(hashtext(w.e::text), f.s)
-    LIMIT w.want) c`
-
-const releaseSQL = `SELECT count(*) FILTER (WHERE pg_advisory_unlock(hashtext($1::text), s)) FROM unnest($2::int[]) AS s`
-
 // want is a lane's request for more slots.
 type want struct {
 	id   uuid.UUID
@@ -61,21 +50,14 @@ func (s *slotLocks) acquire(ctx context.Context, ws []want) (map[uuid.UUID][]int
 	for i, w := range ws {
 		ids[i], maxes[i], ns[i], held[i] = w.id, int32(w.max), int32(w.n), int64(w.held)
 	}
-	rows, err := s.conn.Query(ctx, acquireSQL, ids, maxes, ns, held)
+	rows, err := deliverydb.New(s.conn).AcquireSlots(ctx, deliverydb.AcquireSlotsParams{EndpointIds: ids, Maxes: maxes, Wants: ns, Held: held})
 	if err != nil {
 		s.drop()
 		return nil, 0, fmt.Errorf("take endpoint slots: %w", err)
 	}
 	out := map[uuid.UUID][]int{}
-	var id uuid.UUID
-	var slot int32
-	_, err = pgx.ForEachRow(rows, []any{&id, &slot}, func() error {
-		out[id] = append(out[id], int(slot))
-		return nil
-	})
-	if err != nil {
-		s.drop()
-		return nil, 0, fmt.Errorf("take endpoint slots: %w", err)
+	for _, r := range rows {
+		out[r.EndpointID] = append(out[r.EndpointID], int(r.Slot))
 	}
 	return out, s.gen, nil
 }
@@ -92,7 +74,7 @@ func (s *slotLocks) release(ctx context.Context, id uuid.UUID, slots []int, gen 
 	for i, v := range slots {
 		ss[i] = int32(v)
 	}
-	if _, err := s.conn.Exec(ctx, releaseSQL, id, ss); err != nil {
+	if _, err := deliverydb.New(s.conn).ReleaseSlots(ctx, deliverydb.ReleaseSlotsParams{EndpointID: id.String(), Slots: ss}); err != nil {
 		s.drop()
 		return fmt.Errorf("give back endpoint slots: %w", err)
 	}
