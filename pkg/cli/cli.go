@@ -552,9 +552,14 @@ func printJSONMap(w io.Writer, m map[string]any) error {
 	return err
 }
 
-// RPCError turns a gRPC status into a readable CLI error.
-// RPCError renders a gRPC error with its status details, for a person.
+// RPCError renders a gRPC error with its status details, for a person;
+// nil for none (a call that succeeded).
 func RPCError(err error) error {
+	if err == nil {
+		// status.FromError reads nil as an OK status, which would fail a
+		// command that succeeded with "OK: ".
+		return nil
+	}
 	st, ok := status.FromError(err)
 	if !ok {
 		return err
