@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/paysched/paysched/pkg/console/consoledb"
 )
 
 const actionsScan = 5000
@@ -48,25 +50,17 @@ func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	rows, err := c.db.Query(ctx, actionsSQL, before, actor, action, since, pageSize, actionsScan)
+	db := consoledb.New(c.db)
+	rows, err := db.Actions(ctx, consoledb.ActionsParams{Before: before, Actor: actor, Action: action, Since: since,
+		Max: pageSize, Scan: actionsScan})
 	if err != nil {
 		c.dbFail(w, r, v, "list actions", err)
 		return
 	}
 	var list []actionRow
-	for rows.Next() {
-		var x actionRow
-		if err := rows.Scan(&x.ID, &x.At, &x.Payment, &x.Actor, &x.Action, &x.From, &x.To, &x.Reason); err != nil {
-			rows.Close()
-			c.dbFail(w, r, v, "list actions", err)
-			return
-		}
-		list = append(list, x)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		c.dbFail(w, r, v, "list actions", err)
-		return
+	for _, x := range rows {
+		list = append(list, actionRow{ID: x.ID, At: x.At, Payment: x.PaymentID, Actor: x.Actor, Action: x.Action,
+			From: x.PrevStatus, To: x.NewStatus, Reason: x.Reason})
 	}
 	// Where the next page starts: after the last row shown when the page
 	// is full, else after what this page looked at (if it looked at a
@@ -76,11 +70,9 @@ func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, v *view) {
 	case len(list) == pageSize:
 		next = list[len(list)-1].ID
 	default:
-		var n int
-		var low *int64
-		if err := c.db.QueryRow(ctx, actionsLookedSQL,
-			before, actionsScan).Scan(&n, &low); err == nil && n == actionsScan && low != nil {
-			next = *low
+		l, err := db.ActionsLooked(ctx, consoledb.ActionsLookedParams{Before: before, Scan: actionsScan})
+		if low, ok := l.Least.(int64); err == nil && l.N == actionsScan && ok {
+			next = low
 		}
 	}
 	data := map[string]any{"Rows": list, "Form": q}

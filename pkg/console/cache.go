@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/paysched/paysched/pkg/console/consoledb"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
@@ -27,9 +28,6 @@ const (
 	// history is how much the lateness chart shows.
 	history = time.Hour
 )
-
-// lit is a status or outcome as an SQL literal (they are fixed words).
-func lit[S ~string](s S) string { return "'" + string(s) + "'" }
 
 // maxTenantRates bounds the per-tenant rates kept in memory: a tenant
 // beyond the busiest 10,000 of the last interval shows as "under" the
@@ -149,21 +147,12 @@ func (c *cache) refreshCounts(ctx context.Context) {
 
 func loadCounts(ctx context.Context, db pgdb.DB) ([]StatusCount, error) {
 	est := map[string]int64{}
-	rows, err := db.Query(ctx, estimateSQL)
+	ests, err := consoledb.New(db).EstimateStatuses(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("estimate counts: %w", err)
 	}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("estimate counts: %w", err)
-		}
-		est[s] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("estimate counts: %w", err)
+	for _, e := range ests {
+		est[e.Status] = e.N
 	}
 	var out []StatusCount
 	var open int64
@@ -177,19 +166,20 @@ func loadCounts(ctx context.Context, db pgdb.DB) ([]StatusCount, error) {
 		return nil, fmt.Errorf("count: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+	q := consoledb.New(tx)
+	if err := q.ForceGenericPlans(ctx); err != nil {
 		return nil, fmt.Errorf("count: %w", err)
 	}
 	for _, s := range []payment.Status{payment.Pending, payment.Processing, payment.DeadLettered} {
-		var n int64
-		if err := tx.QueryRow(ctx, cappedCountSQL(s), countCap+1).Scan(&n); err != nil {
+		n, err := cappedCount[s](q, ctx, countCap+1)
+		if err != nil {
 			return nil, fmt.Errorf("count %s: %w", s, err)
 		}
 		out = append(out, StatusCount{Status: string(s), N: min(n, countCap), Capped: n > countCap})
 		open += n
 	}
-	var live int64
-	if err := db.QueryRow(ctx, liveSQL).Scan(&live); err != nil {
+	live, err := consoledb.New(db).LiveRows(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("count rows: %w", err)
 	}
 	// The rows at rest, split as the last analyze saw them; before any
@@ -241,20 +231,15 @@ func (c *cache) refreshWeeks(ctx context.Context) {
 
 func loadForecast(ctx context.Context, db pgdb.DB) ([]ForecastPoint, error) {
 	// A payment runs at or after its due time: the day's are due within it.
-	rows, err := db.Query(ctx, forecastSQL, store.DueBound(time.Now().Add(24*time.Hour)))
+	rows, err := consoledb.New(db).Forecast(ctx, store.DueBound(time.Now().Add(24*time.Hour)))
 	if err != nil {
 		return nil, fmt.Errorf("forecast: %w", err)
 	}
-	defer rows.Close()
 	var out []ForecastPoint
-	for rows.Next() {
-		var p ForecastPoint
-		if err := rows.Scan(&p.Minute, &p.Currency, &p.Count, &p.Amount); err != nil {
-			return nil, fmt.Errorf("forecast: %w", err)
-		}
-		out = append(out, p)
+	for _, r := range rows {
+		out = append(out, ForecastPoint{Minute: r.Minute, Currency: r.Currency, Count: r.N, Amount: r.Amount})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // sample adds the intervals since the last one (the last hour at the
@@ -311,37 +296,28 @@ func loadSample(ctx context.Context, db pgdb.DB, from, to time.Time) (Sample, er
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s := Sample{At: to, Seconds: to.Sub(from).Seconds()}
-	err := db.QueryRow(ctx, sampleSQL, from, to).Scan(&s.Executed, &s.Succeeded, &s.Declined, &s.Retryable, &s.Ambiguous,
-		&s.LatenessP50, &s.LatenessP99)
+	r, err := consoledb.New(db).SampleAttempts(ctx, consoledb.SampleAttemptsParams{After: from, Until: to})
 	if err != nil {
 		return s, fmt.Errorf("sample attempts: %w", err)
 	}
+	s.Executed, s.Succeeded, s.Declined, s.Retryable, s.Ambiguous = r.Executed, r.Succeeded, r.Declined, r.Retryable, r.Ambiguous
+	s.LatenessP50, s.LatenessP99 = r.LatenessP50, r.LatenessP99
 	return s, nil
 }
 
 func loadTenantRates(ctx context.Context, db pgdb.DB, from, to time.Time) (map[string]float64, float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rows, err := db.Query(ctx, tenantRateSQL, from, to, maxTenantRates)
+	rows, err := consoledb.New(db).TenantRates(ctx, consoledb.TenantRatesParams{After: from, Until: to, Max: maxTenantRates})
 	if err != nil {
 		return nil, 0, fmt.Errorf("tenant rates: %w", err)
 	}
 	secs := to.Sub(from).Seconds()
 	rates := map[string]float64{}
 	var least float64
-	for rows.Next() {
-		var t string
-		var n int64
-		if err := rows.Scan(&t, &n); err != nil {
-			rows.Close()
-			return nil, 0, fmt.Errorf("tenant rates: %w", err)
-		}
-		rates[t] = float64(n) / secs
-		least = float64(n) / secs
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("tenant rates: %w", err)
+	for _, r := range rows {
+		rates[r.Tenant] = float64(r.N) / secs
+		least = float64(r.N) / secs
 	}
 	floor := 0.0
 	if len(rates) == maxTenantRates {

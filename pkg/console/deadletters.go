@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/paysched/paysched/pkg/api/approval"
+	"github.com/paysched/paysched/pkg/console/consoledb"
 	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/payment"
 )
@@ -40,11 +41,12 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, v *view) {
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	var n, total int64
-	if err := c.db.QueryRow(ctx, deadCountSQL, reason, maxBulk+1).Scan(&n, &total); err != nil {
+	count, err := consoledb.New(c.db).CountDeadLetters(ctx, consoledb.CountDeadLettersParams{Reason: reason, Max: maxBulk + 1})
+	if err != nil {
 		c.dbFail(w, r, v, "count dead letters", err)
 		return
 	}
+	n, total := count.N, count.Amount
 	// Unfiltered, a page is the index's next rows; by reason, up to scanCap
 	// of them are looked at for a page.
 	// Only those that have come due, as the count above.

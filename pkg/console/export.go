@@ -154,13 +154,13 @@ func (c *Console) exportDead(w http.ResponseWriter, r *http.Request, v *view) {
 	defer cancel()
 	keep := func(x Row) bool { return reason == "" || x.Reason == reason }
 	to := c.now().Add(time.Microsecond)
-	res, err := walkAtRest(ctx, c.db, deadWalkSQL, exportPage, time.Unix(0, 0).UTC(), uuid.Nil, to, reason != "", keep)
+	res, err := walkAtRest(ctx, c.db, deadLetters, exportPage, time.Unix(0, 0).UTC(), uuid.Nil, to, reason != "", keep)
 	if err != nil {
 		c.dbFail(w, r, v, "list dead letters", err)
 		return
 	}
 	c.streamRows(w, "dead-letters", res, func(at time.Time, id uuid.UUID) (Result, error) {
-		return walkAtRest(ctx, c.db, deadWalkSQL, exportPage, at, id, to, reason != "", keep)
+		return walkAtRest(ctx, c.db, deadLetters, exportPage, at, id, to, reason != "", keep)
 	})
 }
 

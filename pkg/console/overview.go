@@ -145,20 +145,15 @@ func forecastByCurrency(ps []ForecastPoint, now time.Time) []currencyForecast {
 }
 
 func (c *Console) cdcSlots(ctx context.Context) ([]cdcSlot, error) {
-	rows, err := c.db.Query(ctx, cdcSlotsSQL)
+	rows, err := consoledb.New(c.db).CDCSlots(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	var out []cdcSlot
-	for rows.Next() {
-		var s cdcSlot
-		if err := rows.Scan(&s.Slot, &s.Active, &s.BehindMB, &s.Confirmed); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
+	for _, r := range rows {
+		out = append(out, cdcSlot{Slot: r.Slot, Active: r.Active.Bool, BehindMB: r.BehindMb, Confirmed: r.Confirmed})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func (c *Console) heartbeats(ctx context.Context, now time.Time) ([]heartbeat, error) {

@@ -157,19 +157,15 @@ func (c *Console) auditHistory(ctx context.Context, id uuid.UUID) ([]auditEntry,
 	if c.cfg.AuditDB == nil {
 		return nil, nil, ""
 	}
-	rows, err := c.cfg.AuditDB.Query(ctx, auditHistorySQL, id)
+	rows, err := consoledb.New(c.cfg.AuditDB).AuditHistory(ctx, &id)
 	if err != nil {
 		c.log.Warn("console: audit history", "err", err)
 		return nil, nil, "The audit database did not answer."
 	}
-	defer rows.Close()
 	var hist, notes []auditEntry
-	for rows.Next() {
-		var e auditEntry
-		var table, ev string
-		if err := rows.Scan(&e.At, &table, &e.Op, &e.Status, &ev); err != nil {
-			return nil, nil, "The audit log could not be read."
-		}
+	for _, r := range rows {
+		e := auditEntry{At: r.CommittedAt, Op: r.Op, Status: r.Status}
+		table, ev := r.TableName, r.Event
 		e.Op = table + " " + map[string]string{"c": "created", "u": "updated", "d": "deleted", "r": "snapshot"}[e.Op]
 		hist = append(hist, e)
 		if parsed, err := envelope.Parse([]byte(ev)); err == nil {
@@ -177,9 +173,6 @@ func (c *Console) auditHistory(ctx context.Context, id uuid.UUID) ([]auditEntry,
 				notes = append(notes, auditEntry{At: e.At, Op: typ, Note: "ce_id " + ceID})
 			}
 		}
-	}
-	if rows.Err() != nil {
-		return nil, nil, "The audit log could not be read."
 	}
 	return hist, notes, ""
 }

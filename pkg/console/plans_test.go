@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/paysched/paysched/pkg/console/consoledb"
 	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
@@ -60,32 +61,61 @@ func TestSearchPlansAreIndexedAndBounded(t *testing.T) {
 	for i := range dues {
 		dues[i] = at
 	}
+	// Each case's statement as its generated method sends it.
+	walk := func(q Query) func(*consoledb.Queries) error {
+		q.AfterAt, q.AfterID, q.To = from, uuid.Nil, far
+		w, _ := walkOf(q)
+		return func(s *consoledb.Queries) error { _, err := w(ctx, s); return err }
+	}
+	atRestWalk := func(rest atRest, after, to time.Time) func(*consoledb.Queries) error {
+		return func(s *consoledb.Queries) error {
+			_, err := rest.walk(ctx, s, after, uuid.Nil, to, scanCap)
+			return err
+		}
+	}
 	for _, c := range []struct {
-		name, sql string
-		args      []any
-		index     string
+		name  string
+		call  func(*consoledb.Queries) error
+		index string
 	}{
-		{"by id", byIDSQL, []any{ids[7]}, "payment_index_pkey"},
-		{"by payer and key", byKeySQL, []any{"alice-7", "k-" + ids[7].String()}, "payment_index_idempotency_idx"},
-		{"by payer", byPayerSQL, []any{"alice-7", from, uuid.Nil, far, scanCap}, "payment_index_payer_due"},
-		{"by payee", byPayeeSQL, []any{"bob-7", from, uuid.Nil, far, scanCap}, "payment_index_payee_due"},
-		{"by due range", byDueSQL, []any{from, uuid.Nil, far, scanCap}, "payment_index_due"},
-		{"by currency and amount", byCurrencySQL, []any{"GBP", from, uuid.Nil, far, scanCap, int64(100), int64(1000)}, "payment_index_currency_due"},
-		{"by tenant", byTenantSQL, []any{"alice-7", from, uuid.Nil, far, scanCap}, "payment_index_tenant_due"},
-		{"by gateway ref", byRefSQL, []any{"ch_7", from, uuid.Nil, far, scanCap}, "payment_attempts_ref_idx"},
-		{"the candidates' rows", rowsSQL, []any{ids[:50], dues, "COMPLETED", "", "EUR", int64(1), int64(1 << 62), "DECLINED", "alice", dues[0], dues[0]}, "pkey"},
-		{"dead letters of a due range", deadWalkSQL, []any{from, uuid.Nil, far, scanCap}, "Index Scan using payments_p"},
-		{"failed payments of a due range", failedWalkSQL, []any{from, uuid.Nil, far, scanCap}, "Index Scan using payments_p"},
-		{"dead letters", deadWalkSQL, []any{time.Unix(0, 0), uuid.Nil, farFuture, scanCap}, "Index Scan using payments_p"},
+		{"by id", func(s *consoledb.Queries) error { _, err := s.WalkByID(ctx, ids[7]); return err }, "payment_index_pkey"},
+		{"by payer and key", walk(Query{Payer: "alice-7", Key: "k-" + ids[7].String()}), "payment_index_idempotency_idx"},
+		{"by payer", walk(Query{Payer: "alice-7"}), "payment_index_payer_due"},
+		{"by payee", walk(Query{Payee: "bob-7"}), "payment_index_payee_due"},
+		{"by due range", walk(Query{}), "payment_index_due"},
+		{"by currency and amount", walk(Query{Currency: "GBP", MinAmount: 100, MaxAmount: 1000}), "payment_index_currency_due"},
+		{"by tenant", walk(Query{Tenant: "alice-7"}), "payment_index_tenant_due"},
+		{"by gateway ref", walk(Query{Ref: "ch_7"}), "payment_attempts_ref_idx"},
+		{"the candidates' rows", func(s *consoledb.Queries) error {
+			_, err := s.SearchRows(ctx, rowsParams(ids[:50], dues, rowFilter{status: "COMPLETED", currency: "EUR", min: 1,
+				max: 1 << 62, errClass: "DECLINED", tenant: "alice"}))
+			return err
+		}, "pkey"},
+		{"dead letters of a due range", atRestWalk(deadLetters, from, far), "Index Scan using payments_p"},
+		{"failed payments of a due range", atRestWalk(failedPayments, from, far), "Index Scan using payments_p"},
+		{"dead letters", atRestWalk(deadLetters, time.Unix(0, 0), farFuture), "Index Scan using payments_p"},
 		// Either partial index of the dead letters serves these: with 300
 		// of them the planner reads the smaller and sorts.
-		{"dead-letter count", deadCountSQL, []any{"", maxBulk + 1}, "Index Scan using payments_p"},
-		{"dead-letter selection", deadSelectionSQL, []any{nil, "", maxBulk + 1, nil}, "Index Scan using payments_p"},
-		{"open status count", cappedCountSQL(payment.DeadLettered), []any{countCap + 1}, "Index"},
-		{"forecast", forecastSQL, []any{now.Add(25 * time.Hour)}, "run_at_idx"},
-		{"a tenant's dead letters", tenantDeadSQL, []any{"alice-7", at.Add(time.Hour)}, "Index"},
+		{"dead-letter count", func(s *consoledb.Queries) error {
+			_, err := s.CountDeadLetters(ctx, consoledb.CountDeadLettersParams{Reason: "", Max: maxBulk + 1})
+			return err
+		}, "Index Scan using payments_p"},
+		{"dead-letter selection", func(s *consoledb.Queries) error {
+			_, err := s.DeadSelection(ctx, consoledb.DeadSelectionParams{Reason: "", Max: maxBulk + 1})
+			return err
+		}, "Index Scan using payments_p"},
+		{"open status count", func(s *consoledb.Queries) error {
+			_, err := cappedCount[payment.DeadLettered](s, ctx, countCap+1)
+			return err
+		}, "Index"},
+		{"forecast", func(s *consoledb.Queries) error { _, err := s.Forecast(ctx, now.Add(25*time.Hour)); return err }, "run_at_idx"},
+		{"a tenant's dead letters", func(s *consoledb.Queries) error {
+			_, err := s.TenantDeadLetters(ctx, consoledb.TenantDeadLettersParams{Tenant: "alice-7", DueBound: at.Add(time.Hour)})
+			return err
+		}, "Index"},
 	} {
-		rows, err := h.db.Query(ctx, "EXPLAIN "+c.sql, c.args...)
+		sql, args := sentBy(c.call)
+		rows, err := h.db.Query(ctx, "EXPLAIN "+sql, args...)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -121,8 +151,8 @@ func TestCandidateReadsPruneOnAGenericPlan(t *testing.T) {
 	ctx := context.Background()
 	due := time.Now().Add(time.Hour)
 	ids := h.schedule(50, due, 700)
-	var dues []time.Time
-	if err := h.db.QueryRow(ctx, duesOfSQL, ids).Scan(&dues); err != nil {
+	dues, err := consoledb.New(h.db).DuesOf(ctx, ids)
+	if err != nil {
 		t.Fatal(err)
 	}
 	lo, hi := span(dues)
@@ -134,13 +164,21 @@ func TestCandidateReadsPruneOnAGenericPlan(t *testing.T) {
 		t.Fatalf("%d partitions: nothing to prune", parts)
 	}
 	for _, c := range []struct {
-		name, sql string
-		args      []any
+		name string
+		call func(*consoledb.Queries) error
 	}{
-		{"the candidates' rows", rowsSQL, []any{ids, dues, "", "", "", int64(1), int64(1 << 62), "", "", lo, hi}},
-		{"an open selection", openSelectionSQL, []any{ids, "PENDING", dues, maxBulk + 1, lo, hi}},
+		{"the candidates' rows", func(s *consoledb.Queries) error {
+			_, err := s.SearchRows(ctx, rowsParams(ids, dues, rowFilter{min: 1, max: 1 << 62}))
+			return err
+		}},
+		{"an open selection", func(s *consoledb.Queries) error {
+			_, err := s.OpenSelection(ctx, consoledb.OpenSelectionParams{Ids: ids, Status: "PENDING", Dues: dues,
+				Lo: lo, Hi: hi, Max: maxBulk + 1})
+			return err
+		}},
 	} {
-		plan, err := genericPlan(ctx, h.db, c.sql, c.args)
+		sql, args := sentBy(c.call)
+		plan, err := genericPlan(ctx, h.db, sql, args)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}

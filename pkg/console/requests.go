@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/status"
 
 	"github.com/paysched/paysched/pkg/api/approval"
+	"github.com/paysched/paysched/pkg/console/consoledb"
 	"github.com/paysched/paysched/pkg/console/login"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
@@ -55,55 +55,59 @@ func actionName(a string) string {
 
 // selectOpen pins the ticked payments that are in status from.
 func selectOpen(ctx context.Context, db pgdb.DB, ids []uuid.UUID, from payment.Status) (Selection, error) {
-	var dues []time.Time
-	if err := db.QueryRow(ctx, duesOfSQL, ids).Scan(&dues); err != nil {
-		return Selection{}, fmt.Errorf("select %s payments: %w", from, err)
-	}
-	lo, hi := span(dues)
-	rows, err := db.Query(ctx, openSelectionSQL, ids, string(from), dues, maxBulk+1, lo, hi)
+	q := consoledb.New(db)
+	dues, err := q.DuesOf(ctx, ids)
 	if err != nil {
 		return Selection{}, fmt.Errorf("select %s payments: %w", from, err)
 	}
-	return collectSelection(rows)
+	lo, hi := span(dues)
+	rows, err := q.OpenSelection(ctx, consoledb.OpenSelectionParams{Ids: ids, Status: string(from), Dues: dues,
+		Lo: lo, Hi: hi, Max: maxBulk + 1})
+	if err != nil {
+		return Selection{}, fmt.Errorf("select %s payments: %w", from, err)
+	}
+	return collectSelection(rows), nil
 }
 
 func selectDead(ctx context.Context, db pgdb.DB, ids []uuid.UUID, reason string) (Selection, error) {
-	var arg, dues any
+	q := consoledb.New(db)
+	var dues []time.Time
 	if ids != nil {
-		arg = ids
-		var ds []time.Time
-		if err := db.QueryRow(ctx, duesOfSQL, ids).Scan(&ds); err != nil {
+		ds, err := q.DuesOf(ctx, ids)
+		if err != nil {
 			return Selection{}, fmt.Errorf("select dead letters: %w", err)
 		}
 		dues = ds
 	}
-	rows, err := db.Query(ctx, deadSelectionSQL, arg, reason, maxBulk+1, dues)
+	// Without ids, both are NULL: the dead letters of the reason.
+	rows, err := q.DeadSelection(ctx, consoledb.DeadSelectionParams{Ids: ids, Dues: dues, Reason: reason, Max: maxBulk + 1})
 	if err != nil {
 		return Selection{}, fmt.Errorf("select dead letters: %w", err)
 	}
-	return collectSelection(rows)
+	return collectSelection(rows), nil
 }
 
-// collectSelection reads (id, amount, currency, attempt) rows, at most
-// maxBulk of them.
-func collectSelection(rows pgx.Rows) (Selection, error) {
-	defer rows.Close()
+// selectionRow is a row of OpenSelection and DeadSelection.
+type selectionRow = struct {
+	ID          uuid.UUID
+	AmountMinor int64
+	Currency    string
+	Attempt     int32
+}
+
+// collectSelection is the selection of rows, at most maxBulk of them
+// (Capped when there were more).
+func collectSelection[R ~selectionRow](rows []R) Selection {
 	s := Selection{Amounts: map[string]*Amounts{}}
-	for rows.Next() {
-		var id uuid.UUID
-		var amt int64
-		var cur string
-		var attempt int32
-		if err := rows.Scan(&id, &amt, &cur, &attempt); err != nil {
-			return Selection{}, fmt.Errorf("select payments: %w", err)
-		}
+	for _, r := range rows {
+		x := selectionRow(r)
 		if len(s.IDs) == maxBulk {
 			s.Capped = true
 			break
 		}
-		s.Add(id, attempt, amt, cur)
+		s.Add(x.ID, x.Attempt, x.AmountMinor, x.Currency)
 	}
-	return s, rows.Err()
+	return s
 }
 
 // needsApproval is whether action on s would wait for a second operator,

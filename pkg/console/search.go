@@ -14,7 +14,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/paysched/paysched/pkg/console/consoledb"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
@@ -238,49 +240,91 @@ type Result struct {
 	Partial bool
 }
 
-// walkOf is the walk a search takes: one index range of payment_index,
-// or (atRest) the partial index of a rare status at rest, with its
-// arguments.
-func walkOf(q Query) (sql string, args []any, atRest bool) {
+// walkOf is the walk a search takes: one index range of payment_index
+// (walk), or the partial index of a rare status at rest (rest, with walk
+// nil).
+func walkOf(q Query) (walk func(context.Context, *consoledb.Queries) ([]candidate, error), rest atRest) {
 	if q.ID == "" && q.Key == "" {
-		rest := []any{q.AfterAt, q.AfterID, q.To, scanCap}
 		switch {
 		case q.Status == string(payment.DeadLettered) || (q.Status == "" && contains(reasons, q.Error)):
-			return deadWalkSQL, rest, true
+			return nil, deadLetters
 		case q.Payer+q.Payee+q.Tenant+q.Ref == "" &&
 			(q.Status == string(payment.Failed) || (q.Status == "" && contains(failReasons, q.Error))):
 			// Nothing narrower to walk: the failed payments' own index.
-			return failedWalkSQL, rest, true
+			return nil, failedPayments
 		}
 	}
+	// The walks' cursor, end and bound.
+	after, to, limit := q.AfterAt, q.To, int32(scanCap)
 	switch {
 	case q.ID != "":
-		return byIDSQL, []any{q.id}, false
+		return func(ctx context.Context, db *consoledb.Queries) ([]candidate, error) {
+			return candidatesOf(db.WalkByID(ctx, q.id))
+		}, notAtRest
 	case q.Key != "":
-		return byKeySQL, []any{q.Payer, q.Key}, false
+		return func(ctx context.Context, db *consoledb.Queries) ([]candidate, error) {
+			return candidatesOf(db.WalkByKey(ctx, consoledb.WalkByKeyParams{Payer: q.Payer, IdempotencyKey: &q.Key}))
+		}, notAtRest
 	case q.Payer != "":
-		return byPayerSQL, []any{q.Payer, q.AfterAt, q.AfterID, q.To, scanCap}, false
+		return func(ctx context.Context, db *consoledb.Queries) ([]candidate, error) {
+			return candidatesOf(db.WalkByPayer(ctx, consoledb.WalkByPayerParams{Payer: q.Payer, AfterDue: after,
+				AfterID: q.AfterID, DueBefore: to, Max: limit}))
+		}, notAtRest
 	case q.Ref != "":
-		return byRefSQL, []any{q.Ref, q.AfterAt, q.AfterID, q.To, scanCap}, false
+		return func(ctx context.Context, db *consoledb.Queries) ([]candidate, error) {
+			return candidatesOf(db.WalkByRef(ctx, consoledb.WalkByRefParams{Ref: &q.Ref, AfterDue: after,
+				AfterID: q.AfterID, DueBefore: to, Max: limit}))
+		}, notAtRest
 	case q.Payee != "":
-		return byPayeeSQL, []any{q.Payee, q.AfterAt, q.AfterID, q.To, scanCap}, false
+		return func(ctx context.Context, db *consoledb.Queries) ([]candidate, error) {
+			return candidatesOf(db.WalkByPayee(ctx, consoledb.WalkByPayeeParams{Payee: &q.Payee, AfterDue: after,
+				AfterID: q.AfterID, DueBefore: to, Max: limit}))
+		}, notAtRest
 	case q.Tenant != "":
-		return byTenantSQL, []any{q.Tenant, q.AfterAt, q.AfterID, q.To, scanCap}, false
+		return func(ctx context.Context, db *consoledb.Queries) ([]candidate, error) {
+			return candidatesOf(db.WalkByTenant(ctx, consoledb.WalkByTenantParams{Tenant: &q.Tenant, AfterDue: after,
+				AfterID: q.AfterID, DueBefore: to, Max: limit}))
+		}, notAtRest
 	case q.Currency != "":
 		f := q.filter()
-		return byCurrencySQL, []any{q.Currency, q.AfterAt, q.AfterID, q.To, scanCap, f.min, f.max}, false
+		return func(ctx context.Context, db *consoledb.Queries) ([]candidate, error) {
+			rs, err := db.WalkByCurrency(ctx, consoledb.WalkByCurrencyParams{Currency: &q.Currency, AfterDue: after,
+				AfterID: q.AfterID, DueBefore: to, Max: limit, MinAmount: &f.min, MaxAmount: &f.max})
+			return keptOf(rs, err)
+		}, notAtRest
 	}
-	return byDueSQL, []any{q.AfterAt, q.AfterID, q.To, scanCap}, false
+	return func(ctx context.Context, db *consoledb.Queries) ([]candidate, error) {
+		return candidatesOf(db.WalkByDue(ctx, consoledb.WalkByDueParams{AfterDue: after, AfterID: q.AfterID,
+			DueBefore: to, Max: limit}))
+	}, notAtRest
+}
+
+// keptOf is what the walk of a currency returned: an entry whose amount
+// is NULL (kept NULL) is an error, as it was when kept was scanned into a
+// bool.
+func keptOf(rs []consoledb.WalkByCurrencyRow, err error) ([]candidate, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]candidate, 0, len(rs))
+	for _, r := range rs {
+		kept, ok := r.Kept.(bool)
+		if !ok {
+			return nil, fmt.Errorf("payment %s: no amount in payment_index", r.ID)
+		}
+		out = append(out, candidate{ID: r.ID, DueTime: r.DueTime, Kept: kept})
+	}
+	return out, nil
 }
 
 // search is one page of q: its walk's candidates, read and filtered a
 // chunk at a time.
 func search(ctx context.Context, db pgdb.DB, q Query) (Result, error) {
-	sql, args, atRest := walkOf(q)
-	if atRest {
-		return searchAtRest(ctx, db, sql, q)
+	walk, rest := walkOf(q)
+	if rest != notAtRest {
+		return searchAtRest(ctx, db, rest, q)
 	}
-	rows, err := db.Query(ctx, sql, args...)
+	cands, err := walk(ctx, consoledb.New(db))
 	if err != nil {
 		return Result{}, fmt.Errorf("search: %w", err)
 	}
@@ -289,21 +333,11 @@ func search(ctx context.Context, db pgdb.DB, q Query) (Result, error) {
 	looked := 0
 	var lastAt time.Time // the last entry looked at, kept or not
 	var lastID uuid.UUID
-	for rows.Next() {
-		var id uuid.UUID
-		var due time.Time
-		var kept bool
-		if err := rows.Scan(&id, &due, &kept); err != nil {
-			rows.Close()
-			return Result{}, fmt.Errorf("search: %w", err)
+	for _, c := range cands {
+		looked, lastAt, lastID = looked+1, c.DueTime, c.ID
+		if c.Kept {
+			ids, dues = append(ids, c.ID), append(dues, c.DueTime)
 		}
-		looked, lastAt, lastID = looked+1, due, id
-		if kept {
-			ids, dues = append(ids, id), append(dues, due)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return Result{}, fmt.Errorf("search: %w", err)
 	}
 	res := Result{Looked: looked}
 	partial := looked == scanCap && q.ID == "" && q.Key == ""
@@ -345,40 +379,29 @@ func search(ctx context.Context, db pgdb.DB, q Query) (Result, error) {
 	return res, nil
 }
 
-func scanRow(row pgx.Row) (Row, error) {
-	var r Row
-	err := row.Scan(&r.ID, &r.Payer, &r.Payee, &r.Amount, &r.Currency, &r.Due, &r.Status, &r.Attempt, &r.Reason, &r.Tenant)
-	return r, err
-}
-
 // walkDead is a page of the dead letters kept by keep: the index's next
 // page when nothing narrows it (narrowed false), else up to scanCap of
 // them looked at, with a cursor to go on past them.
 func walkDead(ctx context.Context, db pgdb.DB, afterAt time.Time, afterID uuid.UUID, to time.Time, narrowed bool,
 	keep func(Row) bool) (Result, error) {
-	return walkAtRest(ctx, db, deadWalkSQL, pageSize, afterAt, afterID, to, narrowed, keep)
+	return walkAtRest(ctx, db, deadLetters, pageSize, afterAt, afterID, to, narrowed, keep)
 }
 
-// walkAtRest is walkDead through walk (deadWalkSQL or failedWalkSQL),
-// size rows a page.
-func walkAtRest(ctx context.Context, db pgdb.DB, walk string, size int, afterAt time.Time, afterID uuid.UUID, to time.Time,
+// walkAtRest is walkDead through the partial index of rest (deadLetters
+// or failedPayments), size rows a page.
+func walkAtRest(ctx context.Context, db pgdb.DB, rest atRest, size int, afterAt time.Time, afterID uuid.UUID, to time.Time,
 	narrowed bool, keep func(Row) bool) (Result, error) {
 	limit := size + 1
 	if narrowed {
 		limit = scanCap
 	}
-	rows, err := db.Query(ctx, walk, afterAt, afterID, to, limit)
+	rows, err := rest.walk(ctx, consoledb.New(db), afterAt, afterID, to, limit)
 	if err != nil {
 		return Result{}, fmt.Errorf("walk payments at rest: %w", err)
 	}
-	defer rows.Close()
 	var res Result
 	var last Row
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return Result{}, fmt.Errorf("walk payments at rest: %w", err)
-		}
+	for _, r := range rows {
 		res.Looked++
 		last = r
 		if !keep(r) {
@@ -390,9 +413,6 @@ func walkAtRest(ctx context.Context, db pgdb.DB, walk string, size int, afterAt 
 		}
 		res.Rows = append(res.Rows, r)
 	}
-	if err := rows.Err(); err != nil {
-		return Result{}, fmt.Errorf("walk payments at rest: %w", err)
-	}
 	if res.Looked == scanCap {
 		// Looked as far as one page may: the rest is further on.
 		res.Next, res.Partial = cursor(last.Due, last.ID), true
@@ -401,18 +421,18 @@ func walkAtRest(ctx context.Context, db pgdb.DB, walk string, size int, afterAt 
 }
 
 // searchAtRest serves a search for dead letters or failed payments
-// through their own partial index (walk, deadWalkSQL or failedWalkSQL): a
-// status too rare for the walk of payment_index (0.4% and 2% of a day)
+// through their own partial index (rest, deadLetters or failedPayments):
+// a status too rare for the walk of payment_index (0.4% and 2% of a day)
 // to fill a page within its bound.
-func searchAtRest(ctx context.Context, db pgdb.DB, walk string, q Query) (Result, error) {
+func searchAtRest(ctx context.Context, db pgdb.DB, rest atRest, q Query) (Result, error) {
 	f := q.filter()
 	narrowed := q.Payer != "" || q.Payee != "" || f.narrows()
-	return walkAtRest(ctx, db, walk, q.pageRows(), q.AfterAt, q.AfterID, q.To, narrowed, func(r Row) bool {
+	return walkAtRest(ctx, db, rest, q.pageRows(), q.AfterAt, q.AfterID, q.To, narrowed, func(r Row) bool {
 		return (q.Payer == "" || r.Payer == q.Payer) && (q.Payee == "" || r.Payee == q.Payee) && f.keeps(r)
 	})
 }
 
-// rowFilter narrows the rows a walk found: what rowsSQL checks on each.
+// rowFilter narrows the rows a walk found: what SearchRows checks on each.
 type rowFilter struct {
 	status, payee, currency, errClass, tenant string
 	min, max                                  int64
@@ -442,27 +462,22 @@ func (f rowFilter) keeps(r Row) bool {
 
 // readRows reads the candidates' payments that match, in (due, id) order.
 func readRows(ctx context.Context, db pgdb.DB, ids []uuid.UUID, dues []time.Time, f rowFilter) ([]Row, error) {
-	lo, hi := span(dues)
-	rows, err := db.Query(ctx, rowsSQL, ids, dues, f.status, f.payee, f.currency, max(f.min, 1), f.max, f.errClass, f.tenant, lo, hi)
+	rs, err := consoledb.New(db).SearchRows(ctx, rowsParams(ids, dues, f))
 	if err != nil {
 		return nil, fmt.Errorf("search rows: %w", err)
 	}
-	defer rows.Close()
-	var out []Row
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, fmt.Errorf("search rows: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("search rows: %w", err)
-	}
+	out := rowsOf(rs)
 	sort.Slice(out, func(i, j int) bool {
 		return out[i].Due.Before(out[j].Due) || out[i].Due.Equal(out[j].Due) && bytes.Compare(out[i].ID[:], out[j].ID[:]) < 0
 	})
 	return out, nil
+}
+
+// rowsParams is the read of the candidates ids (due at dues) that f keeps.
+func rowsParams(ids []uuid.UUID, dues []time.Time, f rowFilter) consoledb.SearchRowsParams {
+	lo, hi := span(dues)
+	return consoledb.SearchRowsParams{Ids: ids, Dues: dues, Lo: lo, Hi: hi, Status: f.status, Payee: f.payee,
+		Currency: f.currency, MinAmount: max(f.min, 1), MaxAmount: f.max, ErrClass: f.errClass, Tenant: f.tenant}
 }
 
 // span is the earliest and the latest of dues (zero times if none): the
@@ -514,9 +529,16 @@ func ExplainExport(ctx context.Context, db pgdb.DB, v url.Values) ([]string, err
 }
 
 func explainSearch(ctx context.Context, db pgdb.DB, q Query) ([]string, error) {
-	sql, args, _ := walkOf(q)
-	sql = `EXPLAIN (ANALYZE, BUFFERS) ` + sql
-	plan, err := explain(ctx, db, sql, args...)
+	walk, rest := walkOf(q)
+	sql, args := sentBy(func(s *consoledb.Queries) error {
+		if rest != notAtRest {
+			_, err := rest.walk(ctx, s, q.AfterAt, q.AfterID, q.To, scanCap)
+			return err
+		}
+		_, err := walk(ctx, s)
+		return err
+	})
+	plan, err := explain(ctx, db, `EXPLAIN (ANALYZE, BUFFERS) `+sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -529,9 +551,14 @@ func explainSearch(ctx context.Context, db pgdb.DB, q Query) ([]string, error) {
 	for _, r := range res.Rows[:min(len(res.Rows), explainChunk)] {
 		ids, dues = append(ids, r.ID), append(dues, r.Due)
 	}
+	// The read as a search with no payee or tenant makes it.
 	f := q.filter()
-	lo, hi := span(dues)
-	more, err := explain(ctx, db, `EXPLAIN (ANALYZE, BUFFERS) `+rowsSQL, ids, dues, f.status, "", f.currency, max(f.min, 1), f.max, f.errClass, "", lo, hi)
+	f.payee, f.tenant = "", ""
+	sql, args = sentBy(func(s *consoledb.Queries) error {
+		_, err := s.SearchRows(ctx, rowsParams(ids, dues, f))
+		return err
+	})
+	more, err := explain(ctx, db, `EXPLAIN (ANALYZE, BUFFERS) `+sql, args...)
 	return append(append(plan, "-- the candidates' rows:"), more...), err
 }
 
@@ -550,4 +577,44 @@ func explain(ctx context.Context, db pgdb.DB, sql string, args ...any) ([]string
 		out = append(out, line)
 	}
 	return out, rows.Err()
+}
+
+// errSent stops a generated method at sentBy's recorder.
+var errSent = errors.New("console: statement recorded, not sent")
+
+// recorder is a consoledb.DBTX that keeps the last statement given it,
+// with its arguments, and sends nothing.
+type recorder struct {
+	sql  string
+	args []any
+}
+
+func (r *recorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	r.sql, r.args = sql, args
+	return pgconn.CommandTag{}, errSent
+}
+
+func (r *recorder) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	r.sql, r.args = sql, args
+	return nil, errSent
+}
+
+func (r *recorder) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	r.sql, r.args = sql, args
+	return sentRow{}
+}
+
+// sentRow is recorder's row: nothing to scan.
+type sentRow struct{}
+
+func (sentRow) Scan(...any) error { return errSent }
+
+// sentBy is the statement, with its arguments, that call sends through
+// the consoledb.Queries it is given (which send nothing): a named
+// statement's text and arguments as its generated method sends them, for
+// EXPLAIN.
+func sentBy(call func(*consoledb.Queries) error) (string, []any) {
+	var r recorder
+	_ = call(consoledb.New(&r))
+	return r.sql, r.args
 }

@@ -72,22 +72,13 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
 		c.dbFail(w, r, v, "read tenant", err)
 		return
 	}
-	rows, err := c.db.Query(ctx, tenantDeadSQL, tenant, store.DueBound(time.Now()))
+	dead, err := consoledb.New(c.db).TenantDeadLetters(ctx, consoledb.TenantDeadLettersParams{Tenant: tenant,
+		DueBound: store.DueBound(time.Now())})
 	if err != nil {
 		c.dbFail(w, r, v, "tenant dead letters", err)
 		return
 	}
-	var deadRows []Row
-	for rows.Next() {
-		x, err := scanRow(rows)
-		if err != nil {
-			rows.Close()
-			c.dbFail(w, r, v, "tenant dead letters", err)
-			return
-		}
-		deadRows = append(deadRows, x)
-	}
-	rows.Close()
+	deadRows := rowsOf(dead)
 	reqs, err := c.limitRequests(ctx, tenant)
 	if err != nil {
 		c.dbFail(w, r, v, "limit requests", err)

@@ -10,7 +10,139 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
+
+const actions = `-- name: Actions :many
+SELECT id, at, payment_id, actor, action, prev_status, new_status, reason FROM (
+  SELECT id, payment_id, actor, action, prev_status, new_status, reason, run_id, at FROM payment_actions WHERE id < $1 ORDER BY id DESC LIMIT $2) s
+WHERE ($3::text = '' OR starts_with(actor, $3)) AND ($4::text = '' OR action = $4) AND at >= $5
+ORDER BY id DESC LIMIT $6
+`
+
+type ActionsParams struct {
+	Before int64
+	Scan   int32
+	Actor  string
+	Action string
+	Since  time.Time
+	Max    int32
+}
+
+type ActionsRow struct {
+	ID         int64
+	At         time.Time
+	PaymentID  uuid.UUID
+	Actor      string
+	Action     string
+	PrevStatus string
+	NewStatus  string
+	Reason     string
+}
+
+// One page of the actions: at most scan rows back from the cursor (ids
+// below before) by the primary key, of which those matching the filters
+// (an actor prefix, an action, since), at most max.
+func (q *Queries) Actions(ctx context.Context, arg ActionsParams) ([]ActionsRow, error) {
+	rows, err := q.db.Query(ctx, actions,
+		arg.Before,
+		arg.Scan,
+		arg.Actor,
+		arg.Action,
+		arg.Since,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ActionsRow
+	for rows.Next() {
+		var i ActionsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.At,
+			&i.PaymentID,
+			&i.Actor,
+			&i.Action,
+			&i.PrevStatus,
+			&i.NewStatus,
+			&i.Reason,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const actionsLooked = `-- name: ActionsLooked :one
+SELECT count(*) AS n, min(id) AS least FROM (SELECT id FROM payment_actions WHERE id < $1 ORDER BY id DESC LIMIT $2) s
+`
+
+type ActionsLookedParams struct {
+	Before int64
+	Scan   int32
+}
+
+type ActionsLookedRow struct {
+	N     int64
+	Least interface{}
+}
+
+// How far back a page of actions looked: the count and least id of the
+// scan before the cursor.
+func (q *Queries) ActionsLooked(ctx context.Context, arg ActionsLookedParams) (ActionsLookedRow, error) {
+	row := q.db.QueryRow(ctx, actionsLooked, arg.Before, arg.Scan)
+	var i ActionsLookedRow
+	err := row.Scan(&i.N, &i.Least)
+	return i, err
+}
+
+const auditHistory = `-- name: AuditHistory :many
+SELECT committed_at, table_name, op, coalesce(status, '')::text AS status, event FROM audit_events
+WHERE payment_id = $1 ORDER BY lsn LIMIT 500
+`
+
+type AuditHistoryRow struct {
+	CommittedAt time.Time
+	TableName   string
+	Op          string
+	Status      string
+	Event       string
+}
+
+// A payment's changes in the audit log, in commit order. It runs on the
+// audit database, whose audit_events has the shape of the schedule
+// database's (auditsql/0001_audit_log.sql), checked here against the latter.
+func (q *Queries) AuditHistory(ctx context.Context, paymentID *uuid.UUID) ([]AuditHistoryRow, error) {
+	rows, err := q.db.Query(ctx, auditHistory, paymentID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AuditHistoryRow
+	for rows.Next() {
+		var i AuditHistoryRow
+		if err := rows.Scan(
+			&i.CommittedAt,
+			&i.TableName,
+			&i.Op,
+			&i.Status,
+			&i.Event,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
 
 const breakerChanges = `-- name: BreakerChanges :many
 SELECT at, process, open FROM breaker_changes WHERE at > now() - interval '24 hours' ORDER BY at DESC LIMIT 100
@@ -52,6 +184,278 @@ func (q *Queries) Buckets(ctx context.Context) ([]RateBucket, error) {
 	for rows.Next() {
 		var i RateBucket
 		if err := rows.Scan(&i.Name, &i.Tokens, &i.RefreshedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const cDCSlots = `-- name: CDCSlots :many
+SELECT s.slot_name::text AS slot, s.active,
+       (coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::float8 / 1048576)::float8 AS behind_mb,
+       coalesce((SELECT to_char(st.confirmed_at, 'YYYY-MM-DD HH24:MI:SS') FROM cdc_state st WHERE st.slot = s.slot_name), '')::text AS confirmed
+FROM pg_catalog.pg_replication_slots s WHERE s.slot_type = 'logical' ORDER BY s.slot_name LIMIT 20
+`
+
+type CDCSlotsRow struct {
+	Slot      string
+	Active    pgtype.Bool
+	BehindMb  float64
+	Confirmed string
+}
+
+// Each logical slot, how far behind the server's WAL it is (MB), and when
+// cdc last confirmed it.
+func (q *Queries) CDCSlots(ctx context.Context) ([]CDCSlotsRow, error) {
+	rows, err := q.db.Query(ctx, cDCSlots)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CDCSlotsRow
+	for rows.Next() {
+		var i CDCSlotsRow
+		if err := rows.Scan(
+			&i.Slot,
+			&i.Active,
+			&i.BehindMb,
+			&i.Confirmed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const countDeadLetteredCapped = `-- name: CountDeadLetteredCapped :one
+SELECT count(*) FROM (SELECT 1 FROM payments WHERE status = 'DEAD_LETTERED' LIMIT $1) s
+`
+
+// The DEAD_LETTERED rows, as CountPendingCapped.
+func (q *Queries) CountDeadLetteredCapped(ctx context.Context, max int32) (int64, error) {
+	row := q.db.QueryRow(ctx, countDeadLetteredCapped, max)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const countDeadLetters = `-- name: CountDeadLetters :one
+SELECT count(*) AS n, coalesce(sum(amount_minor), 0)::bigint AS amount FROM (
+  SELECT amount_minor FROM payments WHERE status = 'DEAD_LETTERED' AND due_time <= now() AND ($1::text = '' OR dead_letter_reason = $1)
+  LIMIT $2) s
+`
+
+type CountDeadLettersParams struct {
+	Reason string
+	Max    int32
+}
+
+type CountDeadLettersRow struct {
+	N      int64
+	Amount int64
+}
+
+// The dead letters (of reason, or all when it is empty) and their amount,
+// at most max of them, through their partial index.
+func (q *Queries) CountDeadLetters(ctx context.Context, arg CountDeadLettersParams) (CountDeadLettersRow, error) {
+	row := q.db.QueryRow(ctx, countDeadLetters, arg.Reason, arg.Max)
+	var i CountDeadLettersRow
+	err := row.Scan(&i.N, &i.Amount)
+	return i, err
+}
+
+const countPendingCapped = `-- name: CountPendingCapped :one
+SELECT count(*) FROM (SELECT 1 FROM payments WHERE status = 'PENDING' LIMIT $1) s
+`
+
+// The PENDING rows, counted through their partial index, at most max of
+// them. The status is a literal: a partial index needs it when the plan is
+// made (one statement per status, a parameter would not do).
+func (q *Queries) CountPendingCapped(ctx context.Context, max int32) (int64, error) {
+	row := q.db.QueryRow(ctx, countPendingCapped, max)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const countProcessingCapped = `-- name: CountProcessingCapped :one
+SELECT count(*) FROM (SELECT 1 FROM payments WHERE status = 'PROCESSING' LIMIT $1) s
+`
+
+// The PROCESSING rows, as CountPendingCapped (through the lease index).
+func (q *Queries) CountProcessingCapped(ctx context.Context, max int32) (int64, error) {
+	row := q.db.QueryRow(ctx, countProcessingCapped, max)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const deadSelection = `-- name: DeadSelection :many
+SELECT p.id, p.amount_minor, p.currency, p.attempt
+FROM payments p
+WHERE p.status = 'DEAD_LETTERED' AND p.due_time <= now()
+  AND ($1::uuid[] IS NULL OR (p.id = ANY($1) AND p.due_time = ANY($2::timestamptz[])))
+  AND ($3::text = '' OR p.dead_letter_reason = $3)
+ORDER BY p.due_time, p.id
+LIMIT $4
+`
+
+type DeadSelectionParams struct {
+	Ids    []uuid.UUID
+	Dues   []time.Time
+	Reason string
+	Max    int32
+}
+
+type DeadSelectionRow struct {
+	ID          uuid.UUID
+	AmountMinor int64
+	Currency    string
+	Attempt     int32
+}
+
+// Pins what an action will act on: the dead letters among ids (the
+// selected ones, their due times dues read first from payment_index so
+// that only their partitions are read), or with ids NULL the first max
+// matching a reason (all that match), through the dead-letter index; each
+// with its currency and its attempt, which with the status says the
+// payment has not changed since (only a claim changes the attempt, and a
+// dead letter comes back only through one).
+func (q *Queries) DeadSelection(ctx context.Context, arg DeadSelectionParams) ([]DeadSelectionRow, error) {
+	rows, err := q.db.Query(ctx, deadSelection,
+		arg.Ids,
+		arg.Dues,
+		arg.Reason,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DeadSelectionRow
+	for rows.Next() {
+		var i DeadSelectionRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.Attempt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const duesOf = `-- name: DuesOf :one
+SELECT coalesce(array_agg(DISTINCT due_time), '{}')::timestamptz[] AS dues FROM payment_index WHERE id = ANY($1::uuid[])
+`
+
+// The due times of ids, from payment_index: the partitions a read of them
+// needs.
+func (q *Queries) DuesOf(ctx context.Context, ids []uuid.UUID) ([]time.Time, error) {
+	row := q.db.QueryRow(ctx, duesOf, ids)
+	var dues []time.Time
+	err := row.Scan(&dues)
+	return dues, err
+}
+
+const estimateStatuses = `-- name: EstimateStatuses :many
+SELECT s.v::text AS status, sum(s.reltuples * s.f)::bigint AS n FROM (
+  SELECT c.reltuples, unnest(st.most_common_vals::text::text[]) AS v, unnest(st.most_common_freqs) AS f
+  FROM pg_catalog.pg_inherits i
+  JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_catalog.pg_stats st ON st.schemaname = n.nspname AND st.tablename = c.relname AND st.attname = 'status' AND NOT st.inherited
+  WHERE i.inhparent = 'payments'::regclass AND c.reltuples > 0) s
+GROUP BY s.v
+`
+
+type EstimateStatusesRow struct {
+	Status string
+	N      int64
+}
+
+// The rows of each status estimated from the planner's statistics of each
+// partition (reltuples times the status's frequency): no scan at all, as
+// fresh as autovacuum's last analyze. The values and their frequencies
+// are unnested side by side, in step (as unnest(a, b) would).
+func (q *Queries) EstimateStatuses(ctx context.Context) ([]EstimateStatusesRow, error) {
+	rows, err := q.db.Query(ctx, estimateStatuses)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []EstimateStatusesRow
+	for rows.Next() {
+		var i EstimateStatusesRow
+		if err := rows.Scan(&i.Status, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const forceGenericPlans = `-- name: ForceGenericPlans :exec
+SET LOCAL plan_cache_mode = force_generic_plan
+`
+
+// Until the transaction ends, every statement runs on its generic plan
+// (SET LOCAL plan_cache_mode): the counts below, planned once for each
+// connection and kept.
+func (q *Queries) ForceGenericPlans(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, forceGenericPlans)
+	return err
+}
+
+const forecast = `-- name: Forecast :many
+SELECT date_trunc('minute', run_at)::timestamptz AS minute, currency, count(*) AS n, sum(amount_minor)::bigint AS amount
+FROM payments
+WHERE status = 'PENDING' AND run_at >= date_trunc('minute', now()) AND run_at < now() + interval '24 hours'
+  AND due_time <= $1
+GROUP BY 1, 2 ORDER BY 1
+`
+
+type ForecastRow struct {
+	Minute   time.Time
+	Currency string
+	N        int64
+	Amount   int64
+}
+
+// What falls due in the next 24 h (due at or before due_bound), per minute
+// and currency: a range of the sweep index (PENDING rows by run_at).
+func (q *Queries) Forecast(ctx context.Context, dueBound time.Time) ([]ForecastRow, error) {
+	rows, err := q.db.Query(ctx, forecast, dueBound)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ForecastRow
+	for rows.Next() {
+		var i ForecastRow
+		if err := rows.Scan(
+			&i.Minute,
+			&i.Currency,
+			&i.N,
+			&i.Amount,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -134,6 +538,82 @@ func (q *Queries) LimitRequests(ctx context.Context, tenant string) ([]LimitRequ
 			&i.RequestedName,
 			&i.DecidedName,
 			&i.RequestedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const liveRows = `-- name: LiveRows :one
+SELECT coalesce(sum(t.n_live_tup), 0)::bigint AS n
+FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_stat_user_tables t ON t.relid = i.inhrelid
+WHERE i.inhparent = 'payments'::regclass
+`
+
+// How many rows the partitions of payments hold, from the statistics the
+// server updates at each commit (no scan).
+func (q *Queries) LiveRows(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, liveRows)
+	var n int64
+	err := row.Scan(&n)
+	return n, err
+}
+
+const openSelection = `-- name: OpenSelection :many
+SELECT p.id, p.amount_minor, p.currency, p.attempt
+FROM payments p
+WHERE p.status = $1 AND p.id = ANY($2::uuid[]) AND p.due_time = ANY($3::timestamptz[])
+  AND p.due_time BETWEEN $4 AND $5
+ORDER BY p.due_time, p.id
+LIMIT $6
+`
+
+type OpenSelectionParams struct {
+	Status string
+	Ids    []uuid.UUID
+	Dues   []time.Time
+	Lo     time.Time
+	Hi     time.Time
+	Max    int32
+}
+
+type OpenSelectionRow struct {
+	ID          uuid.UUID
+	AmountMinor int64
+	Currency    string
+	Attempt     int32
+}
+
+// Pins the payments among ids (due at dues, between lo and hi: their
+// partitions only, under a generic plan too, as SearchRows) that are in
+// status (PENDING or HELD), each with its currency and attempt: with the
+// status, the attempt says it has not changed since (a claim changes it).
+func (q *Queries) OpenSelection(ctx context.Context, arg OpenSelectionParams) ([]OpenSelectionRow, error) {
+	rows, err := q.db.Query(ctx, openSelection,
+		arg.Status,
+		arg.Ids,
+		arg.Dues,
+		arg.Lo,
+		arg.Hi,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OpenSelectionRow
+	for rows.Next() {
+		var i OpenSelectionRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.Attempt,
 		); err != nil {
 			return nil, err
 		}
@@ -345,6 +825,151 @@ func (q *Queries) ReconRuns(ctx context.Context) ([]ReconciliationRun, error) {
 			&i.Mismatches,
 			&i.Error,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sampleAttempts = `-- name: SampleAttempts :one
+SELECT count(*) FILTER (WHERE a.outcome IS NOT NULL) AS executed,
+       count(*) FILTER (WHERE a.outcome = 'SUCCEEDED') AS succeeded,
+       count(*) FILTER (WHERE a.outcome = 'DECLINED') AS declined,
+       count(*) FILTER (WHERE a.outcome = 'RETRYABLE') AS retryable,
+       count(*) FILTER (WHERE a.outcome = 'AMBIGUOUS') AS ambiguous,
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - i.due_time)) FILTER (WHERE a.attempt = 1), 0)::float8 AS lateness_p50,
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - i.due_time)) FILTER (WHERE a.attempt = 1), 0)::float8 AS lateness_p99
+FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
+WHERE a.started_at > $1 AND a.started_at <= $2
+`
+
+type SampleAttemptsParams struct {
+	After time.Time
+	Until time.Time
+}
+
+type SampleAttemptsRow struct {
+	Executed    int64
+	Succeeded   int64
+	Declined    int64
+	Retryable   int64
+	Ambiguous   int64
+	LatenessP50 float64
+	LatenessP99 float64
+}
+
+// The attempts started in (after, until]: through the BRIN on started_at,
+// joined to payment_index for the due time. Lateness is of first attempts.
+func (q *Queries) SampleAttempts(ctx context.Context, arg SampleAttemptsParams) (SampleAttemptsRow, error) {
+	row := q.db.QueryRow(ctx, sampleAttempts, arg.After, arg.Until)
+	var i SampleAttemptsRow
+	err := row.Scan(
+		&i.Executed,
+		&i.Succeeded,
+		&i.Declined,
+		&i.Retryable,
+		&i.Ambiguous,
+		&i.LatenessP50,
+		&i.LatenessP99,
+	)
+	return i, err
+}
+
+const tenantDeadLetters = `-- name: TenantDeadLetters :many
+SELECT p.id, p.payer, p.payee, p.amount_minor AS amount, p.currency, p.due_time AS due, p.status, p.attempt,
+       coalesce(p.dead_letter_reason, p.failure_reason, '') AS reason, p.tenant FROM (
+  SELECT id, payer, payee, amount_minor, currency, due_time, run_at, status, attempt, lease_until, lease_owner, last_error, dead_letter_reason, gateway_ref, description, metadata, created_at, updated_at, retries, probes, probe_first, releases, failure_reason, tenant, prev_status, attempt_outcome, attempt_started_at, attempt_error, attempt_ref, attempt_executor, requests_sent_by, schedule_id, occurrence FROM payments WHERE status = 'DEAD_LETTERED' AND due_time <= now() AND due_time <= $1
+  ORDER BY due_time DESC, id DESC LIMIT 2000) p
+WHERE p.tenant = $2::text ORDER BY p.due_time DESC, p.id DESC LIMIT 20
+`
+
+type TenantDeadLettersParams struct {
+	DueBound time.Time
+	Tenant   string
+}
+
+type TenantDeadLettersRow struct {
+	ID       uuid.UUID
+	Payer    string
+	Payee    string
+	Amount   int64
+	Currency string
+	Due      time.Time
+	Status   string
+	Attempt  int32
+	Reason   string
+	Tenant   string
+}
+
+// A tenant's latest dead letters: the last 2,000 dead letters (due at or
+// before due_bound) through their index, of which the tenant's (bounded,
+// whatever the tenant). The columns are those of SearchRows.
+func (q *Queries) TenantDeadLetters(ctx context.Context, arg TenantDeadLettersParams) ([]TenantDeadLettersRow, error) {
+	rows, err := q.db.Query(ctx, tenantDeadLetters, arg.DueBound, arg.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TenantDeadLettersRow
+	for rows.Next() {
+		var i TenantDeadLettersRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Payer,
+			&i.Payee,
+			&i.Amount,
+			&i.Currency,
+			&i.Due,
+			&i.Status,
+			&i.Attempt,
+			&i.Reason,
+			&i.Tenant,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const tenantRates = `-- name: TenantRates :many
+SELECT i.tenant::text AS tenant, count(*) AS n
+FROM payment_attempts a JOIN payment_index i ON i.id = a.payment_id
+WHERE a.started_at > $1 AND a.started_at <= $2 AND a.outcome IS NOT NULL AND i.tenant IS NOT NULL
+GROUP BY i.tenant ORDER BY 2 DESC LIMIT $3
+`
+
+type TenantRatesParams struct {
+	After time.Time
+	Until time.Time
+	Max   int32
+}
+
+type TenantRatesRow struct {
+	Tenant string
+	N      int64
+}
+
+// The attempts finished in (after, until] per tenant: the same BRIN range
+// as SampleAttempts, grouped by the tenant payment_index keeps (version
+// 22), the busiest first and at most max of them.
+func (q *Queries) TenantRates(ctx context.Context, arg TenantRatesParams) ([]TenantRatesRow, error) {
+	rows, err := q.db.Query(ctx, tenantRates, arg.After, arg.Until, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TenantRatesRow
+	for rows.Next() {
+		var i TenantRatesRow
+		if err := rows.Scan(&i.Tenant, &i.N); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
