@@ -236,7 +236,9 @@ func flags(t *testing.T, name string) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`fs\.(?:String|Int|Int64|Uint|Uint64|Float64|Bool|Duration|Func|TextVar|Var|StringVar|IntVar|Int64Var|UintVar|Uint64Var|Float64Var|BoolVar|DurationVar)\((?:&[\w.]+,\s*)?"([a-z0-9.-]+)"`)
+	// A main with a svc.Command hands its flag set on as cmd.FlagSet.
+	b = bytes.ReplaceAll(b, []byte("(cmd.FlagSet"), []byte("(fs"))
+	re := regexp.MustCompile(`(?:fs|cmd)\.(?:String|Int|Int64|Uint|Uint64|Float64|Bool|Duration|Func|TextVar|Var|StringVar|IntVar|Int64Var|UintVar|Uint64Var|Float64Var|BoolVar|DurationVar)\((?:&[\w.]+,\s*)?"([a-z0-9.-]+)"`)
 	out := map[string]bool{}
 	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 		out[m[1]] = true
@@ -246,6 +248,17 @@ func flags(t *testing.T, name string) map[string]bool {
 	}
 	if bytes.Contains(b, []byte("config.RegisterMode(fs")) || bytes.Contains(b, []byte("config.RegisterService(fs")) {
 		out["dev"] = true
+	}
+	// svc.NewCommand(svc.Flags{...}) registers --dev, --http-addr and the
+	// database flag (DatabaseFlag, database-url when unset); cmd.Main is
+	// svc.Main's (--pprof-addr).
+	if bytes.Contains(b, []byte("svc.NewCommand(")) {
+		out["dev"], out["http-addr"], out["pprof-addr"] = true, true, true
+		db := "database-url"
+		if m := regexp.MustCompile(`DatabaseFlag:\s*"([a-z0-9-]+)"`).FindSubmatch(b); m != nil {
+			db = string(m[1])
+		}
+		out[db] = true
 	}
 	// config.RegisterService(fs, "name", ...) registers --dev and --name,
 	// the service's database.

@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 
@@ -18,57 +17,52 @@ import (
 	"github.com/paysched/paysched/pkg/api/server"
 	"github.com/paysched/paysched/pkg/console"
 	"github.com/paysched/paysched/pkg/gateway/dial"
-	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/services/admin-api/adminserver"
 )
 
 func main() {
-	fs := flag.NewFlagSet("admin-api", flag.ExitOnError)
-	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL (the paysched_admin role's user)")
-	dbConns := fs.Int("db-max-conns", 8, "database pool size")
-	httpAddr := fs.String("http-addr", "127.0.0.1:8081", "REST listen address (/v1/admin/...)")
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9191", "/metrics and /healthz listen address: internal, apart from the API's ports")
-	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9091", "gRPC listen address (AdminService)")
-	tokens := auth.RegisterFlags(fs, true)
-	gwf := dial.Register(fs, "127.0.0.1:9300") // operators' moves ask it first; an empty --gateway-addr turns that off
-	opRate := fs.Float64("actor-rate", 20, "requests per second allowed to one operator (per instance); 0 disables the limit")
-	opBurst := fs.Int("actor-burst", 40, "requests one operator may send at once after being idle")
-	cons := console.RegisterFlags(fs)
-	four := approval.RegisterFlags(fs)
-	hooksURL := fs.String("webhooks-database-url", "", "the webhooks' database (migrate --webhooks-database-url): endpoints, deliveries and their log; empty: the tables are in --database-url")
-	auditURL := fs.String("audit-database-url", "", "the audit log's database (the console shows a payment's history from it); empty: not shown")
-	svc.Main("admin-api", fs, func(ctx context.Context, log *slog.Logger) error {
-		if err := base.Start(log); err != nil {
-			return err
-		}
+	cmd := svc.NewCommand(svc.Flags{Name: "admin-api", DatabaseUsage: "Postgres URL (the paysched_admin role's user)",
+		HTTPAddr: "127.0.0.1:8081", HTTPUsage: "REST listen address (/v1/admin/...)"})
+	dbConns := cmd.Int("db-max-conns", 8, "database pool size")
+	metricsAddr := cmd.String("metrics-addr", "127.0.0.1:9191", "/metrics and /healthz listen address: internal, apart from the API's ports")
+	grpcAddr := cmd.String("grpc-addr", "127.0.0.1:9091", "gRPC listen address (AdminService)")
+	tokens := auth.RegisterFlags(cmd.FlagSet, true)
+	gwf := dial.Register(cmd.FlagSet, "127.0.0.1:9300") // operators' moves ask it first; an empty --gateway-addr turns that off
+	opRate := cmd.Float64("actor-rate", 20, "requests per second allowed to one operator (per instance); 0 disables the limit")
+	opBurst := cmd.Int("actor-burst", 40, "requests one operator may send at once after being idle")
+	cons := console.RegisterFlags(cmd.FlagSet)
+	four := approval.RegisterFlags(cmd.FlagSet)
+	hooksURL := cmd.String("webhooks-database-url", "", "the webhooks' database (migrate --webhooks-database-url): endpoints, deliveries and their log; empty: the tables are in --database-url")
+	auditURL := cmd.String("audit-database-url", "", "the audit log's database (the console shows a payment's history from it); empty: not shown")
+	cmd.Main(func(ctx context.Context, log *slog.Logger) error {
 		if gwf.Kind == dial.KindGRPC && gwf.Addr == "" {
 			gwf = nil
-		} else if err := gwf.ValidateFor(base.Mode); err != nil {
+		} else if err := gwf.ValidateFor(cmd.Mode); err != nil {
 			return err
 		}
-		authCfg, err := tokens.Config(base.Mode)
+		authCfg, err := tokens.Config(cmd.Mode)
 		if err != nil {
 			return err
 		}
 		if *hooksURL != "" {
-			if err := base.DatabaseURL("--webhooks-database-url", *hooksURL); err != nil {
+			if err := cmd.DatabaseURL("--webhooks-database-url", *hooksURL); err != nil {
 				return err
 			}
 		}
 		if *auditURL != "" {
-			if err := base.DatabaseURL("--audit-database-url", *auditURL); err != nil {
+			if err := cmd.DatabaseURL("--audit-database-url", *auditURL); err != nil {
 				return err
 			}
 		}
-		policy, err := four.Policy(base.Dev)
+		policy, err := four.Policy(cmd.Dev)
 		if err != nil {
 			return err
 		}
 		if policy.Relaxed() {
 			log.Warn("four eyes relaxed (--approval-single): one admin may move money alone; development only", "single", fmt.Sprint(policy.Single))
 		}
-		consoleCfg, err := cons.Config(base.Mode)
+		consoleCfg, err := cons.Config(cmd.Mode)
 		if err != nil {
 			return err
 		}
@@ -76,14 +70,14 @@ func main() {
 			log.Info("the operator console is not served: production needs --console-oidc-issuer (--console=false turns it off)")
 		}
 		cfg := adminserver.Config{
-			DatabaseURL: *base.DB, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
-			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: base.Dev, LoopbackWebhooks: base.Dev,
+			DatabaseURL: *cmd.DB, DBMaxConns: int32(*dbConns), Auth: authCfg, Gateway: gwf,
+			RateLimit: ratelimit.Config{Rate: *opRate, Burst: *opBurst}, Reflection: cmd.Dev, LoopbackWebhooks: cmd.Dev,
 			Console: consoleCfg, AuditDatabaseURL: *auditURL, WebhooksDatabaseURL: *hooksURL, Approval: policy,
 		}
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		l, err := server.Listen(*grpcAddr, *httpAddr, *metricsAddr)
+		l, err := server.Listen(*grpcAddr, *cmd.HTTPAddr, *metricsAddr)
 		if err != nil {
 			return err
 		}

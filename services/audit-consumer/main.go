@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"time"
@@ -15,37 +14,32 @@ import (
 	"github.com/paysched/paysched/pkg/events/audit"
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
-	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
 func main() {
-	fs := flag.NewFlagSet("audit-consumer", flag.ExitOnError)
-	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL of the schedule (read: is the engine behind?)")
-	auditURL := fs.String("audit-database-url", "", "Postgres URL of the audit log's database, where audit_events is written (migrate --audit-database-url makes it); required outside --dev, where empty means the schedule's own database")
-	kafkaClient := kafkaauth.RegisterClient(fs)
-	group := fs.String("group", kafka.AuditGroup, "consumer group")
-	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: topics are <prefix>.<schema>.<table>, notifications <prefix>.notifications")
-	compression := fs.String("kafka-compression", "snappy", "notifications' batch compression: none, gzip, snappy, lz4 or zstd")
-	streams := fs.Int("write-streams", 2, "COPY streams writing each batch of audit rows at once: more drain a backlog (a spike's, see --max-defer) faster while Postgres has idle cores")
-	maxDefer := fs.Duration("max-defer", 2*time.Minute, "while payments are overdue by a real backlog (--backlog: the engine is behind a due-time spike), hold audit writes back for up to this long after their change committed, so that Postgres spends its CPU on the payments (a spike that outlasts it is executed ~40% slower from then on); notifications are never held; 0 never holds back")
-	backlog := fs.Duration("backlog", 5*time.Second, "how late the oldest unclaimed payment must be for the audit writes to be held back (--max-defer)")
-	httpAddr := fs.String("http-addr", "127.0.0.1:9410", "metrics and health listen address")
-	svc.Main("audit-consumer", fs, func(ctx context.Context, log *slog.Logger) error {
-		if err := base.Start(log); err != nil {
-			return err
-		}
-		if err := base.Require(*auditURL != "" && *auditURL != *base.DB,
+	cmd := svc.NewCommand(svc.Flags{Name: "audit-consumer", HTTPAddr: "127.0.0.1:9410",
+		DatabaseUsage: "Postgres URL of the schedule (read: is the engine behind?)"})
+	auditURL := cmd.String("audit-database-url", "", "Postgres URL of the audit log's database, where audit_events is written (migrate --audit-database-url makes it); required outside --dev, where empty means the schedule's own database")
+	kafkaClient := kafkaauth.RegisterClient(cmd.FlagSet)
+	group := cmd.String("group", kafka.AuditGroup, "consumer group")
+	prefix := cmd.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: topics are <prefix>.<schema>.<table>, notifications <prefix>.notifications")
+	compression := cmd.String("kafka-compression", "snappy", "notifications' batch compression: none, gzip, snappy, lz4 or zstd")
+	streams := cmd.Int("write-streams", 2, "COPY streams writing each batch of audit rows at once: more drain a backlog (a spike's, see --max-defer) faster while Postgres has idle cores")
+	maxDefer := cmd.Duration("max-defer", 2*time.Minute, "while payments are overdue by a real backlog (--backlog: the engine is behind a due-time spike), hold audit writes back for up to this long after their change committed, so that Postgres spends its CPU on the payments (a spike that outlasts it is executed ~40% slower from then on); notifications are never held; 0 never holds back")
+	backlog := cmd.Duration("backlog", 5*time.Second, "how late the oldest unclaimed payment must be for the audit writes to be held back (--max-defer)")
+	cmd.Main(func(ctx context.Context, log *slog.Logger) error {
+		if err := cmd.Require(*auditURL != "" && *auditURL != *cmd.DB,
 			fmt.Errorf("--audit-database-url is not set apart: production writes the audit log to a database of its own, never the schedule's")); err != nil {
 			return err
 		}
 		if *auditURL != "" {
-			if err := base.DatabaseURL("--audit-database-url", *auditURL); err != nil {
+			if err := cmd.DatabaseURL("--audit-database-url", *auditURL); err != nil {
 				return err
 			}
 		}
-		if err := kafkaClient.ValidateFor(base.Mode); err != nil {
+		if err := kafkaClient.ValidateFor(cmd.Mode); err != nil {
 			return err
 		}
 		codec, err := kafka.Compression(*compression)
@@ -66,12 +60,12 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		apart := *auditURL != "" && *auditURL != *base.DB
+		apart := *auditURL != "" && *auditURL != *cmd.DB
 		conns := max(4, *streams)
 		if apart {
 			conns = 2 // the overdue check only
 		}
-		pool, err := svc.Pool(ctx, *base.DB, conns, svc.CustomPlans)
+		pool, err := svc.Pool(ctx, *cmd.DB, conns, svc.CustomPlans)
 		if err != nil {
 			return err
 		}
@@ -97,6 +91,6 @@ func main() {
 			return err
 		}
 		defer c.Close()
-		return svc.Server{Name: "audit-consumer", Log: log, Registry: reg, HTTPAddr: *httpAddr, Ready: ready}.Run(ctx, c.Run)
+		return svc.Server{Name: "audit-consumer", Log: log, Registry: reg, HTTPAddr: *cmd.HTTPAddr, Ready: ready}.Run(ctx, c.Run)
 	})
 }

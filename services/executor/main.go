@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
-	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/mtls"
 	"github.com/paysched/paysched/pkg/platform/obs"
 	"github.com/paysched/paysched/pkg/platform/svc"
@@ -27,33 +25,28 @@ import (
 )
 
 func main() {
-	fs := flag.NewFlagSet("executor", flag.ExitOnError)
-	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL")
-	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9100", "ExecutorService listen address")
-	httpAddr := fs.String("http-addr", "127.0.0.1:9101", "metrics and health listen address")
-	gwf := dial.Register(fs, "127.0.0.1:9300")
+	cmd := svc.NewCommand(svc.Flags{Name: "executor", HTTPAddr: "127.0.0.1:9101"})
+	grpcAddr := cmd.String("grpc-addr", "127.0.0.1:9100", "ExecutorService listen address")
+	gwf := dial.Register(cmd.FlagSet, "127.0.0.1:9300")
 	// Only sweepers may ask an executor to charge.
-	serverTLS := mtls.RegisterServer(fs, "sweeper")
-	id := fs.String("id", obs.InstanceID("executor"), "executor id recorded in attempts")
-	maxInFlight := fs.Int("max-in-flight", 4000, "payments held at once across batches (a batch beyond it is refused untouched)")
-	conc := fs.Int("concurrency", 128, "gateway calls in flight")
-	backoff := fs.String("backoff", payment.DefaultBackoff.String(), "retry delays; their count is the retry budget")
-	chargeTimeout := fs.Duration("charge-timeout", 5*time.Second, "deadline of one Charge call")
-	probeTimeout := fs.Duration("probe-timeout", 2*time.Second, "deadline of the GetCharge probe")
-	completers := fs.Int("completers", 1, "outcome-writing statements at once (each writes whatever outcomes are ready)")
-	completeBatch := fs.Int("complete-batch", 1000, "outcomes written per statement at most")
-	completeWait := fs.Duration("complete-wait", 50*time.Millisecond, "how long the first outcome of a statement waits for more to join it (0-1s; it is written when --complete-batch are ready or this long after the first, and never later than its call's deadline)")
-	streamLinger := fs.Duration("stream-linger", 2*time.Millisecond, "how long outcomes streamed back to a sweeper wait for more to join their message (0-100ms)")
-	margin := fs.Duration("lease-margin", 2*time.Second, "a call starts only if its deadline falls this long before its claim's lease ends")
-	payeeRate := fs.Float64("payee-rate", 0, "charges per second per payee from this executor (a PSP's per-account limit divided by the executors; 0: none); a payment over it goes back to PENDING until its turn")
-	payeeBurst := fs.Int("payee-burst", 1, "charges a payee may take at once before --payee-rate paces it")
-	maxReleases := fs.Int("max-releases", 5, "claims of one payment released untouched in a row (its lease could not hold a call) before it is dead-lettered LEASE_TOO_SHORT")
-	bounds := gateway.RegisterBounds(fs)
-	svc.Main("executor", fs, func(ctx context.Context, log *slog.Logger) error {
-		if err := base.Start(log); err != nil {
-			return err
-		}
-		if err := base.Require(serverTLS.On(), errors.New("ExecutorService would serve plaintext: production needs --tls-cert-file, --tls-key-file and --tls-client-ca-file (mutual TLS: only sweepers may ask for a charge)")); err != nil {
+	serverTLS := mtls.RegisterServer(cmd.FlagSet, "sweeper")
+	id := cmd.String("id", obs.InstanceID("executor"), "executor id recorded in attempts")
+	maxInFlight := cmd.Int("max-in-flight", 4000, "payments held at once across batches (a batch beyond it is refused untouched)")
+	conc := cmd.Int("concurrency", 128, "gateway calls in flight")
+	backoff := cmd.String("backoff", payment.DefaultBackoff.String(), "retry delays; their count is the retry budget")
+	chargeTimeout := cmd.Duration("charge-timeout", 5*time.Second, "deadline of one Charge call")
+	probeTimeout := cmd.Duration("probe-timeout", 2*time.Second, "deadline of the GetCharge probe")
+	completers := cmd.Int("completers", 1, "outcome-writing statements at once (each writes whatever outcomes are ready)")
+	completeBatch := cmd.Int("complete-batch", 1000, "outcomes written per statement at most")
+	completeWait := cmd.Duration("complete-wait", 50*time.Millisecond, "how long the first outcome of a statement waits for more to join it (0-1s; it is written when --complete-batch are ready or this long after the first, and never later than its call's deadline)")
+	streamLinger := cmd.Duration("stream-linger", 2*time.Millisecond, "how long outcomes streamed back to a sweeper wait for more to join their message (0-100ms)")
+	margin := cmd.Duration("lease-margin", 2*time.Second, "a call starts only if its deadline falls this long before its claim's lease ends")
+	payeeRate := cmd.Float64("payee-rate", 0, "charges per second per payee from this executor (a PSP's per-account limit divided by the executors; 0: none); a payment over it goes back to PENDING until its turn")
+	payeeBurst := cmd.Int("payee-burst", 1, "charges a payee may take at once before --payee-rate paces it")
+	maxReleases := cmd.Int("max-releases", 5, "claims of one payment released untouched in a row (its lease could not hold a call) before it is dead-lettered LEASE_TOO_SHORT")
+	bounds := gateway.RegisterBounds(cmd.FlagSet)
+	cmd.Main(func(ctx context.Context, log *slog.Logger) error {
+		if err := cmd.Require(serverTLS.On(), errors.New("ExecutorService would serve plaintext: production needs --tls-cert-file, --tls-key-file and --tls-client-ca-file (mutual TLS: only sweepers may ask for a charge)")); err != nil {
 			return err
 		}
 		sched, err := payment.ParseBackoff(*backoff)
@@ -79,14 +72,14 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		if err := gwf.ValidateFor(base.Mode); err != nil {
+		if err := gwf.ValidateFor(cmd.Mode); err != nil {
 			return err
 		}
 		tlsOpts, err := serverTLS.Options()
 		if err != nil {
 			return err
 		}
-		pool, err := svc.Pool(ctx, *base.DB, 16, svc.CustomPlans)
+		pool, err := svc.Pool(ctx, *cmd.DB, 16, svc.CustomPlans)
 		if err != nil {
 			return err
 		}
@@ -115,6 +108,6 @@ func main() {
 		// GracefulStop lets batches in flight finish and record their outcomes.
 		// No reflection: only sweepers call an executor.
 		return svc.Server{Name: "executor", Log: log, Registry: reg, GRPC: gs, GRPCAddr: *grpcAddr,
-			HTTPAddr: *httpAddr, Ready: pool.Ping, Grace: 60 * time.Second}.Run(ctx, nil)
+			HTTPAddr: *cmd.HTTPAddr, Ready: pool.Ping, Grace: 60 * time.Second}.Run(ctx, nil)
 	})
 }

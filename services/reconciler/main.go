@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -26,24 +25,24 @@ import (
 )
 
 func main() {
-	fs := flag.NewFlagSet("reconciler", flag.ExitOnError)
-	base := config.RegisterService(fs, "database-url", config.LocalDatabaseURL, "Postgres URL")
-	httpAddr := fs.String("http-addr", "127.0.0.1:9420", "webhook (and health) listen address: the one the gateway reaches")
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9421", "/metrics and /healthz listen address: internal, apart from the webhooks'")
-	gwf := dial.Register(fs, "127.0.0.1:9300")
-	runAt := fs.String("run-at", "00:30", "UTC time of day at which the previous day is reconciled")
-	retry := fs.Duration("run-retry", 10*time.Minute, "delay before retrying a failed daily run")
-	probeEvery := fs.Duration("probe-interval", 5*time.Second, "how often ambiguous dead letters are looked at")
-	probeBackoff := fs.Duration("probe-backoff", 10*time.Second, "first delay after an unanswered probe (doubling, up to 1h)")
-	hooks := fs.Bool("webhooks", true, "receive the gateway's signed webhooks on POST /webhooks/gateway (needs --webhook-secret)")
-	secret := config.SecretVar(fs, "webhook-secret", "HMAC-SHA256 secret of the gateway's webhooks")
-	tolerance := fs.Duration("webhook-tolerance", 5*time.Minute, "accepted age of a webhook's signed timestamp")
-	stripeSecretFile := fs.String("stripe-webhook-secret-file", "", "file holding the Stripe endpoint's signing secret (whsec_...); set, POST /webhooks/stripe receives Stripe's events (needs --gateway=stripe: their livemode must be the key's)")
-	stripeAccount := fs.String("stripe-account", "", "our Stripe account id (acct_...) when Stripe's events name it; empty: an event naming any account (a connected account's) is ignored")
-	hookAccount := fs.String("webhook-account", "", "the account gateway.v1 webhooks must name; empty: they name none (gateway-sim)")
-	hookLive := fs.Bool("webhook-livemode", false, "the livemode gateway.v1 webhooks must carry: true for a gateway that moves real money (gateway-sim sends false)")
-	bounds := gateway.RegisterBounds(fs)
-	svc.Main("reconciler", fs, func(ctx context.Context, log *slog.Logger) error {
+	cmd := svc.NewCommand(svc.Flags{Name: "reconciler", HTTPAddr: "127.0.0.1:9420",
+		HTTPUsage: "webhook (and health) listen address: the one the gateway reaches"})
+	metricsAddr := cmd.String("metrics-addr", "127.0.0.1:9421", "/metrics and /healthz listen address: internal, apart from the webhooks'")
+	gwf := dial.Register(cmd.FlagSet, "127.0.0.1:9300")
+	runAt := cmd.String("run-at", "00:30", "UTC time of day at which the previous day is reconciled")
+	retry := cmd.Duration("run-retry", 10*time.Minute, "delay before retrying a failed daily run")
+	probeEvery := cmd.Duration("probe-interval", 5*time.Second, "how often ambiguous dead letters are looked at")
+	probeBackoff := cmd.Duration("probe-backoff", 10*time.Second, "first delay after an unanswered probe (doubling, up to 1h)")
+	hooks := cmd.Bool("webhooks", true, "receive the gateway's signed webhooks on POST /webhooks/gateway (needs --webhook-secret)")
+	secret := config.SecretVar(cmd.FlagSet, "webhook-secret", "HMAC-SHA256 secret of the gateway's webhooks")
+	tolerance := cmd.Duration("webhook-tolerance", 5*time.Minute, "accepted age of a webhook's signed timestamp")
+	stripeSecretFile := cmd.String("stripe-webhook-secret-file", "", "file holding the Stripe endpoint's signing secret (whsec_...); set, POST /webhooks/stripe receives Stripe's events (needs --gateway=stripe: their livemode must be the key's)")
+	stripeAccount := cmd.String("stripe-account", "", "our Stripe account id (acct_...) when Stripe's events name it; empty: an event naming any account (a connected account's) is ignored")
+	hookAccount := cmd.String("webhook-account", "", "the account gateway.v1 webhooks must name; empty: they name none (gateway-sim)")
+	hookLive := cmd.Bool("webhook-livemode", false, "the livemode gateway.v1 webhooks must carry: true for a gateway that moves real money (gateway-sim sends false)")
+	bounds := gateway.RegisterBounds(cmd.FlagSet)
+	// The flags are checked before the mode and database URL (cmd.Start).
+	svc.Main("reconciler", cmd.FlagSet, func(ctx context.Context, log *slog.Logger) error {
 		at, err := reconcile.ParseTimeOfDay(*runAt)
 		if err != nil {
 			return fmt.Errorf("--run-at: %w", err)
@@ -57,17 +56,17 @@ func main() {
 		if err := bounds.Validate(); err != nil {
 			return err
 		}
-		if err := base.Start(log); err != nil {
+		if err := cmd.Start(log); err != nil {
 			return err
 		}
-		if err := gwf.ValidateFor(base.Mode); err != nil {
+		if err := gwf.ValidateFor(cmd.Mode); err != nil {
 			return err
 		}
 		hookSecret := ""
 		if *hooks {
 			// Development without a secret runs without the receiver; in
 			// production a missing secret is a mistake, not a choice.
-			if hookSecret, err = base.Secret(secret, ""); err != nil {
+			if hookSecret, err = cmd.Secret(secret, ""); err != nil {
 				return fmt.Errorf("%w; --webhooks=false runs without the gateway's webhooks", err)
 			}
 		}
@@ -77,7 +76,7 @@ func main() {
 			if stripeSecret, err = config.ReadSecret(*stripeSecretFile); err != nil {
 				return fmt.Errorf("--stripe-webhook-secret-file: %w", err)
 			}
-			if !base.Dev {
+			if !cmd.Dev {
 				if err := config.CheckSecret("--stripe-webhook-secret-file", stripeSecret); err != nil {
 					return err
 				}
@@ -93,7 +92,7 @@ func main() {
 		// Custom plans: a webhook's move names one payment's due time, and
 		// a cached generic plan locked and probed every daily partition at
 		// every gateway webhook (four backends busy through make demo).
-		pool, err := svc.Pool(ctx, *base.DB, 8, svc.CustomPlans)
+		pool, err := svc.Pool(ctx, *cmd.DB, 8, svc.CustomPlans)
 		if err != nil {
 			return err
 		}
@@ -116,7 +115,7 @@ func main() {
 		runner := &reconcile.Runner{DB: pool, Gateway: gw, Metrics: m, Log: log}
 		resolver := &reconcile.Resolver{DB: pool, Gateway: gw, Bounds: *bounds, Interval: *probeEvery, Backoff: *probeBackoff,
 			MaxRequest: gwf.MaxRequestTime(), Metrics: m, Log: log}
-		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *httpAddr, InternalAddr: *metricsAddr,
+		srv := svc.Server{Name: "reconciler", Log: log, Registry: reg, HTTPAddr: *cmd.HTTPAddr, InternalAddr: *metricsAddr,
 			Ready: pool.Ping}
 		recv := &reconcile.Receiver{DB: pool, Secret: []byte(hookSecret), Tolerance: *tolerance, Metrics: m, Log: log,
 			Account: *hookAccount, Livemode: *hookLive, StripeAccount: *stripeAccount, StripeLivemode: stripeLive}

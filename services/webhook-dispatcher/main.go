@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -20,31 +19,27 @@ import (
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/kafka/kafkaauth"
 	"github.com/paysched/paysched/pkg/events/tenanthook"
-	"github.com/paysched/paysched/pkg/platform/config"
 	"github.com/paysched/paysched/pkg/platform/svc"
 )
 
 func main() {
-	fs := flag.NewFlagSet("webhook-dispatcher", flag.ExitOnError)
-	base := config.RegisterService(fs, "webhooks-database-url", "postgres://postgres@127.0.0.1:55433/paysched_webhooks?sslmode=disable", "Postgres URL of the webhooks' database (migrate --webhooks-database-url; role paysched_webhooks)")
-	kafkaClient := kafkaauth.RegisterClient(fs)
-	group := fs.String("group", tenanthook.Group, "consumer group")
-	prefix := fs.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: the notifications are <prefix>.notifications")
-	retention := fs.Duration("retention", 30*24*time.Hour, "how long finished deliveries and their messages are kept (0: forever)")
-	maxPending := fs.Int("max-pending", 20000, "notifications read and not yet recorded at most (the fetch waits beyond)")
-	timeout := fs.Duration("timeout", 15*time.Second, "an attempt's time limit, response included")
-	proxy := fs.String("egress-proxy", "", "send every attempt through this HTTP proxy (e.g. smokescreen), which then refuses private addresses; empty: connect directly, refusing them here")
-	loopback := fs.Bool("allow-loopback", false, "let endpoints on 127.0.0.1 and ::1 (and http://) be reached: a local receiver in development; refused without --dev")
-	schedule := fs.String("retry-schedule", tenanthook.DefaultSchedule.String(), "the delays before each retry; their count is the retries a delivery gets (the spec's by default)")
-	httpAddr := fs.String("http-addr", "127.0.0.1:9430", "metrics and health listen address")
-	svc.Main("webhook-dispatcher", fs, func(ctx context.Context, log *slog.Logger) error {
-		if err := base.Start(log); err != nil {
-			return err
-		}
-		if *loopback && !base.Dev {
+	cmd := svc.NewCommand(svc.Flags{Name: "webhook-dispatcher", HTTPAddr: "127.0.0.1:9430", DatabaseFlag: "webhooks-database-url",
+		DatabaseDefault: "postgres://postgres@127.0.0.1:55433/paysched_webhooks?sslmode=disable",
+		DatabaseUsage:   "Postgres URL of the webhooks' database (migrate --webhooks-database-url; role paysched_webhooks)"})
+	kafkaClient := kafkaauth.RegisterClient(cmd.FlagSet)
+	group := cmd.String("group", tenanthook.Group, "consumer group")
+	prefix := cmd.String("topic-prefix", kafka.DefaultPrefix, "cdc's --topic-prefix: the notifications are <prefix>.notifications")
+	retention := cmd.Duration("retention", 30*24*time.Hour, "how long finished deliveries and their messages are kept (0: forever)")
+	maxPending := cmd.Int("max-pending", 20000, "notifications read and not yet recorded at most (the fetch waits beyond)")
+	timeout := cmd.Duration("timeout", 15*time.Second, "an attempt's time limit, response included")
+	proxy := cmd.String("egress-proxy", "", "send every attempt through this HTTP proxy (e.g. smokescreen), which then refuses private addresses; empty: connect directly, refusing them here")
+	loopback := cmd.Bool("allow-loopback", false, "let endpoints on 127.0.0.1 and ::1 (and http://) be reached: a local receiver in development; refused without --dev")
+	schedule := cmd.String("retry-schedule", tenanthook.DefaultSchedule.String(), "the delays before each retry; their count is the retries a delivery gets (the spec's by default)")
+	cmd.Main(func(ctx context.Context, log *slog.Logger) error {
+		if *loopback && !cmd.Dev {
 			return fmt.Errorf("--allow-loopback reaches local services: development only (--dev)")
 		}
-		if err := kafkaClient.ValidateFor(base.Mode); err != nil {
+		if err := kafkaClient.ValidateFor(cmd.Mode); err != nil {
 			return err
 		}
 		if *prefix == "" {
@@ -66,7 +61,7 @@ func main() {
 		if err != nil {
 			return err
 		}
-		url := *base.DB
+		url := *cmd.DB
 		cfg := tenanthook.Config{Brokers: kafkaClient.Brokers(), KafkaOpts: kafkaOpts, Group: *group,
 			Topics: kafka.TopicsFor(*prefix), Egress: eg, Schedule: sched, Retention: *retention, MaxPending: *maxPending,
 			// The slots across dispatchers are advisory locks on a session
@@ -75,7 +70,8 @@ func main() {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		return svc.WorkerService{Name: "webhook-dispatcher", Log: log, DatabaseURL: *base.DB, MaxConns: 8, PoolOptions: []svc.PoolOption{svc.CustomPlans},
-			HTTPAddr: *httpAddr}.Run(ctx, func(d svc.Deps) (svc.Worker, error) { return tenanthook.New(cfg, d.Pool, d.Registry, log) })
+		return cmd.RunWorker(ctx, log, 8, func(d svc.Deps) (svc.Worker, error) {
+			return tenanthook.New(cfg, d.Pool, d.Registry, log)
+		}, svc.CustomPlans)
 	})
 }
