@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paysched/paysched/pkg/platform/pgdb"
+	"github.com/paysched/paysched/pkg/store/scheduledb"
 )
 
 // ScheduleState is where a schedule stands.
@@ -69,39 +70,56 @@ var ErrScheduleKeyReused = errors.New("idempotency key reused for another schedu
 // ErrScheduleState means the schedule is not in a state the change may leave.
 var ErrScheduleState = errors.New("schedule not in a state that allows it")
 
-const scheduleCols = `id, tenant, payer, payee, amount_minor, currency, description, metadata, rrule, start_local, time_zone,
-       month_end, business_days, calendar, catch_up, catch_up_bound, state, resume_at, coalesce(last_occurrence, ''),
-       last_index, next_at, coalesce(idempotency_key, ''), request_hash, created_at, updated_at, seq`
-
-func scanSchedule(row pgx.Row) (*Schedule, error) {
-	var s Schedule
-	var meta []byte
-	if err := row.Scan(&s.ID, &s.Tenant, &s.Payer, &s.Payee, &s.Amount, &s.Currency, &s.Description, &meta, &s.Rule, &s.Start,
-		&s.Zone, &s.MonthEnd, &s.BusinessDays, &s.Calendar, &s.CatchUp, &s.CatchUpBound, &s.State, &s.ResumeAt,
-		&s.LastOccurrence, &s.LastIndex, &s.NextAt, &s.IdempotencyKey, &s.RequestHash, &s.CreatedAt, &s.UpdatedAt, &s.Seq); err != nil {
-		return nil, err
+// fromRow is the Schedule r reads (its last occurrence and idempotency
+// key empty for none).
+func fromRow(r scheduledb.Schedule) (*Schedule, error) {
+	s := Schedule{ID: r.ID, Tenant: r.Tenant, Payer: r.Payer, Payee: r.Payee, Amount: r.AmountMinor, Currency: r.Currency,
+		Description: r.Description, Rule: r.Rrule, Start: r.StartLocal, Zone: r.TimeZone, MonthEnd: r.MonthEnd,
+		BusinessDays: r.BusinessDays, Calendar: r.Calendar, CatchUp: r.CatchUp, CatchUpBound: int(r.CatchUpBound),
+		State: ScheduleState(r.State), ResumeAt: r.ResumeAt, LastIndex: int(r.LastIndex), NextAt: r.NextAt,
+		RequestHash: r.RequestHash, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}
+	if r.Seq != nil { // an identity: never NULL, though sqlc cannot tell
+		s.Seq = *r.Seq
 	}
-	if len(meta) > 0 {
-		if err := json.Unmarshal(meta, &s.Metadata); err != nil {
+	if r.LastOccurrence != nil {
+		s.LastOccurrence = *r.LastOccurrence
+	}
+	if r.IdempotencyKey != nil {
+		s.IdempotencyKey = *r.IdempotencyKey
+	}
+	if len(r.Metadata) > 0 {
+		if err := json.Unmarshal(r.Metadata, &s.Metadata); err != nil {
 			return nil, fmt.Errorf("decode metadata of schedule %s: %w", s.ID, err)
 		}
 	}
-	s.CreatedAt, s.UpdatedAt = s.CreatedAt.UTC(), s.UpdatedAt.UTC()
 	return &s, nil
 }
 
-// createScheduleSQL writes a schedule, unless the payer's idempotency key
-// already names one (then nothing: CreateSchedule reads that one).
-const createScheduleSQL = `
-INSERT INTO schedules (id, tenant, payer, payee, amount_minor, currency, description, metadata, rrule, start_local,
-                       time_zone, month_end, business_days, calendar, catch_up, catch_up_bound, next_at,
-                       idempotency_key, request_hash, state, last_occurrence, last_index)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12, $13, $14, $15, $16, $17, nullif($18, ''), $19,
-        CASE WHEN $17::timestamptz IS NULL THEN 'ENDED' ELSE 'ACTIVE' END, nullif($20, ''), $21)
-ON CONFLICT (payer, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING ` + scheduleCols
+// scheduleOf is the Schedule of a statement's row, or the statement's
+// error.
+func scheduleOf(r scheduledb.Schedule, err error) (*Schedule, error) {
+	if err != nil {
+		return nil, err
+	}
+	return fromRow(r)
+}
 
-const scheduleByKeySQL = `SELECT ` + scheduleCols + ` FROM schedules WHERE payer = $1 AND idempotency_key = $2`
+// schedulesOf are the Schedules of a statement's rows (nil for none), or
+// the statement's error.
+func schedulesOf(rows []scheduledb.Schedule, err error) ([]Schedule, error) {
+	if err != nil {
+		return nil, err
+	}
+	var out []Schedule
+	for _, r := range rows {
+		s, err := fromRow(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *s)
+	}
+	return out, nil
+}
 
 // CreateSchedule writes s (its NextAt the first occurrence's instant, nil
 // when the rule makes none; its LastOccurrence and LastIndex the place
@@ -116,16 +134,20 @@ func CreateSchedule(ctx context.Context, db pgdb.DB, s Schedule) (_ *Schedule, r
 	if s.Tenant == "" {
 		s.Tenant = DefaultTenant // its occurrences are shared among tenants as a payment without one is
 	}
-	got, err := scanSchedule(db.QueryRow(ctx, createScheduleSQL, s.ID, s.Tenant, s.Payer, s.Payee, s.Amount, s.Currency,
-		s.Description, string(meta), s.Rule, s.Start, s.Zone, s.MonthEnd, s.BusinessDays, s.Calendar, s.CatchUp, s.CatchUpBound,
-		s.NextAt, s.IdempotencyKey, s.RequestHash, s.LastOccurrence, s.LastIndex))
+	q := scheduledb.New(db)
+	got, err := scheduleOf(q.CreateSchedule(ctx, scheduledb.CreateScheduleParams{ID: s.ID, Tenant: s.Tenant, Payer: s.Payer,
+		Payee: s.Payee, AmountMinor: s.Amount, Currency: s.Currency, Description: s.Description, Metadata: meta,
+		Rrule: s.Rule, StartLocal: s.Start, TimeZone: s.Zone, MonthEnd: s.MonthEnd, BusinessDays: s.BusinessDays,
+		Calendar: s.Calendar, CatchUp: s.CatchUp, CatchUpBound: int32(s.CatchUpBound), NextAt: s.NextAt,
+		IdempotencyKey: s.IdempotencyKey, RequestHash: s.RequestHash, LastOccurrence: s.LastOccurrence,
+		LastIndex: int32(s.LastIndex)}))
 	if err == nil {
 		return got, false, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, fmt.Errorf("create schedule: %w", err)
 	}
-	got, err = scanSchedule(db.QueryRow(ctx, scheduleByKeySQL, s.Payer, s.IdempotencyKey))
+	got, err = scheduleOf(q.ScheduleByKey(ctx, scheduledb.ScheduleByKeyParams{Payer: s.Payer, IdempotencyKey: s.IdempotencyKey}))
 	if err != nil {
 		return nil, false, fmt.Errorf("read schedule by key: %w", err)
 	}
@@ -135,12 +157,10 @@ func CreateSchedule(ctx context.Context, db pgdb.DB, s Schedule) (_ *Schedule, r
 	return got, true, nil
 }
 
-const getScheduleSQL = `SELECT ` + scheduleCols + ` FROM schedules WHERE id = $1 AND ($2 = '' OR payer = $2)`
-
 // GetSchedule reads payer's schedule (any payer's when payer is empty), or
 // ErrNotFound.
 func GetSchedule(ctx context.Context, db pgdb.DB, payer string, id uuid.UUID) (*Schedule, error) {
-	s, err := scanSchedule(db.QueryRow(ctx, getScheduleSQL, id, payer))
+	s, err := scheduleOf(scheduledb.New(db).GetSchedule(ctx, scheduledb.GetScheduleParams{ID: id, Payer: payer}))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -150,79 +170,16 @@ func GetSchedule(ctx context.Context, db pgdb.DB, payer string, id uuid.UUID) (*
 	return s, nil
 }
 
-// listSchedulesSQL pages through a payer's schedules, newest first, before
-// the seq of the last one read (0: from the newest).
-const listSchedulesSQL = `
-SELECT ` + scheduleCols + ` FROM schedules
-WHERE payer = $1 AND ($2 = 0 OR seq < $2)
-ORDER BY seq DESC LIMIT $3`
-
 // ListSchedules is a page of payer's schedules, newest first, before seq
 // before (0: from the newest).
 func ListSchedules(ctx context.Context, db pgdb.DB, payer string, before int64, limit int) ([]Schedule, error) {
-	rows, err := db.Query(ctx, listSchedulesSQL, payer, before, limit)
+	out, err := schedulesOf(scheduledb.New(db).ListSchedules(ctx, scheduledb.ListSchedulesParams{Payer: payer,
+		Before: before, MaxRows: int64(limit)}))
 	if err != nil {
 		return nil, fmt.Errorf("list schedules: %w", err)
 	}
-	defer rows.Close()
-	var out []Schedule
-	for rows.Next() {
-		s, err := scanSchedule(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *s)
-	}
-	return out, rows.Err()
+	return out, nil
 }
-
-// pauseSQL, cancelScheduleSQL and resumeSQL move a schedule between
-// states, from the ones each allows only, and lock its row for the rest of
-// the transaction. A resume asks the planner to look at it at once
-// (next_at now): what it missed meanwhile follows its catch-up policy.
-const (
-	pauseSQL = `
-UPDATE schedules SET state = 'PAUSED', resume_at = $3, updated_at = now()
-WHERE id = $1 AND ($2 = '' OR payer = $2) AND state = 'ACTIVE'
-RETURNING ` + scheduleCols
-	cancelScheduleSQL = `
-UPDATE schedules SET state = 'CANCELLED', resume_at = NULL, next_at = NULL, updated_at = now()
-WHERE id = $1 AND ($2 = '' OR payer = $2) AND state IN ('ACTIVE', 'PAUSED')
-RETURNING ` + scheduleCols
-	resumeSQL = `
-UPDATE schedules SET state = 'ACTIVE', resume_at = NULL, next_at = $3, updated_at = now()
-WHERE id = $1 AND ($2 = '' OR payer = $2) AND state = 'PAUSED'
-RETURNING ` + scheduleCols
-)
-
-// withdrawSQL cancels a schedule's occurrences made ahead and not yet due,
-// and releases their keys, so a resume makes them again.
-//
-// Why it is safe: each payment is cancelled as the payer's cancel is, from
-// PENDING only and not probe_first, on its own partition (due_time), so a
-// claimed one, or one an earlier attempt may have charged, is left to run;
-// only the keys of payments this statement cancelled are released, in the
-// same statement, so no key is freed whose payment may still charge.
-const withdrawSQL = `
-WITH made AS (
-    SELECT occurrence, payment_id, due_time FROM schedule_occurrences WHERE schedule_id = $1 AND due_time > $2
-), cancelled AS (
-    UPDATE payments p SET status = 'CANCELLED', updated_at = now()
-    FROM made m
-    WHERE p.id = m.payment_id AND p.due_time = m.due_time AND p.status = 'PENDING' AND NOT p.probe_first
-    RETURNING m.occurrence
-)
-DELETE FROM schedule_occurrences o USING cancelled c
-WHERE o.schedule_id = $1 AND o.occurrence = c.occurrence`
-
-// placeSQL moves a schedule's place back to its latest occurrence still
-// made, after a withdrawal (keys sort as the nominal times do).
-const placeSQL = `
-UPDATE schedules s SET last_occurrence = l.occurrence, last_index = coalesce(l.idx, 0)
-FROM (SELECT NULL) AS one
-LEFT JOIN LATERAL (SELECT occurrence, idx FROM schedule_occurrences WHERE schedule_id = $1
-                   ORDER BY occurrence DESC LIMIT 1) l ON true
-WHERE s.id = $1`
 
 // PauseSchedule pauses payer's active schedule until resumeAt (nil: until
 // resumed), withdrawing the occurrences made ahead (due after now); CancelSchedule ends an
@@ -231,27 +188,35 @@ WHERE s.id = $1`
 // is no such schedule, ErrScheduleState (with the schedule as it stands)
 // when it is in no state the change may leave.
 func PauseSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID, resumeAt *time.Time) (*Schedule, int, error) {
-	return withdraw(ctx, db, now, payer, id, pauseSQL, true, resumeAt)
+	return withdraw(ctx, db, now, payer, id, true, func(q *scheduledb.Queries) (scheduledb.Schedule, error) {
+		return q.PauseSchedule(ctx, scheduledb.PauseScheduleParams{ID: id, Payer: payer, ResumeAt: resumeAt})
+	})
 }
 
 // CancelSchedule ends payer's active or paused schedule for good; see
 // PauseSchedule.
 func CancelSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID) (*Schedule, int, error) {
-	return withdraw(ctx, db, now, payer, id, cancelScheduleSQL, true)
+	return withdraw(ctx, db, now, payer, id, true, func(q *scheduledb.Queries) (scheduledb.Schedule, error) {
+		return q.CancelSchedule(ctx, scheduledb.CancelScheduleParams{ID: id, Payer: payer})
+	})
 }
 
-// withdraw changes a schedule with sql (its $1 the id, $2 the payer, then
-// args) and withdraws what was made ahead of now, in one transaction;
-// placeBack moves its place back to its latest occurrence still made (an
-// update sets a place of its own).
-func withdraw(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID, sql string, placeBack bool,
-	args ...any) (*Schedule, int, error) {
+// withdraw changes payer's schedule id with change (a statement of
+// scheduledb that returns the schedule it changed and locks its row, and
+// no row when the schedule is in no state the change may leave) and
+// withdraws what was made ahead of now, in one transaction; placeBack
+// moves its place back to its latest occurrence still made (an update
+// sets a place of its own). Why the withdrawal is safe:
+// scheduledb/schedules.sql, Withdraw.
+func withdraw(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID, placeBack bool,
+	change func(*scheduledb.Queries) (scheduledb.Schedule, error)) (*Schedule, int, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx)
-	s, err := scanSchedule(tx.QueryRow(ctx, sql, append([]any{id, payer}, args...)...))
+	q := scheduledb.New(tx)
+	s, err := scheduleOf(change(q))
 	if errors.Is(err, pgx.ErrNoRows) {
 		cur, err := notInState(ctx, db, payer, id)
 		return cur, 0, err
@@ -259,32 +224,20 @@ func withdraw(ctx context.Context, db pgdb.DB, now time.Time, payer string, id u
 	if err != nil {
 		return nil, 0, fmt.Errorf("change schedule state: %w", err)
 	}
-	tag, err := tx.Exec(ctx, withdrawSQL, id, now)
+	n, err := q.Withdraw(ctx, scheduledb.WithdrawParams{ScheduleID: id, Cutoff: now})
 	if err != nil {
 		return nil, 0, fmt.Errorf("withdraw occurrences: %w", err)
 	}
 	if placeBack {
-		if _, err := tx.Exec(ctx, placeSQL, id); err != nil {
+		if err := q.PlaceBack(ctx, id); err != nil {
 			return nil, 0, fmt.Errorf("move place back: %w", err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, 0, fmt.Errorf("commit: %w", err)
 	}
-	return s, int(tag.RowsAffected()), nil
+	return s, int(n), nil
 }
-
-// updateScheduleSQL replaces an active or paused schedule's payment and
-// plan, and sets its place to the new plan's (the occurrences before now
-// are behind it, none is caught up); its row stays locked for the rest of
-// the transaction.
-const updateScheduleSQL = `
-UPDATE schedules SET payee = $3, amount_minor = $4, currency = $5, description = $6, metadata = $7::jsonb, rrule = $8,
-       start_local = $9, time_zone = $10, month_end = $11, business_days = $12, calendar = $13, catch_up = $14,
-       catch_up_bound = $15, last_occurrence = nullif($16, ''), last_index = $17,
-       next_at = CASE WHEN state = 'ACTIVE' THEN $18 ELSE now() END, updated_at = now()
-WHERE id = $1 AND ($2 = '' OR payer = $2) AND state IN ('ACTIVE', 'PAUSED')
-RETURNING ` + scheduleCols
 
 // UpdateSchedule replaces payer's active or paused schedule's payment and
 // plan with s's (its place the new plan's from now), and withdraws the
@@ -297,9 +250,13 @@ func UpdateSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string
 	if err != nil {
 		return nil, 0, err
 	}
-	return withdraw(ctx, db, now, payer, s.ID, updateScheduleSQL, false, s.Payee, s.Amount, s.Currency, s.Description,
-		string(meta), s.Rule, s.Start, s.Zone, s.MonthEnd, s.BusinessDays, s.Calendar, s.CatchUp, s.CatchUpBound,
-		s.LastOccurrence, s.LastIndex, s.NextAt)
+	return withdraw(ctx, db, now, payer, s.ID, false, func(q *scheduledb.Queries) (scheduledb.Schedule, error) {
+		return q.UpdateSchedule(ctx, scheduledb.UpdateScheduleParams{ID: s.ID, Payer: payer, Payee: s.Payee,
+			AmountMinor: s.Amount, Currency: s.Currency, Description: s.Description, Metadata: meta, Rrule: s.Rule,
+			StartLocal: s.Start, TimeZone: s.Zone, MonthEnd: s.MonthEnd, BusinessDays: s.BusinessDays,
+			Calendar: s.Calendar, CatchUp: s.CatchUp, CatchUpBound: int32(s.CatchUpBound),
+			LastOccurrence: s.LastOccurrence, LastIndex: int32(s.LastIndex), NextAt: s.NextAt})
+	})
 }
 
 // notInState answers a change that found payer's schedule in no state it
@@ -328,7 +285,8 @@ func metadataJSON(m map[string]string) ([]byte, error) {
 // ResumeSchedule resumes payer's paused schedule, to be planned from now
 // (ErrNotFound, ErrScheduleState as PauseSchedule).
 func ResumeSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string, id uuid.UUID) (*Schedule, error) {
-	s, err := scanSchedule(db.QueryRow(ctx, resumeSQL, id, payer, now))
+	s, err := scheduleOf(scheduledb.New(db).ResumeSchedule(ctx, scheduledb.ResumeScheduleParams{ID: id, Payer: payer,
+		NextAt: now}))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return notInState(ctx, db, payer, id)
 	}
@@ -338,35 +296,15 @@ func ResumeSchedule(ctx context.Context, db pgdb.DB, now time.Time, payer string
 	return s, nil
 }
 
-// dueSchedulesSQL takes the schedules the planner has work on: active ones
-// whose next occurrence falls due within the horizon, and paused ones
-// whose resume time has come. SKIP LOCKED gives two planners disjoint
-// schedules; the lock is held until the planner's transaction ends, so a
-// schedule's occurrences and its place move together or not at all.
-const dueSchedulesSQL = `
-SELECT ` + scheduleCols + ` FROM schedules
-WHERE (state = 'ACTIVE' AND next_at <= $1) OR (state = 'PAUSED' AND resume_at <= $2)
-ORDER BY next_at NULLS FIRST
-LIMIT $3
-FOR UPDATE SKIP LOCKED`
-
 // DueSchedules locks and returns up to limit schedules with occurrences
 // to make before horizon, or resuming by now. db must be a transaction.
 func DueSchedules(ctx context.Context, tx pgx.Tx, now, horizon time.Time, limit int) ([]Schedule, error) {
-	rows, err := tx.Query(ctx, dueSchedulesSQL, horizon, now, limit)
+	out, err := schedulesOf(scheduledb.New(tx).DueSchedules(ctx, scheduledb.DueSchedulesParams{Horizon: horizon,
+		ResumeBy: now, MaxRows: int64(limit)}))
 	if err != nil {
 		return nil, fmt.Errorf("due schedules: %w", err)
 	}
-	defer rows.Close()
-	var out []Schedule
-	for rows.Next() {
-		s, err := scanSchedule(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *s)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Occurrence is one payment a planner makes for a schedule.
@@ -385,59 +323,25 @@ type Occurrence struct {
 	Rules string
 }
 
-// makeOccurrencesSQL writes occurrence payments: a schedule_occurrences
-// row, the payment_index row and the payment, with the schedule's fields
-// as they are now (a change of amount applies to what is made after it).
-//
-// Why it is safe: the occurrence's key row, its index row and its payment
-// are written by one statement, so all or none exist; ON CONFLICT on the
-// key's primary key makes an occurrence already made (by another planner,
-// or before a crash whose transaction did commit) write nothing, and only
-// the rows whose key was new (RETURNING) become payments. Rows go in key
-// order so two overlapping batches lock keys in the same order. The
-// payments are PENDING and untouched, created as the client, which the
-// payment guard requires of every insert.
-const makeOccurrencesSQL = `
-WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::timestamptz[], $5::int[], $6::text[])
-        AS t(schedule_id, occurrence, id, due_time, idx, rules)
-), occ AS (
-    INSERT INTO schedule_occurrences (schedule_id, occurrence, payment_id, due_time, idx, rules)
-    SELECT schedule_id, occurrence, id, due_time, idx, nullif(rules, '') FROM input ORDER BY schedule_id, occurrence
-    ON CONFLICT (schedule_id, occurrence) DO NOTHING
-    RETURNING payment_id
-), src AS (
-    SELECT i.id, i.schedule_id, i.occurrence, i.due_time, s.payer, s.payee, s.amount_minor, s.currency,
-           s.description, s.metadata, s.tenant
-    FROM input i JOIN occ ON occ.payment_id = i.id JOIN schedules s ON s.id = i.schedule_id
-), idx AS (
-    INSERT INTO payment_index (id, payer, payee, due_time, created_at, tenant, currency, amount_minor)
-    SELECT id, payer, payee, due_time, now(), tenant, currency, amount_minor FROM src
-    RETURNING id
-)
-INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, status, description, metadata,
-                      created_at, updated_at, tenant, schedule_id, occurrence)
-SELECT s.id, s.payer, s.payee, s.amount_minor, s.currency, s.due_time, s.due_time, 'PENDING', s.description, s.metadata,
-       now(), now(), s.tenant, s.schedule_id, s.occurrence
-FROM src s JOIN idx USING (id)
-RETURNING id`
-
 // MakeOccurrences writes the occurrences not made already, and returns
-// how many it made.
+// how many it made. Why it is safe: scheduledb/schedules.sql,
+// MakeOccurrences.
 func MakeOccurrences(ctx context.Context, db pgdb.DB, os []Occurrence) (int, error) {
 	if len(os) == 0 {
 		return 0, nil
 	}
-	scheds, keys, ids, dues, idxs, rules := make([]uuid.UUID, len(os)), make([]string, len(os)), make([]uuid.UUID, len(os)),
+	// The ids as [16]byte, whose arrays pgx encodes without reflection.
+	scheds, keys, ids, dues, idxs, rules := make([][16]byte, len(os)), make([]string, len(os)), make([][16]byte, len(os)),
 		make([]time.Time, len(os)), make([]int32, len(os)), make([]string, len(os))
 	for i, o := range os {
 		scheds[i], keys[i], ids[i], dues[i], idxs[i], rules[i] = o.Schedule, o.Key, o.Payment, o.DueAt, int32(o.Index), o.Rules
 	}
-	tag, err := db.Exec(ctx, makeOccurrencesSQL, scheds, keys, ids, dues, idxs, rules)
+	n, err := scheduledb.New(db).MakeOccurrences(ctx, scheduledb.MakeOccurrencesParams{ScheduleIds: scheds,
+		Occurrences: keys, PaymentIds: ids, DueTimes: dues, Idxs: idxs, ZoneRules: rules})
 	if err != nil {
 		return 0, fmt.Errorf("make occurrences: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 // Planned is where a schedule's planning stands after a planner's pass.
@@ -451,77 +355,45 @@ type Planned struct {
 	State ScheduleState
 }
 
-// setPlannedSQL moves schedules' places. The planner holds each row's lock
-// (DueSchedules), so nothing moved them meanwhile; a schedule paused or
-// cancelled since is not locked by it and so not among them. The
-// statement names the planner as the actor of the schedule events it
-// causes (an end; a pause's resume time come): the setting is local to
-// the planner's transaction, and the events' trigger reads it at the
-// statement's end.
-const setPlannedSQL = `
-WITH actor AS (SELECT set_config('paysched.actor', 'planner', true) AS who)
-UPDATE schedules s SET last_occurrence = nullif(p.last_occurrence, ''), last_index = p.last_index, next_at = p.next_at,
-       state = p.state, resume_at = CASE WHEN p.state = 'ACTIVE' THEN NULL ELSE s.resume_at END, updated_at = now()
-FROM actor, unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::text[]) AS p(id, last_occurrence, last_index, next_at, state)
-WHERE s.id = p.id AND actor.who = 'planner'`
-
-// SetPlanned records where each schedule's planning stands.
+// SetPlanned records where each schedule's planning stands, naming the
+// planner as the actor of the events it causes. The planner holds each
+// row's lock (DueSchedules): scheduledb/schedules.sql, SetPlanned.
 func SetPlanned(ctx context.Context, db pgdb.DB, ps []Planned) error {
 	if len(ps) == 0 {
 		return nil
 	}
-	ids, lasts, idxs, nexts, states := make([]uuid.UUID, len(ps)), make([]string, len(ps)), make([]int32, len(ps)),
-		make([]*time.Time, len(ps)), make([]string, len(ps))
+	// Arrays pgx encodes without reflection: the ids as [16]byte, and
+	// each next instant as a time and whether there is one.
+	ids, lasts, idxs, states := make([][16]byte, len(ps)), make([]string, len(ps)), make([]int32, len(ps)), make([]string, len(ps))
+	nexts, hasNext := make([]time.Time, len(ps)), make([]bool, len(ps))
 	for i, p := range ps {
-		ids[i], lasts[i], idxs[i], nexts[i], states[i] = p.Schedule, p.LastOccurrence, int32(p.LastIndex), p.NextAt, string(p.State)
+		ids[i], lasts[i], idxs[i], states[i] = p.Schedule, p.LastOccurrence, int32(p.LastIndex), string(p.State)
+		if p.NextAt != nil {
+			nexts[i], hasNext[i] = *p.NextAt, true
+		}
 	}
-	if _, err := db.Exec(ctx, setPlannedSQL, ids, lasts, idxs, nexts, states); err != nil {
+	if err := scheduledb.New(db).SetPlanned(ctx, scheduledb.SetPlannedParams{Ids: ids, LastOccurrences: lasts,
+		LastIndexes: idxs, NextAts: nexts, HasNext: hasNext, States: states}); err != nil {
 		return fmt.Errorf("set planned: %w", err)
 	}
 	return nil
 }
 
-// scheduleOccurrencesSQL lists a schedule's occurrences made, newest
-// first, with their payments' status.
-const scheduleOccurrencesSQL = `
-SELECT o.occurrence, o.idx, o.payment_id, o.due_time
-FROM schedule_occurrences o WHERE o.schedule_id = $1
-ORDER BY o.occurrence DESC LIMIT $2`
-
 // ScheduleOccurrences are up to limit of a schedule's occurrences made,
 // newest first.
 func ScheduleOccurrences(ctx context.Context, db pgdb.DB, id uuid.UUID, limit int) ([]Occurrence, error) {
-	rows, err := db.Query(ctx, scheduleOccurrencesSQL, id, limit)
+	rows, err := scheduledb.New(db).ScheduleOccurrences(ctx, scheduledb.ScheduleOccurrencesParams{ScheduleID: id,
+		MaxRows: int64(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("schedule occurrences: %w", err)
 	}
-	defer rows.Close()
 	var out []Occurrence
-	for rows.Next() {
-		o := Occurrence{Schedule: id}
-		if err := rows.Scan(&o.Key, &o.Index, &o.Payment, &o.DueAt); err != nil {
-			return nil, err
-		}
-		o.DueAt = o.DueAt.UTC()
-		out = append(out, o)
+	for _, r := range rows {
+		out = append(out, Occurrence{Schedule: id, Key: r.Occurrence, Index: int(r.Idx), Payment: r.PaymentID,
+			DueAt: r.DueTime.UTC()})
 	}
-	return out, rows.Err()
+	return out, nil
 }
-
-// allSchedulesSQL and tenantSchedulesSQL page through every payer's
-// schedules for the console, newest first, in a state (” for any): the
-// first down schedules_seq_idx, the second down one tenant's range of
-// schedules_tenant_seq_idx.
-const (
-	allSchedulesSQL = `
-SELECT ` + scheduleCols + ` FROM schedules
-WHERE seq < $1 AND ($2 = '' OR state = $2)
-ORDER BY seq DESC LIMIT $3`
-	tenantSchedulesSQL = `
-SELECT ` + scheduleCols + ` FROM schedules
-WHERE tenant = $4 AND seq < $1 AND ($2 = '' OR state = $2)
-ORDER BY tenant, seq DESC LIMIT $3`
-)
 
 // AllSchedules is a page of every payer's schedules (the operators'
 // view), newest first, before seq before (0: from the newest), in state
@@ -530,43 +402,33 @@ func AllSchedules(ctx context.Context, db pgdb.DB, before int64, state ScheduleS
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	sql, args := allSchedulesSQL, []any{before, string(state), limit}
-	if tenant != "" {
-		sql, args = tenantSchedulesSQL, append(args, tenant)
+	// Every tenant's down schedules_seq_idx, one tenant's down its range
+	// of schedules_tenant_seq_idx.
+	q := scheduledb.New(db)
+	var out []Schedule
+	var err error
+	if tenant == "" {
+		out, err = schedulesOf(q.AllSchedules(ctx, scheduledb.AllSchedulesParams{Before: before, InState: string(state),
+			MaxRows: int64(limit)}))
+	} else {
+		out, err = schedulesOf(q.TenantSchedules(ctx, scheduledb.TenantSchedulesParams{Tenant: tenant, Before: before,
+			InState: string(state), MaxRows: int64(limit)}))
 	}
-	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list all schedules: %w", err)
 	}
-	return collectSchedules(rows)
+	return out, nil
 }
-
-func collectSchedules(rows pgx.Rows) ([]Schedule, error) {
-	defer rows.Close()
-	var out []Schedule
-	for rows.Next() {
-		s, err := scanSchedule(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *s)
-	}
-	return out, rows.Err()
-}
-
-// activeSchedulesSQL walks the active schedules by id, for the forecast.
-const activeSchedulesSQL = `
-SELECT ` + scheduleCols + ` FROM schedules
-WHERE state = 'ACTIVE' AND id > $1 ORDER BY id LIMIT $2`
 
 // ActiveSchedules is a page of the active schedules after id after (the
 // nil uuid: from the first), in id order.
 func ActiveSchedules(ctx context.Context, db pgdb.DB, after uuid.UUID, limit int) ([]Schedule, error) {
-	rows, err := db.Query(ctx, activeSchedulesSQL, after, limit)
+	out, err := schedulesOf(scheduledb.New(db).ActiveSchedules(ctx, scheduledb.ActiveSchedulesParams{AfterID: after,
+		MaxRows: int64(limit)}))
 	if err != nil {
 		return nil, fmt.Errorf("active schedules: %w", err)
 	}
-	return collectSchedules(rows)
+	return out, nil
 }
 
 // MadeOccurrence is an occurrence made, with its payment as it stands.
@@ -577,34 +439,20 @@ type MadeOccurrence struct {
 	Status string
 }
 
-// scheduleHistorySQL is a schedule's occurrences made, newest first, with
-// their payments' status (each payment found by its id and due time, so
-// one partition is read per row).
-const scheduleHistorySQL = `
-SELECT o.occurrence, o.idx, o.payment_id, o.due_time, coalesce(p.status, '')
-FROM schedule_occurrences o
-LEFT JOIN payments p ON p.id = o.payment_id AND p.due_time = o.due_time
-WHERE o.schedule_id = $1
-ORDER BY o.occurrence DESC LIMIT $2`
-
 // ScheduleHistory is up to limit of a schedule's occurrences made, newest
 // first, with their payments' status.
 func ScheduleHistory(ctx context.Context, db pgdb.DB, id uuid.UUID, limit int) ([]MadeOccurrence, error) {
-	rows, err := db.Query(ctx, scheduleHistorySQL, id, limit)
+	rows, err := scheduledb.New(db).ScheduleHistory(ctx, scheduledb.ScheduleHistoryParams{ScheduleID: id,
+		MaxRows: int64(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("schedule history: %w", err)
 	}
-	defer rows.Close()
 	var out []MadeOccurrence
-	for rows.Next() {
-		o := MadeOccurrence{Occurrence: Occurrence{Schedule: id}}
-		if err := rows.Scan(&o.Key, &o.Index, &o.Payment, &o.DueAt, &o.Status); err != nil {
-			return nil, fmt.Errorf("schedule history: %w", err)
-		}
-		o.DueAt = o.DueAt.UTC()
-		out = append(out, o)
+	for _, r := range rows {
+		out = append(out, MadeOccurrence{Occurrence: Occurrence{Schedule: id, Key: r.Occurrence, Index: int(r.Idx),
+			Payment: r.PaymentID, DueAt: r.DueTime.UTC()}, Status: r.Status})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // ScheduleEvent is one change of a schedule's life (schedule_events).
@@ -617,26 +465,17 @@ type ScheduleEvent struct {
 
 // ScheduleEvents is up to limit of a schedule's events, newest first.
 func ScheduleEvents(ctx context.Context, db pgdb.DB, id uuid.UUID, limit int) ([]ScheduleEvent, error) {
-	rows, err := db.Query(ctx, `SELECT id, kind, actor, at FROM schedule_events WHERE schedule_id = $1 ORDER BY id DESC LIMIT $2`, id, limit)
+	rows, err := scheduledb.New(db).ScheduleEvents(ctx, scheduledb.ScheduleEventsParams{ScheduleID: id,
+		MaxRows: int64(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("schedule events: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ScheduleEvent])
-	if err != nil {
-		return nil, fmt.Errorf("schedule events: %w", err)
+	out := make([]ScheduleEvent, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, ScheduleEvent(r))
 	}
 	return out, nil
 }
-
-// pendingByWeekSQL is what is made and still to run, per week from $1
-// (week 0 starts then) and currency, for $2 weeks: a range of the sweep
-// index (PENDING rows by run_at), bounded by due time for partition
-// pruning ($3).
-const pendingByWeekSQL = `
-SELECT floor(extract(epoch FROM run_at - $1::timestamptz) / 604800)::int AS w, currency, count(*), sum(amount_minor)::bigint
-FROM payments
-WHERE status = 'PENDING' AND run_at >= $1::timestamptz AND run_at < $1::timestamptz + make_interval(weeks => $2) AND due_time <= $3
-GROUP BY 1, 2`
 
 // PendingWeek is what falls due in one week from a start, in one currency.
 type PendingWeek struct {
@@ -650,24 +489,17 @@ type PendingWeek struct {
 // PendingByWeek is the PENDING payments per week from from, for weeks
 // weeks, and currency.
 func PendingByWeek(ctx context.Context, db pgdb.DB, from time.Time, weeks int) ([]PendingWeek, error) {
-	rows, err := db.Query(ctx, pendingByWeekSQL, from, weeks, DueBound(from.Add(time.Duration(weeks)*7*24*time.Hour)))
+	rows, err := scheduledb.New(db).PendingByWeek(ctx, scheduledb.PendingByWeekParams{FromAt: from, Weeks: int32(weeks),
+		DueBound: DueBound(from.Add(time.Duration(weeks) * 7 * 24 * time.Hour))})
 	if err != nil {
 		return nil, fmt.Errorf("pending by week: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[PendingWeek])
-	if err != nil {
-		return nil, fmt.Errorf("pending by week: %w", err)
+	out := make([]PendingWeek, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, PendingWeek{Week: int(r.Week), Currency: r.Currency, Count: r.N, Amount: r.Amount})
 	}
 	return out, nil
 }
-
-// nextApprovedSQL takes the oldest approved operator request on a
-// schedule still in time, locked: two planners never apply one twice.
-const nextApprovedSQL = `
-SELECT id, action, schedule_id, resume_at, requested_name, decided_name FROM schedule_requests
-WHERE state = 'APPROVED' AND expires_at > now()
-ORDER BY id LIMIT 1
-FOR UPDATE SKIP LOCKED`
 
 // ApplyScheduleRequests applies up to limit operator requests a second
 // admin approved (schedule_requests: a pause, resume or cancel of a
@@ -702,34 +534,33 @@ func applyScheduleRequest(ctx context.Context, db pgdb.DB, now time.Time) (bool,
 		return false, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after a commit it does nothing
-	var (
-		id                  int64
-		action              string
-		sched               uuid.UUID
-		resumeAt            *time.Time
-		requester, approver string
-	)
-	err = tx.QueryRow(ctx, nextApprovedSQL).Scan(&id, &action, &sched, &resumeAt, &requester, &approver)
+	q := scheduledb.New(tx)
+	req, err := q.NextApprovedRequest(ctx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("next approved schedule request: %w", err)
 	}
-	actor := "admin:" + requester + ", approved by " + approver
-	if _, err := tx.Exec(ctx, `SELECT set_config('paysched.actor', $1, true)`, actor); err != nil {
+	if req.DecidedName == nil {
+		// The database records an approval with its approver's name.
+		return false, fmt.Errorf("next approved schedule request: request %d names no approver", req.ID)
+	}
+	id, sched := req.ID, req.ScheduleID
+	actor := "admin:" + req.RequestedName + ", approved by " + *req.DecidedName
+	if err := q.NameActor(ctx, actor); err != nil {
 		return false, fmt.Errorf("name the actor: %w", err)
 	}
 	withdrawn := 0
-	switch action {
+	switch req.Action {
 	case "PAUSE":
-		_, withdrawn, err = PauseSchedule(ctx, tx, now, "", sched, resumeAt)
+		_, withdrawn, err = PauseSchedule(ctx, tx, now, "", sched, req.ResumeAt)
 	case "CANCEL":
 		_, withdrawn, err = CancelSchedule(ctx, tx, now, "", sched)
 	case "RESUME":
 		_, err = ResumeSchedule(ctx, tx, now, "", sched)
 	default:
-		err = fmt.Errorf("unknown action %q", action)
+		err = fmt.Errorf("unknown action %q", req.Action)
 	}
 	state, why := "APPLIED", ""
 	switch {
@@ -745,14 +576,13 @@ func applyScheduleRequest(ctx context.Context, db pgdb.DB, now time.Time) (bool,
 		// Not a state it can explain: closed as NOT_APPLIED with the error,
 		// so one request that cannot apply does not stop the ones after it.
 		_ = tx.Rollback(ctx)
-		if _, cerr := db.Exec(ctx, `UPDATE schedule_requests SET state = 'NOT_APPLIED', applied_at = now(), error = left($2, 500)
-			WHERE id = $1 AND state = 'APPROVED'`, id, err.Error()); cerr != nil {
+		if cerr := scheduledb.New(db).FailRequest(ctx, scheduledb.FailRequestParams{ID: id, Why: err.Error()}); cerr != nil {
 			return false, fmt.Errorf("apply schedule request %d: %w (and closing it: %v)", id, err, cerr)
 		}
 		return true, fmt.Errorf("apply schedule request %d: %w", id, err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE schedule_requests SET state = $2, applied_at = now(), withdrawn = $3, error = nullif($4, '') WHERE id = $1`,
-		id, state, withdrawn, why); err != nil {
+	if err := q.CloseRequest(ctx, scheduledb.CloseRequestParams{ID: id, NewState: state, Withdrawn: int32(withdrawn),
+		Why: why}); err != nil {
 		return false, fmt.Errorf("close schedule request %d: %w", id, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -763,15 +593,14 @@ func applyScheduleRequest(ctx context.Context, db pgdb.DB, now time.Time) (bool,
 
 // ActiveZones are the zones of the active schedules, each once.
 func ActiveZones(ctx context.Context, db pgdb.DB) ([]string, error) {
-	rows, err := db.Query(ctx, `SELECT DISTINCT time_zone FROM schedules WHERE state = 'ACTIVE'`)
+	zones, err := scheduledb.New(db).ActiveZones(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("active zones: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("active zones: %w", err)
+	if zones == nil {
+		zones = []string{}
 	}
-	return out, nil
+	return zones, nil
 }
 
 // AheadWithOtherRules is up to limit occurrences made ahead (due after
@@ -781,43 +610,23 @@ func ActiveZones(ctx context.Context, db pgdb.DB) ([]string, error) {
 // schedules: what a change of zone rules may have moved. One statement
 // for every zone.
 func AheadWithOtherRules(ctx context.Context, db pgdb.DB, zones, rules []string, now time.Time, limit int) ([]Schedule, []Occurrence, error) {
-	rows, err := db.Query(ctx, `
-SELECT o.schedule_id, o.occurrence, o.idx, o.payment_id, o.due_time, coalesce(o.rules, '')
-FROM unnest($1::text[], $2::text[]) AS z(zone, rules)
-JOIN schedules s ON s.time_zone = z.zone AND s.state = 'ACTIVE'
-JOIN schedule_occurrences o ON o.schedule_id = s.id AND o.due_time > $3 AND o.rules IS DISTINCT FROM z.rules
-JOIN payments p ON p.id = o.payment_id AND p.due_time = o.due_time
-WHERE p.status = 'PENDING' AND NOT p.probe_first AND p.run_at = p.due_time
-ORDER BY o.schedule_id, o.occurrence
-LIMIT $4`, zones, rules, now, limit)
+	q := scheduledb.New(db)
+	rows, err := q.AheadWithOtherRules(ctx, scheduledb.AheadWithOtherRulesParams{Zones: zones, ZoneRules: rules,
+		Cutoff: now, MaxRows: int64(limit)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("occurrences ahead: %w", err)
 	}
-	var occs []Occurrence
-	for rows.Next() {
-		var o Occurrence
-		if err := rows.Scan(&o.Schedule, &o.Key, &o.Index, &o.Payment, &o.DueAt, &o.Rules); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("occurrences ahead: %w", err)
-		}
-		o.DueAt = o.DueAt.UTC()
-		occs = append(occs, o)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("occurrences ahead: %w", err)
-	}
-	if len(occs) == 0 {
+	if len(rows) == 0 {
 		return nil, nil, nil
 	}
-	rows, err = db.Query(ctx, `SELECT `+scheduleCols+` FROM schedules WHERE id IN (
-		SELECT DISTINCT schedule_id FROM unnest($1::uuid[]) AS u(schedule_id))`, scheduleIDs(occs))
+	occs := make([]Occurrence, len(rows))
+	for i, r := range rows {
+		occs[i] = Occurrence{Schedule: r.ScheduleID, Key: r.Occurrence, Index: int(r.Idx), Payment: r.PaymentID,
+			DueAt: r.DueTime.UTC(), Rules: r.Rules}
+	}
+	scheds, err := schedulesOf(q.SchedulesByID(ctx, scheduleIDs(occs)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("schedules of occurrences ahead: %w", err)
-	}
-	scheds, err := collectSchedules(rows)
-	if err != nil {
-		return nil, nil, err
 	}
 	return scheds, occs, nil
 }
@@ -832,10 +641,8 @@ func StampRules(ctx context.Context, db pgdb.DB, os []Occurrence) error {
 	for i, o := range os {
 		keys[i], rules[i] = o.Key, o.Rules
 	}
-	_, err := db.Exec(ctx, `UPDATE schedule_occurrences o SET rules = i.rules
-		FROM unnest($1::uuid[], $2::text[], $3::text[]) AS i(schedule_id, occurrence, rules)
-		WHERE o.schedule_id = i.schedule_id AND o.occurrence = i.occurrence`, scheduleIDs(os), keys, rules)
-	if err != nil {
+	if err := scheduledb.New(db).StampRules(ctx, scheduledb.StampRulesParams{ScheduleIds: scheduleIDs(os), Occurrences: keys,
+		ZoneRules: rules}); err != nil {
 		return fmt.Errorf("stamp zone rules: %w", err)
 	}
 	return nil
@@ -849,33 +656,6 @@ func scheduleIDs(os []Occurrence) []uuid.UUID {
 	return out
 }
 
-// withdrawKeysSQL withdraws the named occurrences (schedule, key and the
-// payment read for it) as a pause withdraws them, and returns the keys it
-// released.
-//
-// Why it is safe: as withdrawSQL, each payment is cancelled from PENDING
-// only and not probe_first, so one a sweeper claimed (or that may have
-// charged) is left to run at the time it was made for, and only while its
-// run time is still its due time (one an operator rescheduled since it was
-// read is left alone too), and only the keys
-// of the payments cancelled here are released, in the same statement.
-const withdrawKeysSQL = `
-WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS t(schedule_id, occurrence, payment_id)
-), made AS (
-    SELECT o.schedule_id, o.occurrence, o.payment_id, o.due_time
-    FROM schedule_occurrences o JOIN input i USING (schedule_id, occurrence, payment_id)
-), cancelled AS (
-    UPDATE payments p SET status = 'CANCELLED', updated_at = now()
-    FROM made m
-    WHERE p.id = m.payment_id AND p.due_time = m.due_time AND p.status = 'PENDING' AND NOT p.probe_first
-      AND p.run_at = p.due_time
-    RETURNING m.schedule_id, m.occurrence
-)
-DELETE FROM schedule_occurrences o USING cancelled c
-WHERE o.schedule_id = c.schedule_id AND o.occurrence = c.occurrence
-RETURNING o.schedule_id, o.occurrence`
-
 // RemakeOccurrences re-makes occurrences whose charge time moved (a
 // tzdata change): each one's payment (o.Payment, as read) is withdrawn
 // (cancelled, its key released) and a new one made for the same key at
@@ -884,7 +664,8 @@ RETURNING o.schedule_id, o.occurrence`
 // a cancel or an update of the payer waits for it, or it for them, and
 // either way no payment stands on a schedule that was stopped. One whose
 // payment a sweeper claimed meanwhile is left alone, and not re-made. It
-// returns how many it re-made.
+// returns how many it re-made. Why the withdrawal is safe:
+// scheduledb/schedules.sql, WithdrawKeys.
 func RemakeOccurrences(ctx context.Context, db pgdb.DB, read, moved []Occurrence) (int, error) {
 	if len(read) == 0 {
 		return 0, nil
@@ -894,11 +675,8 @@ func RemakeOccurrences(ctx context.Context, db pgdb.DB, read, moved []Occurrence
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after a commit it does nothing
-	rows, err := tx.Query(ctx, `SELECT id FROM schedules WHERE id = ANY ($1) AND state = 'ACTIVE' ORDER BY id FOR UPDATE`, scheduleIDs(read))
-	if err != nil {
-		return 0, fmt.Errorf("lock schedules: %w", err)
-	}
-	active, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	q := scheduledb.New(tx)
+	active, err := q.LockActive(ctx, scheduleIDs(read))
 	if err != nil {
 		return 0, fmt.Errorf("lock schedules: %w", err)
 	}
@@ -912,7 +690,8 @@ func RemakeOccurrences(ctx context.Context, db pgdb.DB, read, moved []Occurrence
 	for j, i := range keep {
 		keys[j], payments[j], scheds[j] = read[i].Key, read[i].Payment, read[i].Schedule
 	}
-	rows, err = tx.Query(ctx, withdrawKeysSQL, scheds, keys, payments)
+	rows, err := q.WithdrawKeys(ctx, scheduledb.WithdrawKeysParams{ScheduleIds: scheds, Occurrences: keys,
+		PaymentIds: payments})
 	if err != nil {
 		return 0, fmt.Errorf("withdraw moved occurrences: %w", err)
 	}
@@ -920,18 +699,9 @@ func RemakeOccurrences(ctx context.Context, db pgdb.DB, read, moved []Occurrence
 		s uuid.UUID
 		k string
 	}
-	released := map[key]bool{}
-	for rows.Next() {
-		var k key
-		if err := rows.Scan(&k.s, &k.k); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("withdraw moved occurrences: %w", err)
-		}
-		released[k] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("withdraw moved occurrences: %w", err)
+	released := make(map[key]bool, len(rows))
+	for _, r := range rows {
+		released[key{r.ScheduleID, r.Occurrence}] = true
 	}
 	var again []Occurrence
 	for _, o := range moved {
