@@ -26,6 +26,65 @@ func NewStore(db *pgxpool.Pool) *Store {
 	return &Store{db: db}
 }
 
+// Create writes payments, or resolves each against its stored idempotency
+// record (scoped to its payer). Results are in input order.
+func (s *Store) Create(ctx context.Context, items []NewPayment) ([]CreateResult, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	n := len(items)
+	cols := paymentdb.CreatePaymentsParams{
+		Payers: make([]string, n), Payees: make([]string, n), Currencies: make([]string, n),
+		Descriptions: make([]string, n), Metadata: make([]string, n), IdempotencyKeys: make([]string, n),
+		Ids: make([][16]byte, n), Amounts: make([]int64, n), DueTimes: make([]time.Time, n),
+		CreatedAt: make([]time.Time, n), RequestHashes: make([][]byte, n), Responses: make([][]byte, n),
+		Tenants: make([]string, n),
+	}
+	for i, it := range items {
+		if it.IdempotencyKey == "" || it.Payer == "" {
+			return nil, fmt.Errorf("create payment %d: payer and idempotency key are required", i)
+		}
+		m := it.Metadata
+		if m == nil {
+			m = map[string]string{}
+		}
+		mb, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("create payment %d: encode metadata: %w", i, err)
+		}
+		cols.Payers[i], cols.Ids[i], cols.Payees[i], cols.Amounts[i] = it.Payer, it.ID, it.Payee, it.Amount
+		cols.Currencies[i], cols.DueTimes[i], cols.Descriptions[i], cols.Metadata[i] = it.Currency, it.DueAt.UTC(), it.Description, string(mb)
+		cols.IdempotencyKeys[i], cols.RequestHashes[i], cols.Responses[i], cols.CreatedAt[i] = it.IdempotencyKey, it.RequestHash, it.Response, it.CreatedAt.UTC()
+		cols.Tenants[i] = it.Tenant
+		if it.Tenant == "" {
+			// The API always names one (auth.Principal.Tenant); a caller
+			// that does not gets the default tenant, never the payer's own.
+			cols.Tenants[i] = DefaultTenant
+		}
+	}
+	for try := 0; ; try++ {
+		// Why it is safe: paymentdb/payments.sql, CreatePayments.
+		ids, err := paymentdb.New(s.db).CreatePayments(ctx, cols)
+		if err != nil {
+			return nil, fmt.Errorf("create payments: %w", err)
+		}
+		inserted := make(map[uuid.UUID]bool, n)
+		for _, id := range ids {
+			inserted[id] = true
+		}
+		results, pending, err := s.resolveConflicts(ctx, items, inserted)
+		if err != nil {
+			return nil, err
+		}
+		if !pending {
+			return results, nil
+		}
+		if try == 2 {
+			return nil, errors.New("create payments: idempotency records vanished while resolving conflicts")
+		}
+	}
+}
+
 // resolveConflicts answers the items that were not inserted from their
 // stored records. pending is true if a record vanished (expired between the
 // two statements): the caller runs the create again.

@@ -85,3 +85,41 @@ SELECT count(*) FROM (SELECT 1 FROM payment_index WHERE payer = @payer AND due_t
 -- name: Now :one
 -- The database's clock: the one due times, leases and runs are measured by.
 SELECT now()::timestamptz AS now;
+
+-- name: CreatePayments :many
+-- Inserts a batch of payments, possibly of several payers, in one
+-- statement; the ids of those it inserted. The ids are pg_catalog.uuid so
+-- that they go as [16]byte arrays, without reflection (sqlc.yaml): this is
+-- the payments API's busiest statement.
+--
+-- Why it is safe: the idempotency record and the payment are written by
+-- the same statement, so either both exist or neither does. ON CONFLICT on
+-- the unique (payer, idempotency_key) index makes concurrent creates with
+-- one key serialize inside Postgres: the loser waits for the winner's
+-- commit and then inserts nothing, and only rows whose index insert
+-- succeeded (RETURNING) reach payments. A key repeated within the batch is
+-- inserted once. Rows are fed in (payer, key) order so that two
+-- overlapping batches take their key locks in the same order and cannot
+-- deadlock.
+WITH input AS (
+    SELECT unnest(@payers::text[]) AS payer, unnest(@ids::pg_catalog.uuid[]) AS id, unnest(@payees::text[]) AS payee,
+           unnest(@amounts::bigint[]) AS amount_minor, unnest(@currencies::text[]) AS currency,
+           unnest(@due_times::timestamptz[]) AS due_time, unnest(@descriptions::text[]) AS description,
+           unnest(@metadata::text[]) AS metadata, unnest(@idempotency_keys::text[]) AS idempotency_key,
+           unnest(@request_hashes::bytea[]) AS request_hash, unnest(@responses::bytea[]) AS response,
+           unnest(@created_at::timestamptz[]) AS created_at, unnest(@tenants::text[]) AS tenant
+), idx AS (
+    INSERT INTO payment_index (id, payer, payee, due_time, idempotency_key, request_hash, response, created_at, tenant,
+                               currency, amount_minor)
+    SELECT input.id, input.payer, input.payee, input.due_time, input.idempotency_key, input.request_hash, input.response,
+           input.created_at, input.tenant, input.currency, input.amount_minor
+    FROM input ORDER BY input.payer, input.idempotency_key
+    ON CONFLICT (payer, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING payment_index.id
+)
+INSERT INTO payments (id, payer, payee, amount_minor, currency, due_time, run_at, status,
+                      description, metadata, created_at, updated_at, tenant)
+SELECT i.id, i.payer, i.payee, i.amount_minor, i.currency, i.due_time, i.due_time, 'PENDING',
+       i.description, i.metadata::jsonb, i.created_at, i.created_at, i.tenant
+FROM input i JOIN idx USING (id)
+RETURNING payments.id;
