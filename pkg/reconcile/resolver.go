@@ -12,6 +12,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/gateway"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/platform/periodic"
 	"github.com/paysched/paysched/pkg/store"
 )
 
@@ -55,18 +56,12 @@ func (r *Resolver) Run(ctx context.Context) error {
 	if r.Interval <= 0 {
 		r.Interval = 5 * time.Second
 	}
-	t := time.NewTicker(r.Interval)
-	defer t.Stop()
-	for {
+	periodic.RunAtOnce(ctx, r.Interval, func(ctx context.Context) {
 		if _, err := r.Once(ctx); err != nil && ctx.Err() == nil {
 			r.log().Warn("resolve ambiguous dead letters", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 func (r *Resolver) log() *slog.Logger {

@@ -39,6 +39,7 @@ import (
 	internalv1 "github.com/paysched/paysched/gen/paysched/internalv1"
 	"github.com/paysched/paysched/pkg/engine/fair"
 	"github.com/paysched/paysched/pkg/engine/pacing"
+	"github.com/paysched/paysched/pkg/platform/periodic"
 	"github.com/paysched/paysched/pkg/platform/svc"
 	"github.com/paysched/paysched/pkg/platform/tracing"
 	"github.com/paysched/paysched/pkg/store"
@@ -448,18 +449,7 @@ func resolve(targets []string, lookup func(string) ([]string, error)) ([]string,
 func (s *Sweeper) Run(ctx context.Context) error {
 	defer s.shutdown()
 	go s.report(ctx, 5*time.Second)
-	go func() {
-		t := time.NewTicker(s.cfg.Resolve)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				s.refresh()
-			}
-		}
-	}()
+	go periodic.Run(ctx, s.cfg.Resolve, func(context.Context) { s.refresh() })
 	for {
 		e := s.pick()
 		if e == nil {

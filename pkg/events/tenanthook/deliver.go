@@ -21,6 +21,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/events/tenanthook/deliverydb"
+	"github.com/paysched/paysched/pkg/platform/periodic"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 	"github.com/paysched/paysched/pkg/store"
 )
@@ -886,18 +887,11 @@ func pgText(s *string) pgtype.Text {
 
 // refresher reads the endpoints' changes every refreshEvery.
 func (d *Deliverer) refresher(ctx context.Context) {
-	t := time.NewTicker(refreshEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Run(ctx, refreshEvery, func(ctx context.Context) {
 		if err := d.targets.refresh(ctx); err != nil && ctx.Err() == nil {
 			d.Log.Warn("webhooks: read endpoints", "err", err)
 		}
-	}
+	})
 }
 
 // keeperEvery is how often the lanes are looked after: slots taken and
@@ -910,17 +904,7 @@ const slotIdle = 2 * time.Second
 // keeper looks after the lanes: it hands off what waited past Handoff,
 // takes slots for lanes that need more, and gives back idle ones.
 func (d *Deliverer) keeper(ctx context.Context) {
-	t := time.NewTicker(keeperEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-d.kick:
-		}
-		d.keep(ctx)
-	}
+	periodic.RunWoken(ctx, keeperEvery, d.kick, d.keep)
 }
 
 func (d *Deliverer) keep(ctx context.Context) {
@@ -1144,18 +1128,11 @@ func (d *Deliverer) janitor(ctx context.Context) {
 	if d.Retention <= 0 {
 		return
 	}
-	t := time.NewTicker(janitorEvery)
-	defer t.Stop()
-	for {
+	periodic.RunAtOnce(ctx, janitorEvery, func(ctx context.Context) {
 		if _, err := Sweep(ctx, d.DB, d.Now().Add(-d.Retention), 5000); err != nil && ctx.Err() == nil {
 			d.Log.Warn("webhooks: retention", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // Sweep deletes finished deliveries done before cutoff and the messages
@@ -1207,18 +1184,11 @@ func (d *Deliverer) announcer(ctx context.Context) {
 	if d.OnDisabled == nil {
 		return
 	}
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Run(ctx, time.Second, func(ctx context.Context) {
 		if err := d.announce(ctx); err != nil && ctx.Err() == nil {
 			d.Log.Warn("webhooks: announce disabled endpoints", "err", err)
 		}
-	}
+	})
 }
 
 func (d *Deliverer) announce(ctx context.Context) error {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/paysched/paysched/pkg/events/kafka"
 	"github.com/paysched/paysched/pkg/events/notification"
+	"github.com/paysched/paysched/pkg/platform/periodic"
 	"github.com/paysched/paysched/pkg/platform/pgdb"
 )
 
@@ -331,16 +332,7 @@ func (x *Dispatcher) done(tr *tracked) {
 const commitEvery = 100 * time.Millisecond
 
 func (x *Dispatcher) committer(ctx context.Context) {
-	t := time.NewTicker(commitEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		x.commit(ctx)
-	}
+	periodic.Run(ctx, commitEvery, x.commit)
 }
 
 // commit commits each partition's recorded head. Read again after a
