@@ -187,7 +187,7 @@ ORDER BY o.occurrence DESC LIMIT @max_rows::bigint;
 
 -- name: AllSchedules :many
 -- Pages through every payer's schedules for the console, newest first,
--- before a seq, in a state ('' for any), down schedules_seq_idx.
+-- before a seq, in a state (empty for any), down schedules_seq_idx.
 SELECT * FROM schedules
 WHERE seq < @before::bigint AND (@in_state::text = '' OR state = @in_state::text)
 ORDER BY seq DESC LIMIT @max_rows::bigint;
@@ -205,7 +205,7 @@ WHERE state = 'ACTIVE' AND id > @after_id::uuid ORDER BY id LIMIT @max_rows::big
 
 -- name: ScheduleHistory :many
 -- A schedule's occurrences made, newest first, with their payments'
--- status ('' when the payment is gone to retention; each payment found by
+-- status (empty when the payment is gone to retention; each payment found by
 -- its id and due time, so one partition is read per row).
 SELECT o.occurrence, o.idx, o.payment_id, o.due_time, coalesce(p.status, '')::text AS status
 FROM schedule_occurrences o
@@ -250,7 +250,7 @@ WHERE id = @id::bigint AND state = 'APPROVED';
 
 -- name: CloseRequest :exec
 -- Records what applying a request did: its state, the occurrences it
--- withdrew and why it did not apply ('' when it did).
+-- withdrew and why it did not apply (empty when it did).
 UPDATE schedule_requests SET state = @new_state::text, applied_at = now(), withdrawn = @withdrawn::int,
        error = nullif(@why::text, '')
 WHERE id = @id::bigint;

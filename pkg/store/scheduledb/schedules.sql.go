@@ -173,7 +173,7 @@ type AllSchedulesParams struct {
 }
 
 // Pages through every payer's schedules for the console, newest first,
-// before a seq, in a state (” for any), down schedules_seq_idx.
+// before a seq, in a state (empty for any), down schedules_seq_idx.
 func (q *Queries) AllSchedules(ctx context.Context, arg AllSchedulesParams) ([]Schedule, error) {
 	rows, err := q.db.Query(ctx, allSchedules, arg.Before, arg.InState, arg.MaxRows)
 	if err != nil {
@@ -282,7 +282,7 @@ type CloseRequestParams struct {
 }
 
 // Records what applying a request did: its state, the occurrences it
-// withdrew and why it did not apply (” when it did).
+// withdrew and why it did not apply (empty when it did).
 func (q *Queries) CloseRequest(ctx context.Context, arg CloseRequestParams) error {
 	_, err := q.db.Exec(ctx, closeRequest,
 		arg.NewState,
@@ -991,7 +991,7 @@ type ScheduleHistoryRow struct {
 }
 
 // A schedule's occurrences made, newest first, with their payments'
-// status (” when the payment is gone to retention; each payment found by
+// status (empty when the payment is gone to retention; each payment found by
 // its id and due time, so one partition is read per row).
 func (q *Queries) ScheduleHistory(ctx context.Context, arg ScheduleHistoryParams) ([]ScheduleHistoryRow, error) {
 	rows, err := q.db.Query(ctx, scheduleHistory, arg.ScheduleID, arg.MaxRows)

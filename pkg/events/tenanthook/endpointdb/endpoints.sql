@@ -16,7 +16,7 @@ RETURNING id, tenant, url, event_types, description, enabled, max_inflight, max_
           coalesce(disabled_reason, '')::text AS disabled_reason, failing_since, rotate_until, created_at;
 
 -- name: ListEndpoints :many
--- A tenant's endpoints ('': every tenant's), at most 500.
+-- A tenant's endpoints (an empty tenant: every tenant's), at most 500.
 SELECT id, tenant, url, event_types, description, enabled, max_inflight, max_per_second,
        coalesce(disabled_reason, '')::text AS disabled_reason, failing_since, rotate_until, created_at
 FROM webhook_endpoints WHERE @tenant::text = '' OR tenant = @tenant::text ORDER BY tenant, id LIMIT 500;

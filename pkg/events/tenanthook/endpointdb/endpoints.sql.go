@@ -183,7 +183,7 @@ type ListEndpointsRow struct {
 	CreatedAt      time.Time
 }
 
-// A tenant's endpoints (”: every tenant's), at most 500.
+// A tenant's endpoints (an empty tenant: every tenant's), at most 500.
 func (q *Queries) ListEndpoints(ctx context.Context, tenant string) ([]ListEndpointsRow, error) {
 	rows, err := q.db.Query(ctx, listEndpoints, tenant)
 	if err != nil {
