@@ -23,6 +23,7 @@ import (
 	"github.com/paysched/paysched/pkg/api/approval"
 	"github.com/paysched/paysched/pkg/engine/pacing"
 	"github.com/paysched/paysched/pkg/payment"
+	"github.com/paysched/paysched/pkg/reconcile/reconciledb"
 	"github.com/paysched/paysched/pkg/store"
 	"github.com/paysched/paysched/test/pgtest"
 )
@@ -260,7 +261,8 @@ func TestServicesCanDoTheirWork(t *testing.T) {
 				if _, err := tx.Exec(ctx, `INSERT INTO webhook_events (event_id, charge_key) VALUES ('evt_1', $1) ON CONFLICT DO NOTHING`, ids[0].String()); err != nil {
 					return err
 				}
-				if _, err := tx.Exec(ctx, `CREATE TEMP TABLE settle (ref_id uuid, charge_id text, reference text, amount bigint, currency text) ON COMMIT DROP`); err != nil {
+				// The run's temporary tables, as the reconciler makes them.
+				if _, err := tx.Exec(ctx, reconciledb.ReportTables); err != nil {
 					return err
 				}
 				if err := store.MatchSettled(ctx, tx, due, due); err != nil {
