@@ -30,23 +30,8 @@ var cappedCount = map[payment.Status]func(*consoledb.Queries, context.Context, i
 	payment.DeadLettered: (*consoledb.Queries).CountDeadLetteredCapped,
 }
 
-// paymentRow is a row of the statements that list payments (SearchRows,
-// WalkDeadLetters, WalkFailed, TenantDeadLetters): a Row's fields.
-type paymentRow = struct {
-	ID       uuid.UUID
-	Payer    string
-	Payee    string
-	Amount   int64
-	Currency string
-	Due      time.Time
-	Status   string
-	Attempt  int32
-	Reason   string
-	Tenant   string
-}
-
 // rowsOf is the pages' rows of what a statement listing payments returned.
-func rowsOf[R ~paymentRow](rs []R) []Row {
+func rowsOf[R ~Row](rs []R) []Row {
 	if len(rs) == 0 {
 		return nil // as a list read row by row was
 	}

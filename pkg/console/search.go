@@ -69,8 +69,11 @@ func (q Query) pageRows() int {
 	return pageSize
 }
 
-// Row is one payment in a list.
-type Row struct {
+// Row is one payment in a list. It names a struct type rather than
+// defining one, so that the rows of every statement listing payments
+// (SearchRows, WalkDeadLetters, WalkFailed, TenantDeadLetters: the same
+// columns) convert to it (rowsOf).
+type Row = struct {
 	ID       uuid.UUID
 	Payer    string
 	Payee    string
