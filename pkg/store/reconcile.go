@@ -18,7 +18,8 @@ import (
 // matched for its mismatch queries.
 
 // MatchSettled pairs each settled charge with its payment (due between lo
-// and hi) into the temporary table matched.
+// and hi) into the temporary table matched, which the session must hold
+// already (reconciledb.ReportTables makes it with settle).
 func MatchSettled(ctx context.Context, db pgdb.DB, lo, hi time.Time) error {
 	if err := settledb.New(db).MatchSettled(ctx, settledb.MatchSettledParams{Lo: lo, Hi: hi}); err != nil {
 		return fmt.Errorf("match report: %w", err)
