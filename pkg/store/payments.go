@@ -230,13 +230,12 @@ func (s *Store) get(ctx context.Context, id uuid.UUID, payer string, due time.Ti
 	if err != nil {
 		return nil, fmt.Errorf("get payment %s: %w", id, err)
 	}
-	attempts, err := q.PaymentAttempts(ctx, id)
+	attempts, err := q.AttemptsOf(ctx, []uuid.UUID{id})
 	if err != nil {
 		return nil, fmt.Errorf("get attempts of %s: %w", id, err)
 	}
 	for _, a := range attempts {
-		p.Attempts = append(p.Attempts, attemptOf(paymentdb.AttemptsOfRow{Attempt: a.Attempt, StartedAt: a.StartedAt,
-			FinishedAt: a.FinishedAt, Outcome: a.Outcome, GatewayRef: a.GatewayRef, Error: a.Error}))
+		p.Attempts = append(p.Attempts, attemptOf(a))
 	}
 	return p, nil
 }

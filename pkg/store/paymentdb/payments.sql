@@ -24,12 +24,8 @@ SELECT sqlc.embed(p), COALESCE(EXTRACT(epoch FROM clock_timestamp() - p.requests
 FROM payments p
 WHERE p.id = @id AND (@payer::text = '' OR p.payer = @payer::text) AND p.due_time = @due_time;
 
--- name: PaymentAttempts :many
-SELECT attempt, started_at, finished_at, coalesce(outcome, '')::text AS outcome, coalesce(gateway_ref, '')::text AS gateway_ref,
-       coalesce(error, '')::text AS error
-FROM payment_attempts WHERE payment_id = @payment_id ORDER BY attempt;
-
 -- name: AttemptsOf :many
+-- The attempts of payments (one payment's, or a page's), in order.
 SELECT payment_id, attempt, started_at, finished_at, coalesce(outcome, '')::text AS outcome,
        coalesce(gateway_ref, '')::text AS gateway_ref, coalesce(error, '')::text AS error
 FROM payment_attempts WHERE payment_id = ANY(@payment_ids::uuid[]) ORDER BY payment_id, attempt;

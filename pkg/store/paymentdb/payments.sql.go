@@ -28,6 +28,7 @@ type AttemptsOfRow struct {
 	Error      string
 }
 
+// The attempts of payments (one payment's, or a page's), in order.
 func (q *Queries) AttemptsOf(ctx context.Context, paymentIds []uuid.UUID) ([]AttemptsOfRow, error) {
 	rows, err := q.db.Query(ctx, attemptsOf, paymentIds)
 	if err != nil {
@@ -537,46 +538,4 @@ func (q *Queries) Now(ctx context.Context) (time.Time, error) {
 	var now time.Time
 	err := row.Scan(&now)
 	return now, err
-}
-
-const paymentAttempts = `-- name: PaymentAttempts :many
-SELECT attempt, started_at, finished_at, coalesce(outcome, '')::text AS outcome, coalesce(gateway_ref, '')::text AS gateway_ref,
-       coalesce(error, '')::text AS error
-FROM payment_attempts WHERE payment_id = $1 ORDER BY attempt
-`
-
-type PaymentAttemptsRow struct {
-	Attempt    int32
-	StartedAt  time.Time
-	FinishedAt *time.Time
-	Outcome    string
-	GatewayRef string
-	Error      string
-}
-
-func (q *Queries) PaymentAttempts(ctx context.Context, paymentID uuid.UUID) ([]PaymentAttemptsRow, error) {
-	rows, err := q.db.Query(ctx, paymentAttempts, paymentID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []PaymentAttemptsRow
-	for rows.Next() {
-		var i PaymentAttemptsRow
-		if err := rows.Scan(
-			&i.Attempt,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.Outcome,
-			&i.GatewayRef,
-			&i.Error,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
