@@ -18,7 +18,7 @@ import (
 // range or a cap) because a page must answer within pageTimeout at any
 // size; TestSearchPlansAreIndexedAndBounded prints the plans of the
 // searches. The console's own tables (requests, sessions) are read beside
-// the statements that write them, in package approval and sessionstore.go.
+// the statements that write them, in packages approval and login.
 
 // cappedCount counts one open status's rows through its partial index
 // (sweep, lease, dead letters), stopping at max: one named statement per
