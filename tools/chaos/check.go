@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/paysched/paysched/pkg/events/notification"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/reconcile"
+	"github.com/paysched/paysched/tools/internal/pgtally"
 )
 
 // check waits for the system to settle, reconciles, and verifies every
@@ -161,7 +161,7 @@ func (r *run) checkBooks(ctx context.Context, w *workload) {
 	r.res.DoubleCharged = len(rep.GetDoubleCharged())
 	r.logf("charges the gateway made after their caller gave up (--late-record): %d", rep.GetLateRecords())
 	// Succeeded charges: a processing one counts once its time is up.
-	charged, err := amounts(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges
+	charged, err := pgtally.ByKey(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges
 		WHERE NOT declined AND (pending = '' OR (pending = 'processing' AND decide_at <= now()))`)
 	if err != nil {
 		r.violation("gateway ledger: %v", err)
@@ -171,7 +171,7 @@ func (r *run) checkBooks(ctx context.Context, w *workload) {
 	// engine once past its bound: none is left undecided.
 	r.logf("failed awaiting authentication (cancelled at the gateway): %d",
 		r.count(ctx, `SELECT count(*) FROM payments WHERE failure_reason = 'AUTHENTICATION_REQUIRED'`))
-	undecided, err := amounts(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges WHERE NOT declined AND pending = 'action_required'`)
+	undecided, err := pgtally.ByKey(ctx, r.gwDB, `SELECT reference, amount FROM gateway_charges WHERE NOT declined AND pending = 'action_required'`)
 	if err != nil {
 		r.violation("gateway ledger: %v", err)
 		return
@@ -179,7 +179,7 @@ func (r *run) checkBooks(ctx context.Context, w *workload) {
 	for id := range undecided {
 		r.violation("payment %s: its charge still waits for authentication at the gateway, long past the bound:\n%s", id, r.rows(ctx, id))
 	}
-	completed, err := amounts(ctx, r.db, `SELECT id::text, amount_minor FROM payments WHERE status = $1`, string(payment.Completed))
+	completed, err := pgtally.ByKey(ctx, r.db, `SELECT id::text, amount_minor FROM payments WHERE status = $1`, string(payment.Completed))
 	if err != nil {
 		r.violation("payments: %v", err)
 		return
@@ -526,19 +526,6 @@ func sameRow(got, want map[string]any) bool {
 		}
 	}
 	return true
-}
-
-// amounts reads (key, amount) rows into a map.
-func amounts(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) (map[string]int64, error) {
-	rows, err := db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	var k string
-	var amount int64
-	_, err = pgx.ForEachRow(rows, []any{&k, &amount}, func() error { out[k] = amount; return nil })
-	return out, err
 }
 
 // rows renders what the databases hold about payment id: its row, its

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
@@ -30,6 +29,7 @@ import (
 	"github.com/paysched/paysched/pkg/gateway/dial"
 	"github.com/paysched/paysched/pkg/payment"
 	"github.com/paysched/paysched/pkg/store"
+	"github.com/paysched/paysched/tools/internal/pgtally"
 )
 
 // Options configure a demo run.
@@ -271,16 +271,10 @@ type lateness struct {
 	n             int64
 }
 
+// counts runs one of the live view's (key, count) queries over the run's
+// payments: the actor's, due between from and to.
 func (d *demoRun) counts(sql string) (map[string]int64, error) {
-	rows, err := d.db.Query(d.ctx, sql, d.actor, d.from, d.to)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	var k string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&k, &n}, func() error { out[k] = n; return nil })
-	return out, err
+	return pgtally.ByKey(d.ctx, d.db, sql, d.actor, d.from, d.to)
 }
 
 func (d *demoRun) lateness() (lateness, error) {
