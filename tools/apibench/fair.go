@@ -79,12 +79,11 @@ FROM generate_series(1, $1) i`, cfg.Later, time.Now().Add(2*time.Hour)); err != 
 		// As make bench's spike: the creates' own work (WAL, checkpoint,
 		// autovacuum's analyze) settles before the due time alike, so the
 		// two runs' executed/s compare.
-		lead, rate, err := calibrate(ctx, cfg.Config, cfg.DatabaseURL, n)
+		lead, err := calibrate(ctx, cfg.Config, cfg.DatabaseURL, n, progress)
 		if err != nil {
 			return FairResult{}, err
 		}
 		cfg.Lead = lead
-		progress(fmt.Sprintf("creates measured at %.0f/s: lead %s", rate, lead))
 	}
 	due := time.Now().Add(cfg.Lead).Truncate(time.Second)
 	item := func(tenant string) func(i int) *payschedv1.CreateScheduledPaymentRequest {

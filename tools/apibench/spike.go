@@ -85,12 +85,11 @@ func Spike(ctx context.Context, cfg SpikeConfig, progress func(string)) (SpikeRe
 		cfg.Lead = occurrencesLead(cfg.N)
 	}
 	if cfg.Lead == 0 {
-		lead, rate, err := calibrate(ctx, cfg.Config, cfg.DatabaseURL, cfg.N)
+		lead, err := calibrate(ctx, cfg.Config, cfg.DatabaseURL, cfg.N, progress)
 		if err != nil {
 			return SpikeResult{}, err
 		}
 		cfg.Lead = lead
-		progress(fmt.Sprintf("creates measured at %.0f/s: lead %s", rate, lead))
 	}
 	due := time.Now().Add(cfg.Lead).Truncate(time.Second)
 	var err error
@@ -424,8 +423,9 @@ func (w *noteWatch) waitAll(n int, deadline time.Time, failed func() error) (tim
 // calibrate measures this machine's create rate on a sample scheduled a
 // day ahead (then deleted, as the superuser the benchmarks connect as),
 // and returns a lead that schedules total payments at half that rate,
-// plus 5 s.
-func calibrate(ctx context.Context, cfg Config, databaseURL string, total int) (time.Duration, float64, error) {
+// plus 5 s. It reports the rate and the lead through progress, as every
+// benchmark that calibrates prints them.
+func calibrate(ctx context.Context, cfg Config, databaseURL string, total int, progress func(string)) (time.Duration, error) {
 	n := max(2000, min(total/20, 20_000))
 	far := time.Now().Add(24 * time.Hour).Truncate(time.Second)
 	t0 := time.Now()
@@ -433,20 +433,21 @@ func calibrate(ctx context.Context, cfg Config, databaseURL string, total int) (
 		return &payschedv1.CreateScheduledPaymentRequest{Payee: "calibration", Amount: 100, Currency: "USD",
 			DueAt: timestamppb.New(far), RequestId: fmt.Sprintf("%s-c-%d", cfg.RunID, i)}
 	}); err != nil {
-		return 0, 0, fmt.Errorf("calibrate: %w", err)
+		return 0, fmt.Errorf("calibrate: %w", err)
 	}
 	rate := float64(n) / time.Since(t0).Seconds()
 	db, err := svc.Pool(ctx, databaseURL, 1)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	defer db.Close()
 	if _, err := db.Exec(ctx, `WITH gone AS (DELETE FROM payments WHERE due_time = $1 AND payee = 'calibration' RETURNING id)
 		DELETE FROM payment_index WHERE id IN (SELECT id FROM gone)`, far); err != nil {
-		return 0, 0, fmt.Errorf("calibrate: delete the sample: %w", err)
+		return 0, fmt.Errorf("calibrate: delete the sample: %w", err)
 	}
 	lead := 5*time.Second + time.Duration(2*float64(total)/rate*float64(time.Second)).Round(time.Second)
-	return lead, rate, nil
+	progress(fmt.Sprintf("creates measured at %.0f/s: lead %s", rate, lead))
+	return lead, nil
 }
 
 // schedule creates n payments through batchCreate, conc requests at a

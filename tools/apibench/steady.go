@@ -214,11 +214,10 @@ func Steady(ctx context.Context, cfg SteadyConfig, progress func(string)) (Stead
 	r := SteadyResult{Rate: cfg.Rate, N: n}
 	// Created ahead, at half the measured create rate: the load measured
 	// is the execution, and a slow machine only waits longer.
-	lead, rate, err := calibrate(ctx, cfg.Config, cfg.DatabaseURL, n)
+	lead, err := calibrate(ctx, cfg.Config, cfg.DatabaseURL, n, progress)
 	if err != nil {
 		return r, err
 	}
-	progress(fmt.Sprintf("creates measured at %.0f/s: lead %s", rate, lead))
 	t0 := time.Now().Add(lead).Truncate(time.Second)
 	step := time.Second / time.Duration(cfg.Rate)
 	err = schedule(ctx, cfg.Config, n, 4, func(i int) *payschedv1.CreateScheduledPaymentRequest {
