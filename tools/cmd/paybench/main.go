@@ -143,22 +143,8 @@ func fail(err error) int {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func spike(cfg apibench.Config, n int, lead time.Duration, dbURL, auditURL, pids, logs string, timeout time.Duration, brokers string, occurrences bool) int {
-	procs := map[string]int{}
-	for _, kv := range strings.Split(pids, ",") {
-		if name, pid, ok := strings.Cut(kv, "="); ok {
-			if p, err := strconv.Atoi(pid); err == nil {
-				procs[name] = p
-			}
-		}
-	}
-	logFiles := map[string]string{}
-	for _, kv := range strings.Split(logs, ",") {
-		if name, path, ok := strings.Cut(kv, "="); ok {
-			logFiles[name] = path
-		}
-	}
-	sc := apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL, AuditDatabaseURL: auditURL, Pids: procs, Logs: logFiles,
-		Timeout: timeout, Occurrences: occurrences}
+	sc := apibench.SpikeConfig{Config: cfg, N: n, Lead: lead, DatabaseURL: dbURL, AuditDatabaseURL: auditURL, Pids: parsePids(pids),
+		Logs: namedList(logs), Timeout: timeout, Occurrences: occurrences}
 	if brokers != "" {
 		sc.KafkaBrokers = strings.Split(brokers, ",")
 	}

@@ -16,30 +16,27 @@ import (
 // `webhooks delivered= verified= p99_ms= duplicates_per_endpoint= lost=`.
 // api, when set, is payments-api: the payments are scheduled and executed.
 func webhooksRun(dbURL, hooksURL, brokers, api, pids string, n, rate int, timeout time.Duration) int {
-	ctx := context.Background()
 	if brokers == "" {
 		fmt.Fprintln(os.Stderr, "paybench: webhooks needs --kafka-brokers")
 		return 2
 	}
-	db, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return fail(err)
-	}
-	defer db.Close()
-	hooks := db
-	if hooksURL != "" && hooksURL != dbURL {
-		if hooks, err = pgxpool.New(ctx, hooksURL); err != nil {
+	return withDB(dbURL, func(ctx context.Context, db *pgxpool.Pool) int {
+		hooks := db
+		if hooksURL != "" && hooksURL != dbURL {
+			var err error
+			if hooks, err = pgxpool.New(ctx, hooksURL); err != nil {
+				return fail(err)
+			}
+			defer hooks.Close()
+		}
+		res, err := webhookbench.Run(ctx, webhookbench.Config{DB: hooks, Schedule: db, Pids: parsePids(pids), Brokers: strings.Split(brokers, ","),
+			N: n, Rate: rate, Hang: 20 * time.Second, Timeout: timeout, Out: os.Stdout, API: api})
+		if err != nil {
 			return fail(err)
 		}
-		defer hooks.Close()
-	}
-	res, err := webhookbench.Run(ctx, webhookbench.Config{DB: hooks, Schedule: db, Pids: parsePids(pids), Brokers: strings.Split(brokers, ","),
-		N: n, Rate: rate, Hang: 20 * time.Second, Timeout: timeout, Out: os.Stdout, API: api})
-	if err != nil {
-		return fail(err)
-	}
-	if res.Lost > 0 {
-		return 1
-	}
-	return 0
+		if res.Lost > 0 {
+			return 1
+		}
+		return 0
+	})
 }
