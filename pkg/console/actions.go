@@ -48,8 +48,7 @@ func (c *Console) actionsPage(w http.ResponseWriter, r *http.Request, v *view) {
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	db := consoledb.New(c.db)
 	rows, err := db.Actions(ctx, consoledb.ActionsParams{Before: before, Actor: actor, Action: action, Since: since,
 		Max: pageSize, Scan: actionsScan})

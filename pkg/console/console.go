@@ -217,8 +217,9 @@ func (c *Console) routes() {
 	c.mux = m
 }
 
-// page wraps a handler: a session of at least role, a CSP nonce, and on
-// POST a valid CSRF token from this origin.
+// page wraps a handler: a session of at least role, a CSP nonce, on POST a
+// valid CSRF token from this origin, and pageTimeout on the request's
+// context.
 func (c *Console) page(role login.Role, h func(w http.ResponseWriter, r *http.Request, v *view)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, ok := c.login.Current(r)
@@ -254,7 +255,9 @@ func (c *Console) page(role login.Role, h func(w http.ResponseWriter, r *http.Re
 				return
 			}
 		}
-		h(w, r, v)
+		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+		defer cancel()
+		h(w, r.WithContext(ctx), v)
 	}
 }
 

@@ -39,8 +39,7 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, v *view) {
 		}
 		afterAt, afterID = t, u
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	count, err := consoledb.New(c.db).CountDeadLetters(ctx, consoledb.CountDeadLettersParams{Reason: reason, Max: maxBulk + 1})
 	if err != nil {
 		c.dbFail(w, r, v, "count dead letters", err)
@@ -180,8 +179,7 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, v *view, statu
 // runningFor is the session's running totals for the confirm page; a
 // failure to read them says "needs approval" rather than nothing.
 func (c *Console) runningFor(r *http.Request, v *view) approval.Running {
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	rn, err := c.requests.RunningOf(ctx, v.Session.Operator)
 	if err != nil {
 		return approval.Running{Count: 1 << 30}
@@ -191,8 +189,7 @@ func (c *Console) runningFor(r *http.Request, v *view) approval.Running {
 
 // bulkPreview shows what an action would do before anything is asked.
 func (c *Console) bulkPreview(w http.ResponseWriter, r *http.Request, v *view) {
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	if b, ok := c.readBulk(ctx, w, r, v); ok {
 		c.confirm(w, r, v, http.StatusOK, b)
 	}
@@ -202,8 +199,7 @@ func (c *Console) bulkPreview(w http.ResponseWriter, r *http.Request, v *view) {
 // again: if the count changed since the preview, the operator sees the
 // new count first.
 func (c *Console) bulkRequest(w http.ResponseWriter, r *http.Request, v *view) {
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	b, ok := c.readBulk(ctx, w, r, v)
 	if !ok {
 		return

@@ -76,8 +76,7 @@ func (c *Console) exportPayments(w http.ResponseWriter, r *http.Request, v *view
 		return
 	}
 	q.size = exportPage
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	// The first page before any byte: a mistake still gets a page.
 	res, err := search(ctx, c.db, q)
 	if err != nil {
@@ -150,8 +149,7 @@ func (c *Console) exportDead(w http.ResponseWriter, r *http.Request, v *view) {
 		c.fail(w, r, v, http.StatusBadRequest, fmt.Sprintf("%q is not a dead-letter reason.", clip(reason, 40)))
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	keep := func(x Row) bool { return reason == "" || x.Reason == reason }
 	to := c.now().Add(time.Microsecond)
 	res, err := walkAtRest(ctx, c.db, deadLetters, exportPage, time.Unix(0, 0).UTC(), uuid.Nil, to, reason != "", keep)
@@ -171,8 +169,7 @@ func (c *Console) exportRecon(w http.ResponseWriter, r *http.Request, v *view) {
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	items, err := consoledb.New(c.db).ReconItems(ctx, consoledb.ReconItemsParams{RunID: run, Max: int32(maxExport)})
 	if err != nil {
 		c.dbFail(w, r, v, "run items", err)

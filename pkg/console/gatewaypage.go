@@ -16,8 +16,7 @@ type breakerChange struct {
 }
 
 func (c *Console) gatewayPage(w http.ResponseWriter, r *http.Request, v *view) {
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	snap := c.cache.snapshot()
 	now := c.now()
 	var xs []time.Time

@@ -65,8 +65,7 @@ type currencyForecast struct {
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, v *view) {
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	snap := c.cache.snapshot()
 	now := c.now()
 	d := overviewData{Counts: snap.Counts}

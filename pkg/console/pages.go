@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -10,12 +9,9 @@ import (
 	"github.com/google/uuid"
 )
 
-// pageTimeout bounds every page's statements.
+// pageTimeout bounds every page's statements: page gives each handler's
+// request this deadline, so no handler can forget it.
 const pageTimeout = 5 * time.Second
-
-func (c *Console) ctx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), pageTimeout)
-}
 
 // dbFail answers a database failure: logged with context, a plain message.
 func (c *Console) dbFail(w http.ResponseWriter, r *http.Request, v *view, what string, err error) {

@@ -43,8 +43,7 @@ func (c *Console) payments(w http.ResponseWriter, r *http.Request, v *view) {
 		c.render(w, http.StatusBadRequest, "payments.html", v)
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	res, err := search(ctx, c.db, q)
 	if err != nil {
 		c.dbFail(w, r, v, "search", err)
@@ -87,8 +86,7 @@ func (c *Console) paymentPage(w http.ResponseWriter, r *http.Request, v *view) {
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	st := store.NewStore(c.db)
 	p, err := st.GetAny(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -227,8 +225,7 @@ func (c *Console) paymentAction(w http.ResponseWriter, r *http.Request, v *view)
 		c.fail(w, r, v, http.StatusBadRequest, msg)
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	from := actionFrom[action]
 	var sel Selection
 	var err error

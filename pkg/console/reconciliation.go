@@ -22,8 +22,7 @@ type reconRun struct {
 }
 
 func (c *Console) reconPage(w http.ResponseWriter, r *http.Request, v *view) {
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	q := consoledb.New(c.db)
 	got, err := q.ReconRuns(ctx)
 	if err != nil {

@@ -11,8 +11,7 @@ import (
 // The requests pages: the list, one request, and its decision.
 
 func (c *Console) requestsPage(w http.ResponseWriter, r *http.Request, v *view) {
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	list, err := c.listRequests(ctx)
 	if err != nil {
 		c.dbFail(w, r, v, "list requests", err)
@@ -36,8 +35,7 @@ func (c *Console) requestPage(w http.ResponseWriter, r *http.Request, v *view) {
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	q, err := c.request(ctx, id)
 	if errors.Is(err, errNotFound) {
 		c.fail(w, r, v, http.StatusNotFound, fmt.Sprintf("There is no request #%d.", id))
@@ -70,8 +68,7 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, v *view) {
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	if err := c.decideRequest(ctx, id, approve, v.Session.Who()); err != nil {
 		c.fail(w, r, v, http.StatusConflict, "Not decided: "+err.Error()+".")
 		return

@@ -48,8 +48,7 @@ func (c *Console) schedulesPage(w http.ResponseWriter, r *http.Request, v *view)
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	list, err := store.AllSchedules(ctx, c.db, before, state, tenant, pageSize+1)
 	if err != nil {
 		c.dbFail(w, r, v, "list schedules", err)
@@ -90,8 +89,7 @@ func (c *Console) schedulePage(w http.ResponseWriter, r *http.Request, v *view) 
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	s, err := store.GetSchedule(ctx, c.db, "", id)
 	if err == store.ErrNotFound {
 		c.fail(w, r, v, http.StatusNotFound, "There is no schedule "+id.String()+".")
@@ -266,8 +264,7 @@ func (c *Console) requestSchedule(w http.ResponseWriter, r *http.Request, v *vie
 		c.fail(w, r, v, http.StatusBadRequest, "A reason is required: one line of at most 300 characters.")
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	who := v.Session.Who()
 	_, err := c.requests.RequestSchedule(ctx, action, id, nil, reason, approval.Identity(who))
 	var stateErr *approval.ScheduleStateError
@@ -292,8 +289,7 @@ func (c *Console) decideSchedule(w http.ResponseWriter, r *http.Request, v *view
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	if q, err := c.requests.GetScheduleRequest(ctx, rid); errors.Is(err, approval.ErrNotFound) || (err == nil && q.Schedule != id) {
 		c.fail(w, r, v, http.StatusNotFound, "There is no such request on this schedule.")
 		return

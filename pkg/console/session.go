@@ -115,8 +115,7 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 
 // sessionsPage lists the sessions that are open (admin).
 func (c *Console) sessionsPage(w http.ResponseWriter, r *http.Request, v *view) {
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	list, err := c.login.ActiveSessions(ctx, v.Session.ID)
 	if err != nil {
 		c.dbFail(w, r, v, "list sessions", err)
@@ -134,8 +133,7 @@ func (c *Console) revokeOperator(w http.ResponseWriter, r *http.Request, v *view
 		c.fail(w, r, v, http.StatusBadRequest, "Name the operator whose sessions to end.")
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	n, err := c.login.RevokeOperator(ctx, op, v.Session.Operator)
 	if err != nil {
 		c.dbFail(w, r, v, "revoke sessions", err)

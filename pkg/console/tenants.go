@@ -31,8 +31,7 @@ func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, v *view) {
 		c.fail(w, r, v, http.StatusBadRequest, "The page link is damaged: open the list again.")
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	list, next, err := store.ListTenants(ctx, c.db, after, pageSize)
 	if err != nil {
 		c.dbFail(w, r, v, "list tenants", err)
@@ -65,8 +64,7 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request, v *view) {
 		c.fail(w, r, v, http.StatusBadRequest, "That is not a tenant name: "+err.Error()+".")
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	d, err := store.ReadTenant(ctx, c.db, tenant)
 	if err != nil {
 		c.dbFail(w, r, v, "read tenant", err)
@@ -155,8 +153,7 @@ func (c *Console) requestLimits(w http.ResponseWriter, r *http.Request, v *view)
 		c.fail(w, r, v, http.StatusBadRequest, msg)
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	who := v.Session.Who()
 	if _, err := c.requests.RequestLimits(ctx, store.TenantLimits{Tenant: tenant, Weight: weight, MaxInflight: inflight, MaxRate: rate},
 		reason, approval.Identity(who)); err != nil {
@@ -196,8 +193,7 @@ func (c *Console) decideLimits(w http.ResponseWriter, r *http.Request, v *view) 
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	by := v.Session.Who()
 	if !c.decided(w, r, v, c.requests.DecideLimits(ctx, id, tenant, approve, approval.Identity(by)), "decide limits") {
 		return

@@ -79,8 +79,7 @@ func (c *Console) endpointPage(w http.ResponseWriter, r *http.Request, v *view) 
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	ep, ok := c.endpoint(ctx, w, r, v, id)
 	if !ok {
 		return
@@ -124,8 +123,7 @@ func (c *Console) resendWebhook(w http.ResponseWriter, r *http.Request, v *view)
 		c.fail(w, r, v, http.StatusBadRequest, "Say which message to send again (its webhook-id).")
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	switch err := tenanthook.Resend(ctx, c.hooks(), "", id, msg); {
 	case errors.Is(err, tenanthook.ErrNotFound):
 		c.fail(w, r, v, http.StatusConflict, "That endpoint never had this message, or it is being attempted right now.")
@@ -163,8 +161,7 @@ func (c *Console) recoverWebhooks(w http.ResponseWriter, r *http.Request, v *vie
 		}
 		until = &t
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	if !c.requests.Policy().Single[approval.Recover] {
 		// This deployment's policy wants a second admin for it.
 		c.requestRecover(w, r, v, id, since, until)
@@ -216,8 +213,7 @@ func (c *Console) requestRecover(w http.ResponseWriter, r *http.Request, v *view
 		c.fail(w, r, v, http.StatusBadRequest, "Until must be after since.")
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	if _, ok := c.endpoint(ctx, w, r, v, id); !ok {
 		return
 	}
@@ -238,8 +234,7 @@ func (c *Console) decideEndpointRequest(w http.ResponseWriter, r *http.Request, 
 	if !ok {
 		return
 	}
-	ctx, cancel := c.ctx(r)
-	defer cancel()
+	ctx := r.Context()
 	if q, err := c.requests.GetEndpoint(ctx, rid); errors.Is(err, approval.ErrNotFound) || (err == nil && q.EndpointID != id) {
 		c.fail(w, r, v, http.StatusNotFound, "This endpoint has no such request.")
 		return
