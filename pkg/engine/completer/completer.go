@@ -59,44 +59,39 @@ func Gather[T Outcome](cfg Config, in <-chan T, buf []T, timer *time.Timer) []T 
 		}
 	}()
 	for len(buf) < cfg.Batch {
+		var t T
+		var ok bool
 		select {
-		case t, ok := <-in:
-			if !ok {
+		case t, ok = <-in:
+		default:
+			// Nothing ready: wait for the next outcome or the deadline.
+			wait := time.Until(deadline)
+			if wait <= 0 {
 				return buf
 			}
-			buf = append(buf, t)
-			if l := t.HoldLimit(); l.Before(deadline) {
-				deadline = l
-				if armed {
-					timer.Stop()
-					armed = false
-				}
+			if !armed {
+				timer.Reset(wait)
+				armed = true
 			}
-			continue
-		default:
+			select {
+			case t, ok = <-in:
+			case <-timer.C:
+				armed = false
+				return buf
+			}
 		}
-		wait := time.Until(deadline)
-		if wait <= 0 {
+		if !ok {
 			return buf
 		}
-		if !armed {
-			timer.Reset(wait)
-			armed = true
-		}
-		select {
-		case t, ok := <-in:
-			if !ok {
-				return buf
-			}
-			buf = append(buf, t)
-			if l := t.HoldLimit(); l.Before(deadline) {
-				deadline = l
+		buf = append(buf, t)
+		if l := t.HoldLimit(); l.Before(deadline) {
+			// An earlier deadline: the timer is re-armed for it when
+			// the next wait begins.
+			deadline = l
+			if armed {
 				timer.Stop()
 				armed = false
 			}
-		case <-timer.C:
-			armed = false
-			return buf
 		}
 	}
 	return buf

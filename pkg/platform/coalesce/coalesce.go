@@ -15,34 +15,32 @@ import "time"
 // linger). It returns buf and whether ch is still open.
 func Gather[T any](buf []T, first T, ch <-chan T, max int, linger time.Duration) ([]T, bool) {
 	buf = append(buf, first)
-	// What is ready already costs no wait, whatever the linger.
+	var t *time.Timer
 	for len(buf) < max {
+		var it T
+		var ok bool
 		select {
-		case it, ok := <-ch:
-			if !ok {
-				return buf, false
-			}
-			buf = append(buf, it)
-			continue
+		case it, ok = <-ch:
 		default:
-		}
-		break
-	}
-	if len(buf) >= max || linger <= 0 {
-		return buf, true
-	}
-	t := time.NewTimer(linger)
-	defer t.Stop()
-	for len(buf) < max {
-		select {
-		case it, ok := <-ch:
-			if !ok {
-				return buf, false
+			// What is ready already costs no wait, whatever the linger;
+			// the linger starts once nothing is.
+			if linger <= 0 {
+				return buf, true
 			}
-			buf = append(buf, it)
-		case <-t.C:
-			return buf, true
+			if t == nil {
+				t = time.NewTimer(linger)
+				defer t.Stop()
+			}
+			select {
+			case it, ok = <-ch:
+			case <-t.C:
+				return buf, true
+			}
 		}
+		if !ok {
+			return buf, false
+		}
+		buf = append(buf, it)
 	}
 	return buf, true
 }
