@@ -128,21 +128,13 @@ func rescheduleCmd(g *globals) *cobra.Command {
 // moveCmd is an operator action on one payment at rest, with a --note.
 func moveCmd(g *globals, use, short, noteHelp string, move noteMove) *cobra.Command {
 	var note string
-	c := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := call(g, true, func(c *conn) (paymentAnswer, error) { return move(c, args[0], note) })
-			if err != nil {
-				return err
-			}
+	c := idCmd(g, use, short, true, func(c *conn, id string) (paymentAnswer, error) { return move(c, id, note) },
+		func(resp paymentAnswer) error {
 			if r, ok := resp.(requestAnswer); ok && r.GetRequest() != nil {
 				return g.printRequest(r.GetRequest())
 			}
 			return g.printPayments(resp, resp.GetPayment())
-		},
-	}
+		})
 	c.Flags().StringVar(&note, "note", "", noteHelp)
 	return c
 }

@@ -273,6 +273,24 @@ func (g *globals) with(admin bool, timeout time.Duration, fn func(c *conn) error
 	return fn(c)
 }
 
+// idCmd is a command that takes one id and makes one call with it
+// (get, cancel, show and their like), to payments-api or, when admin is
+// set, to admin-api; print prints the answer.
+func idCmd[R any](g *globals, use, short string, admin bool, rpc func(c *conn, id string) (R, error), print func(R) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := call(g, admin, func(c *conn) (R, error) { return rpc(c, args[0]) })
+			if err != nil {
+				return err
+			}
+			return print(resp)
+		},
+	}
+}
+
 // table prints rows under a header in aligned columns.
 func (g *globals) table(header string, rows func(w io.Writer)) error {
 	tw := tabwriter.NewWriter(g.out, 0, 2, 2, ' ', 0)
@@ -341,17 +359,11 @@ func createCmd(g *globals) *cobra.Command {
 }
 
 func getCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "get PAYMENT_ID",
-		Short: "Show a payment and its attempts",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := call(g, false, func(c *conn) (*payschedv1.GetScheduledPaymentResponse, error) {
-				return c.payment.GetScheduledPayment(c.ctx, &payschedv1.GetScheduledPaymentRequest{PaymentId: args[0]})
-			})
-			if err != nil {
-				return err
-			}
+	return idCmd(g, "get PAYMENT_ID", "Show a payment and its attempts", false,
+		func(c *conn, id string) (*payschedv1.GetScheduledPaymentResponse, error) {
+			return c.payment.GetScheduledPayment(c.ctx, &payschedv1.GetScheduledPaymentRequest{PaymentId: id})
+		},
+		func(resp *payschedv1.GetScheduledPaymentResponse) error {
 			if g.json {
 				return printJSON(g.out, resp)
 			}
@@ -370,8 +382,7 @@ func getCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", a.GetAttempt(), ts(a.GetStartedAt()), fin, a.GetOutcome(), a.GetGatewayRef(), a.GetError())
 				}
 			})
-		},
-	}
+		})
 }
 
 func listCmd(g *globals) *cobra.Command {
@@ -431,20 +442,13 @@ func listCmd(g *globals) *cobra.Command {
 }
 
 func cancelCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "cancel PAYMENT_ID",
-		Short: "Cancel a pending payment",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := call(g, false, func(c *conn) (*payschedv1.CancelScheduledPaymentResponse, error) {
-				return c.payment.CancelScheduledPayment(c.ctx, &payschedv1.CancelScheduledPaymentRequest{PaymentId: args[0]})
-			})
-			if err != nil {
-				return err
-			}
-			return g.printPayments(resp, resp.GetPayment())
+	return idCmd(g, "cancel PAYMENT_ID", "Cancel a pending payment", false,
+		func(c *conn, id string) (*payschedv1.CancelScheduledPaymentResponse, error) {
+			return c.payment.CancelScheduledPayment(c.ctx, &payschedv1.CancelScheduledPaymentRequest{PaymentId: id})
 		},
-	}
+		func(resp *payschedv1.CancelScheduledPaymentResponse) error {
+			return g.printPayments(resp, resp.GetPayment())
+		})
 }
 
 func healthCmd(g *globals) *cobra.Command {

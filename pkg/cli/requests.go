@@ -38,42 +38,23 @@ func requestsCmd(g *globals) *cobra.Command {
 		},
 	}
 	list.Flags().StringVar(&state, "state", "", "only requests in this state (AWAITING_APPROVAL, APPROVED, QUEUED, RUNNING, DONE, REJECTED, EXPIRED, APPLIED)")
-	show := &cobra.Command{
-		Use:   "show NAME",
-		Short: "Show one request (moves/<id>, limits/<id> or endpoints/<id>)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := call(g, true, func(cn *conn) (requestAnswer, error) {
-				return cn.admin.GetOperatorRequest(cn.ctx, &payschedv1.GetOperatorRequestRequest{Name: args[0]})
-			})
-			if err != nil {
-				return err
-			}
-			return printJSON(g.out, resp.GetRequest())
-		},
-	}
+	// The requests' own commands print the request as it now stands.
+	printAnswer := func(resp requestAnswer) error { return printJSON(g.out, resp.GetRequest()) }
+	show := idCmd(g, "show NAME", "Show one request (moves/<id>, limits/<id> or endpoints/<id>)", true,
+		func(cn *conn, name string) (requestAnswer, error) {
+			return cn.admin.GetOperatorRequest(cn.ctx, &payschedv1.GetOperatorRequestRequest{Name: name})
+		}, printAnswer)
 	decide := func(use string, approve bool) *cobra.Command {
 		short := "Reject a request awaiting approval (never one's own): it does nothing"
 		if approve {
 			short = "Approve a request awaiting approval, as a second admin (never one's own): a request on one payment, or a limit change, is applied at once"
 		}
-		return &cobra.Command{
-			Use:   use + " NAME",
-			Short: short,
-			Args:  cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				resp, err := call(g, true, func(cn *conn) (requestAnswer, error) {
-					if approve {
-						return cn.admin.ApproveOperatorRequest(cn.ctx, &payschedv1.ApproveOperatorRequestRequest{Name: args[0]})
-					}
-					return cn.admin.RejectOperatorRequest(cn.ctx, &payschedv1.RejectOperatorRequestRequest{Name: args[0]})
-				})
-				if err != nil {
-					return err
-				}
-				return printJSON(g.out, resp.GetRequest())
-			},
-		}
+		return idCmd(g, use+" NAME", short, true, func(cn *conn, name string) (requestAnswer, error) {
+			if approve {
+				return cn.admin.ApproveOperatorRequest(cn.ctx, &payschedv1.ApproveOperatorRequestRequest{Name: name})
+			}
+			return cn.admin.RejectOperatorRequest(cn.ctx, &payschedv1.RejectOperatorRequestRequest{Name: name})
+		}, printAnswer)
 	}
 	c.AddCommand(list, show, decide("approve", true), decide("reject", false))
 	return c

@@ -183,17 +183,11 @@ func scheduleUpdateCmd(g *globals) *cobra.Command {
 }
 
 func scheduleGetCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "get SCHEDULE_ID",
-		Short: "Show a schedule and its latest occurrences",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := call(g, false, func(c *conn) (*payschedv1.GetScheduleResponse, error) {
-				return c.schedules.GetSchedule(c.ctx, &payschedv1.GetScheduleRequest{ScheduleId: args[0]})
-			})
-			if err != nil {
-				return err
-			}
+	return idCmd(g, "get SCHEDULE_ID", "Show a schedule and its latest occurrences", false,
+		func(c *conn, id string) (*payschedv1.GetScheduleResponse, error) {
+			return c.schedules.GetSchedule(c.ctx, &payschedv1.GetScheduleRequest{ScheduleId: id})
+		},
+		func(resp *payschedv1.GetScheduleResponse) error {
 			if g.json {
 				return printJSON(g.out, resp)
 			}
@@ -205,8 +199,7 @@ func scheduleGetCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", o.GetOccurrence(), o.GetIndex(), o.GetPaymentId(), ts(o.GetDueAt()))
 				}
 			})
-		},
-	}
+		})
 }
 
 func scheduleListCmd(g *globals) *cobra.Command {
