@@ -24,11 +24,9 @@ func deadLettersCmd(g *globals) *cobra.Command {
 		Short: "List dead-lettered payments with their reason and attempts (admin)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			letters, err := call(g, true, func(c *conn) ([]*payschedv1.DeadLetter, error) {
-				return allPages(func(tok string) ([]*payschedv1.DeadLetter, string, error) {
-					resp, err := c.admin.ListDeadLetters(c.ctx, &payschedv1.ListDeadLettersRequest{PageSize: size, PageToken: tok})
-					return resp.GetDeadLetters(), resp.GetNextPageToken(), err
-				})
+			letters, err := listAll(g, true, func(c *conn, tok string) ([]*payschedv1.DeadLetter, string, error) {
+				resp, err := c.admin.ListDeadLetters(c.ctx, &payschedv1.ListDeadLettersRequest{PageSize: size, PageToken: tok})
+				return resp.GetDeadLetters(), resp.GetNextPageToken(), err
 			})
 			if err != nil {
 				return err

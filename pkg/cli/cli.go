@@ -578,20 +578,23 @@ func RPCError(err error) error {
 	return fmt.Errorf("%s", msg)
 }
 
-// allPages reads every page of a list: page asks for the one after a
-// token (a page token, or the last name) and answers its items and the
-// next token, empty at the end.
-func allPages[T any](page func(token string) ([]T, string, error)) ([]T, error) {
-	var all []T
-	for tok := ""; ; {
-		items, next, err := page(tok)
-		if err != nil {
-			return nil, RPCError(err)
+// listAll reads every page of a list over one connection to payments-api,
+// or admin-api when admin is set: page asks for the one after a token (a
+// page token, or the last name) and answers its items and the next token,
+// empty at the end.
+func listAll[T any](g *globals, admin bool, page func(c *conn, token string) ([]T, string, error)) ([]T, error) {
+	return call(g, admin, func(c *conn) ([]T, error) {
+		var all []T
+		for tok := ""; ; {
+			items, next, err := page(c, tok)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, items...)
+			if next == "" {
+				return all, nil
+			}
+			tok = next
 		}
-		all = append(all, items...)
-		if next == "" {
-			return all, nil
-		}
-		tok = next
-	}
+	})
 }

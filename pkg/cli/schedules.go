@@ -208,11 +208,9 @@ func scheduleListCmd(g *globals) *cobra.Command {
 		Short: "List your schedules, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			all, err := call(g, false, func(c *conn) ([]*payschedv1.Schedule, error) {
-				return allPages(func(tok string) ([]*payschedv1.Schedule, string, error) {
-					resp, err := c.schedules.ListSchedules(c.ctx, &payschedv1.ListSchedulesRequest{Cursor: tok, PageSize: 500})
-					return resp.GetSchedules(), resp.GetNextCursor(), err
-				})
+			all, err := listAll(g, false, func(c *conn, tok string) ([]*payschedv1.Schedule, string, error) {
+				resp, err := c.schedules.ListSchedules(c.ctx, &payschedv1.ListSchedulesRequest{Cursor: tok, PageSize: 500})
+				return resp.GetSchedules(), resp.GetNextCursor(), err
 			})
 			if err != nil {
 				return err

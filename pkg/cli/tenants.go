@@ -23,11 +23,9 @@ func tenantsCmd(g *globals) *cobra.Command {
 		Short: "List tenants with due payments or limits set, in name order",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tenants, err := call(g, true, func(c *conn) ([]*payschedv1.Tenant, error) {
-				return allPages(func(after string) ([]*payschedv1.Tenant, string, error) {
-					resp, err := c.admin.ListTenants(c.ctx, &payschedv1.ListTenantsRequest{PageSize: size, After: after})
-					return resp.GetTenants(), resp.GetNextAfter(), err
-				})
+			tenants, err := listAll(g, true, func(c *conn, after string) ([]*payschedv1.Tenant, string, error) {
+				resp, err := c.admin.ListTenants(c.ctx, &payschedv1.ListTenantsRequest{PageSize: size, After: after})
+				return resp.GetTenants(), resp.GetNextAfter(), err
 			})
 			if err != nil {
 				return err
