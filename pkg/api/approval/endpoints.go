@@ -93,11 +93,10 @@ func (q *Requests) DecideEndpoint(ctx context.Context, id int64, approve bool, b
 	// holds it too).
 	db := approvaldb.New(q.db)
 	row, err := db.DecideEndpointRequest(ctx, approvaldb.DecideEndpointRequestParams{ID: id, State: state, DecidedBy: by.Operator, DecidedName: by.Name})
-	if err := decided(ctx, err, by, "endpoint request", id, q.GetEndpoint); err != nil {
+	if err := decided(ctx, q.log, err, by, "endpoint request", id, state, q.GetEndpoint); err != nil {
 		return nil, "", err
 	}
 	e, _ := fromEndpointRow(row)
-	q.log.Info("approval: endpoint request decided", "id", id, "state", state, "operator", by.Name, "identity", by.Operator)
 	if !approve {
 		return e, "", nil
 	}

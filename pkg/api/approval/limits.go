@@ -89,17 +89,13 @@ func (q *Requests) DecideLimits(ctx context.Context, id int64, tenant string, ap
 		}
 		return store.SetTenantLimits(ctx, tx, l)
 	})
-	if err := decided(ctx, err, by, "limits", id, func(ctx context.Context, id int64) (*LimitRequest, error) {
+	return decided(ctx, q.log, err, by, "limit request", id, state, func(ctx context.Context, id int64) (*LimitRequest, error) {
 		l, err := q.GetLimits(ctx, id)
 		if err == nil && tenant != "" && l.Tenant != tenant {
 			return nil, ErrNotFound
 		}
 		return l, err
-	}); err != nil {
-		return err
-	}
-	q.log.Info("approval: tenant limits decided", "request", id, "state", state, "operator", by.Name, "identity", by.Operator)
-	return nil
+	})
 }
 
 // GetLimits reads limit request id (ErrNotFound).

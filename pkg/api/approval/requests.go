@@ -314,9 +314,11 @@ func (r *LimitRequest) requester() string    { return r.RequestedBy }
 func (r *EndpointRequest) requester() string { return r.RequestedBy }
 
 // decided is a decision's error, err its write's (what and id name the
-// request): a write that found no request to decide says why once get
-// reads the request.
-func decided[T asked](ctx context.Context, err error, by Identity, what string, id int64, get func(context.Context, int64) (T, error)) error {
+// request, state is where the decision leaves it): a write that found no
+// request to decide says why once get reads the request; a decision made
+// is logged.
+func decided[T asked](ctx context.Context, log *slog.Logger, err error, by Identity, what string, id int64, state string,
+	get func(context.Context, int64) (T, error)) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		r, gerr := get(ctx, id)
 		if gerr != nil {
@@ -327,6 +329,7 @@ func decided[T asked](ctx context.Context, err error, by Identity, what string, 
 	if err != nil {
 		return fmt.Errorf("decide %s %d: %w", what, id, err)
 	}
+	log.Info("approval: "+what+" decided", "id", id, "state", state, "operator", by.Name, "identity", by.Operator)
 	return nil
 }
 
@@ -382,11 +385,7 @@ func (q *Requests) Decide(ctx context.Context, id int64, approve bool, by Identi
 	// Identities are compared, never names; the database refuses the
 	// requester as decider too (approvaldb's DecideRequest).
 	_, err := approvaldb.New(q.db).DecideRequest(ctx, approvaldb.DecideRequestParams{ID: id, State: state, DecidedBy: by.Operator, DecidedName: by.Name})
-	if err := decided(ctx, err, by, "request", id, q.Get); err != nil {
-		return err
-	}
-	q.log.Info("approval: request decided", "id", id, "state", state, "operator", by.Name, "identity", by.Operator)
-	return nil
+	return decided(ctx, q.log, err, by, "request", id, state, q.Get)
 }
 
 // Expire closes the requests whose time ran out.

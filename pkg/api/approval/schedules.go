@@ -115,11 +115,7 @@ func (q *Requests) DecideSchedule(ctx context.Context, id int64, approve bool, b
 	// identity; a CHECK holds it too).
 	_, err := approvaldb.New(q.db).DecideScheduleRequest(ctx, approvaldb.DecideScheduleRequestParams{ID: id, State: state,
 		DecidedBy: by.Operator, DecidedName: by.Name})
-	if err := decided(ctx, err, by, "schedule request", id, q.GetScheduleRequest); err != nil {
-		return err
-	}
-	q.log.Info("approval: schedule change decided", "request", id, "state", state, "operator", by.Name, "identity", by.Operator)
-	return nil
+	return decided(ctx, q.log, err, by, "schedule request", id, state, q.GetScheduleRequest)
 }
 
 // GetScheduleRequest reads schedule request id (ErrNotFound).
