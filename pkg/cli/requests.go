@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	payschedv1 "github.com/paysched/paysched/gen/paysched/v1"
 )
@@ -74,6 +75,15 @@ func (g *globals) printRequest(r *payschedv1.OperatorRequest) error {
 	fmt.Fprintf(g.out, "request %s (%s on %s) awaits a second admin's approval: nothing moved yet\n", r.GetName(), r.GetAction(), what(r))
 	fmt.Fprintf(g.out, "  approve it as another admin: payctl --actor <another admin> requests approve %s\n", r.GetName())
 	return nil
+}
+
+// printRequestOrJSON prints r, the request an action waits on when it
+// needs a second admin's approval, else the action's answer msg as JSON.
+func (g *globals) printRequestOrJSON(msg proto.Message, r *payschedv1.OperatorRequest) error {
+	if r != nil {
+		return g.printRequest(r)
+	}
+	return printJSON(g.out, msg)
 }
 
 func what(r *payschedv1.OperatorRequest) string {

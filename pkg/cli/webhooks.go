@@ -20,8 +20,6 @@ func webhooksCmd(g *globals) *cobra.Command {
 		Short: "Tenants' webhook endpoints: add, list, enable, disable, rotate the secret, resend, recover, the delivery log (admin)",
 		Args:  cobra.NoArgs,
 	}
-	// run dials admin-api and runs fn.
-	run := func(fn func(c *conn) error) error { return g.with(true, g.timeout, fn) }
 	var types []string
 	var desc string
 	var maxInflight int32
@@ -31,14 +29,14 @@ func webhooksCmd(g *globals) *cobra.Command {
 		Short: "Register an endpoint; prints its signing secret once",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(func(c *conn) error {
-				resp, err := c.admin.CreateWebhookEndpoint(c.ctx, &payschedv1.CreateWebhookEndpointRequest{Tenant: args[0], Url: args[1],
+			resp, err := call(g, true, func(c *conn) (*payschedv1.CreateWebhookEndpointResponse, error) {
+				return c.admin.CreateWebhookEndpoint(c.ctx, &payschedv1.CreateWebhookEndpointRequest{Tenant: args[0], Url: args[1],
 					EventTypes: types, Description: desc, MaxInflight: maxInflight, MaxPerSecond: perSecond})
-				if err != nil {
-					return RPCError(err)
-				}
-				return printJSON(g.out, resp)
 			})
+			if err != nil {
+				return err
+			}
+			return printJSON(g.out, resp)
 		},
 	}
 	add.Flags().StringSliceVar(&types, "type", nil, "event types to receive (repeat; default all), e.g. paysched.payment.completed")
@@ -51,72 +49,58 @@ func webhooksCmd(g *globals) *cobra.Command {
 		Short: "List endpoints (of --tenant)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(func(c *conn) error {
-				resp, err := c.admin.ListWebhookEndpoints(c.ctx, &payschedv1.ListWebhookEndpointsRequest{Tenant: tenant})
-				if err != nil {
-					return RPCError(err)
-				}
-				return g.jsonOrTable(resp, "ENDPOINT\tTENANT\tURL\tTYPES\tENABLED\tFAILING SINCE\tDISABLED BECAUSE", func(w io.Writer) {
-					for _, e := range resp.GetEndpoints() {
-						since := ""
-						if e.GetFailingSince() != nil {
-							since = e.GetFailingSince().AsTime().Format(time.RFC3339)
-						}
-						ts := strings.Join(e.GetEventTypes(), ",")
-						if ts == "" {
-							ts = "all"
-						}
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\n", e.GetEndpointId(), e.GetTenant(), e.GetUrl(), ts, e.GetEnabled(),
-							since, e.GetDisabledReason())
+			resp, err := call(g, true, func(c *conn) (*payschedv1.ListWebhookEndpointsResponse, error) {
+				return c.admin.ListWebhookEndpoints(c.ctx, &payschedv1.ListWebhookEndpointsRequest{Tenant: tenant})
+			})
+			if err != nil {
+				return err
+			}
+			return g.jsonOrTable(resp, "ENDPOINT\tTENANT\tURL\tTYPES\tENABLED\tFAILING SINCE\tDISABLED BECAUSE", func(w io.Writer) {
+				for _, e := range resp.GetEndpoints() {
+					since := ""
+					if e.GetFailingSince() != nil {
+						since = e.GetFailingSince().AsTime().Format(time.RFC3339)
 					}
-				})
+					ts := strings.Join(e.GetEventTypes(), ",")
+					if ts == "" {
+						ts = "all"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\n", e.GetEndpointId(), e.GetTenant(), e.GetUrl(), ts, e.GetEnabled(),
+						since, e.GetDisabledReason())
+				}
 			})
 		},
 	}
 	list.Flags().StringVar(&tenant, "tenant", "", "only this tenant's")
 	enable := func(use string, on bool) *cobra.Command {
-		return &cobra.Command{
-			Use:   use + " ENDPOINT",
-			Short: map[bool]string{true: "Enable an endpoint (its failure clock restarts)", false: "Disable an endpoint"}[on],
-			Args:  cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return run(func(c *conn) error {
-					_, err := c.admin.SetWebhookEndpointEnabled(c.ctx, &payschedv1.SetWebhookEndpointEnabledRequest{EndpointId: args[0], Enabled: on})
-					return RPCError(err)
-				})
+		return idCmd(g, use+" ENDPOINT", map[bool]string{true: "Enable an endpoint (its failure clock restarts)", false: "Disable an endpoint"}[on], true,
+			func(c *conn, id string) (*payschedv1.SetWebhookEndpointEnabledResponse, error) {
+				return c.admin.SetWebhookEndpointEnabled(c.ctx, &payschedv1.SetWebhookEndpointEnabledRequest{EndpointId: id, Enabled: on})
 			},
-		}
+			// Success is silent: the answer holds nothing to show.
+			func(*payschedv1.SetWebhookEndpointEnabledResponse) error { return nil })
 	}
 	var overlap time.Duration
-	rotate := &cobra.Command{
-		Use:   "rotate ENDPOINT",
-		Short: "Ask for an endpoint's new secret: a second admin's approval makes it (printed once to them); the old one signs beside it for --overlap",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(func(c *conn) error {
-				resp, err := c.admin.RotateWebhookSecret(c.ctx, &payschedv1.RotateWebhookSecretRequest{EndpointId: args[0],
-					OverlapSeconds: int64(overlap / time.Second)})
-				if err != nil {
-					return RPCError(err)
-				}
-				if resp.GetRequest() != nil {
-					// A second admin's approval answers the new secret.
-					return g.printRequest(resp.GetRequest())
-				}
-				return printJSON(g.out, resp)
-			})
+	rotate := idCmd(g, "rotate ENDPOINT",
+		"Ask for an endpoint's new secret: a second admin's approval makes it (printed once to them); the old one signs beside it for --overlap", true,
+		func(c *conn, id string) (*payschedv1.RotateWebhookSecretResponse, error) {
+			return c.admin.RotateWebhookSecret(c.ctx, &payschedv1.RotateWebhookSecretRequest{EndpointId: id,
+				OverlapSeconds: int64(overlap / time.Second)})
 		},
-	}
+		// A second admin's approval answers the new secret.
+		func(resp *payschedv1.RotateWebhookSecretResponse) error {
+			return g.printRequestOrJSON(resp, resp.GetRequest())
+		})
 	rotate.Flags().DurationVar(&overlap, "overlap", 24*time.Hour, "how long both secrets sign (up to 168h)")
 	resend := &cobra.Command{
 		Use:   "resend ENDPOINT WEBHOOK_ID",
 		Short: "Deliver one message to one endpoint again, now",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(func(c *conn) error {
-				_, err := c.admin.ResendWebhook(c.ctx, &payschedv1.ResendWebhookRequest{EndpointId: args[0], WebhookId: args[1]})
-				return RPCError(err)
+			_, err := call(g, true, func(c *conn) (*payschedv1.ResendWebhookResponse, error) {
+				return c.admin.ResendWebhook(c.ctx, &payschedv1.ResendWebhookRequest{EndpointId: args[0], WebhookId: args[1]})
 			})
+			return err
 		},
 	}
 	var since, until string
@@ -137,16 +121,13 @@ func webhooksCmd(g *globals) *cobra.Command {
 				}
 				req.Until = timestamppb.New(u)
 			}
-			return run(func(c *conn) error {
-				resp, err := c.admin.RecoverWebhooks(c.ctx, req)
-				if err != nil {
-					return RPCError(err)
-				}
-				if resp.GetRequest() != nil {
-					return g.printRequest(resp.GetRequest())
-				}
-				return printJSON(g.out, resp)
+			resp, err := call(g, true, func(c *conn) (*payschedv1.RecoverWebhooksResponse, error) {
+				return c.admin.RecoverWebhooks(c.ctx, req)
 			})
+			if err != nil {
+				return err
+			}
+			return g.printRequestOrJSON(resp, resp.GetRequest())
 		},
 	}
 	recov.Flags().StringVar(&since, "since", "", "RFC 3339 time, or a duration ago (6h)")
@@ -158,18 +139,18 @@ func webhooksCmd(g *globals) *cobra.Command {
 		Short: "The delivery log of a payment or an endpoint, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(func(c *conn) error {
-				resp, err := c.admin.ListWebhookAttempts(c.ctx, &payschedv1.ListWebhookAttemptsRequest{PaymentId: payment,
+			resp, err := call(g, true, func(c *conn) (*payschedv1.ListWebhookAttemptsResponse, error) {
+				return c.admin.ListWebhookAttempts(c.ctx, &payschedv1.ListWebhookAttemptsRequest{PaymentId: payment,
 					EndpointId: endpoint, PageSize: size})
-				if err != nil {
-					return RPCError(err)
+			})
+			if err != nil {
+				return err
+			}
+			return g.jsonOrTable(resp, "AT\tENDPOINT\tWEBHOOK ID\tTYPE\tATTEMPT\tSTATUS\tMS\tSTATE\tERROR", func(w io.Writer) {
+				for _, a := range resp.GetAttempts() {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", a.GetAt().AsTime().Format(time.RFC3339), a.GetEndpointId(),
+						a.GetWebhookId(), a.GetEventType(), a.GetAttempt(), a.GetStatus(), a.GetLatencyMs(), a.GetDeliveryState(), a.GetError())
 				}
-				return g.jsonOrTable(resp, "AT\tENDPOINT\tWEBHOOK ID\tTYPE\tATTEMPT\tSTATUS\tMS\tSTATE\tERROR", func(w io.Writer) {
-					for _, a := range resp.GetAttempts() {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", a.GetAt().AsTime().Format(time.RFC3339), a.GetEndpointId(),
-							a.GetWebhookId(), a.GetEventType(), a.GetAttempt(), a.GetStatus(), a.GetLatencyMs(), a.GetDeliveryState(), a.GetError())
-					}
-				})
 			})
 		},
 	}
