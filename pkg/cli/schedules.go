@@ -67,14 +67,11 @@ func scheduleRequestCmd(g *globals) *cobra.Command {
 			if action != "PAUSE" && action != "RESUME" && action != "CANCEL" {
 				return fmt.Errorf("%q: want pause, resume or cancel", args[1])
 			}
-			req := &payschedv1.RequestScheduleChangeRequest{ScheduleId: args[0], Action: action, Note: note}
-			if resume != "" {
-				at, err := parseDue(resume)
-				if err != nil {
-					return fmt.Errorf("--resume-at: %w", err)
-				}
-				req.ResumeAt = timestamppb.New(at)
+			at, err := resumeAt(resume)
+			if err != nil {
+				return err
 			}
+			req := &payschedv1.RequestScheduleChangeRequest{ScheduleId: args[0], Action: action, Note: note, ResumeAt: at}
 			resp, err := call(g, true, func(c *conn) (*payschedv1.RequestScheduleChangeResponse, error) {
 				return c.admin.RequestScheduleChange(c.ctx, req)
 			})
@@ -87,6 +84,19 @@ func scheduleRequestCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&note, "note", "", "why (required)")
 	c.Flags().StringVar(&resume, "resume-at", "", "a pause's end: RFC 3339, or a duration from now (+720h)")
 	return c
+}
+
+// resumeAt reads --resume-at, a pause's end, the same for a payer's pause
+// and an operator's request: nil when it is not given.
+func resumeAt(s string) (*timestamppb.Timestamp, error) {
+	if s == "" {
+		return nil, nil
+	}
+	at, err := parseDue(s)
+	if err != nil {
+		return nil, fmt.Errorf("--resume-at: %w", err)
+	}
+	return timestamppb.New(at), nil
 }
 
 // scheduleFlags are a schedule's fields, create's and update's.
@@ -266,14 +276,11 @@ func scheduleChangeCmd(g *globals, verb, short string) *cobra.Command {
 			var rpc func(c *conn) (scheduleAnswer, error)
 			switch verb {
 			case "pause":
-				req := &payschedv1.PauseScheduleRequest{ScheduleId: args[0]}
-				if resume != "" {
-					at, err := parseDue(resume)
-					if err != nil {
-						return fmt.Errorf("--resume-at: %w", err)
-					}
-					req.ResumeAt = timestamppb.New(at)
+				at, err := resumeAt(resume)
+				if err != nil {
+					return err
 				}
+				req := &payschedv1.PauseScheduleRequest{ScheduleId: args[0], ResumeAt: at}
 				rpc = func(c *conn) (scheduleAnswer, error) { return c.schedules.PauseSchedule(c.ctx, req) }
 			case "resume":
 				rpc = func(c *conn) (scheduleAnswer, error) {
