@@ -3,8 +3,9 @@ package payment
 import (
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
+
+	"github.com/paysched/paysched/pkg/platform/durations"
 )
 
 // DefaultBackoff is 1m, 5m, 30m, 2h, 12h: five retries, then dead letter.
@@ -18,25 +19,15 @@ type Backoff []time.Duration
 
 // ParseBackoff reads "1m,5m,30m".
 func ParseBackoff(s string) (Backoff, error) {
-	var out Backoff
-	for _, part := range strings.Split(s, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(part))
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("backoff %q: want positive durations separated by commas", s)
-		}
-		out = append(out, d)
+	ds, err := durations.Parse(s, 0)
+	if err != nil {
+		return nil, fmt.Errorf("backoff %w", err)
 	}
-	return out, nil
+	return ds, nil
 }
 
 // String is the flag form.
-func (b Backoff) String() string {
-	parts := make([]string, len(b))
-	for i, d := range b {
-		parts[i] = d.String()
-	}
-	return strings.Join(parts, ",")
-}
+func (b Backoff) String() string { return durations.Join(b) }
 
 // Exhausted says whether a payment that has already spent retries retries
 // may not retry again after this attempt fails.

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/paysched/paysched/pkg/platform/durations"
 )
 
 // Schedule is the delay before each attempt after the first (which is
@@ -22,13 +24,9 @@ var DefaultSchedule = Schedule{5 * time.Second, 5 * time.Minute, 30 * time.Minut
 // ParseSchedule reads "5s,5m,30m" (the --retry-schedule flag): 1 to 20
 // positive delays of at most MaxRetryAfter each.
 func ParseSchedule(s string) (Schedule, error) {
-	var out Schedule
-	for _, part := range strings.Split(s, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(part))
-		if err != nil || d <= 0 || d > MaxRetryAfter {
-			return nil, fmt.Errorf("retry schedule %q: want positive durations up to %s, separated by commas", s, MaxRetryAfter)
-		}
-		out = append(out, d)
+	out, err := durations.Parse(s, MaxRetryAfter)
+	if err != nil {
+		return nil, fmt.Errorf("retry schedule %w", err)
 	}
 	if len(out) > 20 {
 		return nil, fmt.Errorf("retry schedule %q: %d retries, want at most 20", s, len(out))
@@ -37,13 +35,7 @@ func ParseSchedule(s string) (Schedule, error) {
 }
 
 // String is the flag form.
-func (s Schedule) String() string {
-	parts := make([]string, len(s))
-	for i, d := range s {
-		parts[i] = d.String()
-	}
-	return strings.Join(parts, ",")
-}
+func (s Schedule) String() string { return durations.Join(s) }
 
 // Attempts is how many attempts a delivery gets: the first, then one per
 // delay.
