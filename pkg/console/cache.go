@@ -131,17 +131,25 @@ func (c *cache) run(ctx context.Context) {
 }
 
 func (c *cache) refreshCounts(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	refresh(ctx, c, "counts", 5*time.Second, func(ctx context.Context) ([]StatusCount, error) { return loadCounts(ctx, c.db) },
+		func(out []StatusCount) { c.counts, c.countsAt = out, time.Now() })
+}
+
+// refresh runs load within timeout and keeps what it answers with keep
+// (under c.mu). A failure is logged, unless the context ended (the process
+// is stopping), and the figures last kept stay on the page.
+func refresh[T any](ctx context.Context, c *cache, what string, timeout time.Duration, load func(context.Context) (T, error), keep func(T)) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, err := loadCounts(ctx, c.db)
+	out, err := load(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Warn("console: counts", "err", err)
+			c.log.Warn("console: "+what, "err", err)
 		}
 		return
 	}
 	c.mu.Lock()
-	c.counts, c.countsAt = out, time.Now()
+	keep(out)
 	c.mu.Unlock()
 }
 
@@ -200,33 +208,14 @@ func loadCounts(ctx context.Context, db pgdb.DB) ([]StatusCount, error) {
 }
 
 func (c *cache) refreshForecast(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	out, err := loadForecast(ctx, c.db)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Warn("console: forecast", "err", err)
-		}
-		return
-	}
-	c.mu.Lock()
-	c.forecast, c.forecastAt = out, time.Now()
-	c.mu.Unlock()
+	refresh(ctx, c, "forecast", 20*time.Second, func(ctx context.Context) ([]ForecastPoint, error) { return loadForecast(ctx, c.db) },
+		func(out []ForecastPoint) { c.forecast, c.forecastAt = out, time.Now() })
 }
 
 func (c *cache) refreshWeeks(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	out, err := loadWeekForecast(ctx, c.db, time.Now())
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Warn("console: weekly forecast", "err", err)
-		}
-		return
-	}
-	c.mu.Lock()
-	c.weeks = out
-	c.mu.Unlock()
+	refresh(ctx, c, "weekly forecast", 5*time.Minute, func(ctx context.Context) (WeekForecast, error) {
+		return loadWeekForecast(ctx, c.db, time.Now())
+	}, func(out WeekForecast) { c.weeks = out })
 }
 
 func loadForecast(ctx context.Context, db pgdb.DB) ([]ForecastPoint, error) {
