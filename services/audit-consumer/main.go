@@ -39,9 +39,6 @@ func main() {
 				return err
 			}
 		}
-		if err := kafkaClient.ValidateFor(cmd.Mode); err != nil {
-			return err
-		}
 		codec, err := kafka.Compression(*compression)
 		if err != nil {
 			return fmt.Errorf("--kafka-compression: %w", err)
@@ -49,9 +46,7 @@ func main() {
 		if *prefix == "" {
 			return fmt.Errorf("--topic-prefix must not be empty")
 		}
-		// Before anything connects: a missing password or CA file stops
-		// the service here, naming the flag.
-		kafkaOpts, err := kafkaClient.Opts()
+		kafkaOpts, err := kafkaClient.OptsFor(cmd.Mode)
 		if err != nil {
 			return err
 		}

@@ -32,9 +32,6 @@ func main() {
 	schemas := cmd.Bool("envelope-schemas", false, "write keys and envelopes in the schema-ful form ({\"schema\":...,\"payload\":...}), as Debezium's JsonConverter does with schemas.enable=true (for sinks that need it; the audit-consumer reads both)")
 	beat := cmd.Duration("heartbeat-interval", 10*time.Second, "heartbeat write and event interval")
 	cmd.Main(func(ctx context.Context, log *slog.Logger) error {
-		if err := kafkaClient.ValidateFor(cmd.Mode); err != nil {
-			return err
-		}
 		pcfg, err := pgx.ParseConfig(*cmd.DB)
 		if err != nil {
 			return fmt.Errorf("--database-url: %w", err)
@@ -43,9 +40,7 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("--kafka-compression: %w", err)
 		}
-		// Before anything connects: a missing password or CA file stops
-		// the service here, naming the flag.
-		kafkaOpts, err := kafkaClient.Opts()
+		kafkaOpts, err := kafkaClient.OptsFor(cmd.Mode)
 		if err != nil {
 			return err
 		}

@@ -39,9 +39,6 @@ func main() {
 		if *loopback && !cmd.Dev {
 			return fmt.Errorf("--allow-loopback reaches local services: development only (--dev)")
 		}
-		if err := kafkaClient.ValidateFor(cmd.Mode); err != nil {
-			return err
-		}
 		if *prefix == "" {
 			return fmt.Errorf("--topic-prefix must not be empty")
 		}
@@ -57,7 +54,7 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("--retry-schedule: %w", err)
 		}
-		kafkaOpts, err := kafkaClient.Opts()
+		kafkaOpts, err := kafkaClient.OptsFor(cmd.Mode)
 		if err != nil {
 			return err
 		}

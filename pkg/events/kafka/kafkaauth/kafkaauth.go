@@ -84,6 +84,17 @@ func (f *Flags) ValidateFor(m *config.Mode) error {
 		errors.New("the Kafka connection is plaintext or anonymous: production needs --kafka-tls (or --kafka-ca-file) and a client identity, --kafka-sasl-mechanism with --kafka-username and --kafka-password-file, or --kafka-cert-file"))
 }
 
+// OptsFor is Opts under the mode's rules (ValidateFor): what a service's
+// main asks for before anything connects, so that a missing password or
+// CA file, or a plaintext connection in production, stops it naming the
+// flag.
+func (f *Flags) OptsFor(m *config.Mode) ([]kgo.Opt, error) {
+	if err := f.ValidateFor(m); err != nil {
+		return nil, err
+	}
+	return f.Opts()
+}
+
 // Opts validates the flags and returns the client options they ask for:
 // none for the zero value.
 func (f *Flags) Opts() ([]kgo.Opt, error) {

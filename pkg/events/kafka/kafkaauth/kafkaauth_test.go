@@ -323,3 +323,20 @@ func TestTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestOptsForMode: what a service's main asks for is refused in production
+// while the connection is plaintext or anonymous, and given in development.
+func TestOptsForMode(t *testing.T) {
+	plain := &kafkaauth.Flags{}
+	if _, err := plain.OptsFor(&config.Mode{}); err == nil || !strings.Contains(err.Error(), "--kafka-tls") {
+		t.Errorf("plaintext in production: %v, want a refusal naming --kafka-tls", err)
+	}
+	if opts, err := plain.OptsFor(&config.Mode{Dev: true}); err != nil || len(opts) != 0 {
+		t.Errorf("plaintext in development: %d options, %v; want none, nil", len(opts), err)
+	}
+	// A flag error is told in development too.
+	bad := &kafkaauth.Flags{Mechanism: "KERBEROS"}
+	if _, err := bad.OptsFor(&config.Mode{Dev: true}); err == nil {
+		t.Error("an unknown SASL mechanism in development: accepted")
+	}
+}
