@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,18 +28,53 @@ import (
 // turn it off with --dev=false.
 func TestMain(m *testing.M) {
 	_ = os.Setenv("PAYSCHED_DEV", "1")
-	pgtest.Main(m)
+	dir, err := os.MkdirTemp("", "paysched-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	bins.dir = dir
+	code := pgtest.Run(m)
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
+// binaries are every binary the tests run, built together once per run of
+// the package, at the first test that asks: each test building (and
+// linking) its own set made the same binaries again and again, minutes of
+// a loaded machine's CPU.
+var binaries = []string{"./services/...", "./tools/cmd/gateway-sim", "./tools/cmd/kafka"}
+
+// bins is where binaries are built, and how their build went.
+var bins struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// build returns the directory holding the binaries of pkgs, each one of
+// binaries (all of them are built at the first call).
 func build(t *testing.T, pkgs ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
-	cmd.Dir = pgtest.RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	bins.once.Do(func() {
+		cmd := exec.Command("go", append([]string{"build", "-o", bins.dir + "/"}, binaries...)...)
+		cmd.Dir = pgtest.RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			bins.err = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	if bins.err != nil {
+		t.Fatal(bins.err)
 	}
-	return dir
+	for _, p := range pkgs {
+		if strings.HasSuffix(p, "/...") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(bins.dir, path.Base(p))); err != nil {
+			t.Fatalf("%s is not among the binaries built for the tests (add it to binaries): %v", p, err)
+		}
+	}
+	return bins.dir
 }
 
 // freeAddr reserves an address for a server in another process (see

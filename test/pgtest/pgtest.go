@@ -42,13 +42,17 @@ func RepoRoot() string {
 }
 
 // Main is TestMain for packages that use Postgres.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main for a TestMain with its own cleanup after the tests: it runs
+// them and returns the exit code.
+func Run(m *testing.M) int {
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		os.Exit(1)
+		return 1
 	}
-	os.Exit(code)
+	return code
 }
 
 func run(m *testing.M) (int, error) {
