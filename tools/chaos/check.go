@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,9 +31,46 @@ func (r *run) check(ctx context.Context, w *workload, t0 time.Time) {
 	r.checkStatuses(ctx)
 	r.checkBooks(ctx, w)
 	r.checkAudit(ctx)
+	r.quiesce(ctx)
 	r.checkStream(ctx)
 	r.checkWebhooks(ctx, r.notified)
 	r.checkPlans(ctx)
+}
+
+// quiesce stops every process that changes the schedule's rows (the
+// engine, the APIs, the reconciler and its resolver) and waits until cdc
+// has streamed all they wrote: the stream and webhook checks compare what
+// Kafka holds with the rows as they are, so the rows must not move in
+// between. A dead letter the resolver settled after the payments had
+// settled once did, and read as a lost event.
+func (r *run) quiesce(ctx context.Context) {
+	for _, p := range r.procs {
+		switch p.tier {
+		case "sweeper", "executor", "reaper", "payments-api", "admin-api", "reconciler":
+			p.signal(syscall.SIGTERM, 20*time.Second)
+		}
+	}
+	var lsn string
+	if err := r.db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		r.violation("quiesce: the WAL position: %v", err)
+		return
+	}
+	// cdc confirms a position once Kafka holds what came before it (its
+	// heartbeats move it on when nothing else changes).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var streamed bool
+		err := r.db.QueryRow(ctx, `SELECT coalesce(bool_and(confirmed_flush_lsn >= $1::pg_lsn), false)
+			FROM pg_replication_slots WHERE slot_name = 'paysched_cdc'`, lsn).Scan(&streamed)
+		if err == nil && streamed {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.violation("quiesce: cdc has not confirmed %s a minute after the writers stopped (%v)", lsn, err)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // count runs a count query, retrying through a restarting database.
