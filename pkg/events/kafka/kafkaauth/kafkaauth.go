@@ -80,6 +80,11 @@ func (f *Flags) ValidateFor(m *config.Mode) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
+	return f.requireFor(m)
+}
+
+// requireFor is the mode's rule of ValidateFor alone.
+func (f *Flags) requireFor(m *config.Mode) error {
 	return m.Require(f.tls() && !f.AllowPlaintextSASL && (f.Mechanism != "" || f.CertFile != ""),
 		errors.New("the Kafka connection is plaintext or anonymous: production needs --kafka-tls (or --kafka-ca-file) and a client identity, --kafka-sasl-mechanism with --kafka-username and --kafka-password-file, or --kafka-cert-file"))
 }
@@ -89,10 +94,14 @@ func (f *Flags) ValidateFor(m *config.Mode) error {
 // CA file, or a plaintext connection in production, stops it naming the
 // flag.
 func (f *Flags) OptsFor(m *config.Mode) ([]kgo.Opt, error) {
-	if err := f.ValidateFor(m); err != nil {
+	opts, err := f.Opts() // Validate's checks, the files read once
+	if err != nil {
 		return nil, err
 	}
-	return f.Opts()
+	if err := f.requireFor(m); err != nil {
+		return nil, err
+	}
+	return opts, nil
 }
 
 // Opts validates the flags and returns the client options they ask for:
